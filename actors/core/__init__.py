@@ -1,0 +1,26 @@
+"""The pooled actor runtime: mailboxes, dispatcher, futures, timer, blocking lane."""
+
+from actors.core.errors import ActorCrashed, AskTimeout, UnhandledMessageError
+from actors.core.future import PooledFuture
+from actors.core.logs import configure_logging
+from actors.core.pooled import ActorExit, PooledActor, handles, stop_now, stop_now_all
+from actors.core.system import ActorSystem, current_system, default_system, shutdown_default_system
+from actors.core.timer import TimerHandle
+
+__all__ = [
+    "ActorCrashed",
+    "ActorExit",
+    "ActorSystem",
+    "AskTimeout",
+    "PooledActor",
+    "PooledFuture",
+    "TimerHandle",
+    "UnhandledMessageError",
+    "configure_logging",
+    "current_system",
+    "default_system",
+    "handles",
+    "shutdown_default_system",
+    "stop_now",
+    "stop_now_all",
+]

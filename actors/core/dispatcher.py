@@ -1,0 +1,88 @@
+"""The dispatcher: a small pool of threads that run actors' mailboxes.
+
+Instead of one OS thread per actor (pykka's ``ThreadingActor``), every pooled
+actor is run by whichever dispatcher thread takes its mailbox off the shared
+run queue. A mailbox processes at most ``throughput`` messages per slice and
+then goes to the back of the queue, so a busy actor cannot starve the others
+(Akka's fairness rule).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from actors.core.mailbox import Mailbox
+
+log = structlog.get_logger(__name__)
+
+_SHUTDOWN: Any = object()
+
+
+class Dispatcher:
+    """Runs scheduled mailboxes on ``threads`` daemon threads."""
+
+    def __init__(
+        self,
+        *,
+        threads: int,
+        throughput: int,
+        name: str = "fore-dispatch",
+        on_thread_start: Any = None,
+    ) -> None:
+        if threads < 1:
+            raise ValueError("a dispatcher needs at least one thread")
+        if throughput < 1:
+            raise ValueError("throughput must be at least 1")
+        self.throughput = throughput
+        self._runq: queue.SimpleQueue[Mailbox] = queue.SimpleQueue()
+        self._on_thread_start = on_thread_start
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        self._local = threading.local()
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def thread_count(self) -> int:
+        return len(self._threads)
+
+    def on_dispatcher_thread(self) -> bool:
+        """Whether the calling thread is one of this dispatcher's threads."""
+        return getattr(self._local, "mine", False)
+
+    def schedule(self, mailbox: Mailbox) -> None:
+        self._runq.put(mailbox)
+
+    def _loop(self) -> None:
+        self._local.mine = True
+        if self._on_thread_start is not None:
+            self._on_thread_start()
+        runq = self._runq
+        throughput = self.throughput
+        while True:
+            mailbox = runq.get()
+            if mailbox is _SHUTDOWN:
+                return
+            try:
+                mailbox.run(throughput)
+            except BaseException:  # the loop must survive anything an actor does
+                log.exception("dispatcher_slice_failed")
+
+    def shutdown(self, timeout: float = 5.0) -> bool:
+        """Stop the threads after the mail already queued; return whether all exited."""
+        for _ in self._threads:
+            self._runq.put(_SHUTDOWN)
+        alive = False
+        for thread in self._threads:
+            if thread is threading.current_thread():
+                continue
+            thread.join(timeout)
+            alive = alive or thread.is_alive()
+        return not alive

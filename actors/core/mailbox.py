@@ -1,0 +1,191 @@
+"""A pooled actor's mailbox: two lanes, FIFO each, closed atomically.
+
+The mailbox is where pykka's "ask races teardown" bug is closed: ``put`` and
+``close`` take the same lock, so an envelope is either in the mailbox before it
+closes (and then answered by the drain) or rejected at once with
+:class:`pykka.ActorDeadError`. There is no window in which an envelope lands in
+a mailbox that nobody will ever read.
+
+Scheduling follows Akka's dispatcher design: a mailbox is "scheduled" (in the
+dispatcher's run queue or being run) at most once at a time, which is what
+makes an actor single-threaded although it has no thread of its own.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections import deque
+from threading import Lock
+from typing import TYPE_CHECKING, Any
+
+from pykka import ActorDeadError
+from pykka._envelope import Envelope
+
+from messages.base import ControlMessage
+
+if TYPE_CHECKING:
+    from actors.core.dispatcher import Dispatcher
+    from actors.core.pooled import PooledActor
+
+_OPEN = 0
+_CLOSED = 1
+
+
+class Mailbox:
+    """Per-actor FIFO mailbox with a control lane that overtakes ordinary mail."""
+
+    __slots__ = ("_control", "_dispatcher", "_lock", "_normal", "_owner", "_scheduled", "_state")
+
+    def __init__(self) -> None:
+        self._lock = Lock()
+        self._normal: deque[Envelope[Any]] = deque()
+        self._control: deque[Envelope[Any]] | None = None  # allocated on first use
+        self._state = _OPEN
+        self._scheduled = False
+        self._owner: PooledActor | None = None
+        self._dispatcher: Dispatcher | None = None
+
+    def bind(self, owner: PooledActor, dispatcher: Dispatcher) -> None:
+        """Attach the actor that consumes this mailbox and its dispatcher."""
+        self._owner = owner
+        self._dispatcher = dispatcher
+
+    # -- the pykka ActorInbox protocol ------------------------------------
+
+    def put(self, envelope: Envelope[Any], /) -> None:
+        """Enqueue an envelope, or reject it at once if the actor is gone.
+
+        A rejected ask gets :class:`ActorDeadError` on its future; a rejected
+        tell raises :class:`ActorDeadError` to the sender, as pykka does for a
+        dead actor.
+        """
+        control = isinstance(envelope.message, ControlMessage)
+        with self._lock:
+            if self._state == _CLOSED:
+                rejected = True
+            else:
+                rejected = False
+                if control:
+                    if self._control is None:
+                        self._control = deque()
+                    self._control.append(envelope)
+                else:
+                    self._normal.append(envelope)
+                if self._scheduled:
+                    return
+                self._scheduled = True
+        if rejected:
+            _reject(envelope, self._owner)
+            return
+        assert self._dispatcher is not None, "mailbox used before its actor was started"
+        self._dispatcher.schedule(self)
+
+    def offer(self, envelope: Envelope[Any]) -> bool:
+        """Enqueue unless closed; return False (touching nothing) when closed.
+
+        Used by supervision handles, which keep mail for a restarting child
+        instead of rejecting it.
+        """
+        control = isinstance(envelope.message, ControlMessage)
+        with self._lock:
+            if self._state == _CLOSED:
+                return False
+            if control:
+                if self._control is None:
+                    self._control = deque()
+                self._control.append(envelope)
+            else:
+                self._normal.append(envelope)
+            if self._scheduled:
+                return True
+            self._scheduled = True
+        assert self._dispatcher is not None
+        self._dispatcher.schedule(self)
+        return True
+
+    def put_first(self, envelope: Envelope[Any]) -> None:
+        """Enqueue ahead of everything (used for the actor's start signal)."""
+        with self._lock:
+            if self._control is None:
+                self._control = deque()
+            self._control.appendleft(envelope)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        assert self._dispatcher is not None
+        self._dispatcher.schedule(self)
+
+    def get(self) -> Envelope[Any]:
+        """Pop the next envelope without blocking (pykka protocol; unused by the loop)."""
+        with self._lock:
+            if self._control:
+                return self._control.popleft()
+            if self._normal:
+                return self._normal.popleft()
+        raise queue.Empty
+
+    def empty(self) -> bool:
+        with self._lock:
+            return not self._normal and not self._control
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._normal) + (len(self._control) if self._control else 0)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    def close(self) -> list[Envelope[Any]]:
+        """Refuse all further mail and return what was still queued, control lane first."""
+        with self._lock:
+            self._state = _CLOSED
+            leftovers = list(self._control) if self._control else []
+            leftovers.extend(self._normal)
+            self._normal.clear()
+            if self._control:
+                self._control.clear()
+        return leftovers
+
+    # -- dispatcher side ----------------------------------------------------
+
+    def run(self, throughput: int) -> None:
+        """Process up to ``throughput`` envelopes, then yield the thread.
+
+        Called only by a dispatcher thread that took this mailbox off the run
+        queue, so at most one thread runs an actor at any time.
+        """
+        owner = self._owner
+        assert owner is not None
+        lock = self._lock
+        normal = self._normal
+        for _ in range(throughput):
+            with lock:
+                control = self._control
+                if control:
+                    envelope = control.popleft()
+                elif normal and self._state == _OPEN:
+                    envelope = normal.popleft()
+                else:
+                    self._scheduled = False
+                    return
+            owner._fore_process(envelope)
+        with lock:
+            if self._state == _OPEN and (normal or self._control):
+                again = True
+            else:
+                self._scheduled = False
+                again = False
+        if again:
+            assert self._dispatcher is not None
+            self._dispatcher.schedule(self)
+
+
+def _reject(envelope: Envelope[Any], owner: Any) -> None:
+    error = ActorDeadError(f"{owner} is not running (mailbox closed)")
+    if envelope.reply_to is not None:
+        envelope.reply_to.set_exception((ActorDeadError, error, None))
+    else:
+        raise error

@@ -1,0 +1,582 @@
+"""Pooled actors: pykka's API, a shared dispatcher instead of a thread each.
+
+:class:`PooledActor` is a :class:`pykka.Actor` subclass built through pykka's
+extension points (``_create_actor_inbox``, ``_create_future``,
+``_start_actor_loop``). ``tell``, ``ask``, proxies, ``stop`` and the
+``on_start``/``on_stop``/``on_failure`` hooks behave as pykka documents, with
+these differences, each fixing a problem of one-thread-per-actor:
+
+* actors share the dispatcher's few threads (see :mod:`actors.core.dispatcher`);
+* :class:`~messages.base.ControlMessage` mail overtakes ordinary mail, and
+  :class:`~messages.runtime.StopNow` stops an actor without waiting behind
+  its queue;
+* every ask is answered: with the value, the handler's exception,
+  :class:`pykka.ActorDeadError`, or :class:`~actors.core.errors.AskTimeout`
+  at its deadline (``default_ask_timeout``, 60 s unless a class overrides it);
+* a ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``) raised by a
+  handler fails that actor only -- pykka stops every actor in the process;
+* exits are observable (:meth:`PooledActor.add_exit_watcher`), which is what
+  the supervisor builds on; pykka only has the local ``on_failure`` hook;
+* actors register in their system's O(1) :class:`~actors.core.registry.Registry`
+  instead of pykka's global list.
+
+Handlers must not block: :meth:`PooledActor.run_blocking` runs blocking work
+on the blocking lane and delivers the result back as a message,
+:meth:`PooledActor.ask_then` asks another actor without waiting, and
+:meth:`PooledActor.send_after` / :meth:`PooledActor.call_after` use the
+runtime's single timer thread.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+
+import pykka
+import structlog
+from pykka import ActorDeadError, ActorRef
+from pykka._envelope import Envelope
+from pykka.messages import _ActorStop
+
+from actors.core.errors import ActorCrashed, UnhandledMessageError
+from actors.core.future import PooledFuture
+from actors.core.mailbox import Mailbox
+from actors.core.system import ActorSystem, current_system
+from messages.runtime import StopNow
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from actors.core.timer import TimerHandle
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+_EXIT_LOCK = threading.Lock()
+"""Guards the exit/watch handshake of every actor (both are rare events)."""
+
+_EVENT_LOCK = threading.Lock()
+
+
+class _StopFlag:
+    """A lighter ``threading.Event`` for ``actor_stopped``.
+
+    pykka only calls ``is_set()`` and ``set()``; an Event (a Condition and a
+    Lock) per actor is most of an idle actor's memory. ``wait()`` creates the
+    real Event on demand.
+    """
+
+    __slots__ = ("_event", "_flag")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        with _EVENT_LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if self._flag:
+            event.set()
+        return event.wait(timeout)
+
+
+class _Start:
+    """The first envelope of every actor: runs ``on_start`` on the dispatcher."""
+
+    __slots__ = ()
+
+
+_START = _Start()
+
+
+class _Call:
+    """A continuation an actor posts to itself (blocking results, timers, asks).
+
+    Private to one actor; it never crosses actor boundaries, which is why it is
+    not one of the pydantic messages in :mod:`messages`.
+    """
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+
+
+@dataclass(slots=True)
+class ActorExit:
+    """What an exit watcher is told when an actor stops, fails or is killed."""
+
+    ref: ActorRef[Any]
+    failed: bool
+    error: BaseException | None = None
+    killed: bool = False
+    leftovers: list[Envelope[Any]] = field(default_factory=list)
+    claimed: bool = False
+
+    def claim_leftovers(self) -> list[Envelope[Any]]:
+        """Take over the mail that was still queued (at most one watcher can)."""
+        if self.claimed:
+            return []
+        self.claimed = True
+        return self.leftovers
+
+
+ExitWatcher = Callable[[ActorExit], None]
+
+
+def handles(*message_types: type) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Mark a method as the handler of one or more message types.
+
+    ``on_receive`` dispatches on the message's type (walking its MRO), so a
+    typed actor is a set of small ``@handles(SomeMessage)`` methods instead of
+    an ``isinstance`` ladder.
+    """
+
+    def decorate(fn: Callable[..., T]) -> Callable[..., T]:
+        fn.__fore_handles__ = message_types  # type: ignore[attr-defined]
+        return fn
+
+    return decorate
+
+
+class PooledActor(pykka.Actor):
+    """A pykka actor run by the shared dispatcher instead of its own thread."""
+
+    default_ask_timeout: ClassVar[float | None] = 60.0
+    """Deadline (seconds) of asks to this actor; ``None`` means pykka's wait-forever."""
+
+    session_id: str | None = None
+    """The session this actor belongs to (registry index, log context)."""
+
+    registry_name: str | None = None
+    """A unique name to register under, for process-wide singletons."""
+
+    _fore_handlers: ClassVar[dict[type, str]] = {}
+    _fore_dispatch_cache: ClassVar[dict[type, str | None]] = {}
+
+    actor_inbox: Mailbox
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[type, str] = {}
+        for base in reversed(cls.__mro__[1:]):
+            table.update(getattr(base, "_fore_handlers", {}))
+        for name, attr in cls.__dict__.items():
+            for message_type in getattr(attr, "__fore_handles__", ()):
+                table[message_type] = name
+        cls._fore_handlers = table
+        cls._fore_dispatch_cache = {}
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        # pykka.Actor.__init__, minus the per-actor threading.Event.
+        self.actor_urn = uuid.uuid4().urn
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = _StopFlag()  # type: ignore[assignment]
+        self._actor_ref = ActorRef(self)
+        self._fore_system: ActorSystem = current_system()
+        self.actor_inbox.bind(self, self._fore_system.dispatcher)
+        self._fore_current: Envelope[Any] | None = None
+        self._fore_exited = False
+        self._fore_watchers: list[ExitWatcher] | None = None
+        self._fore_log: Any = None
+
+    # -- pykka extension points ---------------------------------------------
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
+        obj = cls(*args, **kwargs)
+        assert isinstance(obj.actor_inbox, Mailbox), "PooledActor.__init__() was not called"
+        obj._fore_system.registry.register(
+            obj.actor_ref, name=obj.registry_name, session=obj.session_id
+        )
+        obj._start_actor_loop()
+        return obj.actor_ref
+
+    @staticmethod
+    def _create_actor_inbox() -> Mailbox:
+        return Mailbox()
+
+    @classmethod
+    def _create_future(cls) -> PooledFuture[Any]:
+        timeout = cls.default_ask_timeout
+        return PooledFuture(None if timeout is None else time.monotonic() + timeout)
+
+    def _start_actor_loop(self) -> None:
+        self.actor_inbox.put_first(Envelope(_START))
+
+    # -- conveniences -------------------------------------------------------
+
+    @property
+    def system(self) -> ActorSystem:
+        """The actor system this actor runs in."""
+        return self._fore_system
+
+    @property
+    def log(self) -> Any:
+        """A structlog logger bound to this actor's class, id and session."""
+        if self._fore_log is None:
+            self._fore_log = structlog.get_logger("fore.actor").bind(
+                actor=type(self).__name__,
+                actor_id=self.actor_urn[-12:],
+                session=self.session_id,
+            )
+        return self._fore_log
+
+    def defer_reply(self) -> PooledFuture[Any] | None:
+        """Take over answering the current ask; returns its future (``None`` for a tell).
+
+        The handler's return value is then ignored: the actor answers later
+        (e.g. when a turn ends) with ``future.set(...)``. The future keeps its
+        deadline, so a reply that never comes still resolves the ask.
+        """
+        envelope = self._fore_current
+        if envelope is None or envelope.reply_to is None:
+            return None
+        future = envelope.reply_to
+        envelope.reply_to = None
+        assert isinstance(future, PooledFuture)
+        return future
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run ``fn(*args)`` later, in this actor's context; False if it is gone."""
+        try:
+            self.actor_ref.tell(_Call(fn, args))
+        except ActorDeadError:
+            return False
+        return True
+
+    def run_blocking(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        then: Callable[[T], Any] | None = None,
+        on_error: Callable[[BaseException], Any] | None = None,
+    ) -> ConcurrentFuture[T]:
+        """Run ``fn(*args)`` on the blocking lane; deliver the outcome as a message.
+
+        ``then(result)`` or ``on_error(exc)`` runs in this actor's context. With
+        no ``on_error``, an exception fails the actor like a crashing handler.
+        """
+        future = self._fore_system.blocking.submit(fn, *args)
+        if then is not None or on_error is not None:
+            future.add_done_callback(
+                lambda f: self.post(self._fore_blocking_done, f, then, on_error)
+            )
+        return future
+
+    def _fore_blocking_done(
+        self,
+        future: ConcurrentFuture[Any],
+        then: Callable[[Any], Any] | None,
+        on_error: Callable[[BaseException], Any] | None,
+    ) -> None:
+        if future.cancelled():
+            error: BaseException | None = ActorCrashed("blocking work was cancelled")
+        else:
+            error = future.exception()
+        if error is not None:
+            if on_error is None:
+                raise error
+            on_error(error)
+        elif then is not None:
+            then(future.result())
+
+    def ask_then(
+        self,
+        target: Any,
+        message: Any,
+        then: Callable[[Any], Any],
+        on_error: Callable[[BaseException], Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> PooledFuture[Any]:
+        """Ask ``target`` without blocking; ``then(answer)`` runs here when it comes.
+
+        ``target`` is an ``ActorRef`` or a supervision handle of a pooled
+        actor. The answer always comes: at the latest the ask's deadline
+        (``timeout`` or the target's default) delivers ``AskTimeout`` to
+        ``on_error`` (or fails this actor when there is none).
+        """
+        future: PooledFuture[Any] = target.ask(message, block=False)
+        deadline = time.monotonic() + timeout if timeout is not None else future.deadline
+        timer: TimerHandle | None = None
+        if deadline is not None and not future.done():
+            timer = self._fore_system.timer.call_later(deadline - time.monotonic(), future.expire)
+
+        def delivered(f: PooledFuture[Any]) -> None:
+            if timer is not None:
+                timer.cancel()
+            self.post(self._fore_ask_done, f, then, on_error)
+
+        future.add_done_callback(delivered)
+        return future
+
+    def _fore_ask_done(
+        self,
+        future: PooledFuture[Any],
+        then: Callable[[Any], Any],
+        on_error: Callable[[BaseException], Any] | None,
+    ) -> None:
+        error = future.exception()
+        if error is not None:
+            if on_error is None:
+                raise error
+            on_error(error)
+        else:
+            then(future.get(timeout=0))
+
+    def send_after(self, delay: float, message: Any) -> TimerHandle:
+        """Tell this actor ``message`` after ``delay`` seconds (cancellable)."""
+        return self._fore_system.timer.call_later(delay, _tell_quietly, self.actor_ref, message)
+
+    def call_after(self, delay: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
+        """Run ``fn(*args)`` in this actor's context after ``delay`` seconds."""
+        return self._fore_system.timer.call_later(delay, self.post, fn, *args)
+
+    # -- exits and supervision ----------------------------------------------
+
+    def add_exit_watcher(self, watcher: ExitWatcher) -> bool:
+        """Call ``watcher(exit)`` once when this actor exits.
+
+        Returns False (and registers nothing) when the actor has already
+        exited; the caller then knows the exit happened before it watched.
+        """
+        with _EXIT_LOCK:
+            if self._fore_exited:
+                return False
+            if self._fore_watchers is None:
+                self._fore_watchers = []
+            self._fore_watchers.append(watcher)
+            return True
+
+    def kill(self) -> None:
+        """Stop at once from any thread, without ``on_stop``; used for stuck actors.
+
+        A handler that is running keeps running on its thread, but the actor
+        is dead: its mailbox is closed, every queued ask is answered with
+        :class:`ActorDeadError` and watchers are told (``killed=True``).
+        """
+        self._fore_system.registry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+        self._fore_exit(failed=False, error=None, killed=True)
+
+    def _fore_exit(
+        self, *, failed: bool, error: BaseException | None, killed: bool = False
+    ) -> None:
+        with _EXIT_LOCK:
+            if self._fore_exited:
+                return
+            self._fore_exited = True
+            watchers, self._fore_watchers = self._fore_watchers, None
+        leftovers = self.actor_inbox.close()
+        record = ActorExit(self.actor_ref, failed, error, killed, leftovers)
+        for watcher in watchers or ():
+            try:
+                watcher(record)
+            except Exception:
+                self.log.exception("exit_watcher_failed")
+        if not record.claimed:
+            _answer_dead(record.leftovers, self)
+
+    # -- the message loop (called by the mailbox on a dispatcher thread) -----
+
+    def _fore_process(self, envelope: Envelope[Any]) -> None:
+        if self._fore_exited:  # killed while this envelope was in flight
+            _answer_dead([envelope], self)
+            return
+        message = envelope.message
+        self._fore_current = envelope
+        try:
+            if message is _START:
+                self._fore_run_on_start()
+                return
+            response = self._handle_receive(message)
+        except Exception:
+            exc_info = sys.exc_info()
+            if envelope.reply_to is not None:
+                _settle_exception(envelope.reply_to, exc_info)
+            else:
+                self._fore_fail(exc_info)
+            return
+        except BaseException as exc:  # SystemExit & co: this actor fails, nobody else
+            self._fore_fail(sys.exc_info())
+            if envelope.reply_to is not None:
+                crash = ActorCrashed(f"{self} crashed handling {type(message).__name__}: {exc!r}")
+                crash.__cause__ = exc
+                _settle_exception(envelope.reply_to, (ActorCrashed, crash, exc.__traceback__))
+            return
+        finally:
+            self._fore_current = None
+        reply_to = envelope.reply_to
+        if reply_to is not None:
+            try:
+                reply_to.set(response)
+            except Exception:  # queue.Full: the asker's deadline already answered it
+                pass
+
+    def _fore_run_on_start(self) -> None:
+        try:
+            self.on_start()
+        except BaseException:
+            exc_info = sys.exc_info()
+            self._handle_failure(*exc_info)
+            self._fore_exit(failed=True, error=exc_info[1])
+
+    def _fore_fail(
+        self,
+        exc_info: tuple[type[BaseException], BaseException, TracebackType | None]
+        | tuple[None, None, None],
+    ) -> None:
+        self._handle_failure(*exc_info)
+        try:
+            self.on_failure(*exc_info)
+        except Exception:
+            self.log.exception("on_failure_raised")
+        self._fore_exit(failed=True, error=exc_info[1])
+
+    def _handle_receive(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is _Call:
+            return message.fn(*message.args)
+        if kind is StopNow:
+            return self._stop()
+        return super()._handle_receive(message)
+
+    def _stop(self) -> None:
+        if self._fore_exited:
+            return
+        self._fore_system.registry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+        try:
+            self.on_stop()
+        except Exception:
+            self.log.exception("on_stop_raised")
+        self._fore_exit(failed=False, error=None)
+
+    def _handle_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.log.error(
+            "actor_failed",
+            error=repr(exception_value),
+            exc_info=(exception_type, exception_value, traceback),
+        )
+        self._fore_system.registry.unregister(self.actor_ref)
+        self.actor_stopped.set()
+
+    # -- typed dispatch -------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        """Dispatch to the ``@handles`` method for the message's type.
+
+        An unknown message is logged; an ask carrying one is answered with
+        :class:`UnhandledMessageError` so nobody waits for nothing.
+        """
+        cls = type(self)
+        kind = type(message)
+        try:
+            name = cls._fore_dispatch_cache[kind]
+        except KeyError:
+            name = None
+            for base in kind.__mro__:
+                name = cls._fore_handlers.get(base)
+                if name is not None:
+                    break
+            cls._fore_dispatch_cache[kind] = name
+        if name is not None:
+            return getattr(self, name)(message)
+        return self.on_unhandled(message)
+
+    def on_unhandled(self, message: Any) -> Any:
+        """Called for a message without a handler; the default logs and rejects asks."""
+        self.log.warning("unhandled_message", message_type=type(message).__name__)
+        envelope = self._fore_current
+        if envelope is not None and envelope.reply_to is not None:
+            raise UnhandledMessageError(
+                f"{type(self).__name__} has no handler for {type(message).__name__}"
+            )
+        return None
+
+
+def _settle_exception(future: Any, exc_info: Any) -> None:
+    try:
+        future.set_exception(exc_info)
+    except Exception:  # queue.Full: the asker's deadline already answered it
+        pass
+
+
+def _tell_quietly(ref: ActorRef[Any], message: Any) -> None:
+    try:
+        ref.tell(message)
+    except ActorDeadError:
+        pass
+
+
+def _answer_dead(envelopes: Iterable[Envelope[Any]], actor: Any) -> None:
+    for envelope in envelopes:
+        future = envelope.reply_to
+        if future is None:
+            continue
+        try:
+            if isinstance(envelope.message, _ActorStop | StopNow):
+                future.set(None)
+            else:
+                error = ActorDeadError(f"{actor} stopped before handling the message")
+                future.set_exception((ActorDeadError, error, None))
+        except Exception:  # already answered (deadline)
+            pass
+
+
+def stop_now(ref: ActorRef[Any], *, block: bool = True, timeout: float | None = None) -> bool:
+    """Stop an actor ahead of its queued mail (control lane); True if it was alive."""
+    try:
+        future = ref.ask(StopNow(), block=False)
+    except ActorDeadError:
+        return False
+    if not block:
+        return True
+    try:
+        future.get(timeout=timeout)
+    except ActorDeadError:
+        return False
+    return True
+
+
+def stop_now_all(refs: Iterable[ActorRef[Any]], *, deadline: float) -> None:
+    """Stop many actors at once; kill those that have not stopped by ``deadline``."""
+    pending: list[tuple[ActorRef[Any], Any]] = []
+    for ref in refs:
+        try:
+            pending.append((ref, ref.ask(StopNow(), block=False)))
+        except ActorDeadError:
+            continue
+    for ref, future in pending:
+        try:
+            future.get(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:
+            actor = ref._actor_weakref()
+            if isinstance(actor, PooledActor):
+                actor.kill()

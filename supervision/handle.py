@@ -1,0 +1,170 @@
+"""Stable handles: the address of a supervised child that survives restarts.
+
+Callers hold a :class:`Handle`, not an ``ActorRef``. When the child crashes,
+the mail still queued in its mailbox and everything sent meanwhile is kept in
+the handle, in order, and delivered to the restarted actor once the
+supervisor re-points the handle. So a restart is invisible except for the one
+message that crashed the child (whose asker got the error). If the child is
+not restarted, every kept ask is answered with :class:`pykka.ActorDeadError`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Generic, Literal, TypeVar, overload
+
+import structlog
+from pykka import ActorDeadError, ActorProxy, ActorRef
+from pykka._envelope import Envelope
+
+from actors.core.future import PooledFuture
+from actors.core.pooled import ActorExit, PooledActor
+
+A = TypeVar("A", bound=PooledActor)
+log = structlog.get_logger(__name__)
+
+HandleState = Literal["starting", "running", "restarting", "dead"]
+
+
+class Handle(Generic[A]):
+    """The stable address of one supervised child (duck-types ``ActorRef``)."""
+
+    max_buffered = 100_000
+    """Mail kept while the child restarts; beyond this, sends are rejected."""
+
+    def __init__(self, child_id: str, *, ask_timeout: float | None = 60.0) -> None:
+        self.child_id = child_id
+        self._ask_timeout = ask_timeout
+        self._lock = threading.Lock()
+        self._ref: ActorRef[A] | None = None
+        self._buffer: deque[Envelope[Any]] = deque()
+        self._state: HandleState = "starting"
+        self._dead_letters = 0
+
+    def __repr__(self) -> str:
+        return f"<Handle {self.child_id} {self._state} -> {self._ref}>"
+
+    # -- ActorRef surface -------------------------------------------------------
+
+    @property
+    def state(self) -> HandleState:
+        return self._state
+
+    @property
+    def ref(self) -> ActorRef[A] | None:
+        """The ``ActorRef`` of the current incarnation (changes on restart)."""
+        return self._ref
+
+    @property
+    def actor_urn(self) -> str | None:
+        ref = self._ref
+        return None if ref is None else ref.actor_urn
+
+    @property
+    def actor_class(self) -> type[A] | None:
+        ref = self._ref
+        return None if ref is None else ref.actor_class
+
+    def is_alive(self) -> bool:
+        return self._state != "dead"
+
+    def _actor_weakref(self) -> A | None:
+        ref = self._ref
+        return None if ref is None else ref._actor_weakref()
+
+    def tell(self, message: Any) -> None:
+        """Send without waiting; raises ActorDeadError once the child is gone for good."""
+        self._send(Envelope(message))
+
+    @overload
+    def ask(
+        self, message: Any, *, block: Literal[False], timeout: float | None = None
+    ) -> PooledFuture[Any]: ...
+    @overload
+    def ask(
+        self, message: Any, *, block: Literal[True] = True, timeout: float | None = None
+    ) -> Any: ...
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        """Ask the current incarnation; the answer survives restarts (see module doc)."""
+        limit = timeout if timeout is not None else self._ask_timeout
+        future: PooledFuture[Any] = PooledFuture(
+            None if limit is None else time.monotonic() + limit
+        )
+        self._send(Envelope(message, reply_to=future))
+        return future.get(timeout=timeout) if block else future
+
+    def proxy(self) -> ActorProxy[A]:
+        """A pykka proxy whose calls always reach the current incarnation."""
+        return ActorProxy(actor_ref=self)  # type: ignore[arg-type]
+
+    # -- sending ------------------------------------------------------------
+
+    def _send(self, envelope: Envelope[Any]) -> None:
+        with self._lock:
+            state = self._state
+            if state == "running":
+                assert self._ref is not None
+                if self._ref.actor_inbox.offer(envelope):  # type: ignore[attr-defined]
+                    return
+                # The actor has just exited; its watcher will hand us its mail.
+                self._buffer.append(envelope)
+                return
+            if state != "dead" and len(self._buffer) < self.max_buffered:
+                self._buffer.append(envelope)
+                return
+        error = ActorDeadError(
+            f"{self.child_id} is not running"
+            if state == "dead"
+            else f"{self.child_id} is restarting and its buffer is full"
+        )
+        if envelope.reply_to is not None:
+            envelope.reply_to.set_exception((ActorDeadError, error, None))
+            return
+        raise error
+
+    # -- supervisor side --------------------------------------------------------
+
+    def on_actor_exit(self, record: ActorExit) -> None:
+        """Exit watcher: keep the dead incarnation's queued mail for the next one."""
+        with self._lock:
+            if self._ref is None or record.ref.actor_urn != self._ref.actor_urn:
+                return
+            if self._state == "dead":
+                return
+            self._state = "restarting"
+            self._buffer.extendleft(reversed(record.claim_leftovers()))
+
+    def repoint(self, ref: ActorRef[A]) -> None:
+        """Point at a new incarnation and deliver the kept mail to it, in order."""
+        with self._lock:
+            if self._state == "dead":
+                return
+            self._ref = ref
+            inbox = ref.actor_inbox
+            while self._buffer:
+                if not inbox.offer(self._buffer[0]):  # type: ignore[attr-defined]
+                    self._state = "restarting"  # died already: keep the rest
+                    return
+                self._buffer.popleft()
+            self._state = "running"
+
+    def close(self, reason: str = "stopped") -> None:
+        """The child is gone for good: answer kept asks with ActorDeadError."""
+        with self._lock:
+            self._state = "dead"
+            kept, self._buffer = self._buffer, deque()
+        dropped = 0
+        for envelope in kept:
+            if envelope.reply_to is None:
+                dropped += 1
+                continue
+            error = ActorDeadError(f"{self.child_id} {reason} before handling the message")
+            try:
+                envelope.reply_to.set_exception((ActorDeadError, error, None))
+            except Exception:  # already answered at its deadline
+                pass
+        if dropped:
+            self._dead_letters += dropped
+            log.warning("dead_letters", child=self.child_id, count=dropped, reason=reason)

@@ -1,0 +1,534 @@
+"""An OTP-style supervisor built on pooled actors.
+
+The supervisor is itself a :class:`~actors.core.pooled.PooledActor`. Children
+report exits to it as :class:`~messages.runtime.ChildExited` messages (an exit
+watcher on each child tells the supervisor), and it restarts them by its
+strategy (``one_for_one``, ``one_for_all``, ``rest_for_one``) and each child's
+restart type, within a restart intensity: more than ``max_restarts`` restarts
+in ``period`` seconds and it stops its children in reverse start order and
+fails, so its own supervisor sees the failure.
+
+It never blocks a dispatcher thread: stopping a child is a message plus a
+timer for the child's shutdown timeout (after which the child is killed), and
+a multi-step plan ("stop these in reverse order, then start those") runs as a
+queue of asynchronous operations, one at a time.
+
+Callers address children through :class:`~supervision.handle.Handle`\\ s that
+the supervisor re-points at each new incarnation.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pykka import ActorDeadError, ActorRef
+from pykka.messages import _ActorStop
+
+from actors.core.future import PooledFuture
+from actors.core.pooled import ActorExit, PooledActor, handles
+from actors.core.timer import TimerHandle
+from messages.runtime import (
+    ChildExited,
+    ChildSnapshot,
+    ChildSpec,
+    ChildStatus,
+    GetChild,
+    RestartType,
+    Shutdown,
+    StartChild,
+    StopChild,
+    StopNow,
+    Strategy,
+    TreeSnapshot,
+    WhichChildren,
+)
+from supervision.handle import Handle
+from supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
+
+Done = Callable[[], None]
+SupervisorStatus = Literal["running", "shutting_down", "stopped", "failed"]
+Operation = Callable[[Done], None]
+
+
+def _ignore_error(
+    got: Callable[[str, TreeSnapshot | None], None], child_id: str, _error: BaseException
+) -> None:
+    got(child_id, None)
+
+
+class SupervisorIntensityError(RuntimeError):
+    """A supervisor gave up: its children restarted too often."""
+
+
+@dataclass(eq=False)
+class _Child:
+    spec: ChildSpec
+    handle: Handle[Any]
+    ref: ActorRef[Any] | None = None
+    status: ChildStatus = ChildStatus.STARTING
+    restarts: int = 0
+    consecutive: int = 0
+    on_stopped: Done | None = None
+    stop_timer: TimerHandle | None = None
+    backoff_waited: bool = False
+    last_start: float = 0.0
+
+    @property
+    def urn(self) -> str | None:
+        return None if self.ref is None else self.ref.actor_urn
+
+
+class Supervisor(PooledActor):
+    """Starts, watches and restarts its children; see the module docs."""
+
+    def __init__(
+        self,
+        sup_id: str,
+        *,
+        strategy: Strategy = Strategy.ONE_FOR_ONE,
+        max_restarts: int = 3,
+        period: float = 5.0,
+        backoff: Backoff | None = None,
+        children: Sequence[ChildSpec] = (),
+        session_id: str | None = None,
+        registry_name: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__()
+        self.sup_id = sup_id
+        self.strategy = Strategy(strategy)
+        self.session_id = session_id
+        self.registry_name = registry_name
+        self._intensity = RestartIntensity(max_restarts, period)
+        self._backoff = backoff
+        self._rng = rng or random.Random()
+        self._children: dict[str, _Child] = {}
+        self._ops: deque[Operation] = deque()
+        self._busy = False
+        self._status: SupervisorStatus = "running"
+        self._shutdown_waiters: list[PooledFuture[Any] | None] = []
+        self._restarts_total = 0
+        for spec in children:
+            self._add(spec)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def on_start(self) -> None:
+        initial = list(self._children)
+        if initial:
+            self._enqueue(lambda done: self._start_sequence(initial, done))
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        # A supervisor that dies takes its children with it (OTP links).
+        self._kill_children()
+
+    def on_stop(self) -> None:
+        self._kill_children()
+
+    def kill(self) -> None:
+        self._kill_children()
+        super().kill()
+
+    def _handle_receive(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is _ActorStop:
+            self._begin_shutdown(self.defer_reply(), then_stop=True)
+            return None
+        if kind is StopNow:
+            self._kill_children()
+            return self._stop()
+        return super()._handle_receive(message)
+
+    # -- public messages -------------------------------------------------------
+
+    @handles(StartChild)
+    def _on_start_child(self, message: StartChild) -> Handle[Any]:
+        if self._status != "running":
+            raise RuntimeError(f"supervisor {self.sup_id} is {self._status}")
+        child = self._add(message.spec)
+        if not self._start_child(child):
+            del self._children[child.spec.id]
+            child.handle.close("failed to start")
+            raise RuntimeError(f"child {message.spec.id!r} failed to start")
+        return child.handle
+
+    @handles(GetChild)
+    def _on_get_child(self, message: GetChild) -> Handle[Any] | None:
+        child = self._children.get(message.child_id)
+        return None if child is None else child.handle
+
+    @handles(StopChild)
+    def _on_stop_child(self, message: StopChild) -> None:
+        reply = self.defer_reply()
+        child = self._children.get(message.child_id)
+        if child is None:
+            if reply is not None:
+                reply.try_set(False)
+            return
+        child_id = message.child_id
+
+        def op(done: Done) -> None:
+            def removed() -> None:
+                self._remove(child_id, "stopped")
+                if reply is not None:
+                    reply.try_set(True)
+                done()
+
+            self._stop_sequence([child_id], removed)
+
+        self._enqueue(op)
+
+    @handles(Shutdown)
+    def _on_shutdown(self, _message: Shutdown) -> None:
+        self._begin_shutdown(self.defer_reply(), then_stop=False)
+
+    @handles(WhichChildren)
+    def _on_which_children(self, _message: WhichChildren) -> TreeSnapshot | None:
+        reply = self.defer_reply()
+        nested = [
+            c for c in self._children.values() if c.spec.kind == "supervisor" and c.ref is not None
+        ]
+        collected: dict[str, TreeSnapshot | None] = {}
+
+        def finish() -> None:
+            if reply is not None:
+                reply.try_set(self._snapshot(collected))
+
+        if not nested:
+            finish()
+            return None
+        remaining = [len(nested)]
+
+        def got(child_id: str, snapshot: TreeSnapshot | None) -> None:
+            collected[child_id] = snapshot
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                finish()
+
+        for child in nested:
+            assert child.ref is not None
+            cid = child.spec.id
+            self.ask_then(
+                child.ref,
+                WhichChildren(),
+                then=functools.partial(got, cid),
+                on_error=functools.partial(_ignore_error, got, cid),
+                timeout=5.0,
+            )
+        return None
+
+    # -- exits -------------------------------------------------------------
+
+    @handles(ChildExited)
+    def _on_child_exited(self, message: ChildExited) -> None:
+        child = self._children.get(message.child_id)
+        if child is None or child.urn != message.actor_urn:
+            return  # an incarnation we already replaced or removed
+        child.ref = None
+        if child.status is ChildStatus.STOPPING:
+            if child.stop_timer is not None:
+                child.stop_timer.cancel()
+                child.stop_timer = None
+            child.status = ChildStatus.STOPPED
+            callback, child.on_stopped = child.on_stopped, None
+            if callback is not None:
+                callback()
+            return
+        self._on_unexpected_exit(child, message)
+
+    def _on_unexpected_exit(self, child: _Child, message: ChildExited) -> None:
+        log = self.log.bind(child=child.spec.id, supervisor=self.sup_id)
+        if self._status != "running":
+            child.status = ChildStatus.STOPPED
+            return
+        if not should_restart(child.spec.restart, failed=message.failed):
+            log.info("child_exited", failed=message.failed, restart=child.spec.restart.value)
+            self._remove(child.spec.id, "exited")
+            return
+        log.warning("child_failed" if message.failed else "child_exited", error=message.error)
+        self._restart(child, reason=message.error or "exited")
+
+    def _restart(self, child: _Child, *, reason: str) -> None:
+        now = time.monotonic()
+        if not self._intensity.record(now):
+            self._escalate(
+                f"{self.sup_id}: more than {self._intensity.max_restarts} restarts in "
+                f"{self._intensity.period:g}s (last: {child.spec.id}: {reason})"
+            )
+            return
+        if now - child.last_start > self._intensity.period:
+            child.consecutive = 0
+        child.consecutive += 1
+        child.restarts += 1
+        self._restarts_total += 1
+        child.status = ChildStatus.RESTARTING
+        to_stop, to_start = plan_restart(self.strategy, list(self._children), child.spec.id)
+        for cid in to_stop:
+            self._children[cid].status = ChildStatus.RESTARTING
+
+        def op(done: Done) -> None:
+            self._stop_sequence(to_stop, lambda: self._start_sequence(to_start, done))
+
+        self._enqueue(op)
+
+    def _escalate(self, reason: str) -> None:
+        self.log.error("supervisor_gave_up", supervisor=self.sup_id, reason=reason)
+        self._status = "failed"
+        order = list(reversed(self._children))
+
+        def op(_done: Done) -> None:
+            def stopped() -> None:
+                self.post(self._fail, reason)
+
+            self._stop_sequence(order, stopped)
+
+        self._ops.clear()
+        self._enqueue(op, force=True)
+
+    def _fail(self, reason: str) -> None:
+        for cid in list(self._children):
+            self._remove(cid, "stopped: supervisor gave up")
+        raise SupervisorIntensityError(reason)
+
+    # -- operations queue ---------------------------------------------------------
+
+    def _enqueue(self, op: Operation, *, force: bool = False) -> None:
+        if force:
+            self._ops.appendleft(op)
+        else:
+            self._ops.append(op)
+        if not self._busy:
+            self._next_op()
+
+    def _next_op(self) -> None:
+        if not self._ops:
+            self._busy = False
+            return
+        self._busy = True
+        op = self._ops.popleft()
+
+        def done() -> None:
+            self.post(self._next_op)
+
+        op(done)
+
+    def _stop_sequence(self, ids: Sequence[str], done: Done) -> None:
+        """Stop children one after another (each within its shutdown timeout)."""
+        queue = deque(ids)
+
+        def step() -> None:
+            while queue:
+                cid = queue.popleft()
+                child = self._children.get(cid)
+                if child is None:
+                    continue
+                ref = child.ref
+                if ref is None or not ref.is_alive():
+                    child.ref = None
+                    if child.status is not ChildStatus.RESTARTING:
+                        child.status = ChildStatus.STOPPED
+                    continue
+                restarting = child.status is ChildStatus.RESTARTING
+                child.status = ChildStatus.STOPPING
+
+                def stopped(child: _Child = child, restarting: bool = restarting) -> None:
+                    if restarting:
+                        child.status = ChildStatus.RESTARTING
+                    step()
+
+                child.on_stopped = stopped
+                child.stop_timer = self.call_after(
+                    child.spec.shutdown_timeout, self._stop_timed_out, cid, ref.actor_urn
+                )
+                try:
+                    ref.tell(_ActorStop())
+                except ActorDeadError:
+                    pass  # its exit notification is on the way
+                return
+            done()
+
+        step()
+
+    def _stop_timed_out(self, child_id: str, urn: str) -> None:
+        child = self._children.get(child_id)
+        if child is None or child.urn != urn or child.status is not ChildStatus.STOPPING:
+            return
+        self.log.warning(
+            "child_shutdown_timeout", child=child_id, timeout=child.spec.shutdown_timeout
+        )
+        assert child.ref is not None
+        actor = child.ref._actor_weakref()
+        if isinstance(actor, PooledActor):
+            actor.kill()  # its exit watcher reports the exit as usual
+
+    def _start_sequence(self, ids: Sequence[str], done: Done) -> None:
+        """Start children one after another, honouring backoff."""
+        queue = deque(ids)
+
+        def step() -> None:
+            while queue:
+                cid = queue[0]
+                child = self._children.get(cid)
+                if child is None or self._status != "running":
+                    queue.popleft()
+                    continue
+                if child.spec.restart is RestartType.TEMPORARY and child.restarts > 0:
+                    queue.popleft()  # collateral stop of a temporary child: gone for good
+                    self._remove(cid, "stopped")
+                    continue
+                delay = 0.0
+                if self._backoff is not None and child.consecutive > 0:
+                    delay = self._backoff.delay(child.consecutive, self._rng)
+                if delay > 0 and not child.backoff_waited:
+                    child.backoff_waited = True
+                    self.call_after(delay, step)
+                    return
+                child.backoff_waited = False
+                queue.popleft()
+                if not self._start_child(child):
+                    self._retry_start(child)
+            done()
+
+        step()
+
+    def _retry_start(self, child: _Child) -> None:
+        # A child whose start failed counts as a crash of that child alone: the
+        # rest of the sequence goes on, and this one is tried again later.
+        child.status = ChildStatus.RESTARTING
+        now = time.monotonic()
+        if not self._intensity.record(now):
+            self._escalate(f"{self.sup_id}: child {child.spec.id!r} keeps failing to start")
+            return
+        child.consecutive += 1
+        child.restarts += 1
+        self._restarts_total += 1
+        cid = child.spec.id
+        self._enqueue(functools.partial(self._start_sequence, [cid]))
+
+    # -- children ----------------------------------------------------------------
+
+    def _add(self, spec: ChildSpec) -> _Child:
+        if spec.id in self._children:
+            raise ValueError(f"duplicate child id {spec.id!r} in supervisor {self.sup_id}")
+        child = _Child(spec=spec, handle=Handle(spec.id))
+        self._children[spec.id] = child
+        return child
+
+    def _start_child(self, child: _Child) -> bool:
+        child.last_start = time.monotonic()
+        try:
+            with self.system.activated():
+                ref = child.spec.start()
+        except Exception as exc:
+            self.log.error("child_start_failed", child=child.spec.id, error=repr(exc))
+            return False
+        actor = ref._actor_weakref()
+        if not isinstance(actor, PooledActor):
+            self.log.error("child_not_pooled", child=child.spec.id, actor=repr(actor))
+            return False
+        child_id = child.spec.id
+        handle = child.handle
+        supervisor = self.actor_ref
+
+        def watcher(record: ActorExit) -> None:
+            handle.on_actor_exit(record)
+            error = record.error
+            try:
+                supervisor.tell(
+                    ChildExited(
+                        child_id=child_id,
+                        actor_urn=record.ref.actor_urn,
+                        failed=record.failed,
+                        killed=record.killed,
+                        error=None if error is None else f"{type(error).__name__}: {error}",
+                    )
+                )
+            except ActorDeadError:
+                pass
+
+        if not actor.add_exit_watcher(watcher):
+            return False  # it exited before we could watch (on_start failed at once)
+        # Watch first, then re-point: an exit in between is reported to us as a
+        # ChildExited for this incarnation, and the handle keeps its mail.
+        child.ref = ref
+        child.status = ChildStatus.RUNNING
+        handle.repoint(ref)
+        return True
+
+    def _remove(self, child_id: str, reason: str) -> None:
+        child = self._children.pop(child_id, None)
+        if child is None:
+            return
+        if child.stop_timer is not None:
+            child.stop_timer.cancel()
+        child.handle.close(reason)
+
+    def _kill_children(self) -> None:
+        for child in reversed(list(self._children.values())):
+            ref = child.ref
+            if ref is None:
+                continue
+            actor = ref._actor_weakref()
+            if isinstance(actor, PooledActor):
+                actor.kill()
+            child.handle.close("stopped")
+
+    def _begin_shutdown(self, reply: PooledFuture[Any] | None, *, then_stop: bool) -> None:
+        self._shutdown_waiters.append(reply)
+        if self._status == "shutting_down":
+            return
+        self._status = "shutting_down"
+        order = list(reversed(self._children))
+
+        def finish() -> None:
+            for cid in list(self._children):
+                self._remove(cid, "stopped")
+            self._status = "stopped"
+            waiters, self._shutdown_waiters = self._shutdown_waiters, []
+            if then_stop:
+                self._stop()
+            for waiter in waiters:
+                if waiter is not None:
+                    waiter.try_set(True if then_stop else None)
+
+        def op(done: Done) -> None:
+            def finished() -> None:
+                finish()
+                done()
+
+            self._stop_sequence(order, finished)
+
+        self._ops.clear()
+        self._enqueue(op, force=True)
+
+    # -- introspection -----------------------------------------------------------
+
+    def _snapshot(self, nested: dict[str, TreeSnapshot | None]) -> TreeSnapshot:
+        children = []
+        for child in self._children.values():
+            sub = nested.get(child.spec.id)
+            children.append(
+                ChildSnapshot(
+                    id=child.spec.id,
+                    kind=child.spec.kind,
+                    actor_class=(child.ref.actor_class.__name__ if child.ref is not None else "-"),
+                    actor_urn=child.urn,
+                    status=child.status,
+                    restart=child.spec.restart,
+                    restarts=child.restarts,
+                    children=sub.children if sub is not None else (),
+                )
+            )
+        return TreeSnapshot(
+            id=self.sup_id,
+            strategy=self.strategy,
+            status=self._status,
+            restarts=self._restarts_total,
+            children=tuple(children),
+        )

@@ -1,0 +1,74 @@
+"""Tools: definitions, filesystem views, the built-in coding tools and the executor pool."""
+
+from actors.tools.base import (
+    PENDING_STORE_UNAVAILABLE,
+    FunctionTool,
+    Invocation,
+    Tool,
+    ToolArgs,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    ToolServices,
+    invoke_tool,
+)
+from actors.tools.builtin import (
+    Edit,
+    Glob,
+    Grep,
+    ListDirectory,
+    ReadFile,
+    Shell,
+    WriteFile,
+    builtin_tools,
+    default_registry,
+)
+from actors.tools.cancel import CancelToken, ToolCancelled
+from actors.tools.fs import (
+    DirEntry,
+    FileStat,
+    FsError,
+    FsView,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    PathOutOfScope,
+    WorkspaceFs,
+)
+from actors.tools.pool import ToolPool
+from actors.tools.runner import ThreadRunner
+
+__all__ = [
+    "PENDING_STORE_UNAVAILABLE",
+    "CancelToken",
+    "DirEntry",
+    "Edit",
+    "FileStat",
+    "FsError",
+    "FsView",
+    "FunctionTool",
+    "Glob",
+    "Grep",
+    "Invocation",
+    "IsADirectory",
+    "ListDirectory",
+    "NotADirectory",
+    "NotFound",
+    "PathOutOfScope",
+    "ReadFile",
+    "Shell",
+    "ThreadRunner",
+    "Tool",
+    "ToolArgs",
+    "ToolCancelled",
+    "ToolContext",
+    "ToolError",
+    "ToolPool",
+    "ToolRegistry",
+    "ToolServices",
+    "WorkspaceFs",
+    "WriteFile",
+    "builtin_tools",
+    "default_registry",
+    "invoke_tool",
+]

@@ -1,0 +1,270 @@
+"""Tool definitions, the per-session registry, and one call's invocation.
+
+A tool is a name, a description, a pydantic arguments model (whose JSON schema
+is what the model sees) and an ``execute(args, ctx)`` that runs on a pool
+worker thread. :func:`invoke_tool` turns *any* outcome -- unknown tool,
+invalid arguments, a raised exception, cancellation -- into exactly one
+:class:`Invocation`; nothing escapes to the pool.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from actors.tools.cancel import CancelToken, ToolCancelled
+from actors.tools.paths import FsError
+from messages.conversation import ToolCall
+from messages.tools import Outcome, ToolDefinition
+
+if TYPE_CHECKING:
+    from actors.tools.fs import FsView
+
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+PENDING_STORE_UNAVAILABLE = "Pending action store unavailable for custom tools in this runtime."
+
+
+class ToolError(Exception):
+    """An expected failure; its message is the error result the model sees."""
+
+
+class ToolArgs(BaseModel):
+    """Base for tool argument models: unknown arguments are an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class ToolServices:
+    """Runtime services a tool may use, bound to the calling session.
+
+    ``pending_actions`` is the session's pending-action store (for previews
+    resolved by the ``resolve`` tool); ``blobs`` reads the blob store;
+    ``extra`` carries application-specific services.
+    """
+
+    pending_actions: Any = None
+    blobs: Any = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use: its session's view of the world."""
+
+    fs: FsView
+    cancel: CancelToken
+    deadline: float
+    session_id: str
+    call_id: str
+    tool_name: str = ""
+    services: ToolServices = field(default_factory=ToolServices)
+
+    def time_left(self) -> float:
+        """Seconds until this call's deadline (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def push_pending_action(
+        self,
+        label: str,
+        apply: Callable[[str, Mapping[str, Any] | None], Any],
+        reject: Callable[[str, Mapping[str, Any] | None], Any] | None = None,
+        details: Any = None,
+        source_tool_name: str = "custom_tool",
+    ) -> str:
+        """Stage an action the model must ``resolve`` (apply or discard).
+
+        Bound to this call's session; returns the pending action's id.
+        """
+        store = self.services.pending_actions
+        if store is None:
+            raise ToolError(PENDING_STORE_UNAVAILABLE)
+        action_id: str = store.push(
+            label=label,
+            apply=apply,
+            reject=reject,
+            details=details,
+            source_tool_name=source_tool_name,
+        )
+        return action_id
+
+
+ToolReturn = Any
+"""What ``execute`` may return: a str, a JSON value, or a ``messages.blobs`` ToolOutput."""
+
+
+class Tool(ABC, Generic[ArgsT]):
+    """A tool the model can call.
+
+    Subclasses set ``name``, ``description`` and ``args_model`` and implement
+    :meth:`execute`. ``exclusive`` tools run alone within their batch;
+    :meth:`write_paths` names the paths a call writes, so the pool runs calls
+    that write the same path in call order.
+    """
+
+    name: str
+    description: str
+    args_model: type[ArgsT]
+    exclusive: bool = False
+
+    @abstractmethod
+    def execute(self, args: ArgsT, ctx: ToolContext) -> ToolReturn:
+        """Run the call; raise :class:`ToolError` for an expected failure."""
+
+    def write_paths(self, args: ArgsT) -> frozenset[str]:
+        """Workspace-relative paths this call writes (lexically normalised)."""
+        return frozenset()
+
+    def definition(self) -> ToolDefinition:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return ToolDefinition(name=self.name, description=self.description, parameters=schema)
+
+
+class FunctionTool(Tool[ArgsT]):
+    """A tool made from a function ``fn(args, ctx)`` (custom and test tools)."""
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        args_model: type[ArgsT],
+        fn: Callable[[ArgsT, ToolContext], ToolReturn],
+        *,
+        exclusive: bool = False,
+        writes: Callable[[ArgsT], Iterable[str]] | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.args_model = args_model
+        self.exclusive = exclusive
+        self._fn = fn
+        self._writes = writes
+
+    def execute(self, args: ArgsT, ctx: ToolContext) -> ToolReturn:
+        return self._fn(args, ctx)
+
+    def write_paths(self, args: ArgsT) -> frozenset[str]:
+        return frozenset(self._writes(args)) if self._writes is not None else frozenset()
+
+
+class ToolRegistry:
+    """An immutable set of tools with unique names (one per session).
+
+    Adding a tool returns a new registry, so a batch in flight keeps the
+    registry it started with and sessions never share mutable state.
+    """
+
+    __slots__ = ("_tools",)
+
+    def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
+        table: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            if tool.name in table:
+                raise ValueError(f"duplicate tool name {tool.name!r}")
+            table[tool.name] = tool
+        self._tools = table
+
+    def with_tool(self, tool: Tool[Any]) -> ToolRegistry:
+        return ToolRegistry([*self._tools.values(), tool])
+
+    def without(self, name: str) -> ToolRegistry:
+        return ToolRegistry(t for t in self._tools.values() if t.name != name)
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool[Any]]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def definitions(self, *, exclude: Iterable[str] = ()) -> tuple[ToolDefinition, ...]:
+        skip = set(exclude)
+        return tuple(t.definition() for t in self._tools.values() if t.name not in skip)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """The outcome of one call, ready to become a ``ToolResult``."""
+
+    outcome: Outcome
+    output: str
+    is_error: bool
+    stored_summary: str | None = None
+
+
+def parse_args(tool: Tool[Any], call: ToolCall) -> BaseModel | Invocation:
+    """Validate a call's arguments; an :class:`Invocation` error names each bad field."""
+    try:
+        parsed: BaseModel = tool.args_model.model_validate(call.arguments)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+            problems.append(f"{where}: {error['msg']}")
+        return Invocation(
+            "invalid",
+            f"Invalid arguments for {tool.name}: " + "; ".join(problems),
+            True,
+        )
+    return parsed
+
+
+def invoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Invocation:
+    """Run one call to completion and describe how it ended. Never raises."""
+    tool = registry.get(call.name)
+    if tool is None:
+        available = ", ".join(sorted(registry.names())) or "none"
+        return Invocation(
+            "unknown_tool", f"Unknown tool {call.name!r}. Available tools: {available}.", True
+        )
+    args = parse_args(tool, call)
+    if isinstance(args, Invocation):
+        return args
+    try:
+        ctx.cancel.raise_if_cancelled()
+        value = tool.execute(args, ctx)
+    except ToolCancelled as exc:
+        return Invocation("cancelled", f"Cancelled: {exc}", True)
+    except (ToolError, FsError) as exc:
+        return Invocation("error", str(exc) or type(exc).__name__, True)
+    except Exception as exc:
+        return Invocation("error", f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
+    return render_value(value)
+
+
+def render_value(value: ToolReturn) -> Invocation:
+    """Turn what a tool returned into result text (keeping an explicit summary)."""
+    if isinstance(value, str):
+        return Invocation("ok", value, False)
+    kind = getattr(value, "kind", None)
+    if kind == "inline" and isinstance(getattr(value, "text", None), str):
+        return Invocation("ok", value.text, False)
+    if kind == "stored" and hasattr(value, "content"):
+        content = value.content
+        if getattr(content, "kind", None) == "text":
+            text = content.text
+        else:
+            text = json.dumps(content.value, ensure_ascii=False)
+        return Invocation("ok", text, False, stored_summary=value.summary)
+    if isinstance(value, BaseModel):
+        return Invocation("ok", value.model_dump_json(), False)
+    try:
+        return Invocation("ok", json.dumps(value, ensure_ascii=False), False)
+    except (TypeError, ValueError):
+        return Invocation("ok", str(value), False)

@@ -1,0 +1,425 @@
+"""Filesystem views: the only way a tool touches files.
+
+Every built-in tool takes paths from the model and hands them to the session's
+:class:`FsView`. Today that is :class:`WorkspaceFs`, the real workspace; during
+speculation it is the copy-on-write overlay. Tools never see anything but
+workspace-relative paths.
+
+:class:`WorkspaceFs` keeps every path inside the workspace root *on the real
+filesystem*, not only lexically:
+
+1. the path is normalised lexically (:func:`actors.tools.paths.normalize`);
+2. it is canonicalised by walking it component by component from the root
+   with ``dir_fd`` syscalls, following symlinks only while their targets stay
+   inside the root (at most 40 hops);
+3. the operation then walks the canonical path again opening every directory
+   with ``O_NOFOLLOW`` and the file itself with ``O_NOFOLLOW``.
+
+Step 3 opens exactly what step 2 checked: if a component is swapped for a
+symlink in between, the ``O_NOFOLLOW`` open fails instead of following it out
+of the workspace. Writes are atomic: a temporary file in the target directory,
+then ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import secrets
+import stat as stat_mod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from actors.tools.paths import FsError, PathOutOfScope, normalize
+
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_HOPS = 40
+
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        "node_modules",
+        ".venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+    }
+)
+"""Directories ``glob`` and ``grep`` do not descend into (``list_directory`` shows them)."""
+
+
+class NotFound(FsError):
+    """The path does not exist."""
+
+
+class IsADirectory(FsError):
+    """A file was expected."""
+
+
+class NotADirectory(FsError):
+    """A directory was expected."""
+
+
+__all__ = [
+    "SKIP_DIRS",
+    "DirEntry",
+    "FileStat",
+    "FsError",
+    "FsView",
+    "IsADirectory",
+    "NotADirectory",
+    "NotFound",
+    "PathOutOfScope",
+    "WorkspaceFs",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    """What a view says about one path."""
+
+    kind: Literal["file", "dir", "other"]
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class DirEntry:
+    """One entry of a directory listing."""
+
+    name: str
+    kind: Literal["file", "dir", "other"]
+    size: int
+
+
+@runtime_checkable
+class FsView(Protocol):
+    """The filesystem interface every tool uses.
+
+    All paths in and out are workspace-relative POSIX strings (``""`` is the
+    root). Errors are :class:`FsError` subclasses or :class:`PathOutOfScope`.
+    """
+
+    def resolve(self, path: str) -> str:
+        """The canonical workspace-relative form of a model-supplied path."""
+        ...
+
+    def stat(self, path: str) -> FileStat | None:
+        """``None`` when the path does not exist."""
+        ...
+
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        """The file's bytes (at most ``limit`` of them)."""
+        ...
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Atomically replace or create the file, creating parent directories."""
+        ...
+
+    def delete(self, path: str) -> None:
+        """Remove a file (or an empty directory)."""
+        ...
+
+    def mkdir(self, path: str) -> None:
+        """Create a directory and its parents (no error if it exists)."""
+        ...
+
+    def list_dir(self, path: str) -> list[DirEntry]:
+        """The directory's entries, sorted by name."""
+        ...
+
+    def iter_files(self, path: str = "") -> Iterator[str]:
+        """Every file under ``path`` (skipping :data:`SKIP_DIRS`), in sorted walk order."""
+        ...
+
+    def exec_dir(self, path: str) -> str:
+        """An absolute directory a subprocess may use as its working directory."""
+        ...
+
+
+class WorkspaceFs:
+    """The real workspace, with symlink-safe path handling (see module docs)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        real = os.path.realpath(os.fspath(root))
+        if not os.path.isdir(real):
+            raise NotADirectory(f"workspace root {root} is not a directory")
+        self.root = Path(real)
+        self._root = real
+
+    def __repr__(self) -> str:
+        return f"WorkspaceFs({self._root!r})"
+
+    # -- resolution ---------------------------------------------------------
+
+    def resolve(self, path: str) -> str:
+        return self._canonical(normalize(path, self._root))
+
+    def _canonical(self, rel: str) -> str:
+        """Follow symlinks inside the root; refuse any that lead out."""
+        pending = rel.split("/") if rel else []
+        done: list[str] = []
+        hops = 0
+        fd = os.open(self._root, _ROOT_FLAGS)
+        try:
+            while pending:
+                name = pending.pop(0)
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    return "/".join([*done, name, *pending])
+                except NotADirectoryError as exc:
+                    raise NotADirectory(f"{'/'.join(done)} is not a directory") from exc
+                if stat_mod.S_ISLNK(st.st_mode):
+                    hops += 1
+                    if hops > _MAX_HOPS:
+                        raise FsError(f"{rel}: too many levels of symbolic links")
+                    target = os.readlink(name, dir_fd=fd)
+                    # Relative targets are relative to the link's directory.
+                    joined = posixpath.join(self._root, *done, target)
+                    try:
+                        new = normalize(joined, self._root, strip=False)
+                    except PathOutOfScope:
+                        link = "/".join([*done, name])
+                        raise PathOutOfScope(
+                            f"{link} is a symlink that leads outside the workspace"
+                        ) from None
+                    pending = (new.split("/") if new else []) + pending
+                    done = []
+                    os.close(fd)
+                    fd = os.open(self._root, _ROOT_FLAGS)
+                    continue
+                if pending:
+                    if not stat_mod.S_ISDIR(st.st_mode):
+                        raise NotADirectory(f"{'/'.join([*done, name])} is not a directory")
+                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = next_fd
+                done.append(name)
+            return "/".join(done)
+        finally:
+            os.close(fd)
+
+    def _open_dir(self, rel: str, *, create: bool = False) -> int:
+        """Open the canonical directory ``rel`` without following any symlink."""
+        fd = os.open(self._root, _ROOT_FLAGS)
+        try:
+            for name in rel.split("/") if rel else []:
+                try:
+                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise NotFound(f"{rel}: no such directory") from None
+                    try:
+                        os.mkdir(name, 0o777, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise _translate(exc, rel) from exc
+                os.close(fd)
+                fd = next_fd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _split(self, path: str) -> tuple[str, str, str]:
+        rel = self.resolve(path)
+        if rel == "":
+            return rel, "", ""
+        parent, _, name = rel.rpartition("/")
+        return rel, parent, name
+
+    # -- queries -------------------------------------------------------------
+
+    def stat(self, path: str) -> FileStat | None:
+        rel, parent, name = self._split(path)
+        if rel == "":
+            st = os.stat(self._root)
+            return FileStat("dir", st.st_size, st.st_mtime_ns)
+        try:
+            fd = self._open_dir(parent)
+        except (NotFound, NotADirectory):
+            return None
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(fd)
+        return FileStat(_kind(st.st_mode), st.st_size, st.st_mtime_ns)
+
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        rel, parent, name = self._split(path)
+        if rel == "":
+            raise IsADirectory("the workspace root is a directory")
+        fd = self._open_dir(parent)
+        try:
+            try:
+                file_fd = os.open(name, _READ_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise _translate(exc, rel) from exc
+        finally:
+            os.close(fd)
+        with os.fdopen(file_fd, "rb") as handle:
+            if stat_mod.S_ISDIR(os.fstat(file_fd).st_mode):
+                raise IsADirectory(f"{rel} is a directory")
+            return handle.read() if limit is None else handle.read(limit)
+
+    def list_dir(self, path: str) -> list[DirEntry]:
+        rel = self.resolve(path)
+        fd = self._open_dir(rel)
+        try:
+            entries = []
+            with os.scandir(fd) as it:
+                for entry in it:
+                    entries.append(self._entry(rel, entry))
+        finally:
+            os.close(fd)
+        return sorted(entries, key=lambda e: e.name)
+
+    def _entry(self, rel: str, entry: os.DirEntry[str]) -> DirEntry:
+        try:
+            if entry.is_symlink():
+                target = self.stat(posixpath.join(rel, entry.name))
+                if target is None:
+                    return DirEntry(entry.name, "other", 0)
+                return DirEntry(entry.name, target.kind, target.size)
+            st = entry.stat(follow_symlinks=False)
+        except (PathOutOfScope, FsError, OSError):
+            return DirEntry(entry.name, "other", 0)
+        return DirEntry(entry.name, _kind(st.st_mode), st.st_size)
+
+    def iter_files(self, path: str = "") -> Iterator[str]:
+        base = self.resolve(path)
+        start = os.path.join(self._root, base) if base else self._root
+        if os.path.isfile(start):
+            yield base
+            return
+        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            rel_dir = os.path.relpath(dirpath, self._root)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            for filename in sorted(filenames):
+                yield posixpath.join(rel_dir, filename) if rel_dir else filename
+
+    def exec_dir(self, path: str) -> str:
+        rel = self.resolve(path)
+        st = self.stat(rel)
+        if st is None:
+            raise NotFound(f"{rel or '.'}: no such directory")
+        if st.kind != "dir":
+            raise NotADirectory(f"{rel} is not a directory")
+        return os.path.join(self._root, rel) if rel else self._root
+
+    # -- mutations --------------------------------------------------------------
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        rel, parent, name = self._split(path)
+        if rel == "":
+            raise IsADirectory("cannot write to the workspace root")
+        fd = self._open_dir(parent, create=True)
+        try:
+            mode = 0o644
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat_mod.S_ISDIR(st.st_mode):
+                    raise IsADirectory(f"{rel} is a directory")
+                mode = stat_mod.S_IMODE(st.st_mode)
+            except FileNotFoundError:
+                pass
+            atomic_write_at(fd, name, data, mode=mode)
+        finally:
+            os.close(fd)
+
+    def delete(self, path: str) -> None:
+        rel, parent, name = self._split(path)
+        if rel == "":
+            raise FsError("cannot delete the workspace root")
+        fd = self._open_dir(parent)
+        try:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat_mod.S_ISDIR(st.st_mode):
+                    os.rmdir(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except OSError as exc:
+                raise _translate(exc, rel) from exc
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: str) -> None:
+        rel = self.resolve(path)
+        os.close(self._open_dir(rel, create=True))
+
+
+def atomic_write_at(
+    dir_fd: int, name: str, data: bytes, *, mode: int = 0o644, durable: bool = False
+) -> None:
+    """Write ``name`` in the directory ``dir_fd`` atomically (temp file + rename).
+
+    Readers see the old content or the new content, never a half-written file.
+    With ``durable`` the data is fsynced before the rename.
+    """
+    tmp = f".{name[:64]}.fore-tmp-{secrets.token_hex(6)}"
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        mode,
+        dir_fd=dir_fd,
+    )
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def _kind(mode: int) -> Literal["file", "dir", "other"]:
+    if stat_mod.S_ISREG(mode):
+        return "file"
+    if stat_mod.S_ISDIR(mode):
+        return "dir"
+    return "other"
+
+
+def _translate(exc: OSError, rel: str) -> FsError:
+    if exc.errno == errno.ENOENT:
+        return NotFound(f"{rel}: no such file or directory")
+    if exc.errno == errno.EISDIR:
+        return IsADirectory(f"{rel} is a directory")
+    if exc.errno == errno.ENOTDIR:
+        return NotADirectory(f"{rel}: a parent is not a directory")
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return FsError(f"{rel}: a symlink appeared in the path; refusing to follow it")
+    if exc.errno == errno.ENOTEMPTY:
+        return FsError(f"{rel}: directory not empty")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return FsError(f"{rel}: permission denied")
+    return FsError(f"{rel}: {exc.strerror or exc}")

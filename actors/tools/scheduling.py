@@ -1,0 +1,132 @@
+"""Pure scheduling rules of the tool pool.
+
+* :func:`batch_dependencies` -- which calls of a batch must wait for which:
+  calls writing the same path run in call order; an exclusive tool runs alone
+  (after everything before it, before everything after it).
+* :class:`FairQueue` -- ready calls of many sessions, served round-robin under
+  a global cap and a per-session cap, so one session's 500 calls cannot
+  starve another session's one call.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class CallShape:
+    """What scheduling needs to know about one call."""
+
+    writes: frozenset[str]
+    exclusive: bool
+
+
+def batch_dependencies(calls: Sequence[CallShape]) -> list[set[int]]:
+    """For each call, the indexes of earlier calls it must wait for."""
+    deps: list[set[int]] = []
+    for j, call in enumerate(calls):
+        mine: set[int] = set()
+        for i in range(j):
+            earlier = calls[i]
+            if call.exclusive or earlier.exclusive or (call.writes & earlier.writes):
+                mine.add(i)
+        deps.append(mine)
+    return deps
+
+
+class FairQueue(Generic[T]):
+    """Round-robin across sessions with a global and a per-session running cap."""
+
+    def __init__(self, *, global_cap: int, session_cap: int) -> None:
+        if global_cap < 1 or session_cap < 1:
+            raise ValueError("caps must be at least 1")
+        self.global_cap = global_cap
+        self.default_session_cap = session_cap
+        self._ready: dict[str, deque[T]] = {}
+        self._rotation: deque[str] = deque()
+        self._running: dict[str, int] = {}
+        self._caps: dict[str, int] = {}
+        self.running_total = 0
+
+    def set_session_cap(self, session: str, cap: int | None) -> None:
+        if cap is None:
+            self._caps.pop(session, None)
+        else:
+            self._caps[session] = max(1, cap)
+
+    def session_cap(self, session: str) -> int:
+        return min(self._caps.get(session, self.default_session_cap), self.global_cap)
+
+    def push(self, session: str, item: T) -> None:
+        queue = self._ready.get(session)
+        if queue is None:
+            queue = self._ready[session] = deque()
+            # A session that had nothing ready goes first: the session served
+            # last sits at the front after its rotation only if it is alone,
+            # and a newcomer must not wait behind it.
+            self._rotation.appendleft(session)
+        queue.append(item)
+
+    def remove(self, session: str, predicate: Callable[[T], bool]) -> list[T]:
+        """Take queued items of a session matching ``predicate`` out of the queue."""
+        queue = self._ready.get(session)
+        if not queue:
+            return []
+        taken = [item for item in queue if predicate(item)]
+        if taken:
+            kept = deque(item for item in queue if not predicate(item))
+            if kept:
+                self._ready[session] = kept
+            else:
+                self._drop(session)
+        return taken
+
+    def pop_runnable(self) -> tuple[str, T] | None:
+        """The next item allowed to start now (and count it as running), or None."""
+        if self.running_total >= self.global_cap:
+            return None
+        for _ in range(len(self._rotation)):
+            session = self._rotation[0]
+            self._rotation.rotate(-1)
+            if self._running.get(session, 0) >= self.session_cap(session):
+                continue
+            queue = self._ready[session]
+            item = queue.popleft()
+            if not queue:
+                self._drop(session)
+            self._running[session] = self._running.get(session, 0) + 1
+            self.running_total += 1
+            return session, item
+        return None
+
+    def finished(self, session: str) -> None:
+        """One running item of ``session`` is done."""
+        count = self._running.get(session, 0)
+        if count <= 0:
+            raise ValueError(f"no running item for session {session!r}")
+        if count == 1:
+            del self._running[session]
+        else:
+            self._running[session] = count - 1
+        self.running_total -= 1
+
+    def running(self, session: str) -> int:
+        return self._running.get(session, 0)
+
+    def running_by_session(self) -> dict[str, int]:
+        return dict(self._running)
+
+    def queued(self) -> int:
+        return sum(len(q) for q in self._ready.values())
+
+    def sessions(self) -> int:
+        return len(set(self._ready) | set(self._running))
+
+    def _drop(self, session: str) -> None:
+        del self._ready[session]
+        self._rotation.remove(session)

@@ -1,0 +1,102 @@
+"""Tool messages: definitions the model sees, batches, per-call results, cancellation.
+
+A batch request carries in-process references (the session's tool registry,
+its filesystem view, services, and the address results go to). Those fields
+are excluded from JSON; everything a result reports is plain data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, JsonValue
+
+from messages.base import ControlMessage, Message
+from messages.conversation import ToolCall, ToolResult
+
+
+class ToolDefinition(Message):
+    """What the LLM sees of a tool: name, description, JSON schema of the arguments."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str
+    parameters: dict[str, JsonValue]
+
+
+Outcome = Literal["ok", "error", "invalid", "unknown_tool", "timeout", "cancelled", "crashed"]
+"""How a call ended: the tool's own result, or one of the pool's verdicts."""
+
+
+class RunToolBatch(Message):
+    """Run a batch of one session's tool calls on the shared pool.
+
+    Calls run in parallel, except that calls writing the same path run in call
+    order and an exclusive tool runs alone within its batch. The pool tells
+    ``reply_to`` a :class:`ToolCallStarted` and a :class:`ToolCallFinished` per
+    call as they happen, then one :class:`ToolBatchFinished` in call order.
+    """
+
+    batch_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    calls: tuple[ToolCall, ...]
+    call_timeout: float = Field(default=120.0, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    tools: Any = Field(exclude=True, description="the session's ToolRegistry")
+    fs: Any = Field(exclude=True, description="the FsView the calls run against")
+    services: Any = Field(default=None, exclude=True, description="ToolServices")
+    reply_to: Any = Field(exclude=True, description="an ActorRef or Handle to tell results to")
+
+
+class ToolCallStarted(Message):
+    batch_id: str
+    session_id: str
+    call_id: str
+    name: str
+
+
+class ToolCallFinished(Message):
+    """One call's result, sent as soon as it is known."""
+
+    batch_id: str
+    session_id: str
+    result: ToolResult
+    outcome: Outcome
+    duration_s: float = 0.0
+    stored_summary: str | None = None
+    """A summary the tool supplied itself (it returned a ``Stored`` output)."""
+
+
+class ToolBatchFinished(Message):
+    """Every result of a batch, in call order (exactly one per call)."""
+
+    batch_id: str
+    session_id: str
+    results: tuple[ToolCallFinished, ...]
+
+
+class CancelToolCalls(ControlMessage):
+    """Cancel one session's calls: all of them, one batch's, or the listed ones.
+
+    Running shell calls have their process group killed; Python tools see
+    their token cancelled. Every cancelled call still gets a result.
+    """
+
+    session_id: str
+    batch_id: str | None = None
+    call_ids: tuple[str, ...] = ()
+    reason: str = "cancelled"
+
+
+class PoolStats(Message):
+    """A snapshot of the pool's load (for tests, benchmarks and debugging)."""
+
+    running: int
+    queued: int
+    sessions: int
+    max_running_seen: int
+    abandoned_threads: int
+    per_session_running: dict[str, int]
+
+
+class GetPoolStats(Message):
+    """Ask the tool pool for a :class:`PoolStats`."""

@@ -179,6 +179,8 @@ class WorkspaceFs:
                     return "/".join([*done, name, *pending])
                 except NotADirectoryError as exc:
                     raise NotADirectory(f"{'/'.join(done)} is not a directory") from exc
+                except OSError as exc:
+                    raise _translate(exc, rel) from exc
                 if stat_mod.S_ISLNK(st.st_mode):
                     hops += 1
                     if hops > _MAX_HOPS:
@@ -266,14 +268,23 @@ class WorkspaceFs:
         fd = self._open_dir(parent)
         try:
             try:
-                file_fd = os.open(name, _READ_FLAGS, dir_fd=fd)
+                # O_NONBLOCK: opening a FIFO must not wait for a writer.
+                file_fd = os.open(name, _READ_FLAGS | os.O_NONBLOCK, dir_fd=fd)
             except OSError as exc:
                 raise _translate(exc, rel) from exc
         finally:
             os.close(fd)
-        with os.fdopen(file_fd, "rb") as handle:
-            if stat_mod.S_ISDIR(os.fstat(file_fd).st_mode):
+        try:
+            mode = os.fstat(file_fd).st_mode
+            if stat_mod.S_ISDIR(mode):
                 raise IsADirectory(f"{rel} is a directory")
+            if not stat_mod.S_ISREG(mode):
+                raise FsError(f"{rel} is not a regular file (device, FIFO or socket)")
+            os.set_blocking(file_fd, True)
+        except BaseException:
+            os.close(file_fd)
+            raise
+        with os.fdopen(file_fd, "rb") as handle:
             return handle.read() if limit is None else handle.read(limit)
 
     def list_dir(self, path: str) -> list[DirEntry]:
@@ -380,6 +391,7 @@ def atomic_write_at(
         dir_fd=dir_fd,
     )
     try:
+        os.fchmod(fd, mode)  # the umask applied at creation must not change the mode
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

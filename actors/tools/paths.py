@@ -113,12 +113,27 @@ def _segment_regex(segment: str) -> str:
             if end == -1:
                 out.append(re.escape(char))
             else:
-                body = segment[i + 1 : end]
+                body = segment[i + 1 : end].replace("\\", "\\\\").replace("/", "")
                 if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append("[" + body.replace("\\", "\\\\").replace("/", "") + "]")
+                    body = "^/" + body[1:]  # a negated class must not match "/" either
+                out.append("[" + body + "]")
                 i = end
         else:
             out.append(re.escape(char))
         i += 1
     return "".join(out)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as editors, compilers and ``grep -n`` count them.
+
+    Only ``\n`` ends a line (``str.splitlines`` also breaks on form feeds and
+    U+2028, which shifts line numbers); a trailing ``\r`` is dropped; a final
+    newline does not start an extra empty line.
+    """
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]

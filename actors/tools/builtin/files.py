@@ -6,6 +6,7 @@ from pydantic import Field
 
 from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from actors.tools.fs import NotFound
+from actors.tools.paths import split_lines
 
 MAX_READ_BYTES = 50 * 1024 * 1024
 MAX_LINE_CHARS = 2000
@@ -56,7 +57,7 @@ class ReadFile(Tool[ReadFileArgs]):
         rel, text = read_text(ctx, args.path)
         if text == "":
             return f"{rel} is empty."
-        lines = text.splitlines()
+        lines = split_lines(text)
         total = len(lines)
         if args.offset > total:
             raise ToolError(f"offset {args.offset} is past the end of {rel} ({total} lines)")

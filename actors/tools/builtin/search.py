@@ -13,7 +13,7 @@ from pydantic import Field
 
 from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from actors.tools.fs import FsError
-from actors.tools.paths import glob_regex
+from actors.tools.paths import glob_regex, split_lines
 
 MAX_LIST_ENTRIES = 1000
 MAX_GLOB_RESULTS = 1000
@@ -135,7 +135,7 @@ class Grep(Tool[GrepArgs]):
             if b"\x00" in data[:8192]:
                 continue
             text = data.decode("utf-8", errors="replace")
-            for number, line in enumerate(text.splitlines(), start=1):
+            for number, line in enumerate(split_lines(text), start=1):
                 if regex.search(line) is None:
                     continue
                 shown = line if len(line) <= MAX_GREP_LINE else line[:MAX_GREP_LINE] + " …"

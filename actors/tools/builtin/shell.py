@@ -17,6 +17,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 
 from pydantic import Field
@@ -137,7 +138,15 @@ class Shell(Tool[ShellArgs]):
         except OSError as exc:
             raise ToolError(f"could not start the command: {exc}") from None
         pgid = proc.pid
-        ctx.cancel.on_cancel(lambda _reason: kill_group(pgid))
+        reaped = threading.Event()
+
+        def on_cancel(_reason: str) -> None:
+            # Until the leader is reaped its pid (and so the group id) is ours;
+            # after that it may belong to an unrelated process.
+            if not reaped.is_set():
+                kill_group(pgid)
+
+        ctx.cancel.on_cancel(on_cancel)
         out, err = CappedBuffer(STREAM_CAP), CappedBuffer(STREAM_CAP)
         timed_out = False
         try:
@@ -150,6 +159,7 @@ class Shell(Tool[ShellArgs]):
                 timed_out = proc.returncode is None
         finally:
             kill_group(pgid)
+            reaped.set()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
             for stream in (proc.stdout, proc.stderr):

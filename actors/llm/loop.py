@@ -1,0 +1,359 @@
+"""The LLM event loop: one asyncio thread running every model request.
+
+Actors never block on HTTP. The gateway actor hands requests to this loop,
+which runs each as a task on one ``httpx.AsyncClient`` (connection pooling
+across sessions) and tells the requester every stream event directly from the
+loop thread. ``cancel`` cancels the task: the ``async with`` around the HTTP
+stream exits, the connection is closed, and the requester gets exactly one
+:class:`~messages.llm.LlmCancelled` -- nothing after it.
+
+Retries (connection errors, timeouts, 429 and 5xx, malformed streams) use the
+model's :class:`~actors.llm.models.RetryPolicy`, honour ``Retry-After``, and are
+also bounded by a loop-wide retry budget (a token bucket: retries may be at
+most ~10% of requests once the initial allowance is spent), so a failing
+endpoint is not hammered by a thousand sessions at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import structlog
+from pykka import ActorDeadError
+
+from actors.llm.errors import LlmException
+from actors.llm.models import ChatModel, RetryPolicy
+from messages.llm import (
+    GatewayStats,
+    LlmCancelled,
+    LlmCompleted,
+    LlmError,
+    LlmFailed,
+    LlmRequest,
+    LlmRetrying,
+    LlmTextDelta,
+    LlmToolCallDelta,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class RetryBudget:
+    """A token bucket shared by all requests of a loop (used on the loop thread only)."""
+
+    def __init__(
+        self, *, initial: float = 20.0, per_request: float = 0.1, cap: float = 100.0
+    ) -> None:
+        self.tokens = initial
+        self.per_request = per_request
+        self.cap = cap
+
+    def earn(self) -> None:
+        self.tokens = min(self.cap, self.tokens + self.per_request)
+
+    def spend(self) -> bool:
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def retry_delay(
+    policy: RetryPolicy, error: LlmError, attempt: int, elapsed: float, rng: random.Random
+) -> float | None:
+    """Seconds to wait before the next attempt, or None to give up (pure)."""
+    if not error.retryable or attempt > policy.max_retries:
+        return None
+    if error.retry_after_s is not None:
+        delay = error.retry_after_s
+    else:
+        base = min(policy.max_backoff, policy.initial_backoff * (2 ** (attempt - 1)))
+        delay = base * rng.uniform(1 - policy.jitter, 1 + policy.jitter)
+    if elapsed + delay > policy.max_total_wait:
+        return None
+    return delay
+
+
+@dataclass
+class _Running:
+    request: LlmRequest
+    task: asyncio.Task[None]
+    cancel_reason: str | None = None
+
+
+class LlmLoop:
+    """The asyncio thread behind the gateway (owned by the Runtime)."""
+
+    def __init__(
+        self,
+        *,
+        name: str = "fore-llm",
+        max_connections: int = 4096,
+        coalesce_ms: float = 10.0,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._coalesce_s = max(0.0, coalesce_ms / 1000.0)
+        self._ready = threading.Event()
+        self._client: httpx.AsyncClient | None = None
+        self._max_connections = max_connections
+        self._tasks: dict[str, _Running] = {}
+        self._budget = RetryBudget()
+        self._rng = random.Random()
+        self._closed = False
+        self.started = self.completed = self.failed = self.cancelled = self.retries = 0
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the LLM loop did not start")
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=self._max_connections, max_keepalive_connections=512
+            ),
+            timeout=httpx.Timeout(30.0),
+        )
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    # -- thread-safe API ---------------------------------------------------------
+
+    def submit(self, request: LlmRequest) -> None:
+        """Start a request (from any thread)."""
+        if self._closed:
+            _tell(
+                request.reply_to,
+                LlmFailed(
+                    request_id=request.request_id,
+                    error=LlmError(kind="connection", message="the LLM gateway is shut down"),
+                ),
+            )
+            return
+        self._loop.call_soon_threadsafe(self._start, request)
+
+    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
+        """Cancel a request (from any thread); a no-op if it already ended."""
+        if not self._closed:
+            self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
+
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def stats(self) -> GatewayStats:
+        return GatewayStats(
+            in_flight=len(self._tasks),
+            started=self.started,
+            completed=self.completed,
+            failed=self.failed,
+            cancelled=self.cancelled,
+            retries=self.retries,
+        )
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Cancel everything in flight, close the HTTP client, stop the thread."""
+        if self._closed:
+            return True
+        self._closed = True
+        done: Future[None] = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        try:
+            done.result(timeout)
+        except Exception as exc:
+            log.warning("llm_loop_shutdown_incomplete", error=repr(exc))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- loop thread -----------------------------------------------------------------
+
+    def _start(self, request: LlmRequest) -> None:
+        if request.request_id in self._tasks:
+            _tell(
+                request.reply_to,
+                LlmFailed(
+                    request_id=request.request_id,
+                    error=LlmError(kind="bad_request", message="duplicate request id"),
+                ),
+            )
+            return
+        self.started += 1
+        task = self._loop.create_task(self._run(request))
+        self._tasks[request.request_id] = _Running(request, task)
+
+    def _cancel(self, request_id: str, reason: str) -> None:
+        running = self._tasks.get(request_id)
+        if running is None or running.cancel_reason is not None:
+            return
+        running.cancel_reason = reason
+        running.task.cancel()
+
+    async def _run(self, request: LlmRequest) -> None:
+        model: ChatModel = request.model
+        reply_to = request.reply_to
+        rid = request.request_id
+        started = time.monotonic()
+        attempt = 0
+
+        emit = _DeltaCoalescer(self._loop, reply_to, rid, self._coalesce_s, request.stream_deltas)
+
+        try:
+            while True:
+                attempt += 1
+                try:
+                    assert self._client is not None
+                    result = await model.stream(request, emit, self._client)
+                except LlmException as exc:
+                    emit.flush()
+                    delay = retry_delay(
+                        model.retry, exc.error, attempt, time.monotonic() - started, self._rng
+                    )
+                    if delay is not None and not self._budget.spend():
+                        delay = None
+                    if delay is None:
+                        self.failed += 1
+                        _tell(
+                            reply_to, LlmFailed(request_id=rid, error=exc.error, attempts=attempt)
+                        )
+                        return
+                    self.retries += 1
+                    _tell(
+                        reply_to,
+                        LlmRetrying(
+                            request_id=rid,
+                            attempt=attempt + 1,
+                            delay_s=delay,
+                            reason=f"{exc.error.kind}: {exc.error.message}",
+                        ),
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                emit.flush()
+                self._budget.earn()
+                self.completed += 1
+                _tell(
+                    reply_to,
+                    LlmCompleted(
+                        request_id=rid,
+                        message=result.message,
+                        usage=result.usage,
+                        finish_reason=result.finish_reason,
+                        attempts=attempt,
+                        duration_s=time.monotonic() - started,
+                    ),
+                )
+                return
+        except asyncio.CancelledError:
+            emit.discard()
+            running = self._tasks.get(rid)
+            self.cancelled += 1
+            reason = (running.cancel_reason if running else None) or "cancelled"
+            _tell(reply_to, LlmCancelled(request_id=rid, reason=reason))
+        except Exception as exc:
+            emit.flush()
+            self.failed += 1
+            log.exception("llm_request_crashed", request_id=rid)
+            _tell(
+                reply_to,
+                LlmFailed(
+                    request_id=rid,
+                    error=LlmError(
+                        kind="protocol", message=f"unexpected {type(exc).__name__}: {exc}"
+                    ),
+                    attempts=attempt,
+                ),
+            )
+        finally:
+            self._tasks.pop(rid, None)
+
+    async def _shutdown(self) -> None:
+        for running in list(self._tasks.values()):
+            running.cancel_reason = running.cancel_reason or "runtime shutting down"
+            running.task.cancel()
+        tasks = [r.task for r in self._tasks.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=3)
+        if self._client is not None:
+            await self._client.aclose()
+
+
+class _DeltaCoalescer:
+    """Merges consecutive text deltas of one request into fewer messages.
+
+    A UI needs text promptly, not one actor message per token: text is
+    buffered and sent at most every ``window`` seconds (a loop timer flushes a
+    quiet buffer), and always before any other event, so order is kept and
+    the terminal event never waits. With ``deliver=False`` deltas are dropped
+    (the requester only wants the final answer).
+    """
+
+    __slots__ = ("_deliver", "_handle", "_last", "_loop", "_parts", "_reply_to", "_rid", "_window")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        reply_to: Any,
+        rid: str,
+        window: float,
+        deliver: bool,
+    ) -> None:
+        self._loop = loop
+        self._reply_to = reply_to
+        self._rid = rid
+        self._window = window
+        self._deliver = deliver
+        self._parts: list[str] = []
+        self._last = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, LlmTextDelta):
+            if not self._deliver:
+                return
+            self._parts.append(event.text)
+            now = self._loop.time()
+            if self._window == 0 or now - self._last >= self._window:
+                self.flush()
+            elif self._handle is None:
+                self._handle = self._loop.call_at(self._last + self._window, self.flush)
+            return
+        if isinstance(event, LlmToolCallDelta) and not self._deliver:
+            return
+        self.flush()
+        _tell(self._reply_to, event)
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._parts:
+            text = "".join(self._parts)
+            self._parts.clear()
+            self._last = self._loop.time()
+            _tell(self._reply_to, LlmTextDelta.model_construct(request_id=self._rid, text=text))
+
+    def discard(self) -> None:
+        """Drop buffered text (the request was cancelled: nothing may follow)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._parts.clear()
+
+
+def _tell(address: Any, message: Any) -> None:
+    if address is None:
+        return
+    try:
+        address.tell(message)
+    except ActorDeadError:
+        pass

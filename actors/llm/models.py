@@ -1,0 +1,421 @@
+"""Model providers: what actually answers an :class:`~messages.llm.LlmRequest`.
+
+Three kinds share one async interface, ``await model.stream(request, emit, http)``,
+run by the gateway's event loop:
+
+* :class:`OpenAICompatible` -- any OpenAI-compatible Chat Completions endpoint
+  (OpenAI, vLLM, llama.cpp server, Ollama, DashScope, OpenRouter, the built-in
+  mock server), streaming over SSE;
+* :class:`ScriptedModel` -- offline and deterministic, from the public script
+  format (:mod:`actors.llm.script`), streamed with the same schedule the mock
+  server uses;
+* :class:`FunctionModel` -- ``fn(request)`` decides each reply, for tests that
+  must react to what they are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+from actors.llm.errors import LlmException, error_from_status, llm_error
+from actors.llm.script import (
+    ScriptCursor,
+    ScriptFile,
+    ScriptReply,
+    new_tool_call_id,
+    split_fragments,
+    stream_plan,
+)
+from actors.llm.wire import StreamAssembler, arguments_text, complete_from_body, request_body
+from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
+from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
+
+Emit = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """A completed answer."""
+
+    message: AssistantMessage
+    usage: Usage
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries with exponential backoff and jitter, within a bounded budget."""
+
+    max_retries: int = 3
+    initial_backoff: float = 0.5
+    max_backoff: float = 8.0
+    jitter: float = 0.25
+    max_total_wait: float = 30.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Connect, first byte, idle between chunks, and write timeouts (seconds)."""
+
+    connect: float = 10.0
+    first_byte: float = 60.0
+    idle: float = 30.0
+    write: float = 30.0
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """What the gateway needs from a model provider."""
+
+    name: str
+    retry: RetryPolicy
+
+    async def stream(
+        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
+    ) -> StreamResult:
+        """Answer ``request``, emitting deltas as they arrive; raise LlmException on failure."""
+        ...
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+class OpenAICompatible:
+    """An OpenAI-compatible Chat Completions endpoint.
+
+    Configuration comes from the arguments or, when absent, from the usual
+    environment variables: ``FORE_BASE_URL`` / ``OPENAI_BASE_URL``,
+    ``FORE_API_KEY`` / ``OPENAI_API_KEY``, ``FORE_MODEL`` / ``OPENAI_MODEL``, and
+    ``FORE_EXTRA_HEADERS`` (a JSON object of extra headers).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.base_url = (
+            base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        ).rstrip("/")
+        self.api_key = api_key if api_key is not None else _env("FORE_API_KEY", "OPENAI_API_KEY")
+        self.name = model or _env("FORE_MODEL", "OPENAI_MODEL") or "gpt-4o-mini"
+        extra: dict[str, str] = {}
+        raw_headers = _env("FORE_EXTRA_HEADERS")
+        if raw_headers:
+            try:
+                parsed = json.loads(raw_headers)
+            except ValueError as exc:
+                raise ValueError(f"FORE_EXTRA_HEADERS is not a JSON object: {exc}") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("FORE_EXTRA_HEADERS is not a JSON object")
+            extra.update({str(k): str(v) for k, v in parsed.items()})
+        extra.update(headers or {})
+        self.headers = extra
+        self.timeouts = timeouts or Timeouts()
+        self.retry = retry or RetryPolicy()
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatible(model={self.name!r}, base_url={self.base_url!r})"
+
+    def _headers(self, request: LlmRequest) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if request.stream else "application/json",
+            "X-Fore-Session": request.session_id,
+            "X-Fore-Purpose": request.purpose,
+            "X-Fore-Request-Id": request.request_id,
+        }
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        headers.update(self.headers)
+        return headers
+
+    async def stream(
+        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
+    ) -> StreamResult:
+        body = request_body(request, request.model_name or self.name)
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        t = self.timeouts
+        timeout = httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect)
+        try:
+            async with http.stream(
+                "POST",
+                f"{self.base_url}/chat/completions",
+                content=payload,
+                headers=self._headers(request),
+                timeout=timeout,
+            ) as response:
+                if response.status_code != 200:
+                    raise error_from_status(
+                        response.status_code, await response.aread(), response.headers
+                    )
+                if not request.stream:
+                    raw = await asyncio.wait_for(response.aread(), timeout=t.first_byte)
+                    try:
+                        data = json.loads(raw)
+                    except ValueError:
+                        raise llm_error(
+                            "protocol", "response body is not JSON", retryable=True
+                        ) from None
+                    message, usage, reason = complete_from_body(request.request_id, data)
+                    return StreamResult(message, usage, reason)
+                return await self._read_stream(request, response, emit)
+        except LlmException:
+            raise
+        except TimeoutError:
+            raise llm_error("timeout", f"no first byte within {t.first_byte:g}s") from None
+        except httpx.ConnectTimeout:
+            raise llm_error("timeout", f"could not connect within {t.connect:g}s") from None
+        except httpx.ReadTimeout:
+            raise llm_error("timeout", f"no data for {t.idle:g}s (idle timeout)") from None
+        except httpx.WriteTimeout:
+            raise llm_error("timeout", f"could not send the request within {t.write:g}s") from None
+        except httpx.ConnectError as exc:
+            raise llm_error("connection", f"cannot connect to {self.base_url}: {exc}") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise llm_error("connection", f"connection broke mid-stream: {exc}") from None
+        except httpx.HTTPError as exc:
+            raise llm_error("connection", f"HTTP error: {exc!r}") from None
+        except SSEError as exc:
+            raise llm_error(
+                "protocol", f"not a server-sent event stream: {exc}", retryable=True
+            ) from None
+
+    async def _read_stream(
+        self, request: LlmRequest, response: httpx.Response, emit: Emit
+    ) -> StreamResult:
+        assembler = StreamAssembler(request.request_id)
+        events = EventSource(response).aiter_sse()
+        saw_done = False
+        first = True
+        while True:
+            try:
+                if first:
+                    sse = await asyncio.wait_for(anext(events), timeout=self.timeouts.first_byte)
+                    first = False
+                else:
+                    sse = await anext(events)
+            except StopAsyncIteration:
+                break
+            data = sse.data
+            if data.strip() == "[DONE]":
+                saw_done = True
+                break
+            if not data.strip():
+                continue
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise llm_error(
+                    "protocol", f"malformed JSON in stream chunk: {data[:80]!r}", retryable=True
+                ) from None
+            for event in assembler.feed(chunk):
+                emit(event)
+        message, usage, reason = assembler.finish(saw_done=saw_done)
+        return StreamResult(message, usage, reason)
+
+
+def last_input_text(request: LlmRequest) -> str:
+    """The text of the last user message or tool result (what scripts match on)."""
+    for item in reversed(request.messages):
+        if isinstance(item, UserMessage):
+            return item.text
+        if isinstance(item, ToolResult):
+            return item.output
+    return ""
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (4 characters per token) for offline usage numbers."""
+    return max(0, (len(text) + 3) // 4)
+
+
+async def stream_reply(
+    request: LlmRequest,
+    reply: ScriptReply,
+    emit: Emit,
+    *,
+    default_ttft_ms: float = 0.0,
+    default_tokens_per_s: float | None = None,
+    arg_chunk_size: int = 16,
+) -> StreamResult:
+    """Stream one scripted reply with its latency schedule (shared by both offline models)."""
+    plan = stream_plan(
+        reply, default_ttft_ms=default_ttft_ms, default_tokens_per_s=default_tokens_per_s
+    )
+    rid = request.request_id
+    for chunk, delay in zip(plan.chunks, plan.delays_s, strict=True):
+        if delay > 0:
+            await asyncio.sleep(delay)
+        emit(LlmTextDelta(request_id=rid, text=chunk))
+    calls = []
+    first_delay = plan.first_token_delay_s if not plan.chunks else plan.token_interval_s
+    for index, scripted in enumerate(reply.tool_calls):
+        call_id = scripted.id or new_tool_call_id()
+        if first_delay > 0:
+            await asyncio.sleep(first_delay)
+        first_delay = plan.token_interval_s
+        emit(LlmToolCallDelta(request_id=rid, index=index, call_id=call_id, name=scripted.name))
+        for fragment in split_fragments(arguments_text(scripted.arguments), arg_chunk_size):
+            if plan.token_interval_s > 0:
+                await asyncio.sleep(plan.token_interval_s)
+            emit(LlmToolCallDelta(request_id=rid, index=index, arguments_delta=fragment))
+        calls.append(ToolCall(id=call_id, name=scripted.name, arguments=dict(scripted.arguments)))
+    if not plan.chunks and not reply.tool_calls and plan.first_token_delay_s > 0:
+        await asyncio.sleep(plan.first_token_delay_s)
+    prompt = sum(
+        estimate_tokens(getattr(i, "text", "") or getattr(i, "output", ""))
+        for i in request.messages
+    )
+    completion = len(plan.chunks) + sum(
+        estimate_tokens(arguments_text(c.arguments)) for c in reply.tool_calls
+    )
+    usage = Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+    message = AssistantMessage(text=plan.text, tool_calls=tuple(calls))
+    return StreamResult(message, usage, "tool_calls" if calls else "stop")
+
+
+class ScriptedModel:
+    """Offline, deterministic replies from the public script format.
+
+    Each session consumes the script on its own (per-session cursors), exactly
+    as the mock server keys conversations by the ``X-Fore-Session`` header.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[ScriptReply | Mapping[str, Any]] = (),
+        *,
+        ttft_ms: float = 0.0,
+        tokens_per_s: float | None = None,
+        name: str = "scripted",
+        arg_chunk_size: int = 16,
+    ) -> None:
+        self.script = ScriptFile(
+            replies=tuple(
+                r if isinstance(r, ScriptReply) else ScriptReply.model_validate(r) for r in replies
+            )
+        )
+        self.name = name
+        self.retry = RetryPolicy(max_retries=0)
+        self.ttft_ms = ttft_ms
+        self.tokens_per_s = tokens_per_s
+        self.arg_chunk_size = arg_chunk_size
+        self._cursors: dict[str, ScriptCursor] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> ScriptedModel:
+        """Load a script file (raises a clear ``ScriptError`` on a bad file)."""
+        return cls(ScriptFile.from_path(Path(path)).replies, **options)
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel({len(self.script.replies)} replies)"
+
+    def cursor(self, session_id: str) -> ScriptCursor:
+        with self._lock:
+            cursor = self._cursors.get(session_id)
+            if cursor is None:
+                cursor = self._cursors[session_id] = ScriptCursor(self.script)
+            return cursor
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._cursors.pop(session_id, None)
+
+    async def stream(
+        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
+    ) -> StreamResult:
+        reply = self.cursor(request.session_id).next_reply(
+            request.purpose, last_input_text(request)
+        )
+        return await stream_reply(
+            request,
+            reply,
+            emit,
+            default_ttft_ms=self.ttft_ms,
+            default_tokens_per_s=self.tokens_per_s,
+            arg_chunk_size=self.arg_chunk_size,
+        )
+
+
+ReplyLike = ScriptReply | Mapping[str, Any] | str
+
+
+class FunctionModel:
+    """``fn(request) -> reply`` decides every answer (run on a worker thread).
+
+    The reply has the script's shape: a :class:`ScriptReply`, a mapping that
+    validates as one, or a plain string (text only). ``fn`` may raise an
+    :class:`~actors.llm.errors.LlmException` to simulate a typed failure.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[LlmRequest], ReplyLike],
+        *,
+        name: str = "function",
+        ttft_ms: float = 0.0,
+        tokens_per_s: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        self.ttft_ms = ttft_ms
+        self.tokens_per_s = tokens_per_s
+        self.retry = retry or RetryPolicy(max_retries=0)
+        self.requests: list[LlmRequest] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FunctionModel({getattr(self.fn, '__name__', 'fn')})"
+
+    async def stream(
+        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
+    ) -> StreamResult:
+        with self._lock:
+            self.requests.append(request)
+        try:
+            raw = await asyncio.to_thread(self.fn, request)
+        except LlmException:
+            raise
+        except Exception as exc:
+            raise llm_error(
+                "server", f"model function raised {type(exc).__name__}: {exc}", retryable=False
+            ) from None
+        reply = (
+            raw
+            if isinstance(raw, ScriptReply)
+            else ScriptReply(text=raw)
+            if isinstance(raw, str)
+            else ScriptReply.model_validate(raw)
+        )
+        return await stream_reply(
+            request,
+            reply,
+            emit,
+            default_ttft_ms=self.ttft_ms,
+            default_tokens_per_s=self.tokens_per_s,
+        )

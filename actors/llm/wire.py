@@ -1,0 +1,292 @@
+"""The OpenAI Chat Completions wire format, as pure functions.
+
+* conversion of conversation items, tool definitions and tool choice into the
+  request body -- deterministic (same items, same bytes), which is what lets
+  forked requests share the provider's prefix cache;
+* :class:`StreamAssembler`, which turns streamed chunks into Fore events and
+  the final assistant message. Tool-call arguments are concatenated as raw
+  text and parsed only at the end, so fragments may split anywhere (even
+  inside an escape sequence). Anything malformed is a typed protocol error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.llm.errors import LlmException, llm_error
+from messages.conversation import (
+    AssistantMessage,
+    Item,
+    SystemMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from messages.llm import (
+    LlmRequest,
+    LlmTextDelta,
+    LlmToolCallDelta,
+    NamedToolChoice,
+    ToolChoice,
+    Usage,
+)
+from messages.tools import ToolDefinition
+
+Json = dict[str, Any]
+
+
+def arguments_text(arguments: Mapping[str, Any]) -> str:
+    """The wire form of a call's arguments (stable key order, no ASCII escaping)."""
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def to_openai_message(item: Item) -> Json:
+    if isinstance(item, SystemMessage):
+        return {"role": "system", "content": item.text}
+    if isinstance(item, UserMessage):
+        return {"role": "user", "content": item.text}
+    if isinstance(item, AssistantMessage):
+        message: Json = {"role": "assistant", "content": item.text or None}
+        if item.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": arguments_text(call.arguments)},
+                }
+                for call in item.tool_calls
+            ]
+        return message
+    if isinstance(item, ToolResult):
+        return {"role": "tool", "tool_call_id": item.call_id, "content": item.output}
+    raise TypeError(f"not a conversation item: {item!r}")
+
+
+def to_openai_messages(items: Sequence[Item]) -> list[Json]:
+    return [to_openai_message(item) for item in items]
+
+
+def to_openai_tools(tools: Sequence[ToolDefinition]) -> list[Json]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in tools
+    ]
+
+
+def to_openai_tool_choice(choice: ToolChoice) -> str | Json:
+    if isinstance(choice, NamedToolChoice):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
+
+
+def request_body(request: LlmRequest, model_name: str) -> Json:
+    """The JSON body of a chat completion request."""
+    body: Json = {
+        "model": model_name,
+        "messages": to_openai_messages(request.messages),
+        "stream": request.stream,
+    }
+    if request.stream:
+        body["stream_options"] = {"include_usage": True}
+    if request.tools:
+        body["tools"] = to_openai_tools(request.tools)
+        body["tool_choice"] = to_openai_tool_choice(request.tool_choice)
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.json_response:
+        body["response_format"] = {"type": "json_object"}
+    return body
+
+
+def usage_from(data: Any) -> Usage | None:
+    if not isinstance(data, Mapping):
+        return None
+    details = data.get("prompt_tokens_details")
+    cached = details.get("cached_tokens", 0) if isinstance(details, Mapping) else 0
+    try:
+        prompt = int(data.get("prompt_tokens") or 0)
+        completion = int(data.get("completion_tokens") or 0)
+        total = int(data.get("total_tokens") or prompt + completion)
+        return Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=total,
+            cached_tokens=int(cached or 0),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class _PartialCall:
+    call_id: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+def parse_arguments(text: str, name: str) -> dict[str, Any]:
+    """Decode the assembled arguments of one call (``""`` means no arguments)."""
+    if text.strip() == "":
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise llm_error(
+            "protocol",
+            f"tool call {name!r}: arguments never formed valid JSON ({exc.msg})",
+            retryable=True,
+        ) from None
+    if not isinstance(value, dict):
+        raise llm_error(
+            "protocol", f"tool call {name!r}: arguments are not a JSON object", retryable=True
+        )
+    return value
+
+
+class StreamAssembler:
+    """Feeds on decoded stream chunks; yields events; builds the final message."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.text: list[str] = []
+        self.calls: dict[int, _PartialCall] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.chunks = 0
+
+    def feed(self, chunk: Any) -> list[LlmTextDelta | LlmToolCallDelta]:
+        if not isinstance(chunk, Mapping):
+            raise llm_error("protocol", "stream chunk is not a JSON object", retryable=True)
+        if "error" in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, Mapping) else str(error)
+            raise llm_error("server", f"error in stream: {message}", provider_message=str(message))
+        self.chunks += 1
+        usage = usage_from(chunk.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        events: list[LlmTextDelta | LlmToolCallDelta] = []
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise llm_error("protocol", "stream chunk has malformed choices", retryable=True)
+        for choice in choices:
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, Mapping):
+                raise llm_error("protocol", "stream chunk has a malformed delta", retryable=True)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self.text.append(content)
+                events.append(LlmTextDelta(request_id=self.request_id, text=content))
+            for raw in delta.get("tool_calls") or []:
+                events.append(self._tool_delta(raw))
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = str(reason)
+        return events
+
+    def _tool_delta(self, raw: Any) -> LlmToolCallDelta:
+        if not isinstance(raw, Mapping):
+            raise llm_error("protocol", "malformed tool call delta", retryable=True)
+        index = raw.get("index", 0)
+        if not isinstance(index, int) or index < 0:
+            raise llm_error("protocol", "tool call delta without a valid index", retryable=True)
+        partial = self.calls.setdefault(index, _PartialCall())
+        call_id = raw.get("id")
+        if isinstance(call_id, str) and call_id:
+            partial.call_id = call_id
+        function = raw.get("function") or {}
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(name, str) and name and partial.name is None:
+            partial.name = name  # sent once; some servers repeat it on every delta
+        fragment = function.get("arguments") if isinstance(function, Mapping) else None
+        fragment = fragment if isinstance(fragment, str) else ""
+        if fragment:
+            partial.arguments.append(fragment)
+        return LlmToolCallDelta(
+            request_id=self.request_id,
+            index=index,
+            call_id=call_id if isinstance(call_id, str) else None,
+            name=name if isinstance(name, str) else None,
+            arguments_delta=fragment,
+        )
+
+    def finish(self, *, saw_done: bool) -> tuple[AssistantMessage, Usage, str]:
+        """The complete answer; a truncated stream is a protocol error."""
+        if not saw_done and self.finish_reason is None:
+            raise llm_error(
+                "protocol", "stream ended before the answer was complete", retryable=True
+            )
+        calls = []
+        for index in sorted(self.calls):
+            partial = self.calls[index]
+            if not partial.name:
+                raise llm_error("protocol", f"tool call #{index} has no name", retryable=True)
+            calls.append(
+                ToolCall(
+                    id=partial.call_id or f"call_{self.request_id}_{index}",
+                    name=partial.name,
+                    arguments=parse_arguments("".join(partial.arguments), partial.name),
+                )
+            )
+        message = AssistantMessage(text="".join(self.text), tool_calls=tuple(calls))
+        reason = self.finish_reason or ("tool_calls" if calls else "stop")
+        return message, self.usage or Usage(), reason
+
+
+def complete_from_body(request_id: str, body: Any) -> tuple[AssistantMessage, Usage, str]:
+    """A non-streaming chat completion body as (message, usage, finish reason)."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("choices"), list):
+        raise llm_error("protocol", "response is not a chat completion", retryable=True)
+    choices = body["choices"]
+    if not choices:
+        raise llm_error("protocol", "response has no choices", retryable=True)
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, Mapping) else None
+    if not isinstance(message, Mapping):
+        raise llm_error("protocol", "response choice has no message", retryable=True)
+    calls = []
+    for index, raw in enumerate(message.get("tool_calls") or []):
+        function = raw.get("function") if isinstance(raw, Mapping) else None
+        if not isinstance(function, Mapping) or not function.get("name"):
+            raise llm_error("protocol", f"tool call #{index} is malformed", retryable=True)
+        name = str(function["name"])
+        calls.append(
+            ToolCall(
+                id=str(raw.get("id") or f"call_{request_id}_{index}"),
+                name=name,
+                arguments=parse_arguments(str(function.get("arguments") or ""), name),
+            )
+        )
+    text = message.get("content")
+    assistant = AssistantMessage(
+        text=text if isinstance(text, str) else "", tool_calls=tuple(calls)
+    )
+    reason = str(choice.get("finish_reason") or ("tool_calls" if calls else "stop"))
+    return assistant, usage_from(body.get("usage")) or Usage(), reason
+
+
+__all__ = [
+    "LlmException",
+    "StreamAssembler",
+    "arguments_text",
+    "complete_from_body",
+    "parse_arguments",
+    "request_body",
+    "to_openai_messages",
+    "to_openai_tool_choice",
+    "to_openai_tools",
+]

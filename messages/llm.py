@@ -1,0 +1,151 @@
+"""LLM messages: requests to the gateway and the stream events it sends back.
+
+A request is answered by zero or more deltas (:class:`LlmTextDelta`,
+:class:`LlmToolCallDelta`, possibly an :class:`LlmRetrying` that voids the
+deltas before it) and then exactly one terminal event: :class:`LlmCompleted`,
+:class:`LlmFailed` or :class:`LlmCancelled`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from messages.base import ControlMessage, Message
+from messages.conversation import AssistantMessage, Item
+from messages.tools import ToolDefinition
+
+Purpose = Literal["main", "suggestion", "speculation", "pipelined"]
+"""Why a request is made (the mock server and scripted models match on it)."""
+
+
+class NamedToolChoice(Message):
+    """Force the model to call one named tool."""
+
+    kind: Literal["tool"] = "tool"
+    name: str = Field(min_length=1)
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class Usage(Message):
+    """Token accounting of one completed request."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class LlmRequest(Message):
+    """Start one model request on the gateway.
+
+    ``model`` is the provider object (a ``ScriptedModel``, ``FunctionModel`` or
+    ``OpenAICompatible`` from :mod:`actors.llm`) and ``reply_to`` the address
+    the stream events go to; both are in-process references, excluded from
+    JSON. ``model_name`` is the model identifier sent on the wire.
+    """
+
+    request_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+    purpose: Purpose = "main"
+    model_name: str = ""
+    messages: tuple[Item, ...]
+    tools: tuple[ToolDefinition, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    stream: bool = True
+    stream_deltas: bool = True
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    json_response: bool = False
+    model: Any = Field(default=None, exclude=True)
+    reply_to: Any = Field(default=None, exclude=True)
+
+
+class CancelLlmRequest(ControlMessage):
+    """Cancel a request: its task stops, its connection closes, one LlmCancelled follows."""
+
+    request_id: str
+    reason: str = "cancelled"
+
+
+class LlmTextDelta(Message):
+    request_id: str
+    text: str
+
+
+class LlmToolCallDelta(Message):
+    """A fragment of a streamed tool call (arguments arrive split anywhere)."""
+
+    request_id: str
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+class LlmRetrying(Message):
+    """The request is being retried; deltas received so far are void."""
+
+    request_id: str
+    attempt: int
+    delay_s: float
+    reason: str
+
+
+class LlmCompleted(Message):
+    request_id: str
+    message: AssistantMessage
+    usage: Usage = Usage()
+    finish_reason: str = "stop"
+    attempts: int = 1
+    duration_s: float = 0.0
+
+
+LlmErrorKind = Literal[
+    "auth", "rate_limit", "bad_request", "server", "timeout", "protocol", "connection"
+]
+
+
+class LlmError(Message):
+    """A typed failure; ``provider_message`` keeps what the provider said."""
+
+    kind: LlmErrorKind
+    message: str
+    status: int | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+    provider_message: str | None = None
+    param: str | None = None
+
+
+class LlmFailed(Message):
+    request_id: str
+    error: LlmError
+    attempts: int = 1
+
+
+class LlmCancelled(Message):
+    request_id: str
+    reason: str = "cancelled"
+
+
+LlmEvent = Annotated[
+    LlmTextDelta | LlmToolCallDelta | LlmRetrying | LlmCompleted | LlmFailed | LlmCancelled,
+    Field(union_mode="left_to_right"),
+]
+
+
+class GatewayStats(Message):
+    in_flight: int
+    started: int
+    completed: int
+    failed: int
+    cancelled: int
+    retries: int
+
+
+class GetGatewayStats(Message):
+    """Ask the LLM gateway for :class:`GatewayStats`."""

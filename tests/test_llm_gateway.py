@@ -1,0 +1,601 @@
+"""The LLM layer over real loopback HTTP against the mock server, and offline models.
+
+Requests go through the real gateway actor and event loop to the real
+OpenAI-compatible client; faults are injected by the mock server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.core import ActorSystem, PooledActor
+from actors.llm import (
+    FunctionModel,
+    LlmException,
+    LlmGateway,
+    LlmLoop,
+    OpenAICompatible,
+    RetryBudget,
+    RetryPolicy,
+    ScriptedModel,
+    StreamAssembler,
+    Timeouts,
+    llm_error,
+    retry_delay,
+)
+from actors.llm.mock_server import MockLlmServer
+from actors.llm.script import ScriptFile, ScriptReply, ScriptToolCall
+from actors.llm.wire import request_body, to_openai_messages
+from messages.conversation import (
+    AssistantMessage,
+    SystemMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from messages.llm import (
+    CancelLlmRequest,
+    LlmCancelled,
+    LlmCompleted,
+    LlmError,
+    LlmFailed,
+    LlmRequest,
+    LlmRetrying,
+    LlmTextDelta,
+    LlmToolCallDelta,
+    NamedToolChoice,
+)
+from messages.tools import ToolDefinition
+
+WAIT = 15.0
+_ids = itertools.count()
+TERMINAL = (LlmCompleted, LlmFailed, LlmCancelled)
+
+SCRIPT = ScriptFile(
+    replies=(
+        ScriptReply(text="Running the tests now, then I will report back."),
+        ScriptReply(
+            text="Checking.",
+            tool_calls=(
+                ScriptToolCall(name="shell", arguments={"command": 'pytest -q "tests/ü\\\\x"'}),
+                ScriptToolCall(name="read_file", arguments={"path": "src/app.py", "limit": 20}),
+                ScriptToolCall(name="grep", arguments={"pattern": "\\bdef\\b", "path": "."}),
+            ),
+        ),
+    )
+)
+
+
+class Sink(PooledActor):
+    def __init__(self, inbox: queue.Queue[Any]) -> None:
+        super().__init__()
+        self.inbox = inbox
+
+    def on_receive(self, message: Any) -> None:
+        self.inbox.put(message)
+
+
+class Harness:
+    def __init__(self, system: ActorSystem, loop: LlmLoop) -> None:
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        with system.activated():
+            self.sink = Sink.start(self.inbox)
+            self.gateway = LlmGateway.start(loop)
+
+    def request(self, model: Any, **fields: Any) -> str:
+        rid = fields.pop("request_id", f"r{next(_ids)}")
+        fields.setdefault("session_id", "s1")
+        fields.setdefault("messages", (UserMessage(text="hello"),))
+        self.gateway.tell(LlmRequest(request_id=rid, model=model, reply_to=self.sink, **fields))
+        return rid
+
+    def events(self, rid: str, timeout: float = WAIT) -> list[Any]:
+        """Every event of one request up to and including its terminal event."""
+        collected: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.inbox.get(timeout=max(0.01, deadline - time.monotonic()))
+            if getattr(message, "request_id", None) != rid:
+                continue
+            collected.append(message)
+            if isinstance(message, TERMINAL):
+                return collected
+
+    def quiet(self, rid: str, seconds: float = 0.3) -> list[Any]:
+        """Events of ``rid`` arriving in the next ``seconds`` (used to prove silence)."""
+        end = time.monotonic() + seconds
+        late = []
+        while (remaining := end - time.monotonic()) > 0:
+            try:
+                message = self.inbox.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if getattr(message, "request_id", None) == rid:
+                late.append(message)
+        return late
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[MockLlmServer]:
+    with MockLlmServer(SCRIPT, tool_args_chunk_chars=1) as srv:
+        yield srv
+
+
+@pytest.fixture
+def harness(server: MockLlmServer) -> Iterator[Harness]:
+    server.reset()
+    server.set_script(SCRIPT)
+    system = ActorSystem(name="llm-test")
+    loop = LlmLoop()
+    try:
+        yield Harness(system, loop)
+    finally:
+        assert loop.close()
+        system.shutdown()
+
+
+def http_model(server: MockLlmServer, **options: Any) -> OpenAICompatible:
+    options.setdefault("retry", RetryPolicy(max_retries=2, initial_backoff=0.01, max_backoff=0.05))
+    return OpenAICompatible(base_url=server.base_url, api_key="test-key", model="mock", **options)
+
+
+def session(name: str) -> dict[str, str]:
+    return {"session_id": f"{name}-{next(_ids)}"}
+
+
+# -- streaming --
+
+
+def test_streaming_text_arrives_as_deltas_and_completes(
+    harness: Harness, server: MockLlmServer
+) -> None:
+    rid = harness.request(http_model(server), **session("text"))
+    events = harness.events(rid)
+    deltas = [e.text for e in events if isinstance(e, LlmTextDelta)]
+    done = events[-1]
+    assert isinstance(done, LlmCompleted)
+    assert deltas  # unpaced tokens may be coalesced into few messages
+    assert "".join(deltas) == done.message.text == SCRIPT.replies[0].text
+    assert done.finish_reason == "stop"
+    assert done.usage.completion_tokens > 0 and done.usage.total_tokens >= done.usage.prompt_tokens
+
+
+def test_paced_text_streams_incrementally(harness: Harness, server: MockLlmServer) -> None:
+    paced = ScriptFile(replies=(ScriptReply(text="one two three four five six", tokens_per_s=40),))
+    server.set_script(paced)
+    events = harness.events(harness.request(http_model(server), **session("paced")))
+    deltas = [e.text for e in events if isinstance(e, LlmTextDelta)]
+    assert len(deltas) >= 4  # 25 ms apart: more than the 10 ms coalescing window
+    assert "".join(deltas) == "one two three four five six"
+
+
+def test_parallel_tool_calls_reassemble_from_one_char_fragments(
+    harness: Harness, server: MockLlmServer
+) -> None:
+    sid = session("tools")
+    harness.events(harness.request(http_model(server), **sid))
+    rid = harness.request(http_model(server), **sid)
+    events = harness.events(rid)
+    done = events[-1]
+    assert isinstance(done, LlmCompleted)
+    calls = done.message.tool_calls
+    assert [c.name for c in calls] == ["shell", "read_file", "grep"]
+    assert [dict(c.arguments) for c in calls] == [
+        dict(t.arguments) for t in SCRIPT.replies[1].tool_calls
+    ]
+    assert len({c.id for c in calls}) == 3
+    fragments = [e for e in events if isinstance(e, LlmToolCallDelta) and e.arguments_delta]
+    assert all(len(f.arguments_delta) == 1 for f in fragments)
+    assert done.finish_reason == "tool_calls"
+
+
+def test_forced_tool_choice_and_usage_option_reach_the_wire(
+    harness: Harness, server: MockLlmServer
+) -> None:
+    tool = ToolDefinition(name="resolve", description="d", parameters={"type": "object"})
+    rid = harness.request(
+        http_model(server),
+        tools=(tool,),
+        tool_choice=NamedToolChoice(name="resolve"),
+        purpose="main",
+        **session("wire"),
+    )
+    assert isinstance(harness.events(rid)[-1], LlmCompleted)
+    (recorded,) = [r for r in server.requests() if r.request_id == rid]
+    body = recorded.body
+    assert isinstance(body, dict)
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "resolve"}}
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["tools"][0]["function"]["name"] == "resolve"
+    assert recorded.purpose == "main"
+    assert recorded.headers["authorization"] == "Bearer test-key"
+
+
+def test_non_streaming_request(harness: Harness, server: MockLlmServer) -> None:
+    rid = harness.request(http_model(server), stream=False, **session("nostream"))
+    events = harness.events(rid)
+    assert len(events) == 1
+    assert isinstance(events[0], LlmCompleted)
+    assert events[0].message.text == SCRIPT.replies[0].text
+
+
+# -- faults --
+
+
+def test_server_error_is_retried_then_succeeds(harness: Harness, server: MockLlmServer) -> None:
+    sid = session("retry")
+    server.queue_fault("500", count=1, session=sid["session_id"])
+    events = harness.events(harness.request(http_model(server), **sid))
+    retries = [e for e in events if isinstance(e, LlmRetrying)]
+    assert len(retries) == 1 and "server" in retries[0].reason
+    assert isinstance(events[-1], LlmCompleted)
+    assert events[-1].attempts == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        ("500", "server"),
+        ("malformed", "protocol"),
+        ("truncated", "protocol"),
+        ("bad_tool_args", "protocol"),
+        ("cut", "connection"),
+    ],
+)
+def test_persistent_retryable_faults_end_as_typed_errors(
+    harness: Harness, server: MockLlmServer, fault: str, kind: str
+) -> None:
+    sid = session(fault)
+    if fault == "bad_tool_args":  # needs a reply with tool calls
+        server.set_script(ScriptFile(replies=(SCRIPT.replies[1],) * 5))
+    server.queue_fault(fault, count=10, session=sid["session_id"])  # type: ignore[arg-type]
+    events = harness.events(harness.request(http_model(server), **sid))
+    failed = events[-1]
+    assert isinstance(failed, LlmFailed)
+    assert failed.error.kind == kind
+    assert failed.attempts == 3  # the first try and max_retries=2 retries
+    assert sum(isinstance(e, LlmRetrying) for e in events) == 2
+    if fault == "bad_tool_args":
+        assert "arguments" in failed.error.message
+
+
+@pytest.mark.parametrize(("fault", "kind"), [("401", "auth"), ("400", "bad_request")])
+def test_non_retryable_faults_fail_at_once(
+    harness: Harness, server: MockLlmServer, fault: str, kind: str
+) -> None:
+    sid = session(fault)
+    server.queue_fault(fault, count=1, session=sid["session_id"])  # type: ignore[arg-type]
+    events = harness.events(harness.request(http_model(server), **sid))
+    assert len(events) == 1
+    failed = events[0]
+    assert isinstance(failed, LlmFailed)
+    assert failed.error.kind == kind and not failed.error.retryable
+    assert failed.error.status == int(fault)
+    assert failed.error.provider_message  # the provider's own words are kept
+
+
+def test_rate_limit_honours_retry_after(harness: Harness, server: MockLlmServer) -> None:
+    sid = session("429")
+    server.queue_fault("429", count=1, retry_after=0.2, session=sid["session_id"])
+    events = harness.events(harness.request(http_model(server), **sid))
+    (retry,) = [e for e in events if isinstance(e, LlmRetrying)]
+    assert retry.delay_s == pytest.approx(0.2)
+    assert "rate_limit" in retry.reason
+    assert isinstance(events[-1], LlmCompleted)
+
+
+def test_rejected_forced_tool_choice_is_a_bad_request_naming_the_param(
+    harness: Harness, server: MockLlmServer
+) -> None:
+    sid = session("reject")
+    server.queue_fault("reject_tool_choice", count=1, session=sid["session_id"])
+    tool = ToolDefinition(name="resolve", description="d", parameters={"type": "object"})
+    events = harness.events(
+        harness.request(
+            http_model(server), tools=(tool,), tool_choice=NamedToolChoice(name="resolve"), **sid
+        )
+    )
+    failed = events[-1]
+    assert isinstance(failed, LlmFailed)
+    assert failed.error.kind == "bad_request" and failed.error.param == "tool_choice"
+
+
+def test_stall_hits_the_idle_timeout(harness: Harness, server: MockLlmServer) -> None:
+    sid = session("stall")
+    server.queue_fault("stall", count=5, stall_s=10, session=sid["session_id"])
+    model = http_model(
+        server,
+        timeouts=Timeouts(connect=2, first_byte=0.3, idle=0.3),
+        retry=RetryPolicy(max_retries=0),
+    )
+    failed = harness.events(harness.request(model, **sid))[-1]
+    assert isinstance(failed, LlmFailed)
+    assert failed.error.kind == "timeout"
+
+
+def test_unreachable_endpoint_is_a_connection_error(harness: Harness) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = OpenAICompatible(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="k", retry=RetryPolicy(max_retries=0)
+    )
+    failed = harness.events(harness.request(model))[-1]
+    assert isinstance(failed, LlmFailed)
+    assert failed.error.kind == "connection"
+
+
+# -- cancellation --
+
+
+def test_cancel_mid_stream_closes_the_connection_with_one_cancelled_event(
+    harness: Harness, server: MockLlmServer
+) -> None:
+    slow = ScriptFile(replies=(ScriptReply(text=" ".join(["word"] * 200), tokens_per_s=20),))
+    server.set_script(slow)
+    sid = session("cancel")
+    rid = harness.request(http_model(server), **sid)
+    first = harness.inbox.get(timeout=WAIT)
+    while getattr(first, "request_id", None) != rid:
+        first = harness.inbox.get(timeout=WAIT)
+    assert isinstance(first, LlmTextDelta)
+    harness.gateway.tell(CancelLlmRequest(request_id=rid, reason="user typed"))
+    events = harness.events(rid)
+    cancelled = [e for e in events if isinstance(e, LlmCancelled)]
+    assert len(cancelled) == 1 and cancelled[0].reason == "user typed"
+    assert not any(isinstance(e, LlmCompleted | LlmFailed) for e in events)
+    assert harness.quiet(rid) == []  # nothing after the cancelled event
+    server.wait_for_stats(lambda s: rid in s.disconnected_request_ids, timeout_s=WAIT)
+
+
+def test_cancel_after_completion_is_a_no_op(harness: Harness, server: MockLlmServer) -> None:
+    rid = harness.request(http_model(server), **session("late"))
+    assert isinstance(harness.events(rid)[-1], LlmCompleted)
+    harness.gateway.tell(CancelLlmRequest(request_id=rid))
+    assert harness.quiet(rid) == []
+
+
+# -- offline models --
+
+
+def test_scripted_model_matches_purpose_and_contains_per_session(harness: Harness) -> None:
+    model = ScriptedModel(
+        [
+            {"when": {"purpose": "suggestion"}, "text": '{"suggestion": "run the tests"}'},
+            {"when": {"contains": "failing"}, "text": "Fixing the failing test."},
+            {"text": "Hello!"},
+        ]
+    )
+    first = harness.events(harness.request(model, session_id="a"))[-1]
+    suggestion = harness.events(harness.request(model, session_id="a", purpose="suggestion"))[-1]
+    fixing = harness.events(
+        harness.request(model, session_id="a", messages=(UserMessage(text="one failing test"),))
+    )[-1]
+    exhausted = harness.events(harness.request(model, session_id="a"))[-1]
+    other_session = harness.events(harness.request(model, session_id="b"))[-1]
+    assert first.message.text == "Hello!"
+    assert suggestion.message.text == '{"suggestion": "run the tests"}'
+    assert fixing.message.text == "Fixing the failing test."
+    assert exhausted.message.text == "(no scripted reply)"
+    assert other_session.message.text == "Hello!"
+
+
+def test_scripted_model_streams_tool_calls_with_generated_ids(harness: Harness) -> None:
+    model = ScriptedModel([SCRIPT.replies[1]], arg_chunk_size=3)
+    events = harness.events(harness.request(model))
+    done = events[-1]
+    assert [c.name for c in done.message.tool_calls] == ["shell", "read_file", "grep"]
+    assert all(c.id.startswith("call_") for c in done.message.tool_calls)
+    pieces: dict[int, str] = {}
+    for e in events:
+        if isinstance(e, LlmToolCallDelta):
+            pieces[e.index] = pieces.get(e.index, "") + e.arguments_delta
+    assert [json.loads(pieces[i]) for i in range(3)] == [
+        dict(c.arguments) for c in done.message.tool_calls
+    ]
+
+
+def test_scripted_model_from_file(tmp_path: Any, harness: Harness) -> None:
+    path = tmp_path / "script.json"
+    path.write_text(SCRIPT.to_json())
+    model = ScriptedModel.from_file(path)
+    assert harness.events(harness.request(model))[-1].message.text == SCRIPT.replies[0].text
+
+
+def test_function_model_sees_each_request_and_can_fail_typed(harness: Harness) -> None:
+    seen: list[LlmRequest] = []
+
+    def decide(request: LlmRequest) -> Any:
+        seen.append(request)
+        if request.purpose == "speculation":
+            raise llm_error("rate_limit", "slow down", retryable=False)
+        return {"text": f"you said {request.messages[-1].text}", "tool_calls": []}
+
+    model = FunctionModel(decide)
+    tool = ToolDefinition(name="t", description="d", parameters={"type": "object"})
+    ok = harness.events(harness.request(model, tools=(tool,), tool_choice="required"))[-1]
+    failed = harness.events(harness.request(model, purpose="speculation"))[-1]
+    assert ok.message.text == "you said hello"
+    assert isinstance(failed, LlmFailed) and failed.error.kind == "rate_limit"
+    assert seen[0].tools == (tool,) and seen[0].tool_choice == "required"
+    assert seen[1].purpose == "speculation"
+
+
+def test_gateway_rejects_a_request_without_a_model(harness: Harness) -> None:
+    with pytest.raises(ValueError, match="model"):
+        harness.gateway.ask(
+            LlmRequest(request_id="x", session_id="s", messages=(), reply_to=harness.sink),
+            timeout=WAIT,
+        )
+
+
+# -- pure parts --
+
+
+def _chunks_for(arguments: list[str], cuts: list[list[int]]) -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = []
+    for index, (text, points) in enumerate(zip(arguments, cuts, strict=True)):
+        chunks.append(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": index,
+                                    "id": f"call_{index}",
+                                    "type": "function",
+                                    "function": {"name": f"tool{index}", "arguments": ""},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            }
+        )
+        bounds = [0, *sorted(set(points)), len(text)]
+        for a, b in itertools.pairwise(bounds):
+            if a == b:
+                continue
+            chunks.append(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {"index": index, "function": {"arguments": text[a:b]}}
+                                ]
+                            },
+                        }
+                    ]
+                }
+            )
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return chunks
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(), max_size=12),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    args=st.lists(
+        st.dictionaries(st.text(max_size=8), json_values, max_size=4), min_size=1, max_size=3
+    ),
+    data=st.data(),
+)
+def test_tool_arguments_reassemble_whatever_the_split(
+    args: list[dict[str, Any]], data: Any
+) -> None:
+    """Arguments cut at any character offsets (inside escapes too) reassemble exactly."""
+    texts = [json.dumps(a) for a in args]  # ASCII escapes: cuts land inside \\uXXXX too
+    cuts = [data.draw(st.lists(st.integers(0, len(t)), max_size=len(t))) for t in texts]
+    chunks = _chunks_for(texts, cuts)
+    interleave = data.draw(st.booleans())
+    if interleave:  # fragments of different calls interleaved (keeping each call's order)
+        rng = random.Random(data.draw(st.integers()))
+        per_call: dict[int, list[dict[str, Any]]] = {}
+        for c in chunks[:-1]:
+            per_call.setdefault(c["choices"][0]["delta"]["tool_calls"][0]["index"], []).append(c)
+        mixed = []
+        while any(per_call.values()):
+            key = rng.choice([k for k, v in per_call.items() if v])
+            mixed.append(per_call[key].pop(0))
+        chunks = [*mixed, chunks[-1]]
+    assembler = StreamAssembler("r")
+    for chunk in chunks:
+        assembler.feed(chunk)
+    message, _usage, reason = assembler.finish(saw_done=True)
+    assert [dict(c.arguments) for c in message.tool_calls] == args
+    assert reason == "tool_calls"
+
+
+def test_assembler_rejects_truncated_and_broken_streams() -> None:
+    assembler = StreamAssembler("r")
+    assembler.feed({"choices": [{"index": 0, "delta": {"content": "half"}}]})
+    with pytest.raises(LlmException) as info:
+        assembler.finish(saw_done=False)
+    assert info.value.error.kind == "protocol"
+    broken = StreamAssembler("r")
+    broken.feed(_chunks_for(['{"a": 1'], [[]])[0])
+    broken.feed(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1'}}]},
+                }
+            ]
+        }
+    )
+    with pytest.raises(LlmException, match="never formed valid JSON"):
+        broken.finish(saw_done=True)
+    with pytest.raises(LlmException):
+        StreamAssembler("r").feed(["not", "an", "object"])
+
+
+def test_request_body_is_deterministic_and_complete() -> None:
+    items = (
+        SystemMessage(text="be brief"),
+        UserMessage(text="hi"),
+        AssistantMessage(
+            text="", tool_calls=(ToolCall(id="c1", name="t", arguments={"b": 1, "a": "é"}),)
+        ),
+        ToolResult(call_id="c1", name="t", output="ok"),
+    )
+    request = LlmRequest(
+        request_id="r", session_id="s", messages=items, max_tokens=50, json_response=True
+    )
+    first = json.dumps(request_body(request, "m"), ensure_ascii=False, separators=(",", ":"))
+    second = json.dumps(request_body(request, "m"), ensure_ascii=False, separators=(",", ":"))
+    assert first == second
+    wire = to_openai_messages(items)
+    assert wire[2]["content"] is None
+    assert wire[2]["tool_calls"][0]["function"]["arguments"] == '{"b":1,"a":"é"}'
+    assert wire[3] == {"role": "tool", "tool_call_id": "c1", "content": "ok"}
+    body = request_body(request, "m")
+    assert body["max_tokens"] == 50 and body["response_format"] == {"type": "json_object"}
+
+
+def test_retry_delay_policy() -> None:
+    rng = random.Random(1)
+    policy = RetryPolicy(
+        max_retries=2, initial_backoff=1.0, max_backoff=4.0, jitter=0.0, max_total_wait=10
+    )
+    err = LlmError(kind="server", message="x", retryable=True)
+    assert retry_delay(policy, err, 1, 0.0, rng) == 1.0
+    assert retry_delay(policy, err, 2, 0.0, rng) == 2.0
+    assert retry_delay(policy, err, 3, 0.0, rng) is None  # out of retries
+    assert retry_delay(policy, err, 1, 9.5, rng) is None  # out of total wait budget
+    honoured = LlmError(kind="rate_limit", message="x", retryable=True, retry_after_s=3.0)
+    assert retry_delay(policy, honoured, 1, 0.0, rng) == 3.0
+    assert retry_delay(policy, LlmError(kind="auth", message="x"), 1, 0.0, rng) is None
+
+
+def test_retry_budget_bounds_retries() -> None:
+    budget = RetryBudget(initial=2, per_request=0.5, cap=3)
+    assert budget.spend() and budget.spend()
+    assert not budget.spend()
+    budget.earn()
+    budget.earn()
+    assert budget.spend()

@@ -1,15 +1,26 @@
-"""The Runtime: one actor system and the root of its supervision tree.
+"""The Runtime: one actor system, its supervision tree, and the session API.
 
-``Runtime`` is what applications hold. It owns an
-:class:`~actors.core.system.ActorSystem` (dispatcher, timer, blocking lane,
-registry) and the root :class:`~supervision.supervisor.Supervisor`; closing it
-shuts the tree down in reverse start order and then stops every runtime thread,
-so nothing outlives it.
+``Runtime`` owns an :class:`~actors.core.system.ActorSystem` (dispatcher,
+timer, blocking lane, registry), the root supervisor, the shared actors every
+session uses (tool pool, LLM gateway) with the threads behind them, and a
+supervisor per open session. Closing it shuts the tree down in reverse start
+order and then stops every runtime thread, so nothing outlives it::
+
+    root (one_for_one)
+    ├── tool_pool        ToolPool      (threads: ThreadRunner, owned here)
+    ├── llm_gateway      LlmGateway    (thread: LlmLoop, owned here)
+    └── sessions         Supervisor    (one_for_one)
+        └── session:<id> Supervisor    (one_for_one)
+            └── worker   Worker
 """
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -18,15 +29,37 @@ from pykka import ActorRef
 
 from actors.core.logs import configure_logging
 from actors.core.system import ActorSystem
-from messages.runtime import ChildSpec, GetChild, StartChild, Strategy, TreeSnapshot, WhichChildren
+from actors.llm.gateway import LlmGateway
+from actors.llm.loop import LlmLoop
+from actors.tools.base import Tool, ToolRegistry, ToolServices
+from actors.tools.builtin import builtin_tools
+from actors.tools.fs import WorkspaceFs
+from actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
+from actors.tools.runner import ThreadRunner
+from actors.worker.hooks import Hooks
+from actors.worker.interceptor import Interceptor
+from actors.worker.state import SessionState
+from actors.worker.worker import Worker, WorkerConfig
+from messages.llm import Purpose
+from messages.runtime import (
+    ChildSpec,
+    GetChild,
+    RestartType,
+    StartChild,
+    StopChild,
+    Strategy,
+    TreeSnapshot,
+    WhichChildren,
+)
 from supervision.handle import Handle
+from supervision.session import Session
 from supervision.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
 
 class Runtime:
-    """An actor system plus a supervision tree, used as a context manager."""
+    """An actor system, a supervision tree and the sessions on it."""
 
     def __init__(
         self,
@@ -37,6 +70,8 @@ class Runtime:
         blocking_threads: int = 16,
         max_restarts: int = 10,
         restart_period: float = 10.0,
+        max_running_tools: int = DEFAULT_MAX_RUNNING,
+        tools_per_session: int = DEFAULT_PER_SESSION,
         log_level: str | None = None,
         log_json: bool | None = None,
     ) -> None:
@@ -48,15 +83,37 @@ class Runtime:
             throughput=throughput,
             blocking_threads=blocking_threads,
         )
+        self.runner = ThreadRunner(name=f"{name}-tool")
+        self.llm_loop = LlmLoop(name=f"{name}-llm")
+        self._sessions: dict[str, Session] = {}
+        self._closed = False
         with self.system.activated():
             self.root: ActorRef[Supervisor] = Supervisor.start(
                 "root",
                 strategy=Strategy.ONE_FOR_ONE,
                 max_restarts=max_restarts,
                 period=restart_period,
-                registry_name="root",
+                registry_name=f"{name}:root",
             )
-        self._closed = False
+        self.tool_pool = self.start_child(
+            ChildSpec(
+                id="tool_pool",
+                start=lambda: ToolPool.start(
+                    runner=self.runner, max_running=max_running_tools, per_session=tools_per_session
+                ),
+            )
+        )
+        self.llm_gateway = self.start_child(
+            ChildSpec(id="llm_gateway", start=lambda: LlmGateway.start(self.llm_loop))
+        )
+        self.sessions_supervisor = self.start_child(
+            ChildSpec(
+                id="sessions",
+                kind="supervisor",
+                shutdown_timeout=60.0,
+                start=lambda: Supervisor.start("sessions", max_restarts=1000, period=10.0),
+            )
+        )
 
     # -- context manager ----------------------------------------------------
 
@@ -89,6 +146,110 @@ class Runtime:
         snapshot: TreeSnapshot = self.root.ask(WhichChildren(), block=True, timeout=timeout)
         return snapshot
 
+    # -- sessions ----------------------------------------------------------------
+
+    def open_session(
+        self,
+        *,
+        workspace: str | os.PathLike[str],
+        model: Any,
+        session_id: str | None = None,
+        system_prompt: str | None = None,
+        tools: Iterable[Tool[Any]] = (),
+        builtin: bool = True,
+        hooks: Hooks | None = None,
+        interceptor: Interceptor | None = None,
+        model_name: str = "",
+        max_turns: int = 50,
+        call_timeout: float = 120.0,
+        tool_concurrency: int | None = None,
+        purpose: Purpose = "main",
+    ) -> Session:
+        """Open a session on ``workspace`` talking to ``model``.
+
+        ``model`` is a :class:`~actors.llm.ScriptedModel`, a
+        :class:`~actors.llm.FunctionModel` or an
+        :class:`~actors.llm.OpenAICompatible` endpoint configuration.
+        """
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        sid = session_id or uuid.uuid4().hex[:12]
+        if sid in self._sessions:
+            raise ValueError(f"session {sid!r} is already open")
+        fs = WorkspaceFs(Path(workspace))
+        registry = ToolRegistry([*(builtin_tools() if builtin else []), *tools])
+        hooks = hooks or Hooks()
+        state = SessionState()
+        config = WorkerConfig(
+            session_id=sid,
+            model=model,
+            gateway=self.llm_gateway,
+            tool_pool=self.tool_pool,
+            fs=fs,
+            tools=registry,
+            hooks=hooks,
+            interceptor=interceptor or Interceptor(),
+            state=state,
+            services=ToolServices(),
+            model_name=model_name or getattr(model, "name", ""),
+            system_prompt=system_prompt,
+            purpose=purpose,
+            max_turns=max_turns,
+            call_timeout=call_timeout,
+            tool_concurrency=tool_concurrency,
+        )
+        supervisor_id = f"session:{sid}"
+        session_sup: Handle[Supervisor] = self.sessions_supervisor.ask(
+            StartChild(
+                spec=ChildSpec(
+                    id=supervisor_id,
+                    kind="supervisor",
+                    restart=RestartType.TEMPORARY,
+                    shutdown_timeout=30.0,
+                    start=lambda: Supervisor.start(
+                        supervisor_id,
+                        session_id=sid,
+                        max_restarts=5,
+                        period=30.0,
+                        children=[ChildSpec(id="worker", start=lambda: Worker.start(config))],
+                    ),
+                )
+            ),
+            timeout=30,
+        )
+        worker = self._wait_child(session_sup, "worker")
+        session = Session(self, sid, worker=worker, hooks=hooks, state=state)
+        self._sessions[sid] = session
+        return session
+
+    def _wait_child(self, supervisor: Handle[Supervisor], child_id: str) -> Handle[Any]:
+        deadline = time.monotonic() + 30
+        while True:
+            handle: Handle[Any] | None = supervisor.ask(GetChild(child_id=child_id), timeout=10)
+            if handle is not None:
+                return handle
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{child_id} did not start")
+            time.sleep(0.001)
+
+    def session(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    @property
+    def open_sessions(self) -> list[str]:
+        return list(self._sessions)
+
+    def _close_session(self, session_id: str, *, timeout: float = 30.0) -> None:
+        self._sessions.pop(session_id, None)
+        if self._closed:
+            return
+        try:
+            self.sessions_supervisor.ask(
+                StopChild(child_id=f"session:{session_id}"), timeout=timeout
+            )
+        except Exception as exc:
+            log.warning("session_close_incomplete", session=session_id, error=repr(exc))
+
     # -- shutdown ---------------------------------------------------------------
 
     @property
@@ -102,6 +263,9 @@ class Runtime:
         """
         if self._closed:
             return True
+        for session in list(self._sessions.values()):
+            session._closed = True
+            session._events.close()
         self._closed = True
         deadline = time.monotonic() + timeout
         clean = True
@@ -111,4 +275,7 @@ class Runtime:
             clean = False
             log.warning("runtime_tree_shutdown_incomplete", error=repr(exc))
         clean = self.system.shutdown(max(0.5, deadline - time.monotonic())) and clean
+        clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
+        clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
+        self._sessions.clear()
         return clean

@@ -26,7 +26,14 @@ from actors.llm.mock_server import (
     generated_text,
     main,
 )
-from actors.llm.script import NO_REPLY_TEXT, ScriptFile, ScriptReply, ScriptToolCall, ScriptWhen
+from actors.llm.script import (
+    NO_REPLY_TEXT,
+    ScriptFile,
+    ScriptReply,
+    ScriptToolCall,
+    ScriptWhen,
+    arguments_json,
+)
 
 FIXTURE = Path(__file__).parent / "data" / "mock_script_basic.json"
 
@@ -181,7 +188,7 @@ def test_tool_call_arguments_arrive_split_and_reassemble(
     assert calls[0]["id"].startswith("call_") and calls[0]["id"] != calls[2]["id"]
     assert all(c["type"] == "function" for c in calls.values())
     # Split into many fragments of at most 3 characters.
-    assert answer["fragments"][0] >= len(json.dumps(shell_args)) // 3
+    assert answer["fragments"][0] == -(-len(arguments_json(shell_args)) // 3)
     for chunk in chunks:
         for tc in chunk["choices"][0]["delta"].get("tool_calls") or []:
             assert len(tc["function"]["arguments"]) <= 3
@@ -301,7 +308,7 @@ def test_purpose_and_contains_matching_over_http(mock: MockLlmServer, client: ht
     assert answer["text"] == "Running them."
     assert json.loads(answer["calls"][0]["arguments"]) == {"command": "pytest -q"}
     # contains looks at the last tool result (list-of-parts content works too).
-    tool_turn = [
+    tool_turn: list[dict[str, Any]] = [
         {"role": "user", "content": "please run the tests"},
         {"role": "assistant", "content": None, "tool_calls": []},
         {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "12 passed"}]},
@@ -553,6 +560,19 @@ def test_client_disconnect_mid_stream_is_recorded(
     assert record.request_id == "req-42"
 
 
+def test_client_leaving_a_slow_non_streaming_request_is_recorded(mock: MockLlmServer) -> None:
+    headers = {"X-Mock-TTFT-Ms": "60000", "X-Fore-Request-Id": "slow-1"}
+    with (
+        httpx.Client(timeout=httpx.Timeout(10.0, read=0.2)) as impatient,
+        pytest.raises(httpx.ReadTimeout),
+    ):
+        impatient.post(url(mock), json=chat_body(stream=False), headers=headers)
+    stats = mock.wait_for_stats(lambda s: s.disconnects == 1 and s.in_flight == 0, timeout_s=10)
+    assert stats.disconnected_request_ids == ("slow-1",)
+    assert stats.completions == 0
+    assert mock.requests()[0].outcome == "disconnected"
+
+
 def test_recorded_requests_show_exactly_what_was_sent(
     mock: MockLlmServer, client: httpx.Client
 ) -> None:
@@ -650,14 +670,18 @@ def test_many_concurrent_streams_and_disconnects(mock: MockLlmServer) -> None:
 
     async def scenario() -> tuple[int, MockStats]:
         limits = httpx.Limits(max_connections=n, max_keepalive_connections=0)
-        timeout = httpx.Timeout(30.0)
+        timeout = httpx.Timeout(90.0)  # generous: slow CI, debug-mode asyncio
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as aclient:
             opened = 0
             stop = asyncio.Event()
 
             async def one(i: int) -> None:
                 nonlocal opened
-                headers = {"X-Mock-Fault": "stall", "X-Fore-Session": f"s{i}"}
+                headers = {
+                    "X-Mock-Fault": "stall",
+                    "X-Mock-Stall-S": "600",
+                    "X-Fore-Session": f"s{i}",
+                }
                 async with aclient.stream(
                     "POST", url(mock), json=chat_body(), headers=headers
                 ) as r:
@@ -666,11 +690,11 @@ def test_many_concurrent_streams_and_disconnects(mock: MockLlmServer) -> None:
                     await stop.wait()
 
             tasks = [asyncio.create_task(one(i)) for i in range(n)]
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 90
             while mock.stats().in_flight < n and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             # The control endpoint answers while 1,000 streams are open.
-            async with httpx.AsyncClient(timeout=5.0) as control:
+            async with httpx.AsyncClient(timeout=30.0) as control:
                 response = await control.get(mock.root_url + "/mock/stats")
             during = MockStats.model_validate_json(response.content)
             stop.set()
@@ -680,7 +704,7 @@ def test_many_concurrent_streams_and_disconnects(mock: MockLlmServer) -> None:
     opened, during = asyncio.run(scenario())
     assert opened == n
     assert during.in_flight == n
-    stats = mock.wait_for_stats(lambda s: s.disconnects == n and s.in_flight == 0, timeout_s=30)
+    stats = mock.wait_for_stats(lambda s: s.disconnects == n and s.in_flight == 0, timeout_s=90)
     assert stats.max_in_flight == n
     assert stats.faults_by_kind == {"stall": n}
 

@@ -6,6 +6,7 @@ import json
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -223,7 +224,7 @@ def test_concurrent_consumption_uses_each_reply_exactly_once() -> None:
 def test_last_user_or_tool_text() -> None:
     assert last_user_or_tool_text([]) == ""
     assert last_user_or_tool_text([{"role": "system", "content": "sys"}]) == ""
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "first"},
         {"role": "assistant", "content": "ignored", "tool_calls": []},
@@ -262,6 +263,7 @@ def test_split_fragments() -> None:
 def test_arguments_json_is_the_wire_form() -> None:
     args = {"command": 'echo "é"', "n": 1}
     assert json.loads(arguments_json(args)) == args
+    assert arguments_json(args) == '{"command":"echo \\"é\\"","n":1}'
 
 
 def test_tokenize_is_word_ish() -> None:

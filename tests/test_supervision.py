@@ -338,8 +338,10 @@ def test_tree_snapshot_is_typed_and_nested(runtime: Runtime) -> None:
     runtime.start_child(spec("top", journal))
     tree = runtime.tree()
     assert tree.id == "root"
-    assert [c.id for c in tree.children] == ["outer", "top"]
-    outer = tree.children[0]
+    ids = [c.id for c in tree.children]
+    assert ids[:3] == ["tool_pool", "llm_gateway", "sessions"]  # the runtime's own services
+    assert ids[3:] == ["outer", "top"]
+    outer = tree.children[3]
     assert outer.kind == "supervisor"
     assert outer.children[0].id == "x"
     assert outer.children[0].status is ChildStatus.RUNNING

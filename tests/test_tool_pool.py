@@ -516,7 +516,7 @@ def test_runner_crash_mid_batch_gives_every_call_a_result_and_restarts(
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
-    pool = runtime.start_child(ChildSpec(id="tool_pool", start=CrashablePool.start))
+    pool = runtime.start_child(ChildSpec(id="crashable_pool", start=CrashablePool.start))
     first_urn = pool.actor_urn
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)

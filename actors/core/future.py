@@ -51,8 +51,11 @@ class PooledFuture(ThreadingFuture[T]):
                 value: T = super().get(timeout=remaining)
                 return value
             except Timeout:
-                if self.done():  # the answer itself is a Timeout: pass it on
-                    raise
+                if self.done():
+                    # Answered after all (just at the deadline), or the answer
+                    # itself is a Timeout: return or raise the real answer.
+                    answer: T = super().get(timeout=0)
+                    return answer
                 msg = "ask not answered before its deadline"
                 raise AskTimeout(msg) from None
         result: T = super().get(timeout=timeout)

@@ -34,7 +34,16 @@ _CLOSED = 1
 class Mailbox:
     """Per-actor FIFO mailbox with a control lane that overtakes ordinary mail."""
 
-    __slots__ = ("_control", "_dispatcher", "_lock", "_normal", "_owner", "_scheduled", "_state")
+    __slots__ = (
+        "_control",
+        "_dispatcher",
+        "_lock",
+        "_normal",
+        "_owner",
+        "_scheduled",
+        "_started",
+        "_state",
+    )
 
     def __init__(self) -> None:
         self._lock = Lock()
@@ -42,6 +51,7 @@ class Mailbox:
         self._control: deque[Envelope[Any]] | None = None  # allocated on first use
         self._state = _OPEN
         self._scheduled = False
+        self._started = False  # mail before the start signal waits, unscheduled
         self._owner: PooledActor | None = None
         self._dispatcher: Dispatcher | None = None
 
@@ -71,7 +81,7 @@ class Mailbox:
                     self._control.append(envelope)
                 else:
                     self._normal.append(envelope)
-                if self._scheduled:
+                if self._scheduled or not self._started:
                     return
                 self._scheduled = True
         if rejected:
@@ -96,7 +106,7 @@ class Mailbox:
                 self._control.append(envelope)
             else:
                 self._normal.append(envelope)
-            if self._scheduled:
+            if self._scheduled or not self._started:
                 return True
             self._scheduled = True
         assert self._dispatcher is not None
@@ -104,11 +114,17 @@ class Mailbox:
         return True
 
     def put_first(self, envelope: Envelope[Any]) -> None:
-        """Enqueue ahead of everything (used for the actor's start signal)."""
+        """Enqueue the start signal ahead of everything, and start scheduling.
+
+        Mail sent before this (from the actor's ``__init__``, or by a thread
+        that found it in the registry) waits until the actor has started, so
+        ``on_start`` always runs first.
+        """
         with self._lock:
             if self._control is None:
                 self._control = deque()
             self._control.appendleft(envelope)
+            self._started = True
             if self._scheduled:
                 return
             self._scheduled = True

@@ -447,12 +447,13 @@ class PooledActor(pykka.Actor):
         exc_info: tuple[type[BaseException], BaseException, TracebackType | None]
         | tuple[None, None, None],
     ) -> None:
-        self._handle_failure(*exc_info)
         try:
+            self._handle_failure(*exc_info)
             self.on_failure(*exc_info)
-        except Exception:
+        except BaseException:  # even SystemExit from on_failure must not skip the exit
             self.log.exception("on_failure_raised")
-        self._fore_exit(failed=True, error=exc_info[1])
+        finally:
+            self._fore_exit(failed=True, error=exc_info[1])
 
     def _handle_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -469,9 +470,10 @@ class PooledActor(pykka.Actor):
         self.actor_stopped.set()
         try:
             self.on_stop()
-        except Exception:
+        except BaseException:
             self.log.exception("on_stop_raised")
-        self._fore_exit(failed=False, error=None)
+        finally:
+            self._fore_exit(failed=False, error=None)
 
     def _handle_failure(
         self,

@@ -557,7 +557,9 @@ class MockLlmApp:
     thread: state is guarded by one lock, held only for short bookkeeping.
     """
 
-    def __init__(self, script: ScriptFile | None = None, settings: MockSettings | None = None):
+    def __init__(
+        self, script: ScriptFile | None = None, settings: MockSettings | None = None
+    ) -> None:
         self.settings = settings or MockSettings()
         self._lock = threading.Lock()
         self._script = script

@@ -37,7 +37,7 @@ from actors.llm.script import (
     stream_plan,
 )
 from actors.llm.wire import StreamAssembler, arguments_text, complete_from_body, request_body
-from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
+from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage, item_text
 from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 
 Emit = Callable[[Any], None]
@@ -283,10 +283,8 @@ async def stream_reply(
         calls.append(ToolCall(id=call_id, name=scripted.name, arguments=dict(scripted.arguments)))
     if not plan.chunks and not reply.tool_calls and plan.first_token_delay_s > 0:
         await asyncio.sleep(plan.first_token_delay_s)
-    prompt = sum(
-        estimate_tokens(getattr(i, "text", "") or getattr(i, "output", ""))
-        for i in request.messages
-    )
+    chars = sum(len(item_text(item)) for item in request.messages)
+    prompt = (chars + 3) // 4
     completion = len(plan.chunks) + sum(
         estimate_tokens(arguments_text(c.arguments)) for c in reply.tool_calls
     )

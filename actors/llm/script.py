@@ -292,10 +292,11 @@ def new_tool_call_id() -> str:
 def arguments_json(arguments: Mapping[str, Any]) -> str:
     """The wire form of tool-call arguments (what ``function.arguments`` carries).
 
-    One serialisation for both the server and the in-process model, so the
-    fragments of a tool call are the same whichever of the two produced them.
+    Compact (no spaces after ``,`` / ``:``, as OpenAI sends it) and not
+    ASCII-escaped. One serialisation for both the server and the in-process
+    model, so the fragments of a tool call are the same whichever produced them.
     """
-    return json.dumps(arguments, ensure_ascii=False)
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
 
 
 def split_fragments(text: str, size: int) -> tuple[str, ...]:

@@ -162,7 +162,7 @@ class ToolRegistry:
     registry it started with and sessions never share mutable state.
     """
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_definitions", "_tools")
 
     def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
         table: dict[str, Tool[Any]] = {}
@@ -171,6 +171,9 @@ class ToolRegistry:
                 raise ValueError(f"duplicate tool name {tool.name!r}")
             table[tool.name] = tool
         self._tools = table
+        # Building a JSON schema costs ~1 ms per tool; a registry never changes,
+        # so each tool's definition is built once, not on every LLM request.
+        self._definitions: dict[str, ToolDefinition] | None = None
 
     def with_tool(self, tool: Tool[Any]) -> ToolRegistry:
         return ToolRegistry([*self._tools.values(), tool])
@@ -194,8 +197,10 @@ class ToolRegistry:
         return list(self._tools)
 
     def definitions(self, *, exclude: Iterable[str] = ()) -> tuple[ToolDefinition, ...]:
+        if self._definitions is None:
+            self._definitions = {name: t.definition() for name, t in self._tools.items()}
         skip = set(exclude)
-        return tuple(t.definition() for t in self._tools.values() if t.name not in skip)
+        return tuple(d for name, d in self._definitions.items() if name not in skip)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,745 @@
+"""The shell read-only classifier: may a speculative shell command run?
+
+A speculation runs tool calls the user has not approved, against the real
+working tree. A shell command may run there only if it provably cannot change
+anything, so this module fails closed: a command is ``"read-only"`` only when
+every part of it is understood and harmless; a parse error, a construct the
+walker does not know, a run-time expansion where the argument matters, or any
+other doubt makes it ``"unknown"``, which the gate treats like ``"write"``.
+
+The command is parsed with tree-sitter's bash grammar and the tree is walked:
+lists, pipelines, subshells and groups take the worst of their parts; simple
+commands are judged by :mod:`actors.gate.shell_rules`; redirections, command
+and process substitutions, here-documents and parameter expansions are checked
+wherever they appear (arguments, assignments, redirect targets, here-doc
+bodies, inside double quotes). Because tree-sitter is not bash, the walker also
+refuses input on which the two could disagree: control characters, unusual
+whitespace, characters inside a word that bash would treat specially, and a
+backslash-newline that changes how the command parses.
+
+Every call is bounded: the input length, the tree size, the walk's depth and
+the number of nodes visited are capped, and hitting a cap is doubt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import tree_sitter
+import tree_sitter_bash
+
+from actors.gate.git_config import program_setting
+from actors.gate.shell_rules import (
+    DIRECTORY_CHANGES,
+    Severity,
+    Verdict,
+    classify_simple_command,
+    read_only,
+    unknown,
+    worst,
+    write,
+)
+
+if TYPE_CHECKING:
+    from messages.gate import ShellClass
+
+MAX_COMMAND_CHARS = 32_768
+MAX_TREE_NODES = 20_000
+MAX_DEPTH = 150
+MAX_VISITS = 20_000
+MAX_NESTED_SOURCES = 16
+
+_SHELL_CLASS: dict[Severity, ShellClass] = {
+    Severity.READ_ONLY: "read-only",
+    Severity.UNKNOWN: "unknown",
+    Severity.WRITE: "write",
+}
+
+_SAFE_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_NETWORK_PATHS = ("/dev/tcp/", "/dev/udp/")
+_OUTPUT_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>"})
+_CLOSE_REDIRECTS = frozenset({">&-", "<&-"})
+_REDIRECT_TYPES = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_SEQUENCE_TYPES = frozenset(
+    {"program", "list", "pipeline", "subshell", "compound_statement", "negated_command"}
+)
+_STATEMENT_TYPES = _SEQUENCE_TYPES | {
+    "command",
+    "redirected_statement",
+    "variable_assignment",
+    "variable_assignments",
+    "declaration_command",
+    "unset_command",
+    "function_definition",
+    "if_statement",
+    "while_statement",
+    "for_statement",
+    "c_style_for_statement",
+    "case_statement",
+    "test_command",
+}
+_SEPARATORS = frozenset({";", "&&", "||", "|", "|&", "(", ")", "{", "}", "!", "\n"})
+_SUBSTITUTION_TOKENS = frozenset({"$(", "`", "$`", ")", "<(", ">("})
+_EXPANSION_OPERATORS = frozenset(
+    {
+        ":-", "-", ":+", "+", ":?", "?", "#", "##", "%", "%%",
+        "/", "//", "/#", "/%", "^", "^^", ",", ",,",
+    }
+)  # fmt: skip
+_VARIABLE_TYPES = frozenset({"variable_name", "special_variable_name"})
+_WORD_SPECIALS = frozenset("$`'\"()<>;&|")
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:,+%@^-][A-Za-z0-9_./:,+%@^=-]*")
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_BACKQUOTE_SPLIT = re.compile(r"(?<!\\)(?:\\\\)*`")
+_BACKQUOTE_ESCAPE = re.compile(r"\\([\\`$])")
+_GAP = re.compile(rb"(?:[ \t\n]|\\\n)*")
+_CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\r?\n")
+_HIDDEN_EXPANSION = re.compile(r"(?<!\\)(?:\\\\)*(?:`|\$[({\[A-Za-z0-9_@*#?$!-])")
+
+
+class _Abort(Exception):
+    """A walk limit was hit: the command is too large or too deep to be sure."""
+
+
+@dataclass(slots=True)
+class _Word:
+    """A word's verdict and, when it is fixed before run time, its literal value."""
+
+    verdict: Verdict
+    text: str | None
+
+
+@dataclass(slots=True)
+class _Context:
+    depth: int = 0
+    visits: int = 0
+    sources: int = 0
+    git_reads: bool = False
+    directory_changes: bool = False
+
+    def enter(self) -> None:
+        self.depth += 1
+        self.visits += 1
+        if self.depth > MAX_DEPTH or self.visits > MAX_VISITS:
+            raise _Abort
+
+
+_READ_ONLY = read_only("the command only reads")
+_local = threading.local()
+
+
+@lru_cache(maxsize=1)
+def _language() -> tree_sitter.Language:
+    return tree_sitter.Language(tree_sitter_bash.language())
+
+
+def _parser() -> tree_sitter.Parser:
+    # tree-sitter parsers are not thread-safe: one per thread, made on first use.
+    parser: tree_sitter.Parser | None = getattr(_local, "parser", None)
+    if parser is None:
+        parser = tree_sitter.Parser(_language())
+        _local.parser = parser
+    return parser
+
+
+def classify_shell_command(command: str, cwd: str | os.PathLike[str] | None = None) -> ShellClass:
+    """Classify ``command`` as ``"read-only"``, ``"write"`` or ``"unknown"``.
+
+    Only ``"read-only"`` may run during a speculation. With ``cwd`` given, git
+    commands that would otherwise be read-only are ``"unknown"`` when the local
+    git config of the repository around ``cwd`` names programs to run.
+    """
+    return _SHELL_CLASS[explain_shell_command(command, cwd).severity]
+
+
+def explain_shell_command(command: str, cwd: str | os.PathLike[str] | None = None) -> Verdict:
+    """Like :func:`classify_shell_command`, with the reason for the verdict."""
+    if not isinstance(command, str):
+        return unknown("the command is not a string")
+    context = _Context()
+    try:
+        verdict = _classify_source(command, context)
+    except (_Abort, RecursionError):
+        return unknown("the command is too large or too deeply nested to check")
+    if verdict.severity is Severity.READ_ONLY and context.git_reads:
+        if context.directory_changes:
+            return unknown("git runs after a change of directory; its config was not checked")
+        if cwd is not None:
+            problem = program_setting(cwd)
+            if problem is not None:
+                return unknown(problem)
+    return verdict
+
+
+def _classify_source(source: str, context: _Context) -> Verdict:
+    context.sources += 1
+    if context.sources > MAX_NESTED_SOURCES:
+        raise _Abort
+    refusal = _refuse_text(source)
+    if refusal is not None:
+        return refusal
+    encoded = source.encode("utf-8")
+    tree = _parser().parse(encoded)
+    verdict = _classify_tree(tree, encoded, context)
+    stripped = _CONTINUATION.sub(r"\1", source)
+    if stripped != source:
+        # bash joins a backslash-newline before it tokenizes; tree-sitter treats
+        # it as a blank. Classify both readings; if they differ in shape, doubt.
+        stripped_encoded = stripped.encode("utf-8")
+        stripped_tree = _parser().parse(stripped_encoded)
+        verdict = worst(verdict, _classify_tree(stripped_tree, stripped_encoded, context))
+        if _shape(tree.root_node) != _shape(stripped_tree.root_node):
+            verdict = worst(verdict, unknown("a backslash-newline changes how the command parses"))
+    return verdict
+
+
+def _refuse_text(source: str) -> Verdict | None:
+    if not source.strip():
+        return unknown("the command is empty")
+    if len(source) > MAX_COMMAND_CHARS:
+        return unknown("the command is too long to check")
+    if source.isascii():
+        match = _ASCII_CONTROL.search(source)
+        return None if match is None else unknown(f"the command contains {match.group()!r}")
+    for char in source:
+        if char in ("\n", "\t", " "):
+            continue
+        if char.isspace() or not char.isprintable():
+            return unknown(f"the command contains the character {char!r}")
+    return None
+
+
+def _classify_tree(tree: tree_sitter.Tree, source: bytes, context: _Context) -> Verdict:
+    root = tree.root_node
+    if root.has_error:
+        return unknown("the command does not parse as bash")
+    if root.descendant_count > MAX_TREE_NODES:
+        raise _Abort
+    if not _covered(root, source):
+        return unknown("part of the command is missing from its parse tree")
+    return _statement(root, context)
+
+
+def _covered(root: tree_sitter.Node, source: bytes) -> bool:
+    """Whether the tree's leaves cover every byte that is not a blank.
+
+    tree-sitter can skip text bash reads: in ``\\ #>h`` the escaped blank
+    vanishes and ``#>h`` becomes a comment, while bash runs `` #`` with its
+    output sent to ``h``. Text between leaves may only be blanks and line
+    continuations. Here-document bodies are checked whole by the walker.
+    """
+    cursor = root.walk()
+    position = 0
+    while True:
+        node = cursor.node
+        if node is None:
+            return False
+        if node.type != "heredoc_body" and cursor.goto_first_child():
+            continue
+        if node.start_byte > position and not _GAP.fullmatch(source, position, node.start_byte):
+            return False
+        position = max(position, node.end_byte)
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                return _GAP.fullmatch(source, position) is not None
+
+
+def _exact(token: tree_sitter.Node) -> bool:
+    """Whether an anonymous token spans exactly its own spelling.
+
+    tree-sitter-bash's external scanner can fold neighbouring text into a
+    token: in ``find . -delete<<EOF`` the ``<<`` token spans ``-delete<<`` and
+    the ``-delete`` argument vanishes from the tree. Every token the walker
+    passes over is checked, and one that spans more than itself is doubt.
+    """
+    return token.end_byte - token.start_byte == len(token.type)
+
+
+_MISLEXED = unknown("the parser folded text into an operator token")
+
+
+def _shape(root: tree_sitter.Node) -> list[str]:
+    shape: list[str] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        shape.append(node.type)
+        stack.extend(reversed(node.children))
+    return shape
+
+
+# ---------------------------------------------------------------------------
+# Statements
+# ---------------------------------------------------------------------------
+
+
+def _statement(node: tree_sitter.Node, context: _Context) -> Verdict:
+    context.enter()
+    kind = node.type
+    if kind in _SEQUENCE_TYPES:
+        verdict = _sequence(node, context, _SEPARATORS)
+    elif kind == "command":
+        verdict = _command(node, context)
+    elif kind == "redirected_statement":
+        verdict = _redirected(node, context)
+    elif kind == "comment":
+        verdict = _READ_ONLY
+    elif kind == "variable_assignment":
+        verdict = _assignment(node, context)
+    else:
+        verdict = _generic(node, context, f"{kind.replace('_', ' ')} is not checked")
+    context.depth -= 1
+    return verdict
+
+
+def _sequence(node: tree_sitter.Node, context: _Context, tokens: frozenset[str]) -> Verdict:
+    verdict = _READ_ONLY
+    for child in node.children:
+        if child.is_named:
+            if child.type in _REDIRECT_TYPES:
+                verdict = worst(verdict, _redirect(child, context))
+            elif child.type != "comment":
+                verdict = worst(verdict, _statement(child, context))
+        elif not _exact(child):
+            verdict = worst(verdict, _MISLEXED)
+        elif child.type == "&":
+            verdict = worst(verdict, unknown("a background job (&) outlives the check"))
+        elif child.type not in tokens:
+            verdict = worst(verdict, unknown(f"{child.type!r} is not checked"))
+    return verdict
+
+
+def _redirected(node: tree_sitter.Node, context: _Context) -> Verdict:
+    # tree-sitter hangs words that follow a redirection (``ls > out -la``) on
+    # the redirection as extra destinations; to bash they are arguments of
+    # the command, so they are handed back to it.
+    verdict = _READ_ONLY
+    extras: list[_Word] = []
+    body: tree_sitter.Node | None = None
+    for child in node.children:
+        if child.type in _REDIRECT_TYPES:
+            verdict = worst(verdict, _redirect(child, context, extras))
+        elif child.is_named and body is None:
+            body = child
+        else:
+            verdict = worst(verdict, unknown(f"{child.type!r} is not checked"))
+    if body is not None and body.type == "command":
+        context.enter()
+        verdict = worst(verdict, _command(body, context, extras))
+        context.depth -= 1
+        return verdict
+    if body is not None:
+        verdict = worst(verdict, _statement(body, context))
+    if extras:
+        stray = unknown("words after a redirection")
+        verdict = worst(verdict, stray, *(word.verdict for word in extras))
+    return verdict
+
+
+def _assignment(node: tree_sitter.Node, context: _Context) -> Verdict:
+    verdict = unknown("a variable assignment can change what later commands do")
+    for child in node.named_children:
+        if child.type != "variable_name":
+            verdict = worst(verdict, _any(child, context))
+    return verdict
+
+
+def _generic(node: tree_sitter.Node, context: _Context, reason: str) -> Verdict:
+    """A construct the walker does not understand: doubt, or worse inside it."""
+    verdict = unknown(reason)
+    for child in node.named_children:
+        verdict = worst(verdict, _any(child, context))
+    return verdict
+
+
+def _any(node: tree_sitter.Node, context: _Context) -> Verdict:
+    kind = node.type
+    if kind in _STATEMENT_TYPES:
+        return _statement(node, context)
+    if kind in _REDIRECT_TYPES:
+        return _redirect(node, context)
+    return _word(node, context).verdict
+
+
+def _command(
+    node: tree_sitter.Node, context: _Context, trailing: list[_Word] | None = None
+) -> Verdict:
+    """A simple command; ``trailing`` are arguments found after its redirections."""
+    verdicts: list[Verdict] = []
+    name: _Word | None = None
+    arguments: list[_Word] = []
+    for index, child in enumerate(node.children):
+        field = node.field_name_for_child(index)
+        if field == "name":
+            inner = child.named_children
+            if child.type != "command_name" or len(inner) != 1:
+                return _generic(node, context, "an unusual command name")
+            name = _word(inner[0], context)
+        elif child.type == "variable_assignment":
+            verdicts.append(unknown("a VAR=value prefix changes the command's environment"))
+            verdicts.append(_assignment(child, context))
+        elif child.type in _REDIRECT_TYPES:
+            verdicts.append(_redirect(child, context))
+        elif field == "argument":
+            arguments.append(_word(child, context))
+        else:
+            verdicts.append(_generic(child, context, f"{child.type!r} in a command"))
+    arguments.extend(trailing or ())
+    if name is None:
+        return worst(unknown("a command without a name"), *verdicts)
+    verdicts.append(name.verdict)
+    verdicts.extend(argument.verdict for argument in arguments)
+    if name.text is None:
+        return worst(unknown("the command name is only known at run time"), *verdicts)
+
+    def nested(source: str) -> Verdict:
+        return _classify_source(source, context)
+
+    rule = classify_simple_command(name.text, [argument.text for argument in arguments], nested)
+    if name.text == "git" and rule.severity is Severity.READ_ONLY:
+        context.git_reads = True
+    if name.text in DIRECTORY_CHANGES:
+        context.directory_changes = True
+    return worst(rule, *verdicts)
+
+
+# ---------------------------------------------------------------------------
+# Redirections
+# ---------------------------------------------------------------------------
+
+
+def _redirect(
+    node: tree_sitter.Node, context: _Context, extras: list[_Word] | None = None
+) -> Verdict:
+    """A redirection; words after its target go to ``extras`` (doubt without one)."""
+    context.enter()
+    if node.type == "file_redirect":
+        verdict, more = _file_redirect(node, context)
+        if extras is not None:
+            extras.extend(more)
+        elif more:
+            stray = unknown("words after a redirection")
+            verdict = worst(verdict, stray, *(word.verdict for word in more))
+    elif node.type == "heredoc_redirect":
+        verdict = _heredoc(node, context, extras)
+    else:
+        verdict = _READ_ONLY
+        for child in node.children:
+            if child.is_named:
+                verdict = worst(verdict, _word(child, context).verdict)
+            elif child.type != "<<<" or not _exact(child):
+                verdict = worst(verdict, unknown(f"{child.type!r} in a here-string"))
+    context.depth -= 1
+    return verdict
+
+
+def _file_redirect(node: tree_sitter.Node, context: _Context) -> tuple[Verdict, list[_Word]]:
+    """The verdict of one ``<``/``>``-style redirection and the words after its target."""
+    operator = ""
+    targets: list[_Word] = []
+    verdict = _READ_ONLY
+    for index, child in enumerate(node.children):
+        field = node.field_name_for_child(index)
+        if field == "descriptor":
+            if not child.text or not child.text.isdigit():
+                verdict = worst(verdict, unknown("a named file descriptor"))
+        elif field == "destination":
+            targets.append(_word(child, context))
+        elif not child.is_named and not operator:
+            operator = child.type
+            if not _exact(child):
+                verdict = worst(verdict, _MISLEXED)
+        else:
+            verdict = worst(verdict, unknown(f"{child.type!r} in a redirection"))
+    if operator in _CLOSE_REDIRECTS:
+        return verdict, targets
+    if not targets:
+        return worst(verdict, unknown("a redirection without a target")), []
+    first, extras = targets[0], targets[1:]
+    return worst(verdict, first.verdict, _redirect_target(operator, first.text)), extras
+
+
+def _redirect_target(operator: str, target: str | None) -> Verdict:
+    if target is not None and os.path.normpath(target).startswith(_NETWORK_PATHS):
+        return unknown(f"the redirection to {target} opens a network connection")
+    if operator in _OUTPUT_REDIRECTS:
+        if target in _SAFE_SINKS:
+            return _READ_ONLY
+        return write(f"output redirection {operator} {target or '…'} writes a file")
+    if operator == "<":
+        return _READ_ONLY
+    if operator in (">&", "<&"):
+        if target is not None and (target.isdigit() or target == "-"):
+            return _READ_ONLY
+        if operator == ">&" and target in _SAFE_SINKS:
+            return _READ_ONLY
+        if operator == ">&" and target is not None:
+            return write(f"output redirection >& {target} writes a file")
+    return unknown(f"the redirection {operator!r} is not understood")
+
+
+def _heredoc(node: tree_sitter.Node, context: _Context, extras: list[_Word] | None) -> Verdict:
+    verdict = _READ_ONLY
+    quoted = False
+    delimiter = b""
+    for index, child in enumerate(node.children):
+        kind = child.type
+        if kind in ("<<", "<<-"):
+            if not _exact(child):
+                verdict = worst(verdict, _MISLEXED)
+            continue
+        if kind == "heredoc_end":
+            # An unterminated here-document runs to the end of the input in
+            # bash; tree-sitter then takes some other line for its end.
+            if child.text != delimiter:
+                verdict = worst(verdict, unknown("the here-document does not end at its delimiter"))
+            continue
+        if kind == "heredoc_start":
+            start = child.text or b""
+            quoted = any(char in start for char in b"'\"\\")
+            delimiter = start.translate(None, b"'\"\\")
+        elif kind == "heredoc_body":
+            verdict = worst(verdict, _heredoc_body(child, context, quoted=quoted))
+        elif kind in _REDIRECT_TYPES:
+            verdict = worst(verdict, _redirect(child, context, extras))
+        elif node.field_name_for_child(index) == "argument":
+            word = _word(child, context)
+            if extras is not None:
+                extras.append(word)
+            else:
+                verdict = worst(verdict, unknown("words after a here-document"), word.verdict)
+        elif child.is_named:
+            verdict = worst(verdict, _statement(child, context))
+        else:
+            verdict = worst(verdict, unknown(f"{kind!r} in a here-document"))
+    return verdict
+
+
+def _heredoc_body(node: tree_sitter.Node, context: _Context, *, quoted: bool) -> Verdict:
+    if quoted:
+        if node.named_child_count:
+            return unknown("a quoted here-document with expansions")
+        return _READ_ONLY
+    # The grammar leaves some body text outside any child node (before the
+    # first expansion, say), so the body is read as text between expansions.
+    verdict = _READ_ONLY
+    for piece in _pieces(node):
+        if isinstance(piece, str):
+            verdict = worst(verdict, _hidden_expansions(piece, context))
+        elif piece.type != "heredoc_content":
+            verdict = worst(verdict, _word(piece, context).verdict)
+    return verdict
+
+
+def _pieces(node: tree_sitter.Node) -> list[str | tree_sitter.Node]:
+    """A node's named children with the raw text between them as strings.
+
+    Text covered by a ``heredoc_content`` or ``string_content`` child is
+    returned as text too, so nothing in the node escapes a check.
+    """
+    raw = node.text or b""
+    base = node.start_byte
+    pieces: list[str | tree_sitter.Node] = []
+    position = 0
+    for child in node.named_children:
+        if child.type in ("heredoc_content", "string_content"):
+            continue
+        start = child.start_byte - base
+        if start > position:
+            pieces.append(raw[position:start].decode("utf-8", errors="replace"))
+        pieces.append(child)
+        position = max(position, child.end_byte - base)
+    if position < len(raw):
+        pieces.append(raw[position:].decode("utf-8", errors="replace"))
+    return pieces
+
+
+def _hidden_expansions(text: str, context: _Context) -> Verdict:
+    """Here-document text tree-sitter left as plain content.
+
+    The grammar does not parse backquotes in a here-document body, but bash
+    runs them: they are doubt, and a write when the quoted command writes.
+    """
+    if _HIDDEN_EXPANSION.search(text) is None:
+        return _READ_ONLY
+    verdict = unknown("a command or expansion in a here-document is not checked")
+    parts = _BACKQUOTE_SPLIT.split(text)
+    if len(parts) % 2 == 0:
+        return verdict
+    for inner in parts[1::2]:
+        verdict = worst(verdict, _classify_source(_BACKQUOTE_ESCAPE.sub(r"\1", inner), context))
+    return verdict
+
+
+# ---------------------------------------------------------------------------
+# Words
+# ---------------------------------------------------------------------------
+
+
+def _text(node: tree_sitter.Node) -> str:
+    return (node.text or b"").decode("utf-8", errors="replace")
+
+
+def _word(node: tree_sitter.Node, context: _Context) -> _Word:
+    context.enter()
+    kind = node.type
+    if not node.is_named:
+        word = _Word(unknown(f"a stray {kind!r}"), None)
+    elif kind in ("word", "number"):
+        word = _unquoted(_text(node))
+    elif kind == "raw_string":
+        word = _raw_string(_text(node))
+    elif kind == "ansi_c_string":
+        text = _text(node)
+        literal = text[2:-1] if text.startswith("$'") and text.endswith("'") else None
+        word = _Word(_READ_ONLY, None if literal is None or "\\" in literal else literal)
+    elif kind == "string":
+        word = _double_quoted(node, context)
+    elif kind == "concatenation":
+        word = _concatenation(node, context)
+    elif kind == "simple_expansion":
+        parts = node.children
+        ok = (
+            len(parts) == 2
+            and parts[0].type == "$"
+            and _exact(parts[0])
+            and parts[1].type in _VARIABLE_TYPES
+        )
+        word = _Word(_READ_ONLY if ok else unknown("an unusual $ expansion"), None)
+    elif kind == "expansion":
+        word = _Word(_expansion(node, context), None)
+    elif kind in ("command_substitution", "process_substitution"):
+        inner = _sequence(node, context, _SUBSTITUTION_TOKENS)
+        floor = unknown(f"a {kind.replace('_', ' ')} runs a command")
+        word = _Word(worst(floor, inner), None)
+    elif kind == "brace_expression":
+        word = _Word(_READ_ONLY, None)
+    elif kind == "regex":
+        word = _Word(_READ_ONLY, _text(node))
+    else:
+        word = _Word(_generic(node, context, f"{kind.replace('_', ' ')} is not checked"), None)
+    context.depth -= 1
+    return word
+
+
+def _unquoted(raw: str) -> _Word:
+    """An unquoted word: undo backslash escapes, note globs, braces and tildes."""
+    if _PLAIN_WORD.fullmatch(raw):
+        return _Word(_READ_ONLY, raw)
+    out: list[str] = []
+    dynamic = raw.startswith("~") or "=~" in raw or ":~" in raw
+    i = 0
+    while i < len(raw):
+        char = raw[i]
+        if char == "\\":
+            if i + 1 >= len(raw):
+                return _Word(unknown("a word ends in a lone backslash"), None)
+            if raw[i + 1] != "\n":
+                out.append(raw[i + 1])
+            i += 2
+            continue
+        if char in _WORD_SPECIALS or char.isspace():
+            return _Word(unknown(f"an unexpected {char!r} inside a word"), None)
+        if char in "*?[" or (char in "{}" and raw != "{}"):
+            dynamic = True
+        out.append(char)
+        i += 1
+    return _Word(_READ_ONLY, None if dynamic else "".join(out))
+
+
+def _raw_string(raw: str) -> _Word:
+    if len(raw) < 2 or raw[0] != "'" or raw[-1] != "'" or "'" in raw[1:-1]:
+        return _Word(unknown("an unusual single-quoted string"), None)
+    return _Word(_READ_ONLY, raw[1:-1])
+
+
+def _double_quoted(node: tree_sitter.Node, context: _Context) -> _Word:
+    children = node.children
+    if (
+        len(children) < 2
+        or children[0].type != '"'
+        or children[-1].type != '"'
+        or not _exact(children[0])
+        or not _exact(children[-1])
+    ):
+        return _Word(_MISLEXED, None)
+    verdict = _READ_ONLY
+    parts: list[str] = []
+    dynamic = False
+    for piece in _pieces(node):
+        if isinstance(piece, str):
+            if _HIDDEN_EXPANSION.search(piece):
+                return _Word(unknown("an expansion inside double quotes is not checked"), None)
+            parts.append(_unescape_double_quoted(piece))
+            continue
+        word = _word(piece, context)
+        verdict = worst(verdict, word.verdict)
+        if word.text is None:
+            dynamic = True
+        else:
+            parts.append(word.text)
+    # The text pieces include the quotes themselves.
+    return _Word(verdict, None if dynamic else "".join(parts)[1:-1])
+
+
+def _unescape_double_quoted(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
+            if text[i + 1] != "\n":
+                out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _concatenation(node: tree_sitter.Node, context: _Context) -> _Word:
+    children = node.children
+    if all(child.type in ("word", "number") for child in children):
+        # Adjacent bare words are one word to bash: ``{}``, ``a{b,c}``, ``[ab]``.
+        return _unquoted(_text(node))
+    verdict = _READ_ONLY
+    parts: list[str] = []
+    dynamic = False
+    for child in children:
+        word = _word(child, context)
+        verdict = worst(verdict, word.verdict)
+        if word.text is None:
+            dynamic = True
+        else:
+            parts.append(word.text)
+    return _Word(verdict, None if dynamic else "".join(parts))
+
+
+def _expansion(node: tree_sitter.Node, context: _Context) -> Verdict:
+    """``${...}``: plain, length and the pattern/default operators only.
+
+    ``${var@P}`` expands a prompt string (which can run commands), indirect
+    ``${!x}``, subscripts and substrings evaluate arithmetic (which can too),
+    ``${x:=v}`` assigns: they and everything else unrecognised are doubt.
+    """
+    children = node.children
+    tokens_ok = all(_exact(child) for child in children if not child.is_named)
+    if len(children) < 3 or children[0].type != "${" or children[-1].type != "}" or not tokens_ok:
+        return _generic(node, context, "an unusual ${...} expansion")
+    inner = children[1:-1]
+    if inner[0].type == "#" and len(inner) == 2 and inner[1].type in _VARIABLE_TYPES:
+        return _READ_ONLY
+    if inner[0].type not in _VARIABLE_TYPES:
+        return _generic(node, context, f"the ${{...}} form with {inner[0].type!r} is not checked")
+    verdict = _READ_ONLY
+    for child in inner[1:]:
+        if child.is_named:
+            verdict = worst(verdict, _word(child, context).verdict)
+        elif child.type not in _EXPANSION_OPERATORS:
+            return _generic(node, context, f"the ${{...}} operator {child.type!r} is not checked")
+    return verdict

@@ -1,0 +1,980 @@
+"""Per-command rules of the shell read-only classifier.
+
+The tree walker in :mod:`actors.gate.shell` reduces every simple command to a
+literal command name and a list of arguments (``None`` for an argument whose
+value is only known at run time: ``$VAR``, a glob, a brace expansion, a tilde).
+This module decides what such a command does. It is deliberately a table of
+small, explicit rules: a command is read-only only when it is on the allowlist
+*and* its arguments pass that command's rule; everything else is ``unknown``
+(or ``write`` when we know it writes). The rules encode the holes the reference
+implementation had to patch one by one -- ``sort -o``, ``sed -i`` and its ``w``
+command, ``find -delete``, ``rg --pre``, ``git branch NAME``, ``git --ext-diff``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Severity(IntEnum):
+    """How bad a command is; the classifier always keeps the worst one."""
+
+    READ_ONLY = 0
+    UNKNOWN = 1
+    WRITE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A severity with the reason a human reads in the gate's decision."""
+
+    severity: Severity
+    reason: str
+
+
+def worst(first: Verdict, *others: Verdict) -> Verdict:
+    """The most severe verdict; on a tie the earliest one keeps its reason."""
+    result = first
+    for other in others:
+        if other.severity > result.severity:
+            result = other
+    return result
+
+
+def read_only(reason: str) -> Verdict:
+    return Verdict(Severity.READ_ONLY, reason)
+
+
+def unknown(reason: str) -> Verdict:
+    return Verdict(Severity.UNKNOWN, reason)
+
+
+def write(reason: str) -> Verdict:
+    return Verdict(Severity.WRITE, reason)
+
+
+Nested = Callable[[str], Verdict]
+"""Classifies a command string found inside another command (``bash -c``, ``eval``)."""
+
+# An argument whose value is only known at run time is handed to the rules as
+# this placeholder: it can never equal an option name (the classifier refuses
+# NUL characters in commands), so a rule treats it as an ordinary operand.
+DYNAMIC = "\x00dynamic"
+
+# ---------------------------------------------------------------------------
+# Command tables
+# ---------------------------------------------------------------------------
+
+PLAIN_READ_ONLY: frozenset[str] = frozenset(
+    {
+        # file contents
+        "cat", "head", "tail", "wc", "nl", "tac", "rev", "od", "hexdump", "strings",
+        "cut", "tr", "fold", "fmt", "expand", "unexpand", "paste", "column", "comm",
+        "cmp", "diff", "jq", "base64",
+        "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum",
+        "b2sum", "cksum",
+        # searching and listing
+        "grep", "egrep", "fgrep", "ls", "stat", "du", "df", "realpath", "readlink",
+        "basename", "dirname", "pwd", "which", "type",
+        # printing and the environment
+        "echo", "printf", "printenv", "whoami", "id", "uname", "nproc", "seq",
+        "true", "false", "ps",
+    }
+)  # fmt: skip
+"""Commands with no option that writes a file or runs another program."""
+
+DIRECTORY_CHANGES: frozenset[str] = frozenset({"cd", "pushd", "popd"})
+"""Change only the shell's own directory; git after them is not probed."""
+
+WRITE_ROOTS: frozenset[str] = frozenset(
+    {
+        "rm", "rmdir", "mv", "cp", "mkdir", "touch", "chmod", "chown", "chgrp", "ln",
+        "link", "unlink", "tee", "dd", "truncate", "shred", "install", "mkfifo",
+        "mknod", "rsync", "scp", "patch", "split", "csplit", "fallocate", "mktemp",
+        "sponge", "kill", "pkill", "killall",
+    }
+)  # fmt: skip
+"""Commands whose whole purpose is to change files (or processes)."""
+
+WRAPPERS: frozenset[str] = frozenset(
+    {
+        "env", "xargs", "sudo", "doas", "su", "nice", "nohup", "timeout", "time",
+        "command", "builtin", "exec", "stdbuf", "ionice", "chroot", "setsid",
+        "watch", "strace", "ltrace", "parallel", "flock", "unbuffer", "nsenter",
+    }
+)  # fmt: skip
+"""Commands that run another command: never read-only, ``write`` if it is visible."""
+
+SHELLS: frozenset[str] = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "busybox"})
+
+
+# ---------------------------------------------------------------------------
+# A small GNU getopt model
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """The options of one GNU-style command, enough to find its dangerous ones.
+
+    GNU getopt accepts clustered short options (``-uo out``), attached values
+    (``-oout``, ``--output=out``), options after operands, and any unambiguous
+    prefix of a long option (``--out`` is ``--output``); the model follows all of
+    that so none of those spellings slips past a rule.
+    """
+
+    short_flags: str
+    short_with_arg: str
+    long_flags: frozenset[str]
+    long_with_arg: frozenset[str] = frozenset()
+    long_optional_arg: frozenset[str] = frozenset()
+    short_optional_arg: str = ""
+
+    def resolve_long(self, name: str) -> str | None:
+        """The full long option ``name`` abbreviates, or ``None`` if unknown/ambiguous."""
+        names = self.long_flags | self.long_with_arg | self.long_optional_arg
+        if name in names:
+            return name
+        matches = [full for full in names if full.startswith(name)]
+        return matches[0] if len(matches) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedOptions:
+    """Options as ``(name, value)`` (short names are one letter) and the operands."""
+
+    options: tuple[tuple[str, str | None], ...]
+    operands: tuple[str, ...]
+
+    def has(self, *names: str) -> bool:
+        return any(name in names for name, _ in self.options)
+
+    def values(self, *names: str) -> list[str | None]:
+        return [value for name, value in self.options if name in names]
+
+
+class _BadOption(Exception):
+    """An option the model does not know: the command's meaning is in doubt."""
+
+
+def parse_gnu(args: Sequence[str], spec: OptionSpec) -> ParsedOptions:
+    """Parse ``args`` like GNU getopt_long with argument permutation."""
+    options: list[tuple[str, str | None]] = []
+    operands: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            operands.extend(args[i:])
+            break
+        if arg.startswith("--"):
+            raw_name, has_value, value = arg[2:].partition("=")
+            name = spec.resolve_long(raw_name)
+            if name is None:
+                raise _BadOption(arg)
+            if name in spec.long_with_arg and not has_value:
+                if i >= len(args):
+                    raise _BadOption(arg)
+                value, has_value = args[i], "="
+                i += 1
+            options.append((name, value if has_value else None))
+        elif arg.startswith("-") and arg != "-":
+            j = 1
+            while j < len(arg):
+                letter = arg[j]
+                j += 1
+                if letter in spec.short_with_arg:
+                    if j < len(arg):
+                        options.append((letter, arg[j:]))
+                    elif i < len(args):
+                        options.append((letter, args[i]))
+                        i += 1
+                    else:
+                        raise _BadOption(arg)
+                    break
+                if letter in spec.short_optional_arg:
+                    options.append((letter, arg[j:] or None))
+                    break
+                if letter not in spec.short_flags:
+                    raise _BadOption(arg)
+                options.append((letter, None))
+        else:
+            operands.append(arg)
+    return ParsedOptions(tuple(options), tuple(operands))
+
+
+def _with_options(
+    name: str, spec: OptionSpec, rule: Callable[[ParsedOptions], Verdict]
+) -> Callable[[Sequence[str]], Verdict]:
+    def apply(args: Sequence[str]) -> Verdict:
+        try:
+            parsed = parse_gnu(args, spec)
+        except _BadOption as exc:
+            return unknown(f"{name}: option {exc.args[0]!r} is not understood")
+        return rule(parsed)
+
+    return apply
+
+
+# ---------------------------------------------------------------------------
+# sort, uniq, date, file
+# ---------------------------------------------------------------------------
+
+_SORT = OptionSpec(
+    short_flags="bdfgiMhnRrVcCmsuz",
+    short_with_arg="ktoTS",
+    long_flags=frozenset(
+        {
+            "ignore-leading-blanks", "dictionary-order", "ignore-case",
+            "general-numeric-sort", "ignore-nonprinting", "month-sort",
+            "human-numeric-sort", "numeric-sort", "random-sort", "reverse",
+            "version-sort", "debug", "merge", "stable", "unique", "zero-terminated",
+            "help", "version",
+        }
+    ),
+    long_with_arg=frozenset(
+        {
+            "random-source", "sort", "batch-size", "compress-program", "files0-from",
+            "key", "output", "buffer-size", "field-separator", "temporary-directory",
+            "parallel",
+        }
+    ),
+    long_optional_arg=frozenset({"check"}),
+)  # fmt: skip
+
+
+def _sort_rule(parsed: ParsedOptions) -> Verdict:
+    if parsed.has("o", "output"):
+        return write("sort -o/--output writes its result to a file")
+    if parsed.has("compress-program"):
+        return unknown("sort --compress-program runs another program")
+    return read_only("sort only prints")
+
+
+_UNIQ = OptionSpec(
+    short_flags="cdDiuz0123456789",
+    short_with_arg="fsw",
+    long_flags=frozenset(
+        {"count", "repeated", "ignore-case", "unique", "zero-terminated", "help", "version"}
+    ),
+    long_with_arg=frozenset({"skip-fields", "skip-chars", "check-chars"}),
+    long_optional_arg=frozenset({"all-repeated", "group"}),
+)
+
+
+def _uniq_rule(parsed: ParsedOptions) -> Verdict:
+    if len(parsed.operands) > 1:
+        return write("uniq INPUT OUTPUT writes its second operand")
+    return read_only("uniq only prints")
+
+
+_DATE = OptionSpec(
+    short_flags="uR",
+    short_with_arg="dfrs",
+    short_optional_arg="I",
+    long_flags=frozenset(
+        {"rfc-email", "universal", "utc", "debug", "resolution", "help", "version"}
+    ),
+    long_with_arg=frozenset({"date", "file", "reference", "set", "rfc-3339"}),
+    long_optional_arg=frozenset({"iso-8601"}),
+)
+
+
+def _date_rule(parsed: ParsedOptions) -> Verdict:
+    if parsed.has("s", "set"):
+        return write("date -s/--set changes the system clock")
+    if any(not operand.startswith("+") for operand in parsed.operands):
+        return write("date MMDDhhmm sets the system clock")
+    return read_only("date only prints")
+
+
+_FILE = OptionSpec(
+    short_flags="bcCdEhiklLNnprsSvzZ0",
+    short_with_arg="eFfmP",
+    long_flags=frozenset(
+        {
+            "brief", "checking-printout", "compile", "exclude-quiet", "extension",
+            "no-dereference", "mime", "mime-type", "mime-encoding", "keep-going", "list",
+            "dereference", "no-pad", "no-buffer", "preserve-date", "raw", "special-files",
+            "no-sandbox", "uncompress", "uncompress-noreport", "print0", "apple", "help",
+            "version",
+        }
+    ),
+    long_with_arg=frozenset({"exclude", "separator", "files-from", "magic-file", "parameter"}),
+)  # fmt: skip
+
+
+def _file_rule(parsed: ParsedOptions) -> Verdict:
+    if parsed.has("C", "compile"):
+        return write("file -C/--compile writes a compiled magic file")
+    if parsed.has("p", "preserve-date"):
+        return unknown("file -p resets access times")
+    if parsed.has("z", "Z", "uncompress", "uncompress-noreport", "S", "no-sandbox"):
+        return unknown("file -z runs decompressors")
+    return read_only("file only prints")
+
+
+# ---------------------------------------------------------------------------
+# find, tree, rg
+# ---------------------------------------------------------------------------
+
+_FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
+_FIND_EXECS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def _find_rule(args: Sequence[str]) -> Verdict:
+    verdict = read_only("find only lists")
+    for index, arg in enumerate(args):
+        if arg in _FIND_WRITES:
+            return write(f"find {arg} changes files")
+        if arg in _FIND_EXECS:
+            target = args[index + 1] if index + 1 < len(args) else ""
+            if os.path.basename(target) in WRITE_ROOTS:
+                return write(f"find {arg} {target} changes files")
+            verdict = worst(verdict, unknown(f"find {arg} runs another program"))
+    return verdict
+
+
+def _tree_rule(args: Sequence[str]) -> Verdict:
+    for arg in args:
+        if arg.startswith("--o"):
+            return write(f"tree {arg} writes its listing to a file")
+        if arg.startswith("-") and not arg.startswith("--") and ("o" in arg or "R" in arg):
+            return write("tree -o / -R writes its listing to files")
+    return read_only("tree only lists")
+
+
+_RG_DANGER = ("--pre", "--pre-glob", "--search-zip", "--hostname-bin")
+
+
+def _rg_rule(args: Sequence[str]) -> Verdict:
+    for arg in args:
+        name = arg.partition("=")[0]
+        if name in _RG_DANGER:
+            return unknown(f"rg {name} runs other programs")
+        if arg.startswith("-") and not arg.startswith("--") and "z" in arg:
+            return unknown("rg -z/--search-zip runs decompression programs")
+    return read_only("rg only searches")
+
+
+# ---------------------------------------------------------------------------
+# sed: options and a parser for the script
+# ---------------------------------------------------------------------------
+
+_SED = OptionSpec(
+    short_flags="nrEsuzb",
+    short_with_arg="efl",
+    short_optional_arg="i",
+    long_flags=frozenset(
+        {
+            "quiet", "silent", "debug", "posix", "sandbox", "follow-symlinks",
+            "null-data", "zero-terminated", "separate", "unbuffered",
+            "regexp-extended", "binary", "help", "version",
+        }
+    ),
+    long_with_arg=frozenset({"expression", "file", "line-length"}),
+    long_optional_arg=frozenset({"in-place"}),
+)  # fmt: skip
+
+
+def _sed_rule(parsed: ParsedOptions) -> Verdict:
+    if parsed.has("i", "in-place"):
+        return write("sed -i/--in-place edits files in place")
+    if parsed.has("f", "file"):
+        return unknown("sed -f reads its script from a file")
+    scripts = [value or "" for value in parsed.values("e", "expression")]
+    if not scripts:
+        if not parsed.operands:
+            return unknown("sed without a script")
+        scripts = [parsed.operands[0]]
+    problem = sed_script_problem("\n".join(scripts))
+    if problem is not None:
+        return unknown(f"sed script: {problem}")
+    return read_only("sed only prints")
+
+
+class _SedError(Exception):
+    pass
+
+
+_SED_NAIVE, _SED_BRACKET, _SED_BRACKET_ESCAPE = 0, 1, 2
+_SED_PLAIN_COMMANDS = frozenset("=dDgGhHnNpPxzF")
+_SED_NUMBER_COMMANDS = frozenset("lqQL")
+_SED_LABEL_COMMANDS = frozenset("btTv")
+_SED_TEXT_COMMANDS = frozenset("aic")
+_SED_DANGEROUS = {
+    "e": "the e command runs a shell command",
+    "r": "the r command reads a file",
+    "R": "the R command reads a file",
+    "w": "the w command writes a file",
+    "W": "the W command writes a file",
+}
+
+
+def sed_script_problem(script: str) -> str | None:
+    """Why ``script`` is not provably harmless, or ``None`` when it is.
+
+    A sed script can write (``w``, ``s///w``), read other files (``r``) and run
+    shell commands (``e``, ``s///e``). The parser below walks GNU sed's grammar
+    and refuses anything it does not recognise. Where sed implementations
+    disagree -- whether a delimiter inside ``[...]`` ends a regex, whether a
+    backslash escapes inside brackets -- the script is parsed under every
+    reading and must be harmless under all of them.
+    """
+    modes = (_SED_NAIVE, _SED_BRACKET, _SED_BRACKET_ESCAPE) if "[" in script else (_SED_NAIVE,)
+    for mode in modes:
+        try:
+            problem = _SedParser(script, mode).run()
+        except _SedError as exc:
+            return str(exc)
+        if problem is not None:
+            return problem
+    return None
+
+
+class _SedParser:
+    def __init__(self, script: str, mode: int) -> None:
+        self.s = script
+        self.n = len(script)
+        self.i = 0
+        self.mode = mode
+
+    def peek(self) -> str:
+        return self.s[self.i] if self.i < self.n else ""
+
+    def skip_blanks(self) -> None:
+        while self.peek() in (" ", "\t"):
+            self.i += 1
+
+    def run(self) -> str | None:
+        depth = 0
+        while True:
+            while self.peek() in (" ", "\t", "\n", ";"):
+                self.i += 1
+            if self.i >= self.n:
+                break
+            if self.peek() == "#":
+                self.skip_line()
+                continue
+            has_address = self.address()
+            self.skip_blanks()
+            while self.peek() == "!":
+                self.i += 1
+                self.skip_blanks()
+            command = self.peek()
+            if not command:
+                raise _SedError("an address without a command")
+            self.i += 1
+            if command in _SED_DANGEROUS:
+                return _SED_DANGEROUS[command]
+            if command == "{":
+                depth += 1
+                continue
+            if command == "}":
+                depth -= 1
+                if depth < 0 or has_address:
+                    raise _SedError("unbalanced braces")
+                self.end_of_command()
+            elif command in _SED_PLAIN_COMMANDS:
+                self.end_of_command()
+            elif command in _SED_NUMBER_COMMANDS:
+                self.skip_blanks()
+                while self.peek().isdigit():
+                    self.i += 1
+                self.end_of_command()
+            elif command == ":":
+                if has_address or not self.label():
+                    raise _SedError("a bad label")
+            elif command in _SED_LABEL_COMMANDS:
+                self.label()
+            elif command in _SED_TEXT_COMMANDS:
+                self.text()
+            elif command == "s":
+                problem = self.substitute()
+                if problem is not None:
+                    return problem
+            elif command == "y":
+                delimiter = self.delimiter()
+                self.delimited(delimiter, regex=False)
+                self.delimited(delimiter, regex=False)
+                self.end_of_command()
+            else:
+                raise _SedError(f"command {command!r} is not understood")
+        if depth:
+            raise _SedError("unbalanced braces")
+        return None
+
+    def skip_line(self) -> None:
+        end = self.s.find("\n", self.i)
+        self.i = self.n if end < 0 else end + 1
+
+    def label(self) -> str:
+        # A label ends at ';' or a newline; reading it short is the careful
+        # side: whatever follows is parsed as commands and checked.
+        start = self.i
+        while self.i < self.n and self.s[self.i] not in (";", "\n"):
+            self.i += 1
+        return self.s[start : self.i].strip()
+
+    def text(self) -> None:
+        # a/i/c take the rest of the line (``a\`` + newline: the next line too).
+        self.skip_blanks()
+        if self.s.startswith("\\\n", self.i):
+            self.i += 2
+        self.skip_line()
+
+    def end_of_command(self) -> None:
+        self.skip_blanks()
+        char = self.peek()
+        if char in ("", "}", "#"):
+            return
+        if char in (";", "\n"):
+            self.i += 1
+            return
+        raise _SedError(f"unexpected {char!r} after a command")
+
+    def address(self) -> bool:
+        if not self.one_address(first=True):
+            return False
+        self.skip_blanks()
+        if self.peek() == ",":
+            self.i += 1
+            self.skip_blanks()
+            if not self.one_address(first=False):
+                raise _SedError("a missing second address")
+        return True
+
+    def one_address(self, *, first: bool) -> bool:
+        char = self.peek()
+        if char.isdigit() or (not first and char in ("+", "~")):
+            self.i += 1
+            while self.peek().isdigit():
+                self.i += 1
+            if first and self.peek() == "~":
+                self.i += 1
+                while self.peek().isdigit():
+                    self.i += 1
+            return True
+        if char == "$":
+            self.i += 1
+            return True
+        if char in ("/", "\\"):
+            self.i += 1
+            delimiter = "/"
+            if char == "\\":
+                delimiter = self.delimiter()
+            self.delimited(delimiter, regex=True)
+            while self.peek() in ("I", "M"):
+                self.i += 1
+            return True
+        return False
+
+    def delimiter(self) -> str:
+        char = self.peek()
+        if char in ("", "\n", "\\"):
+            raise _SedError("a bad delimiter")
+        self.i += 1
+        return char
+
+    def delimited(self, delimiter: str, *, regex: bool) -> None:
+        while self.i < self.n:
+            char = self.s[self.i]
+            if char == "\n":
+                raise _SedError("a newline inside a regex or replacement")
+            if char == "\\":
+                self.i += 2
+                continue
+            if char == delimiter:
+                self.i += 1
+                return
+            if regex and char == "[" and self.mode != _SED_NAIVE:
+                self.bracket()
+                continue
+            self.i += 1
+        raise _SedError("an unterminated regex or replacement")
+
+    def bracket(self) -> None:
+        j = self.i + 1
+        if j < self.n and self.s[j] == "^":
+            j += 1
+        if j < self.n and self.s[j] == "]":
+            j += 1
+        while j < self.n:
+            char = self.s[j]
+            if char == "\n":
+                break
+            if char == "[" and j + 1 < self.n and self.s[j + 1] in ":.=":
+                close = self.s.find(self.s[j + 1] + "]", j + 2)
+                if close < 0:
+                    break
+                j = close + 2
+                continue
+            if char == "\\" and self.mode == _SED_BRACKET_ESCAPE:
+                j += 2
+                continue
+            if char == "]":
+                self.i = j + 1
+                return
+            j += 1
+        raise _SedError("an unterminated bracket expression")
+
+    def substitute(self) -> str | None:
+        delimiter = self.delimiter()
+        self.delimited(delimiter, regex=True)
+        self.delimited(delimiter, regex=False)
+        while True:
+            char = self.peek()
+            if char == "e":
+                return "the s///e flag runs the pattern space as a command"
+            if char == "w":
+                return "the s///w flag writes a file"
+            if char and (char in "gpiImM" or char.isdigit()):
+                self.i += 1
+                continue
+            break
+        self.end_of_command()
+        return None
+
+
+# ---------------------------------------------------------------------------
+# git
+# ---------------------------------------------------------------------------
+
+GIT_READ_ONLY: frozenset[str] = frozenset(
+    {
+        "status", "log", "diff", "show", "blame", "grep", "ls-files", "rev-parse",
+        "describe", "cat-file", "shortlog", "ls-tree", "rev-list", "show-ref",
+        "for-each-ref", "merge-base", "name-rev", "count-objects", "diff-tree",
+        "diff-index", "diff-files", "check-ignore", "check-attr", "whatchanged",
+        "cherry", "show-branch", "version",
+    }
+)  # fmt: skip
+
+GIT_WRITES: frozenset[str] = frozenset(
+    {
+        "add", "am", "apply", "bisect", "checkout", "cherry-pick", "clean", "clone",
+        "commit", "commit-tree", "fetch", "filter-branch", "format-patch", "gc", "init",
+        "merge", "mv", "notes", "prune", "pull", "push", "rebase", "reset", "restore",
+        "revert", "rm", "switch", "update-index", "update-ref", "submodule",
+        "sparse-checkout", "replace", "repack", "pack-refs", "checkout-index",
+        "read-tree", "write-tree", "mktag", "mktree", "fast-import", "maintenance",
+        "bundle", "worktree", "stash", "tag", "branch", "remote", "reflog",
+    }
+)  # fmt: skip
+"""Subcommands that change the repository (the listing forms are handled first)."""
+
+_GIT_OUTPUT = "--output"
+_GIT_RUNS_PROGRAMS = (
+    "--ext-diff",
+    "--textconv",
+    "--show-signature",
+    "--open-files-in-pager",
+    "--filters",
+    "--help",
+)
+_GIT_EXACT_SAFE = frozenset({"--text"})  # real options that prefix a dangerous one
+
+
+def _git_long_matches(name: str, target: str) -> bool:
+    # git's option parser accepts unique abbreviations: ``--ext`` is ``--ext-diff``.
+    if name == target:
+        return True
+    return len(name) >= 3 and target.startswith(name) and name not in _GIT_EXACT_SAFE
+
+
+def _git_arguments(subcommand: str, args: Sequence[str]) -> Verdict:
+    """Options of a read-only git subcommand that write files or run programs."""
+    for arg in args:
+        if arg.startswith("--"):
+            name = arg.partition("=")[0]
+            if _git_long_matches(name, _GIT_OUTPUT):
+                return write(f"git {subcommand} {name} writes a file")
+            for target in _GIT_RUNS_PROGRAMS:
+                if _git_long_matches(name, target):
+                    return unknown(f"git {subcommand} {target} runs other programs")
+        elif arg.startswith("-") and subcommand == "grep" and "O" in arg:
+            return unknown("git grep -O opens files in a pager")
+        if "%G" in arg or "%(signature" in arg:
+            return unknown("signature placeholders run gpg")
+    return read_only(f"git {subcommand} only reads")
+
+
+_BRANCH_LIST_FLAGS = frozenset(
+    {
+        "--all", "--remotes", "--verbose", "--list", "--show-current", "--no-color",
+        "--color", "--no-column", "--column", "--ignore-case", "--omit-empty",
+        "--no-abbrev", "--abbrev", "--quiet",
+    }
+)  # fmt: skip
+_BRANCH_FILTERS = frozenset(
+    {"--contains", "--no-contains", "--merged", "--no-merged", "--points-at"}
+)
+_BRANCH_WITH_ARG = _BRANCH_FILTERS | {"--sort", "--format"}
+
+
+@dataclass(frozen=True, slots=True)
+class _ListingForm:
+    """The options of ``git branch`` or ``git tag`` that keep it a listing."""
+
+    what: str
+    flags: frozenset[str]
+    with_arg: frozenset[str]
+    short_list: str
+    short_ok: str
+    write_long: frozenset[str]
+    write_short: str
+    filters: frozenset[str] = _BRANCH_FILTERS
+    verify_long: frozenset[str] = frozenset()
+    verify_short: str = ""
+
+
+def _git_listing(form: _ListingForm, args: Sequence[str]) -> Verdict:
+    """``git branch`` / ``git tag``: read-only only in their listing forms.
+
+    A positional operand lists only under ``--list`` or a filter option
+    (``--contains``, ``--merged`` ...); otherwise ``git branch NAME`` creates.
+    """
+    what = form.what
+    listing = False
+    operands: list[str] = []
+    doubt: Verdict | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            operands.extend(args[i:])
+            break
+        if arg.startswith("--"):
+            name, has_value, _ = arg.partition("=")
+            if name in form.write_long:
+                return write(f"git {what} {name} changes the repository")
+            if name in form.verify_long:
+                return unknown(f"git {what} {name} runs gpg")
+            if name == "--list":
+                listing = True
+            elif name in form.with_arg:
+                listing = listing or name in form.filters
+                if not has_value and i < len(args):
+                    i += 1
+            elif name not in form.flags:
+                doubt = doubt or unknown(f"git {what} {name} is not a listing option")
+        elif arg.startswith("-") and arg != "-":
+            letters = arg[1:]
+            if what == "tag" and letters.startswith("n") and letters[1:] in ("", *"0123456789"):
+                continue
+            for letter in letters:
+                if letter in form.write_short:
+                    return write(f"git {what} -{letter} changes the repository")
+                if letter in form.verify_short:
+                    return unknown(f"git {what} -{letter} runs gpg")
+                if letter in form.short_list:
+                    listing = True
+                elif letter not in form.short_ok:
+                    doubt = doubt or unknown(f"git {what} -{letter} is not a listing option")
+        else:
+            operands.append(arg)
+    if operands and not listing:
+        return write(f"git {what} NAME creates a {what}")
+    return doubt or read_only(f"git {what} lists")
+
+
+_BRANCH_FORM = _ListingForm(
+    what="branch",
+    flags=_BRANCH_LIST_FLAGS,
+    with_arg=_BRANCH_WITH_ARG,
+    short_list="l",
+    short_ok="arvqi",
+    write_long=frozenset(
+        {
+            "--delete", "--move", "--copy", "--force", "--set-upstream-to",
+            "--unset-upstream", "--edit-description", "--track", "--no-track",
+            "--create-reflog", "--recurse-submodules",
+        }
+    ),
+    write_short="dDmMcCfut",
+)  # fmt: skip
+
+_TAG_FORM = _ListingForm(
+    what="tag",
+    flags=frozenset({"--no-column", "--column", "--ignore-case", "--color", "--omit-empty"}),
+    with_arg=_BRANCH_WITH_ARG,
+    short_list="l",
+    short_ok="i",
+    write_long=frozenset(
+        {
+            "--annotate", "--sign", "--no-sign", "--local-user", "--force", "--delete",
+            "--message", "--file", "--edit", "--cleanup", "--create-reflog", "--trailer",
+        }
+    ),
+    write_short="asufdmFe",
+    verify_long=frozenset({"--verify"}),
+    verify_short="v",
+)  # fmt: skip
+
+
+def _git_branch(args: Sequence[str]) -> Verdict:
+    return _git_listing(_BRANCH_FORM, args)
+
+
+def _git_tag(args: Sequence[str]) -> Verdict:
+    return _git_listing(_TAG_FORM, args)
+
+
+_REMOTE_WRITES = frozenset(
+    {"add", "rename", "remove", "rm", "set-head", "set-branches", "set-url", "prune", "update"}
+)
+
+
+def _git_remote(args: Sequence[str]) -> Verdict:
+    rest = list(args)
+    while rest and rest[0] in ("-v", "--verbose"):
+        rest.pop(0)
+    if not rest:
+        return read_only("git remote lists the remotes")
+    action, options = rest[0], rest[1:]
+    if action in _REMOTE_WRITES:
+        return write(f"git remote {action} changes the repository's remotes")
+    operands = [arg for arg in options if not arg.startswith("-")]
+    flags = {arg for arg in options if arg.startswith("-")}
+    if action == "get-url" and flags <= {"--push", "--all"} and len(operands) <= 1:
+        return read_only("git remote get-url prints a URL")
+    if action == "show" and "-n" in flags and flags <= {"-n", "-v", "--verbose"}:
+        return read_only("git remote show -n reads the local configuration")
+    if action == "show":
+        return unknown("git remote show contacts the remote (use -n)")
+    return unknown(f"git remote {action} is not a listing form")
+
+
+def _git_stash(args: Sequence[str]) -> Verdict:
+    if args and args[0] in ("list", "show"):
+        return _git_arguments(f"stash {args[0]}", args[1:])
+    return write("git stash changes the working tree and refs")
+
+
+def _git_worktree(args: Sequence[str]) -> Verdict:
+    if args and args[0] == "list":
+        return read_only("git worktree list lists")
+    if not args:
+        return unknown("git worktree without a subcommand")
+    return write(f"git worktree {args[0]} changes worktrees")
+
+
+def _git_reflog(args: Sequence[str]) -> Verdict:
+    if not args:
+        return read_only("git reflog shows the reflog")
+    if args[0] in ("expire", "delete", "drop"):
+        return write(f"git reflog {args[0]} rewrites the reflog")
+    if args[0] == "show":
+        return _git_arguments("reflog show", args[1:])
+    if args[0] == "exists":
+        return read_only("git reflog exists only checks")
+    if args[0].startswith("-"):
+        return _git_arguments("reflog", args)
+    return unknown(f"git reflog {args[0]} is not understood")
+
+
+_GIT_SPECIAL: dict[str, Callable[[Sequence[str]], Verdict]] = {
+    "branch": _git_branch,
+    "tag": _git_tag,
+    "remote": _git_remote,
+    "stash": _git_stash,
+    "worktree": _git_worktree,
+    "reflog": _git_reflog,
+}
+
+
+def _git_rule(args: Sequence[str]) -> Verdict:
+    if not args:
+        return unknown("git without a subcommand")
+    subcommand, rest = args[0], args[1:]
+    if subcommand.startswith("-"):
+        return unknown(f"git option {subcommand!r} before the subcommand")
+    special = _GIT_SPECIAL.get(subcommand)
+    if special is not None:
+        return special(rest)
+    if subcommand in GIT_READ_ONLY:
+        return _git_arguments(subcommand, rest)
+    if subcommand in GIT_WRITES:
+        return write(f"git {subcommand} changes the repository")
+    return unknown(f"git {subcommand!r} is not a known read-only subcommand")
+
+
+# ---------------------------------------------------------------------------
+# Dispatch
+# ---------------------------------------------------------------------------
+
+ARGUMENT_RULES: dict[str, Callable[[Sequence[str]], Verdict]] = {
+    "find": _find_rule,
+    "sed": _with_options("sed", _SED, _sed_rule),
+    "sort": _with_options("sort", _SORT, _sort_rule),
+    "uniq": _with_options("uniq", _UNIQ, _uniq_rule),
+    "date": _with_options("date", _DATE, _date_rule),
+    "file": _with_options("file", _FILE, _file_rule),
+    "tree": _tree_rule,
+    "rg": _rg_rule,
+    "git": _git_rule,
+}
+"""Allowlisted commands whose arguments decide; run-time expansions in them are doubt."""
+
+
+def _shell_rule(name: str, args: Sequence[str | None], nested: Nested) -> Verdict:
+    floor = unknown(f"{name} runs a shell script")
+    for index, arg in enumerate(args):
+        if arg is not None and arg.startswith("-") and not arg.startswith("--") and "c" in arg:
+            script = args[index + 1] if index + 1 < len(args) else None
+            if script is None:
+                return floor
+            return worst(floor, nested(script))
+    return floor
+
+
+def _wrapper_rule(name: str, args: Sequence[str | None]) -> Verdict:
+    for arg in args:
+        if arg is not None and os.path.basename(arg) in WRITE_ROOTS:
+            return write(f"{name} runs {arg}, which changes files")
+    return unknown(f"{name} runs another command")
+
+
+def classify_simple_command(name: str, args: Sequence[str | None], nested: Nested) -> Verdict:
+    """Classify one simple command from its literal name and its arguments.
+
+    ``args`` holds ``None`` for an argument only known at run time. ``nested``
+    classifies a command string this command would itself run (``bash -c``,
+    ``eval``) so a write hidden in there still counts as a write.
+    """
+    if "/" in name:
+        base = os.path.basename(name)
+        if base in WRITE_ROOTS:
+            return write(f"{base} changes files")
+        return unknown(f"{name!r} is run by path, not from the allowlist")
+    if name in WRITE_ROOTS:
+        return write(f"{name} changes files")
+    rule = ARGUMENT_RULES.get(name)
+    if rule is not None:
+        verdict = rule([DYNAMIC if arg is None else arg for arg in args])
+        if any(arg is None for arg in args):
+            return worst(
+                unknown(f"{name} has a shell expansion among arguments it checks"), verdict
+            )
+        return verdict
+    if name == "printf" and args and (args[0] is None or args[0].startswith("-v")):
+        return unknown("printf -v assigns a shell variable")
+    if name in PLAIN_READ_ONLY:
+        return read_only(f"{name} only reads")
+    if name in DIRECTORY_CHANGES:
+        return read_only(f"{name} changes only the shell's directory")
+    if name in SHELLS:
+        return _shell_rule(name, args, nested)
+    if name == "eval":
+        floor = unknown("eval runs its arguments as a command")
+        if any(arg is None for arg in args):
+            return floor
+        return worst(floor, nested(" ".join(arg for arg in args if arg is not None)))
+    if name in WRAPPERS:
+        return _wrapper_rule(name, args)
+    return unknown(f"{name!r} is not on the read-only allowlist")

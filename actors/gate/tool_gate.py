@@ -1,0 +1,166 @@
+"""The speculation tool gate: may this tool call run before the user approves it?
+
+The speculator asks before every call. Three answers (the seed's "Tool Gate"
+table): ``allow`` -- the call only reads, run it; ``redirect`` -- the call
+writes, but the approval mode lets edits run, so run it with its writes sent
+into the speculation overlay; ``boundary`` -- stop the speculation before this
+call and wait for the user. Anything the gate does not know is a boundary: a new
+or custom (MCP) tool could do anything.
+
+The gate is a pure function of the call: it reads ``arguments`` and never
+changes them (the speculator rewrites paths into the overlay itself).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from actors.gate.shell import explain_shell_command
+from actors.gate.shell_rules import Severity
+from messages.gate import ApprovalMode, GateAction, GateDecision
+
+READ_TOOLS: frozenset[str] = frozenset({"read_file", "grep", "glob", "list_directory", "inspect"})
+"""Tools that only read (their paths resolve through the overlay); ``inspect`` reads blobs."""
+
+WRITE_TOOLS: frozenset[str] = frozenset({"edit", "write_file"})
+"""Tools whose writes can be redirected into the overlay."""
+
+NETWORK_TOOLS: frozenset[str] = frozenset({"web_fetch", "web_search"})
+
+INTERACTIVE_TOOLS: frozenset[str] = frozenset(
+    {
+        "agent",
+        "task",
+        "skill",
+        "memory",
+        "save_memory",
+        "ask_user",
+        "ask_user_question",
+        "todo_write",
+        "exit_plan_mode",
+        "resolve",
+    }
+)
+"""Tools that talk to the user, delegate, or change state outside the working tree."""
+
+SHELL_TOOL = "shell"
+SHELL_ARGUMENTS: frozenset[str] = frozenset({"command", "cwd", "timeout", "description"})
+"""The shell arguments the gate understands; any other one could change what runs."""
+
+_EDIT_MODES = frozenset({ApprovalMode.AUTO_EDIT, ApprovalMode.YOLO})
+
+
+def parse_approval_mode(mode: ApprovalMode | str) -> ApprovalMode:
+    """``mode`` as an :class:`ApprovalMode`; a ``ValueError`` names the allowed values."""
+    try:
+        return ApprovalMode(mode)
+    except ValueError:
+        allowed = ", ".join(repr(member.value) for member in ApprovalMode)
+        raise ValueError(f"unknown approval mode {mode!r}; allowed: {allowed}") from None
+
+
+def evaluate_tool_call(
+    name: str,
+    arguments: Mapping[str, Any],
+    approval_mode: ApprovalMode | str,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    overlay_has_writes: bool = False,
+) -> GateDecision:
+    """Decide whether a speculative call of tool ``name`` may run.
+
+    ``cwd`` is the session's working directory (the shell's git-config probe
+    and its relative ``cwd`` argument resolve against it).
+    ``overlay_has_writes`` says the overlay already holds a write: a shell
+    command runs on the real tree, which no longer matches what the
+    speculation sees, so every shell call is then a boundary.
+    """
+    mode = parse_approval_mode(approval_mode)
+
+    def decide(action: GateAction, reason: str) -> GateDecision:
+        return GateDecision(action=action, reason=reason, tool=name)
+
+    if name in READ_TOOLS:
+        return decide(GateAction.ALLOW, f"{name} only reads")
+    if name in WRITE_TOOLS:
+        if mode in _EDIT_MODES:
+            return decide(
+                GateAction.REDIRECT,
+                f"{name} writes into the speculation overlay (approval mode {mode.value})",
+            )
+        return decide(
+            GateAction.BOUNDARY,
+            f"{name} needs the user's approval in approval mode {mode.value}",
+        )
+    if name == SHELL_TOOL:
+        return _shell(arguments, cwd, overlay_has_writes=overlay_has_writes)
+    if name in NETWORK_TOOLS:
+        return decide(GateAction.BOUNDARY, f"{name} makes network requests, which need consent")
+    if name in INTERACTIVE_TOOLS:
+        return decide(
+            GateAction.BOUNDARY,
+            f"{name} interacts with the user or delegates, which a speculation cannot",
+        )
+    return decide(GateAction.BOUNDARY, f"{name!r} is an unknown or custom tool")
+
+
+def _shell(
+    arguments: Mapping[str, Any],
+    cwd: str | os.PathLike[str] | None,
+    *,
+    overlay_has_writes: bool,
+) -> GateDecision:
+    def boundary(reason: str) -> GateDecision:
+        return GateDecision(action=GateAction.BOUNDARY, reason=reason, tool=SHELL_TOOL)
+
+    if overlay_has_writes:
+        return boundary("the overlay holds writes, so a shell command would see a stale tree")
+    if not isinstance(arguments, Mapping):
+        return boundary("the shell arguments are not a mapping")
+    extra = sorted(str(key) for key in arguments if key not in SHELL_ARGUMENTS)
+    if extra:
+        return boundary(f"the shell argument(s) {', '.join(extra)} are not understood")
+    command = arguments.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return boundary("the shell call has no command")
+    directory = _shell_directory(arguments.get("cwd"), cwd)
+    if isinstance(directory, GateDecision):
+        return directory
+    verdict = explain_shell_command(command, directory)
+    if verdict.severity is Severity.READ_ONLY:
+        return GateDecision(
+            action=GateAction.ALLOW,
+            reason=f"the shell command is read-only: {verdict.reason}",
+            tool=SHELL_TOOL,
+        )
+    kind = "writes" if verdict.severity is Severity.WRITE else "is not provably read-only"
+    return boundary(f"the shell command {kind}: {verdict.reason}")
+
+
+def _shell_directory(
+    requested: object, base: str | os.PathLike[str] | None
+) -> str | os.PathLike[str] | GateDecision | None:
+    """Where the command would run: the call's ``cwd`` resolved under the session's."""
+    if requested is None or requested == "":
+        return base
+    if not isinstance(requested, str):
+        return GateDecision(
+            action=GateAction.BOUNDARY, reason="the shell cwd is not a string", tool=SHELL_TOOL
+        )
+    if base is None:
+        return requested
+    try:
+        root = os.path.realpath(base)
+        resolved = os.path.realpath(os.path.join(root, requested))
+        inside = os.path.commonpath([root, resolved]) == root
+    except (OSError, ValueError):
+        inside = False
+    if not inside:
+        return GateDecision(
+            action=GateAction.BOUNDARY,
+            reason=f"the shell cwd {requested!r} is outside the working directory",
+            tool=SHELL_TOOL,
+        )
+    return resolved

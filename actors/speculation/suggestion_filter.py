@@ -1,0 +1,726 @@
+"""Decide whether a predicted next input is worth showing to the user.
+
+After each answer Fore asks a model to predict what the user will type next.
+The prediction is shown as ghost text and, on Tab, submitted as if the user
+had typed it -- and speculation starts executing it before the user has even
+looked. A bad suggestion therefore costs attention *and* tokens, so a
+candidate must look like something this user would type: a short imperative
+in their voice. Models fail that in recurring ways (talking about the task
+instead of predicting it, answering in their own voice, praising, formatting,
+leaking an error string); each way is one rule with a stable reason name.
+
+Normalization
+-------------
+The candidate is stripped of surrounding whitespace and then of matching
+surrounding quote pairs (``"…"``, ``'…'``, ``“…”``, ``‘…’``, ``「…」``,
+``『…』``, ``«…»``), repeatedly. The result is :attr:`SuggestionVerdict.text`,
+for accepted and rejected candidates alike (lone surrogates, which only a
+rejected candidate can hold, are replaced by U+FFFD so the verdict is always
+JSON-serializable).
+
+Rules, in the order they are checked (the first failing rule is reported)
+--------------------------------------------------------------------------
+ 1. ``empty`` -- nothing left after normalization.
+ 2. ``control_chars`` -- a C0/C1 control character other than a line break
+    (a tab is a control character here), a lone surrogate, or an invisible
+    character that can spoof text: zero-width space, word joiner, BOM, bidi
+    embeddings/overrides/isolates and marks. ZWJ/ZWNJ are allowed (emoji,
+    Persian, Indic scripts need them).
+ 3. ``formatting`` -- a line break (``\\n``, ``\\r``, U+2028, U+2029), a code
+    fence (```` ``` ````), a text wholly in one backtick span, markdown
+    emphasis (``**x**``, ``*x*``, ``~~x~~``, and ``__x y__`` with at least
+    two words, because ``__init__`` is a dunder name), a heading
+    (``# x``), a bullet (``- x``, ``* x``, ``+ x``, ``• x``), a numbered list
+    item (``1. x``, ``1) x``), a block quote (``> x``) or a markdown link
+    (``[x](y)``). An inline code span inside a sentence is fine: users type
+    ``run `make test```.
+ 4. ``wrapped`` -- the whole text is one bracketed group, ``(…)`` or
+    ``[…]``, the model's way of writing a stage direction. ``(a) and (b)`` is
+    not wrapped: the first bracket closes before the end.
+ 5. ``done`` -- the whole text (case-insensitive, trailing ``.!`` ignored) is
+    a terminal word such as ``done``, ``finished``, ``all done``,
+    ``that's it``. Such words inside a longer instruction are fine
+    (``done with tests, commit them``): only a suggestion that *is* a terminal
+    word says "the conversation is over".
+ 6. ``meta`` -- text about suggesting rather than a suggestion: the whole text
+    is one of ``none``, ``null``, ``n/a``, ``silence``, ``nothing``, … or it
+    contains a meta phrase as whole words (``nothing to suggest``,
+    ``no suggestion``, ``stay silent``, ``the user might``, …).
+    ``add silence detection`` and ``this issue needs a test`` are fine.
+ 7. ``error_message`` -- a leaked error string: starts with ``error:``,
+    ``api error``, ``<Something>Error:``/``Exception:``, or contains
+    ``prompt is too long``, ``rate limit exceeded``/``rate limited``,
+    ``context length exceeded``, ``too many requests``,
+    ``internal server error``, ``an error occurred``, … ``add error handling``
+    and ``rate limit the login endpoint`` are fine.
+ 8. ``label_prefix`` -- ``Label: …``: the text before the first ``": "`` is a
+    known label (``suggestion``, ``next``, ``next step``, ``user``,
+    ``answer``, ``prompt``, … any case) or a single capitalised word
+    (``Summary: …``, first letter upper, the rest lower) that is not a
+    conventional-commit type. So ``fix: typo``, ``Fix: typo``,
+    ``docs: update readme``, ``README: fix typo`` and ``fix(parser): x`` are
+    fine.
+ 9. ``ai_voice`` -- starts with the assistant's voice, matched on whole
+    words: ``let me``, ``I'll``, ``I will``, ``I can``, ``I'm going to``,
+    ``here's``, ``here is``, ``sure,``, ``certainly``, ``of course``,
+    ``absolutely``, ``would you like``, ``shall I``, ``as an AI``, …
+    ``let's add tests`` (the user's voice), ``here`` and ``sure`` alone are
+    fine.
+10. ``evaluative`` -- praise or thanks instead of an instruction: contains
+    a whole-word phrase such as ``thanks``, ``thank you``, ``great job``,
+    ``nice work``, ``lgtm``, ``well done``; or *starts* with a verdict
+    (``looks good``, ``that works great``, ``sounds good``, ``much
+    better``) or with an interjection adjective (``perfect``, ``nice``,
+    ``great``, ``awesome``, …) that stands alone or is followed by
+    ``,``/``!``/``.``. ``add great-circle distance``, ``perfect hash for
+    keywords`` and ``make sure it looks good on mobile`` are fine.
+11. ``too_long`` -- 100 characters or more.
+12. ``multiple_sentences`` -- a sentence terminator (``.``, ``!``, ``?``)
+    ends a whitespace-separated token that is not the last one, or a CJK
+    terminator (``。！？``) is followed by more text. A ``.`` does not end a
+    sentence after an abbreviation (``vs.``, ``e.g.``, ``i.e.``, ``etc.``,
+    ``Dr.``, …), a single-letter initial or an ellipsis; dots inside a token
+    (``app.py``, ``1.2``) never do.
+13. ``too_few_words`` -- fewer than 2 units, unless the text is a slash
+    command (``/commit``) or a known one-word reply (``yes``, ``y``, ``no``,
+    ``ok``, ``okay``, ``sure``, ``continue``, ``proceed``, ``go``, ``push``,
+    ``commit``, ``merge``, ``deploy``, ``retry``, …; any case, a trailing
+    ``.``/``!`` ignored).
+14. ``too_many_words`` -- more than 12 words, or more than 30 units in CJK
+    text.
+
+Counting units
+--------------
+Text containing Han, Hiragana or Katakana (languages written without spaces)
+counts each such character as one unit plus one unit per whitespace-separated
+run of other characters that contains a letter or digit (``运行 npm test`` is 2 +
+2 = 4 units); the range is 2-30. Other text, Korean included (it separates
+words with spaces), counts whitespace-separated tokens as words; the range is
+2-12.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from pydantic import model_validator
+
+from messages.base import Message
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+MAX_WORDS = 12
+MAX_CJK_UNITS = 30
+MIN_UNITS = 2
+MAX_CHARS = 100
+"""A suggestion must be strictly shorter than this many characters."""
+
+
+class RejectReason(StrEnum):
+    """Why a suggestion was rejected; the value is the stable snake_case name."""
+
+    EMPTY = "empty"
+    CONTROL_CHARS = "control_chars"
+    FORMATTING = "formatting"
+    WRAPPED = "wrapped"
+    DONE = "done"
+    META = "meta"
+    ERROR_MESSAGE = "error_message"
+    LABEL_PREFIX = "label_prefix"
+    AI_VOICE = "ai_voice"
+    EVALUATIVE = "evaluative"
+    TOO_LONG = "too_long"
+    MULTIPLE_SENTENCES = "multiple_sentences"
+    TOO_FEW_WORDS = "too_few_words"
+    TOO_MANY_WORDS = "too_many_words"
+
+
+RULE_ORDER: tuple[RejectReason, ...] = tuple(RejectReason)
+"""The rules in the order :func:`filter_suggestion` checks them."""
+
+
+class SuggestionVerdict(Message):
+    """The filter's decision on one candidate.
+
+    A frozen pydantic message (not a dataclass) because the verdict travels:
+    the speculator logs it and the session emits rejected and accepted
+    suggestions as telemetry events, which must serialize like every other
+    Fore message.
+    """
+
+    accepted: bool
+    text: str
+    """The normalized suggestion (stripped, surrounding quotes removed)."""
+    reason: RejectReason | None = None
+    """The first failing rule, or None when accepted."""
+
+    @model_validator(mode="after")
+    def _reason_iff_rejected(self) -> SuggestionVerdict:
+        if self.accepted == (self.reason is not None):
+            raise ValueError("a verdict has a reason exactly when it is rejected")
+        return self
+
+
+# --------------------------------------------------------------------------- #
+# Vocabulary
+# --------------------------------------------------------------------------- #
+
+_QUOTE_PAIRS: Mapping[str, str] = MappingProxyType(
+    {
+        '"': '"',
+        "'": "'",
+        "“": "”",
+        "‘": "’",
+        "「": "」",
+        "『": "』",
+        "«": "»",
+    }
+)
+
+_INVISIBLE = frozenset(
+    "\u200b\u2060\ufeff\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+_LINE_BREAKS = frozenset("\n\r\u2028\u2029")
+
+_DONE_WORDS = frozenset(
+    {
+        "done",
+        "all done",
+        "finished",
+        "complete",
+        "completed",
+        "task complete",
+        "task completed",
+        "that's it",
+        "that's all",
+        "nothing else",
+        "we're done",
+        "i'm done",
+    }
+)
+
+_META_EXACT = frozenset(
+    {
+        "none",
+        "null",
+        "nil",
+        "n/a",
+        "na",
+        "nothing",
+        "silence",
+        "silent",
+        "empty",
+        "undefined",
+        "unknown",
+        "tbd",
+        "no suggestion",
+        "no suggestions",
+        "no input",
+    }
+)
+
+_META_PHRASES = (
+    r"nothing to suggest",
+    r"no suggestions?",
+    r"no (?:obvious |clear )?next (?:step|input|action)s?",
+    r"(?:stay|remain|keep|staying|remaining) silent",
+    r"(?:be|being) silent",
+    r"not obvious",
+    r"nothing obvious",
+    r"(?:can't|cannot|can not|unable to) (?:predict|suggest|tell|guess)",
+    r"no prediction",
+    r"the user(?:'s)? (?:might|will|would|may|could|should|probably|likely|wants)",
+    r"(?:next|predicted) user input",
+    r"(?:i|i'm|i am) not sure what",
+    r"hard to (?:predict|say|tell)",
+)
+
+_ERROR_START_RE = re.compile(
+    r"^(?:api[ _-]?error\b|(?:fatal |internal |unexpected |unknown )?error\s*:"
+    r"|[a-z]*(?:error|exception)\s*:|traceback \(most recent call last\))"
+)
+_ERROR_PHRASES = (
+    r"prompt is too long",
+    r"rate[ -]limit(?:ed| exceeded| reached| hit| error)",
+    r"context length exceeded",
+    r"maximum context length",
+    r"context window exceeded",
+    r"quota exceeded",
+    r"too many requests",
+    r"internal server error",
+    r"service unavailable",
+    r"bad gateway",
+    r"gateway timeout",
+    r"request timed out",
+    r"an error occurred",
+    r"an error has occurred",
+    r"something went wrong",
+    r"invalid api key",
+    r"overloaded_error",
+    r"model is overloaded",
+    r"failed to generate",
+    r"(?:4|5)\d\d (?:error|bad request|unauthorized|forbidden|too many requests"
+    r"|internal server error|service unavailable|overloaded)",
+)
+
+_KNOWN_LABELS = frozenset(
+    {
+        "suggestion",
+        "suggested",
+        "suggested prompt",
+        "suggested input",
+        "suggested reply",
+        "next",
+        "next step",
+        "next input",
+        "next prompt",
+        "next action",
+        "prediction",
+        "predicted input",
+        "user",
+        "user input",
+        "assistant",
+        "ai",
+        "answer",
+        "response",
+        "reply",
+        "prompt",
+        "input",
+        "output",
+        "command",
+        "action",
+        "recommendation",
+        "note",
+        "option",
+        "tip",
+        "hint",
+        "you",
+        "me",
+        "human",
+        "query",
+        "result",
+    }
+)
+
+_COMMIT_TYPES = frozenset(
+    {
+        "feat",
+        "fix",
+        "docs",
+        "doc",
+        "style",
+        "refactor",
+        "perf",
+        "test",
+        "tests",
+        "build",
+        "ci",
+        "chore",
+        "revert",
+        "deps",
+        "wip",
+        "release",
+        "security",
+    }
+)
+
+_AI_VOICE_STARTS = (
+    r"let me",
+    r"i'll",
+    r"i will",
+    r"i can",
+    r"i'm going to",
+    r"i am going to",
+    r"i(?:'ve| have) (?:made|updated|fixed|added|created|completed|finished|implemented)",
+    r"here's",
+    r"here is",
+    r"here are",
+    r"sure[,!]",
+    r"certainly",
+    r"of course",
+    r"absolutely",
+    r"great question",
+    r"as an ai",
+    r"would you like",
+    r"do you want me",
+    r"want me to",
+    r"shall i",
+    r"should i proceed",
+    r"i hope",
+    r"happy to help",
+)
+
+_EVALUATIVE_PHRASES = (
+    r"thanks",
+    r"thank you",
+    r"thank u",
+    r"thx",
+    r"lgtm",
+    r"(?:great|good|nice|awesome|excellent|amazing) (?:job|work)",
+    r"well done",
+    r"love it",
+    r"much appreciated",
+)
+"""Praise that is evaluative wherever it appears."""
+
+_EVALUATIVE_OPENERS = (
+    r"(?:(?:that|this|it|everything|all) )?(?:looks?|sounds?|works?|seems?|is) "
+    r"(?:good|great|fine|perfect|nice|amazing|awesome|excellent|better)",
+    r"(?:that|this|it)'s (?:good|great|fine|perfect|nice|amazing|awesome|excellent|better)",
+    r"much better",
+)
+"""Verdicts on the last answer; evaluative only at the start ("make sure it
+looks good on mobile" is an instruction)."""
+
+_EVALUATIVE_INTERJECTIONS = (
+    r"perfect",
+    r"nice",
+    r"great",
+    r"awesome",
+    r"amazing",
+    r"excellent",
+    r"brilliant",
+    r"wonderful",
+    r"fantastic",
+    r"beautiful",
+    r"cool",
+    r"good",
+    r"wow",
+    r"impressive",
+)
+
+_SINGLE_WORD_REPLIES = frozenset(
+    {
+        "yes",
+        "y",
+        "yep",
+        "yeah",
+        "no",
+        "n",
+        "nope",
+        "ok",
+        "okay",
+        "sure",
+        "continue",
+        "proceed",
+        "go",
+        "push",
+        "commit",
+        "merge",
+        "deploy",
+        "ship",
+        "retry",
+        "approve",
+        "accept",
+        "reject",
+        "undo",
+        "revert",
+        "rebase",
+        "release",
+        "publish",
+        "again",
+        "both",
+        "all",
+        "next",
+    }
+)
+
+_ABBREVIATIONS = frozenset(
+    {
+        "vs",
+        "e.g",
+        "eg",
+        "i.e",
+        "ie",
+        "etc",
+        "cf",
+        "dr",
+        "mr",
+        "mrs",
+        "ms",
+        "prof",
+        "st",
+        "jr",
+        "sr",
+        "inc",
+        "ltd",
+        "co",
+        "approx",
+        "incl",
+        "fig",
+        "no",
+        "vol",
+        "ver",
+        "v",
+        "min",
+        "max",
+        "resp",
+        "esp",
+        "al",
+        "a.k.a",
+        "aka",
+        "u.s",
+        "p.s",
+        "ps",
+    }
+)
+
+
+def _words_alternation(phrases: Iterable[str]) -> str:
+    """One non-capturing alternation, longest first so the longest phrase wins."""
+    ordered = sorted(phrases, key=len, reverse=True)
+    return "(?:" + "|".join(ordered) + ")"
+
+
+# Whole-word boundaries that treat hyphens and apostrophes as part of a word,
+# so "great" does not match inside "great-circle" and "ty" not inside "ty's".
+_WB_START = r"(?<![\w'-])"
+_WB_END = r"(?![\w'-])"
+
+_META_RE = re.compile(_WB_START + _words_alternation(_META_PHRASES) + _WB_END)
+_ERROR_PHRASE_RE = re.compile(_WB_START + _words_alternation(_ERROR_PHRASES) + _WB_END)
+_AI_VOICE_RE = re.compile("^" + _words_alternation(_AI_VOICE_STARTS) + r"(?:(?<=[,!])|(?![\w'-]))")
+_EVALUATIVE_PHRASE_RE = re.compile(_WB_START + _words_alternation(_EVALUATIVE_PHRASES) + _WB_END)
+_EVALUATIVE_START_RE = re.compile(
+    "^(?:"
+    + _words_alternation(_EVALUATIVE_OPENERS)
+    + _WB_END
+    + "|"
+    + _words_alternation(_EVALUATIVE_INTERJECTIONS)
+    + r"(?:\s*[,!.]|\s*$))"
+)
+_LABEL_RE = re.compile(r"^(?P<label>[^\W\d_][\w'/-]*(?: [^\W\d_][\w'/-]*)?)\s*:\s")
+_TITLECASE_WORD_RE = re.compile(r"^[A-Z][a-z]+$")
+
+_FORMATTING_RES = (
+    re.compile(r"```"),
+    re.compile(r"^`[^`]+`$"),
+    re.compile(r"\*\*(?=\S)[^*]+(?<=\S)\*\*"),
+    # Multi-word only: a single word between double underscores is a dunder
+    # name (``__init__``) far more often than emphasis.
+    re.compile(r"(?<!\w)__(?=\S)[^_\s]*\s[^_]*(?<=\S)__(?!\w)"),
+    re.compile(r"(?<![\w*])\*(?=[^\s*])[^*]+(?<=[^\s*])\*(?![\w*])"),
+    re.compile(r"~~(?=\S)[^~]+(?<=\S)~~"),
+    re.compile(r"^#{1,6}\s"),
+    re.compile(r"^[-*+•]\s"),
+    re.compile(r"^\d{1,3}[.)]\s"),
+    re.compile(r"^>\s"),
+    re.compile(r"\[[^\]]+\]\([^()\s]*\)"),
+)
+
+_SLASH_COMMAND_RE = re.compile(r"^/[A-Za-z][\w-]*(?::[\w-]+)*$")
+_CJK_RE = re.compile(
+    "[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]"
+)
+_CJK_SENTENCE_END_RE = re.compile(r"[。！？](?=\s*\S)")
+_ALNUM_RE = re.compile(r"[^\W_]")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_TRAILING_SENTENCE_PUNCT = ".!"
+_CLOSERS = "\"')]}”’»」』"
+_OPEN_TO_CLOSE: Mapping[str, str] = MappingProxyType({"(": ")", "[": "]"})
+
+
+# --------------------------------------------------------------------------- #
+# The filter
+# --------------------------------------------------------------------------- #
+
+
+def filter_suggestion(text: str) -> SuggestionVerdict:
+    """Check a candidate against every rule; see the module doc for the order."""
+    normalized = normalize_suggestion(text)
+    reason = _first_failure(normalized)
+    return SuggestionVerdict(
+        accepted=reason is None,
+        text=_SURROGATE_RE.sub("\ufffd", normalized),
+        reason=reason,
+    )
+
+
+def normalize_suggestion(text: str) -> str:
+    """Strip whitespace and matching surrounding quote pairs, repeatedly."""
+    current = text.strip()
+    while len(current) >= 2 and _QUOTE_PAIRS.get(current[0]) == current[-1]:
+        current = current[1:-1].strip()
+    return current
+
+
+def count_units(text: str) -> int:
+    """Words, or for Han/Kana text characters plus other words (module doc)."""
+    if not _CJK_RE.search(text):
+        return len(text.split())
+    units = len(_CJK_RE.findall(text))
+    for run in _CJK_RE.split(text):
+        units += sum(1 for token in run.split() if _ALNUM_RE.search(token))
+    return units
+
+
+def _first_failure(text: str) -> RejectReason | None:
+    if not text:
+        return RejectReason.EMPTY
+    if _has_control_chars(text):
+        return RejectReason.CONTROL_CHARS
+    if _has_formatting(text):
+        return RejectReason.FORMATTING
+    if _is_wrapped(text):
+        return RejectReason.WRAPPED
+    lowered = _fold(text)
+    bare = lowered.rstrip(_TRAILING_SENTENCE_PUNCT).strip()
+    if bare in _DONE_WORDS:
+        return RejectReason.DONE
+    if bare in _META_EXACT or _META_RE.search(lowered):
+        return RejectReason.META
+    if _ERROR_START_RE.match(lowered) or _ERROR_PHRASE_RE.search(lowered):
+        return RejectReason.ERROR_MESSAGE
+    if _has_label_prefix(text):
+        return RejectReason.LABEL_PREFIX
+    if _AI_VOICE_RE.match(lowered):
+        return RejectReason.AI_VOICE
+    if _EVALUATIVE_PHRASE_RE.search(lowered) or _EVALUATIVE_START_RE.match(lowered):
+        return RejectReason.EVALUATIVE
+    if len(text) >= MAX_CHARS:
+        return RejectReason.TOO_LONG
+    if _has_several_sentences(text):
+        return RejectReason.MULTIPLE_SENTENCES
+    units = count_units(text)
+    if units < MIN_UNITS and not _is_allowed_single(bare):
+        return RejectReason.TOO_FEW_WORDS
+    limit = MAX_CJK_UNITS if _CJK_RE.search(text) else MAX_WORDS
+    if units > limit:
+        return RejectReason.TOO_MANY_WORDS
+    return None
+
+
+def _fold(text: str) -> str:
+    """Lowercase with typographic apostrophes made ASCII, for phrase matching."""
+    return text.replace("’", "'").replace("‘", "'").casefold()
+
+
+def _has_control_chars(text: str) -> bool:
+    for c in text:
+        if c in _LINE_BREAKS:
+            continue
+        if c in _INVISIBLE or unicodedata.category(c) in ("Cc", "Cs"):
+            return True
+    return False
+
+
+def _has_formatting(text: str) -> bool:
+    if any(c in _LINE_BREAKS for c in text):
+        return True
+    return any(pattern.search(text) for pattern in _FORMATTING_RES)
+
+
+def _is_wrapped(text: str) -> bool:
+    """Whether the first character opens a bracket that the last one closes."""
+    closer = _OPEN_TO_CLOSE.get(text[0])
+    if closer is None or text[-1] != closer:
+        return False
+    depth = 0
+    for index, c in enumerate(text):
+        if c == text[0]:
+            depth += 1
+        elif c == closer:
+            depth -= 1
+            if depth == 0:
+                return index == len(text) - 1
+    return False
+
+
+def _has_label_prefix(text: str) -> bool:
+    match = _LABEL_RE.match(text)
+    if match is None:
+        return False
+    label = match.group("label")
+    folded = _fold(label)
+    if folded in _KNOWN_LABELS:
+        return True
+    return bool(_TITLECASE_WORD_RE.match(label)) and folded not in _COMMIT_TYPES
+
+
+def _has_several_sentences(text: str) -> bool:
+    if _CJK_SENTENCE_END_RE.search(text):
+        return True
+    tokens = text.split()
+    return any(_ends_sentence(token) for token in tokens[:-1])
+
+
+def _ends_sentence(token: str) -> bool:
+    core = token.rstrip(_CLOSERS)
+    if not core or core[-1] not in ".!?":
+        return False
+    if core[-1] != ".":
+        return True
+    if core.endswith(".."):
+        return False  # an ellipsis trails off; it does not end the sentence
+    word = _fold(core[:-1]).lstrip("\"'([{“‘«")
+    if word in _ABBREVIATIONS:
+        return False
+    return not (len(word) == 1 and word.isalpha())  # an initial: "J. Smith"
+
+
+def _is_allowed_single(bare: str) -> bool:
+    return bare in _SINGLE_WORD_REPLIES or bool(_SLASH_COMMAND_RE.match(bare))
+
+
+# --------------------------------------------------------------------------- #
+# The model's reply
+# --------------------------------------------------------------------------- #
+
+_DECODER = json.JSONDecoder()
+MAX_REPLY_CANDIDATES = 32
+"""How many ``{`` positions :func:`parse_suggestion_reply` tries at most."""
+_SUGGESTION_KEY = "suggestion"
+
+
+def parse_suggestion_reply(raw: str) -> str | None:
+    """The suggestion in the model's raw reply, or None for silence.
+
+    The model is asked for exactly ``{"suggestion": "…"}``, but fast models
+    wrap it in code fences or a sentence of prose. The first JSON object in
+    the reply that has a ``"suggestion"`` key at its top level wins (objects
+    nested inside an earlier object are not considered); its value is
+    returned verbatim when it is a non-empty string. ``null``, ``""``, a
+    non-string value, no such object, or no JSON at all mean silence: a reply
+    we cannot read is never guessed at.
+
+    At most :data:`MAX_REPLY_CANDIDATES` ``{`` positions are tried, which
+    keeps an adversarial reply (``{"a":{"a":…`` repeated) linear instead of
+    quadratic; a real reply has its object among the first few braces.
+    """
+    index = raw.find("{")
+    attempts = 0
+    while index != -1 and attempts < MAX_REPLY_CANDIDATES:
+        attempts += 1
+        try:
+            value, end = _DECODER.raw_decode(raw, index)
+        except (ValueError, RecursionError):
+            index = raw.find("{", index + 1)
+            continue
+        if isinstance(value, dict) and _SUGGESTION_KEY in value:
+            suggestion = value[_SUGGESTION_KEY]
+            return suggestion if isinstance(suggestion, str) and suggestion else None
+        index = raw.find("{", end)
+    return None
+
+
+__all__ = [
+    "MAX_CHARS",
+    "MAX_CJK_UNITS",
+    "MAX_REPLY_CANDIDATES",
+    "MAX_WORDS",
+    "MIN_UNITS",
+    "RULE_ORDER",
+    "RejectReason",
+    "SuggestionVerdict",
+    "count_units",
+    "filter_suggestion",
+    "normalize_suggestion",
+    "parse_suggestion_reply",
+]

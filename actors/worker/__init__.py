@@ -1,0 +1,1 @@
+"""The worker: the agent loop as an actor, hooks and the interceptor."""

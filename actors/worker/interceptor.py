@@ -1,0 +1,176 @@
+"""The interceptor: the worker's trusted, internal policy point.
+
+One interceptor per worker, called *before* the public hooks at each decision
+point, inline on the worker's thread -- so it must be quick and must not block
+(it is Fore's own code: the file-reference stash, the ``resolve`` tool-choice
+queue, the speculation gate). It can do what public hooks cannot:
+
+* ``on_prompt_submit`` may return :class:`ContinueWith` items, which go into
+  history right after the user message (public hooks stay read-only);
+* ``pre_tool_call`` may return :class:`Boundary` (speculation: stop here);
+* ``on_llm_error`` may ask for the request to be sent again, changed.
+
+Subclass :class:`Interceptor` and override what you need; :class:`Interceptors`
+chains several (the first non-neutral answer wins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from actors.worker.hooks import (
+    Abort,
+    AbortContext,
+    Cancel,
+    Continue,
+    ContinueWithMessages,
+    Finish,
+    LlmRequestContext,
+    Pause,
+    Paused,
+    PostToolCallContext,
+    Skip,
+    ToolCallContext,
+    TurnEndContext,
+)
+from messages.conversation import AssistantMessage, Item, UserMessage
+from messages.llm import LlmError
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueWith:
+    """Continue, and put these items into history right after the user message."""
+
+    items: tuple[Item, ...] = ()
+
+    def __init__(self, items: Sequence[Item] = ()) -> None:
+        object.__setattr__(self, "items", tuple(items))
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """Stop before this tool call: the run ends as ``boundary`` (speculation)."""
+
+    reason: str
+    tool: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRequest:
+    """Send the failed LLM request again with this context (e.g. tool_choice auto)."""
+
+    ctx: LlmRequestContext
+
+
+InterceptorSubmitResult = Continue | Cancel | ContinueWith
+InterceptorToolResult = Continue | Skip | Abort | Pause | Boundary
+
+
+class Interceptor:
+    """Neutral at every decision point; subclass and override."""
+
+    def on_prompt_submit(self, message: UserMessage) -> InterceptorSubmitResult:
+        return Continue()
+
+    def on_submit_cancelled(self) -> None:
+        """A public hook cancelled the submit: drop anything staged for it."""
+
+    def pre_llm_request(self, ctx: LlmRequestContext) -> Continue | Cancel:
+        return Continue()
+
+    def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
+        """The answer to a request this interceptor saw (e.g. was a forced tool called?)."""
+
+    def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
+        return None
+
+    def pre_tool_call(self, ctx: ToolCallContext) -> InterceptorToolResult:
+        return Continue()
+
+    def post_tool_call(self, ctx: PostToolCallContext) -> Continue | Abort:
+        return Continue()
+
+    def on_turn_end(self, ctx: TurnEndContext) -> Finish | ContinueWithMessages | Paused:
+        return Finish()
+
+    def on_abort(self, ctx: AbortContext) -> None:
+        """The run ended early (called once per aborted run)."""
+
+    def on_run_end(self, status: str) -> None:
+        """The run ended with ``status`` (any status; for cleanup)."""
+
+
+def _neutral(result: Any) -> bool:
+    return isinstance(result, Continue | Finish) or result is None
+
+
+class Interceptors(Interceptor):
+    """Several interceptors in order; the first non-neutral answer wins."""
+
+    def __init__(self, parts: Sequence[Interceptor]) -> None:
+        self.parts = list(parts)
+
+    def on_prompt_submit(self, message: UserMessage) -> InterceptorSubmitResult:
+        extras: list[Item] = []
+        for part in self.parts:
+            result = part.on_prompt_submit(message)
+            if isinstance(result, Cancel):
+                for other in self.parts:
+                    other.on_submit_cancelled()
+                return result
+            if isinstance(result, ContinueWith):
+                extras.extend(result.items)
+        return ContinueWith(extras) if extras else Continue()
+
+    def on_submit_cancelled(self) -> None:
+        for part in self.parts:
+            part.on_submit_cancelled()
+
+    def pre_llm_request(self, ctx: LlmRequestContext) -> Continue | Cancel:
+        for part in self.parts:
+            result = part.pre_llm_request(ctx)
+            if not _neutral(result):
+                return result
+        return Continue()
+
+    def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
+        for part in self.parts:
+            part.on_llm_response(ctx, message)
+
+    def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
+        for part in self.parts:
+            retry = part.on_llm_error(ctx, error)
+            if retry is not None:
+                return retry
+        return None
+
+    def pre_tool_call(self, ctx: ToolCallContext) -> InterceptorToolResult:
+        for part in self.parts:
+            result = part.pre_tool_call(ctx)
+            if not _neutral(result):
+                return result
+        return Continue()
+
+    def post_tool_call(self, ctx: PostToolCallContext) -> Continue | Abort:
+        for part in self.parts:
+            result = part.post_tool_call(ctx)
+            if not _neutral(result):
+                return result
+        return Continue()
+
+    def on_turn_end(self, ctx: TurnEndContext) -> Finish | ContinueWithMessages | Paused:
+        for part in self.parts:
+            result = part.on_turn_end(ctx)
+            if not _neutral(result):
+                return result
+        return Finish()
+
+    def on_abort(self, ctx: AbortContext) -> None:
+        for part in self.parts:
+            part.on_abort(ctx)
+
+    def on_run_end(self, status: str) -> None:
+        for part in self.parts:
+            part.on_run_end(status)

@@ -1,0 +1,1118 @@
+"""The worker: one session's agent loop as an event-driven actor.
+
+A run is prompt -> LLM -> (tool calls -> results -> LLM)* -> done. Every step
+is a message the worker reacts to -- a submit, an LLM stream event, a tool
+result, a hook's answer, a pause/resume, a cancel -- so the worker never
+blocks a dispatcher thread and is abortable at any point:
+
+* LLM requests go to the gateway; their events come back here;
+* tool batches go to the shared pool; their results come back here;
+* hooks (user code) run on the blocking lane, one at a time, each with a
+  timeout; their answers come back here. The trusted interceptor runs inline.
+
+History integrity is the worker's first promise: every tool call in history
+gets exactly one result -- a real one, or a synthetic ``Skipped`` /
+``Cancelled`` / ``Aborted`` / ``Interrupted`` one -- so history is never in a
+state an LLM provider rejects.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pykka import ActorDeadError
+
+from actors.core.future import PooledFuture
+from actors.core.pooled import PooledActor, handles
+from actors.core.timer import TimerHandle
+from actors.tools.base import ToolRegistry, ToolServices
+from actors.worker.hooks import (
+    Abort,
+    AbortContext,
+    Cancel,
+    ChainState,
+    Continue,
+    ContinueWithMessages,
+    HookError,
+    HookEvent,
+    Hooks,
+    HookSpec,
+    HookTimeout,
+    LlmRequestContext,
+    Pause,
+    Paused,
+    PostToolCallContext,
+    PromptContext,
+    Skip,
+    ToolCallContext,
+    ToolMeta,
+    ToolOutcome,
+    TurnEndContext,
+    advance,
+    final_outcome,
+    next_hook,
+)
+from actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
+from actors.worker.state import PreparedInput, SessionState, prepare_plain
+from messages.alerts import Alert, AlertLevel
+from messages.conversation import (
+    AssistantMessage,
+    Item,
+    SystemMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from messages.llm import (
+    CancelLlmRequest,
+    LlmCancelled,
+    LlmCompleted,
+    LlmFailed,
+    LlmRequest,
+    LlmRetrying,
+    LlmTextDelta,
+    LlmToolCallDelta,
+    Purpose,
+    Usage,
+)
+from messages.session import (
+    AddTool,
+    AlertRaised,
+    CancelRun,
+    GetHistory,
+    GetRunState,
+    ItemAdded,
+    LlmRetried,
+    PauseRun,
+    Resume,
+    RunPaused,
+    RunStarted,
+    RunState,
+    RunStatus,
+    Submit,
+    Subscribe,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnResult,
+    Unsubscribe,
+)
+from messages.tools import (
+    CancelToolCalls,
+    RunToolBatch,
+    ToolBatchFinished,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+
+_ids = itertools.count()
+
+
+class WorkerBusy(RuntimeError):
+    """A submit arrived while a run is in progress."""
+
+
+OutputConverter = Callable[["WorkerConfig", list[ToolResult], list[str | None]], Any]
+
+
+@dataclass
+class WorkerConfig:
+    """Everything a worker needs; built by the Runtime for each session."""
+
+    session_id: str
+    model: Any
+    gateway: Any
+    tool_pool: Any
+    fs: Any
+    tools: ToolRegistry
+    hooks: Hooks = field(default_factory=Hooks)
+    interceptor: Interceptor = field(default_factory=Interceptor)
+    state: SessionState = field(default_factory=SessionState)
+    services: ToolServices = field(default_factory=ToolServices)
+    model_name: str = ""
+    system_prompt: str | None = None
+    purpose: Purpose = "main"
+    max_turns: int = 50
+    call_timeout: float = 120.0
+    tool_concurrency: int | None = None
+    hidden_tools: frozenset[str] = frozenset()
+    strict_tool_hooks: bool = False
+    """Any pre_tool_call result but Continue is a boundary (speculation)."""
+    preparer: Callable[[Submit], PreparedInput] | None = None
+    """Turns a submit into the user message (e.g. resolving ``@path`` references)."""
+    converter: Callable[[list[ToolResult], list[str | None]], list[ToolResult]] | None = None
+    """Turns tool outputs into what history keeps (e.g. blob summaries); runs blocking."""
+    alert_sink: Any = None
+
+
+@dataclass
+class _Call:
+    call: ToolCall
+    ctx: ToolCallContext
+    status: str = "pending"  # pending | approved | skipped | running | done | removed
+    result: ToolResult | None = None
+    outcome: str = ""
+    stored_summary: str | None = None
+    committed: bool = False
+
+
+@dataclass
+class _Run:
+    run_id: str
+    start_len: int
+    max_turns: int
+    reply: PooledFuture[Any] | None = None
+    phase: str = "starting"
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    llm_request_id: str | None = None
+    llm_ctx: LlmRequestContext | None = None
+    llm_retried: bool = False
+    assistant_index: int | None = None
+    calls: list[_Call] = field(default_factory=list)
+    index: int = 0
+    batch_id: str | None = None
+    resume_point: tuple[Any, ...] | None = None
+    pause_requested: str | None = None
+    boundary: dict[str, Any] | None = None
+    aborted: bool = False
+    ended: bool = False
+
+
+@dataclass
+class _ChainRun:
+    """One hook chain in progress: which run, its state, and where to go next."""
+
+    run: _Run
+    state: ChainState
+    done: Callable[[ChainState], None]
+    abort_chain: bool
+    spec: HookSpec | None = None
+    token: object | None = None
+
+
+class Worker(PooledActor):
+    """One session's agent loop (see module docs)."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.session_id = config.session_id
+        self.state = config.state
+        self._run: _Run | None = None
+        self._chain_token: object | None = None
+        self._chain_timer: TimerHandle | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def on_start(self) -> None:
+        repaired = self.state.repair("Interrupted: the session's worker restarted")
+        for item in repaired:
+            self._emit(ItemAdded(session_id=self.config.session_id, run_id=None, item=item))
+
+    def on_stop(self) -> None:
+        run = self._run
+        if run is not None and not run.ended:
+            self._cancel_inflight(run, "session closed")
+            self._close_open_calls(run, "Cancelled: the session closed")
+            self._complete(run, "cancelled", "session closed")
+
+    def on_failure(self, *exc_info: Any) -> None:
+        run = self._run
+        if run is not None:
+            self._cancel_inflight(run, "worker failed")
+            error = RuntimeError(f"the session's worker failed: {exc_info[1]!r}")
+            if run.reply is not None:
+                run.reply.try_set_exception(error)
+
+    # -- subscription and queries ------------------------------------------------
+
+    @handles(Subscribe)
+    def _on_subscribe(self, message: Subscribe) -> None:
+        self.state.subscribers.append(message.address)
+
+    @handles(Unsubscribe)
+    def _on_unsubscribe(self, message: Unsubscribe) -> None:
+        if message.address in self.state.subscribers:
+            self.state.subscribers.remove(message.address)
+
+    @handles(AddTool)
+    def _on_add_tool(self, message: AddTool) -> None:
+        self.config.tools = self.config.tools.with_tool(message.tool)
+
+    @handles(GetHistory)
+    def _on_history(self, _message: GetHistory) -> tuple[Item, ...]:
+        return tuple(self.state.history)
+
+    @handles(GetRunState)
+    def _on_run_state(self, _message: GetRunState) -> RunState:
+        run = self._run
+        status = "idle" if run is None else "paused" if run.phase == "paused" else "running"
+        return RunState(
+            session_id=self.config.session_id,
+            status=status,
+            phase="idle" if run is None else run.phase,
+            run_id=None if run is None else run.run_id,
+            turns_used=0 if run is None else run.turns,
+            history_length=len(self.state.history),
+        )
+
+    def _emit(self, event: Any) -> None:
+        for subscriber in list(self.state.subscribers):
+            try:
+                subscriber.tell(event)
+            except ActorDeadError:
+                self.state.subscribers.remove(subscriber)
+
+    def alert(self, level: AlertLevel, text: str, source: str) -> Alert:
+        alert = Alert(level=level, text=text, session=self.session_id, source=source)
+        self.state.alerts.append(alert)
+        if self.config.alert_sink is not None:
+            try:
+                self.config.alert_sink.tell(alert)
+            except ActorDeadError:
+                pass
+        self._emit(AlertRaised(session_id=self.config.session_id, alert=alert))
+        return alert
+
+    # -- history -------------------------------------------------------------------
+
+    def _append(self, run: _Run | None, item: Item) -> None:
+        self.state.history.append(item)
+        self._emit(
+            ItemAdded(session_id=self.config.session_id, run_id=run and run.run_id, item=item)
+        )
+
+    # -- submit ---------------------------------------------------------------------
+
+    @handles(Submit)
+    def _on_submit(self, message: Submit) -> None:
+        current = self._run
+        if current is not None and not current.ended:
+            if current.phase != "paused":
+                raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
+            self._interrupt(current)
+        run = _Run(
+            run_id=f"run-{uuid.uuid4().hex[:12]}",
+            start_len=len(self.state.history),
+            max_turns=message.max_turns or self.config.max_turns,
+            reply=self.defer_reply(),
+        )
+        self._run = run
+        run.phase = "preparing"
+        preparer = self.config.preparer
+        if preparer is None:
+            self._prepared(run, prepare_plain(message))
+        else:
+            self.run_blocking(
+                preparer,
+                message,
+                then=lambda prepared: self._prepared(run, prepared),
+                on_error=lambda exc: self._fail(run, f"preparing the input failed: {exc!r}"),
+            )
+
+    def _prepared(self, run: _Run, prepared: PreparedInput) -> None:
+        if run.ended:
+            return
+        for level, text, source in prepared.alerts:
+            self.alert(level, text, source)
+        self._emit(
+            RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=prepared.text)
+        )
+        user = UserMessage(text=prepared.text, segments=prepared.segments)
+        interceptor = self.config.interceptor
+        verdict = interceptor.on_prompt_submit(user)
+        if isinstance(verdict, Cancel):
+            self._complete(run, "rejected", verdict.reason or "submit cancelled")
+            return
+        extras = verdict.items if isinstance(verdict, ContinueWith) else ()
+        ctx = PromptContext(
+            session_id=self.config.session_id,
+            purpose=self.config.purpose,
+            text=user.text,
+            segments=user.segments,
+        )
+        run.phase = "on_prompt_submit"
+
+        def done(state: ChainState) -> None:
+            if state.error is not None:
+                interceptor.on_submit_cancelled()
+                self._fail(run, str(state.error))
+                return
+            outcome = final_outcome(state)
+            if isinstance(outcome, Cancel):
+                interceptor.on_submit_cancelled()
+                self._complete(run, "rejected", outcome.reason or "submit cancelled by a hook")
+                return
+            final = user if ctx.text == user.text else user.model_copy(update={"text": ctx.text})
+            self._append(run, final)
+            for item in extras:
+                self._append(run, item)
+            self._llm_turn(run)
+
+        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, done)
+
+    # -- LLM turns ---------------------------------------------------------------------
+
+    def _llm_turn(self, run: _Run) -> None:
+        if run.ended:
+            return
+        if run.pause_requested is not None:
+            reason, run.pause_requested = run.pause_requested, None
+            self._pause(run, reason, "before the next LLM request", ("llm",))
+            return
+        if run.turns >= run.max_turns:
+            self._finish(
+                run,
+                "max_turns",
+                f"the run's budget of {run.max_turns} LLM calls is spent",
+                abort=True,
+            )
+            return
+        config = self.config
+        messages: list[Item] = []
+        if config.system_prompt:
+            messages.append(SystemMessage(text=config.system_prompt))
+        messages.extend(self.state.history)
+        ctx = LlmRequestContext(
+            session_id=self.config.session_id,
+            purpose=config.purpose,
+            turn=run.turns + 1,
+            messages=messages,
+            tools=list(config.tools.definitions(exclude=config.hidden_tools)),
+            tool_choice="auto",
+            model_name=config.model_name,
+        )
+        verdict = config.interceptor.pre_llm_request(ctx)
+        if isinstance(verdict, Cancel):
+            self._complete(run, "rejected", verdict.reason or "request cancelled")
+            return
+        run.phase = "pre_llm_request"
+
+        def done(state: ChainState) -> None:
+            if state.error is not None:
+                self._fail(run, str(state.error))
+                return
+            outcome = final_outcome(state)
+            if isinstance(outcome, Cancel):
+                self._complete(run, "rejected", outcome.reason or "request cancelled by a hook")
+                return
+            self._send(run, ctx)
+
+        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
+
+    def _send(self, run: _Run, ctx: LlmRequestContext) -> None:
+        run.turns += 1
+        rid = f"{run.run_id}-{run.turns}-{next(_ids)}"
+        run.llm_request_id = rid
+        run.llm_ctx = ctx
+        run.phase = "streaming"
+        self.config.gateway.tell(
+            LlmRequest(
+                request_id=rid,
+                session_id=self.config.session_id,
+                purpose=self.config.purpose,
+                model_name=ctx.model_name,
+                messages=tuple(ctx.messages),
+                tools=tuple(ctx.tools),
+                tool_choice=ctx.tool_choice,
+                model=self.config.model,
+                reply_to=self.actor_ref,
+            )
+        )
+
+    def _current_request(self, request_id: str) -> _Run | None:
+        run = self._run
+        if run is None or run.ended or run.llm_request_id != request_id:
+            return None
+        return run
+
+    @handles(LlmTextDelta)
+    def _on_text(self, message: LlmTextDelta) -> None:
+        run = self._current_request(message.request_id)
+        if run is not None:
+            self._emit(
+                TextDelta(session_id=self.config.session_id, run_id=run.run_id, text=message.text)
+            )
+
+    @handles(LlmToolCallDelta)
+    def _on_tool_delta(self, message: LlmToolCallDelta) -> None:
+        """Tool-call fragments are assembled by the LLM layer; nothing to do here."""
+
+    @handles(LlmRetrying)
+    def _on_retrying(self, message: LlmRetrying) -> None:
+        run = self._current_request(message.request_id)
+        if run is not None:
+            self._emit(
+                LlmRetried(
+                    session_id=self.config.session_id,
+                    run_id=run.run_id,
+                    attempt=message.attempt,
+                    reason=message.reason,
+                )
+            )
+
+    @handles(LlmCancelled)
+    def _on_llm_cancelled(self, message: LlmCancelled) -> None:
+        """We only cancel requests we have already let go of."""
+
+    @handles(LlmFailed)
+    def _on_llm_failed(self, message: LlmFailed) -> None:
+        run = self._current_request(message.request_id)
+        if run is None:
+            return
+        run.llm_request_id = None
+        error = message.error
+        assert run.llm_ctx is not None
+        retry = self.config.interceptor.on_llm_error(run.llm_ctx, error)
+        if isinstance(retry, RetryRequest) and not run.llm_retried:
+            run.llm_retried = True
+            self._send(run, retry.ctx)
+            return
+        self.alert(AlertLevel.ERROR, f"LLM request failed ({error.kind}): {error.message}", "llm")
+        self._finish(run, "error", f"LLM {error.kind} error: {error.message}", abort=True)
+
+    @handles(LlmCompleted)
+    def _on_llm_completed(self, message: LlmCompleted) -> None:
+        run = self._current_request(message.request_id)
+        if run is None:
+            return
+        run.llm_request_id = None
+        run.llm_retried = False
+        usage = run.usage
+        run.usage = Usage(
+            prompt_tokens=usage.prompt_tokens + message.usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens + message.usage.completion_tokens,
+            total_tokens=usage.total_tokens + message.usage.total_tokens,
+            cached_tokens=usage.cached_tokens + message.usage.cached_tokens,
+        )
+        assistant = message.message
+        assert run.llm_ctx is not None
+        self.config.interceptor.on_llm_response(run.llm_ctx, assistant)
+        if assistant.text or assistant.tool_calls:
+            run.assistant_index = len(self.state.history)
+            self._append(run, assistant)
+        if assistant.tool_calls:
+            self._start_tools(run, assistant)
+        else:
+            self._turn_end(run, assistant)
+
+    # -- tools: pre hooks ------------------------------------------------------------------
+
+    def _start_tools(self, run: _Run, assistant: AssistantMessage) -> None:
+        registry = self.config.tools
+        calls = assistant.tool_calls
+        run.calls = []
+        for index, call in enumerate(calls):
+            tool = registry.get(call.name)
+            meta = ToolMeta(
+                description=getattr(tool, "description", ""),
+                exclusive=bool(getattr(tool, "exclusive", False)),
+                index=index,
+                batch_size=len(calls),
+                turn=run.turns,
+            )
+            ctx = ToolCallContext(
+                session_id=self.config.session_id,
+                purpose=self.config.purpose,
+                call_id=call.id,
+                name=call.name,
+                arguments=copy.deepcopy(dict(call.arguments)),
+                meta=meta,
+                tool=tool,
+            )
+            run.calls.append(_Call(call=call, ctx=ctx))
+        run.index = 0
+        self._pre_tools(run, None)
+
+    def _pre_tools(self, run: _Run, resume_from: int | None) -> None:
+        """Evaluate pre_tool_call (interceptor, then hooks) per call, in order."""
+        if run.ended:
+            return
+        while run.index < len(run.calls):
+            item = run.calls[run.index]
+            if item.status != "pending":
+                run.index += 1
+                continue
+            start = 0
+            if resume_from is not None:
+                start, resume_from = resume_from, None
+            else:
+                verdict = self.config.interceptor.pre_tool_call(item.ctx)
+                if isinstance(verdict, Boundary):
+                    self._boundary(run, run.index, verdict.reason, verdict.tool or item.call.name)
+                    return
+                if isinstance(verdict, Skip):
+                    self._skip(item, verdict.reason)
+                    run.index += 1
+                    continue
+                if isinstance(verdict, Abort):
+                    self._abort_calls(run, "aborted", verdict.reason or "aborted by policy")
+                    return
+                if isinstance(verdict, Pause):
+                    self._pause(
+                        run, verdict.reason, f"pre_tool_call {item.call.name}", ("pre_tool", 0)
+                    )
+                    return
+            run.phase = "pre_tool_call"
+            index = run.index
+
+            def done(state: ChainState, item: _Call = item, index: int = index) -> None:
+                self._after_pre_tool(run, item, index, state)
+
+            self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
+            return
+        self._run_tools(run)
+
+    def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
+        if state.error is not None:
+            self._abort_calls(run, "error", str(state.error))
+            return
+        outcome = final_outcome(state)
+        if self.config.strict_tool_hooks and not isinstance(outcome, Continue):
+            # Speculation: a hook that would not simply allow the call is a boundary.
+            hook = state.ran[-1] if state.ran else "pre_tool_call"
+            self._boundary(
+                run, index, f"hook {hook} returned {type(outcome).__name__}", item.call.name
+            )
+            return
+        if isinstance(outcome, Skip):
+            self._skip(item, outcome.reason)
+        elif isinstance(outcome, Abort):
+            self._abort_calls(run, "aborted", outcome.reason or "aborted by a pre_tool_call hook")
+            return
+        elif isinstance(outcome, Pause):
+            assert state.stopped_at is not None
+            self._pause(
+                run,
+                outcome.reason,
+                f"pre_tool_call {item.call.name}",
+                ("pre_tool", state.stopped_at + 1),
+            )
+            return
+        else:
+            item.status = "approved"
+        run.index = index + 1
+        self._pre_tools(run, None)
+
+    def _skip(self, item: _Call, reason: str) -> None:
+        item.status = "skipped"
+        item.outcome = "skipped"
+        item.result = ToolResult(
+            call_id=item.call.id,
+            name=item.call.name,
+            output=f"Skipped: {reason or 'a pre_tool_call hook skipped this call'}",
+            is_error=True,
+        )
+
+    # -- tools: running -----------------------------------------------------------------
+
+    def _run_tools(self, run: _Run) -> None:
+        approved = [c for c in run.calls if c.status == "approved"]
+        if not approved:
+            self._post_tools(run)
+            return
+        config = self.config
+        batch_id = f"{run.run_id}-b{run.turns}-{next(_ids)}"
+        run.batch_id = batch_id
+        run.phase = "tools"
+        for item in approved:
+            item.status = "running"
+        config.tool_pool.tell(
+            RunToolBatch(
+                batch_id=batch_id,
+                session_id=self.config.session_id,
+                calls=tuple(item.ctx.to_call() for item in approved),
+                call_timeout=config.call_timeout,
+                max_concurrency=config.tool_concurrency,
+                tools=config.tools,
+                fs=config.fs,
+                services=config.services,
+                reply_to=self.actor_ref,
+            )
+        )
+
+    def _batch_run(self, batch_id: str) -> _Run | None:
+        run = self._run
+        if run is None or run.ended or run.batch_id != batch_id:
+            return None
+        return run
+
+    @handles(ToolCallStarted)
+    def _on_tool_started(self, message: ToolCallStarted) -> None:
+        run = self._batch_run(message.batch_id)
+        if run is not None:
+            self._emit(
+                ToolStarted(
+                    session_id=self.config.session_id,
+                    run_id=run.run_id,
+                    call_id=message.call_id,
+                    name=message.name,
+                )
+            )
+
+    @handles(ToolCallFinished)
+    def _on_tool_finished(self, message: ToolCallFinished) -> None:
+        run = self._batch_run(message.batch_id)
+        if run is not None:
+            self._emit(
+                ToolFinished(
+                    session_id=self.config.session_id,
+                    run_id=run.run_id,
+                    call_id=message.result.call_id,
+                    name=message.result.name,
+                    outcome=message.outcome,
+                    is_error=message.result.is_error,
+                    duration_s=message.duration_s,
+                )
+            )
+
+    @handles(ToolBatchFinished)
+    def _on_batch_finished(self, message: ToolBatchFinished) -> None:
+        run = self._batch_run(message.batch_id)
+        if run is None:
+            return
+        run.batch_id = None
+        running = [c for c in run.calls if c.status == "running"]
+        for item, finished in zip(running, message.results, strict=False):
+            item.status = "done"
+            item.result = finished.result
+            item.outcome = finished.outcome
+            item.stored_summary = finished.stored_summary
+        for item in running[len(message.results) :]:  # never happens; be total anyway
+            self._close_call(item, "Cancelled: no result was reported")
+        self._post_tools(run)
+
+    # -- tools: post hooks, conversion, commit -------------------------------------------------
+
+    def _post_tools(self, run: _Run) -> None:
+        run.index = 0
+        self._post_step(run)
+
+    def _post_step(self, run: _Run) -> None:
+        if run.ended:
+            return
+        while run.index < len(run.calls):
+            item = run.calls[run.index]
+            if item.status != "done" or item.result is None:
+                run.index += 1
+                continue
+            ctx = PostToolCallContext(
+                session_id=self.config.session_id,
+                purpose=self.config.purpose,
+                call_id=item.call.id,
+                name=item.call.name,
+                arguments=item.ctx.arguments,
+                result=ToolOutcome(output=item.result.output, is_error=item.result.is_error),
+                outcome=item.outcome,
+                meta=item.ctx.meta,
+                tool=item.ctx.tool,
+            )
+            verdict = self.config.interceptor.post_tool_call(ctx)
+            if isinstance(verdict, Abort):
+                self._apply_post(item, ctx)
+                self._abort_calls(run, "aborted", verdict.reason or "aborted by policy")
+                return
+            run.phase = "post_tool_call"
+            index = run.index
+
+            def done(
+                state: ChainState,
+                item: _Call = item,
+                ctx: PostToolCallContext = ctx,
+                index: int = index,
+            ) -> None:
+                self._apply_post(item, ctx)
+                if state.error is not None:
+                    self._abort_calls(run, "error", str(state.error))
+                    return
+                outcome = final_outcome(state)
+                if isinstance(outcome, Abort):
+                    self._abort_calls(
+                        run, "aborted", outcome.reason or "aborted by a post_tool_call hook"
+                    )
+                    return
+                run.index = index + 1
+                self._post_step(run)
+
+            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, done)
+            return
+        self._convert(run)
+
+    def _apply_post(self, item: _Call, ctx: PostToolCallContext) -> None:
+        assert item.result is not None
+        if ctx.result.output != item.result.output or ctx.result.is_error != item.result.is_error:
+            item.result = item.result.model_copy(
+                update={"output": ctx.result.output, "is_error": ctx.result.is_error}
+            )
+            item.stored_summary = None  # the tool's own summary no longer describes it
+
+    def _convert(self, run: _Run) -> None:
+        """Turn outputs into what history keeps (blob summaries), off the dispatcher."""
+        items = [
+            c
+            for c in run.calls
+            if c.result is not None and not c.committed and c.status != "removed"
+        ]
+        converter = self.config.converter
+        if converter is None or not items:
+            self._commit(run)
+            return
+        run.phase = "converting"
+        results = [c.result for c in items if c.result is not None]
+        summaries = [c.stored_summary for c in items]
+
+        def converted(new_results: list[ToolResult]) -> None:
+            if run.ended:
+                return
+            for item, result in zip(items, new_results, strict=True):
+                item.result = result
+            self._commit(run)
+
+        self.run_blocking(
+            converter,
+            results,
+            summaries,
+            then=converted,
+            on_error=lambda exc: self._fail(run, f"storing tool outputs failed: {exc!r}"),
+        )
+
+    def _commit(self, run: _Run) -> None:
+        for item in run.calls:
+            if item.result is not None and not item.committed and item.status != "removed":
+                item.committed = True
+                self._append(run, item.result)
+        run.calls = []
+        if run.boundary is not None:
+            self._complete(run, "boundary", run.boundary.get("reason"))
+            return
+        self._llm_turn(run)
+
+    # -- turn end -------------------------------------------------------------------------
+
+    def _turn_end(self, run: _Run, assistant: AssistantMessage) -> None:
+        ctx = TurnEndContext(
+            session_id=self.config.session_id,
+            purpose=self.config.purpose,
+            turn=run.turns,
+            messages=list(self.state.history),
+            final_text=assistant.text,
+        )
+        verdict = self.config.interceptor.on_turn_end(ctx)
+        if isinstance(verdict, ContinueWithMessages):
+            self._continue_with(run, verdict.messages)
+            return
+        if isinstance(verdict, Paused):
+            self._pause(run, verdict.reason, "on_turn_end", ("turn_end", 0, ctx))
+            return
+        self._turn_end_hooks(run, ctx, 0)
+
+    def _turn_end_hooks(self, run: _Run, ctx: TurnEndContext, start: int) -> None:
+        run.phase = "on_turn_end"
+
+        def done(state: ChainState) -> None:
+            if state.error is not None:
+                self._fail(run, str(state.error))
+                return
+            outcome = final_outcome(state)
+            if isinstance(outcome, ContinueWithMessages):
+                self._continue_with(run, outcome.messages)
+            elif isinstance(outcome, Paused):
+                assert state.stopped_at is not None
+                self._pause(
+                    run, outcome.reason, "on_turn_end", ("turn_end", state.stopped_at + 1, ctx)
+                )
+            else:
+                self._complete(run, "completed", None)
+
+        self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
+
+    def _continue_with(self, run: _Run, items: Sequence[Item]) -> None:
+        for item in items:
+            self._append(run, item)
+        self._llm_turn(run)
+
+    # -- pause and resume ----------------------------------------------------------------------
+
+    @handles(PauseRun)
+    def _on_pause(self, message: PauseRun) -> bool:
+        run = self._run
+        if run is None or run.ended or run.phase == "paused":
+            return False
+        run.pause_requested = message.reason
+        return True
+
+    def _pause(self, run: _Run, reason: str, where: str, point: tuple[Any, ...]) -> None:
+        run.phase = "paused"
+        run.resume_point = point
+        self._emit(
+            RunPaused(
+                session_id=self.config.session_id, run_id=run.run_id, reason=reason, where=where
+            )
+        )
+        result = self._result(run, "paused", reason or None)
+        reply, run.reply = run.reply, None
+        if reply is not None:
+            reply.try_set(result)
+
+    @handles(Resume)
+    def _on_resume(self, message: Resume) -> None:
+        run = self._run
+        if run is None or run.ended or run.phase != "paused":
+            raise RuntimeError(f"session {self.session_id} has no paused run to resume")
+        run.reply = self.defer_reply()
+        point = run.resume_point or ("llm",)
+        run.resume_point = None
+        kind = point[0]
+        if kind == "llm":
+            for item in message.messages:
+                self._append(run, item)
+            self._llm_turn(run)
+        elif kind == "pre_tool":
+            run.phase = "pre_tool_call"
+            self._pre_tools(run, point[1])
+        elif message.messages:
+            self._continue_with(run, message.messages)
+        else:
+            self._turn_end_hooks(run, point[2], point[1])
+
+    def _interrupt(self, run: _Run) -> None:
+        """A new submit supersedes a paused run: close its open calls."""
+        self._close_open_calls(run, "Interrupted by user")
+        self._complete(run, "interrupted", "superseded by a new submit")
+
+    # -- cancel, abort, failure -----------------------------------------------------------------
+
+    @handles(CancelRun)
+    def _on_cancel(self, message: CancelRun) -> bool:
+        run = self._run
+        if run is None or run.ended:
+            return False
+        self._cancel_inflight(run, message.reason)
+        self._close_open_calls(run, f"Cancelled: {message.reason}")
+        self._finish(run, "cancelled", message.reason, abort=True)
+        return True
+
+    def _cancel_inflight(self, run: _Run, reason: str) -> None:
+        self._chain_token = None
+        if self._chain_timer is not None:
+            self._chain_timer.cancel()
+            self._chain_timer = None
+        if run.llm_request_id is not None:
+            try:
+                self.config.gateway.tell(
+                    CancelLlmRequest(request_id=run.llm_request_id, reason=reason)
+                )
+            except ActorDeadError:
+                pass
+            run.llm_request_id = None
+        if run.batch_id is not None:
+            try:
+                self.config.tool_pool.tell(
+                    CancelToolCalls(
+                        session_id=self.config.session_id, batch_id=run.batch_id, reason=reason
+                    )
+                )
+            except ActorDeadError:
+                pass
+            run.batch_id = None
+
+    def _close_call(self, item: _Call, text: str) -> None:
+        item.status = "done"
+        item.outcome = "cancelled"
+        item.result = ToolResult(
+            call_id=item.call.id, name=item.call.name, output=text, is_error=True
+        )
+
+    def _close_open_calls(self, run: _Run, text: str) -> None:
+        """Give every call of the current answer a result and commit them."""
+        for item in run.calls:
+            if item.status == "removed":
+                continue
+            if item.result is None or item.status == "running":
+                self._close_call(item, text)
+            if not item.committed:
+                item.committed = True
+                assert item.result is not None
+                self._append(run, item.result)
+        run.calls = []
+
+    def _abort_calls(self, run: _Run, status: RunStatus, reason: str) -> None:
+        if status == "error":
+            self.alert(AlertLevel.ERROR, reason, "hooks")
+        self._cancel_inflight(run, reason)
+        prefix = "Aborted" if status == "aborted" else "Not run"
+        self._close_open_calls(run, f"{prefix}: {reason}")
+        self._finish(run, status, reason, abort=True)
+
+    def _fail(self, run: _Run, error: str) -> None:
+        if run.ended:
+            return
+        self._cancel_inflight(run, error)
+        self._close_open_calls(run, f"Not run: {error}")
+        self.alert(AlertLevel.ERROR, error, "worker")
+        self._finish(run, "error", error, abort=True)
+
+    def _boundary(self, run: _Run, index: int, reason: str, tool: str) -> None:
+        """Speculation: stop at call ``index``; run what was approved before it."""
+        removed = run.calls[index:]
+        run.boundary = {
+            "tool": tool,
+            "reason": reason,
+            "calls": [c.call.model_dump(mode="json") for c in removed],
+        }
+        for item in removed:
+            item.status = "removed"
+        kept = [c.call for c in run.calls[:index]]
+        if run.assistant_index is not None:
+            old = self.state.history[run.assistant_index]
+            assert isinstance(old, AssistantMessage)
+            if kept or old.text:
+                self.state.history[run.assistant_index] = old.model_copy(
+                    update={"tool_calls": tuple(kept)}
+                )
+            else:
+                del self.state.history[run.assistant_index]
+                run.assistant_index = None
+        run.index = index
+        self._run_tools(run)
+
+    def _finish(self, run: _Run, status: RunStatus, error: str | None, *, abort: bool) -> None:
+        if run.ended:
+            return
+        if not abort or run.aborted:
+            self._complete(run, status, error)
+            return
+        run.aborted = True
+        run.phase = "on_abort"
+        ctx = AbortContext(
+            session_id=self.config.session_id,
+            purpose=self.config.purpose,
+            reason=error or status,
+            status=status,
+        )
+        try:
+            self.config.interceptor.on_abort(ctx)
+        except Exception:
+            self.log.exception("interceptor_on_abort_failed")
+
+        def done(state: ChainState) -> None:
+            if state.error is not None:
+                self.log.warning("on_abort_hook_failed", error=str(state.error))
+            self._complete(run, status, error)
+
+        self._chain(run, HookEvent.ON_ABORT, ctx, done, abort_chain=True)
+
+    def _result(self, run: _Run, status: RunStatus, error: str | None) -> TurnResult:
+        return TurnResult(
+            run_id=run.run_id,
+            session_id=self.config.session_id,
+            status=status,
+            items=tuple(self.state.history[run.start_len :]),
+            error=error,
+            turns=run.turns,
+            usage=run.usage,
+            boundary=run.boundary,
+        )
+
+    def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
+        if run.ended:
+            return
+        run.ended = True
+        run.phase = "ended"
+        try:
+            self.config.interceptor.on_run_end(status)
+        except Exception:
+            self.log.exception("interceptor_on_run_end_failed")
+        result = self._result(run, status, error)
+        self._emit(TurnFinished(session_id=self.config.session_id, result=result))
+        reply, run.reply = run.reply, None
+        if reply is not None:
+            reply.try_set(result)
+        if self._run is run:
+            self._run = None
+
+    # -- running hook chains ---------------------------------------------------------------------
+
+    def _chain(
+        self,
+        run: _Run,
+        event: HookEvent,
+        ctx: Any,
+        done: Callable[[ChainState], None],
+        *,
+        start: int = 0,
+        abort_chain: bool = False,
+    ) -> None:
+        """Run ``event``'s hooks from index ``start``; ``done(state)`` gets the outcome.
+
+        Each hook runs on the blocking lane with its own timeout; only the
+        newest chain step is current, so answers that arrive after a timeout
+        or a cancel are ignored.
+        """
+        state = ChainState(event, self.config.hooks.chain(event), ctx, index=start)
+        self._chain_step(_ChainRun(run, state, done, abort_chain))
+
+    def _chain_step(self, chain: _ChainRun) -> None:
+        if chain.run.ended and not chain.abort_chain:
+            return
+        state = chain.state
+        spec = next_hook(state)
+        if spec is None:
+            chain.done(state)
+            return
+        chain.spec = spec
+        chain.token = token = object()
+        self._chain_token = token
+        timeout = spec.timeout or self.config.hooks.default_timeout
+        self._chain_timer = self.call_after(timeout, self._hook_timed_out, chain, token, timeout)
+        self.run_blocking(
+            spec.fn,
+            state.ctx,
+            then=lambda result: self._hook_answered(chain, token, result),
+            on_error=lambda exc: self._hook_raised(chain, token, exc),
+        )
+
+    def _hook_current(self, token: object) -> bool:
+        if token is not self._chain_token:
+            return False  # timed out already, or the run was cancelled meanwhile
+        self._chain_token = None
+        if self._chain_timer is not None:
+            self._chain_timer.cancel()
+            self._chain_timer = None
+        return True
+
+    def _hook_answered(self, chain: _ChainRun, token: object, result: Any) -> None:
+        if not self._hook_current(token):
+            return
+        assert chain.spec is not None
+        if advance(chain.state, chain.spec, result):
+            self._chain_step(chain)
+        else:
+            chain.done(chain.state)
+
+    def _hook_raised(self, chain: _ChainRun, token: object, exc: BaseException) -> None:
+        if not self._hook_current(token):
+            return
+        assert chain.spec is not None
+        chain.state.error = HookError(
+            chain.state.event, chain.spec.name, f"raised {type(exc).__name__}: {exc}"
+        )
+        chain.done(chain.state)
+
+    def _hook_timed_out(self, chain: _ChainRun, token: object, timeout: float) -> None:
+        if token is not self._chain_token:
+            return
+        self._chain_token = None
+        self._chain_timer = None
+        assert chain.spec is not None
+        chain.state.error = HookTimeout(
+            chain.state.event, chain.spec.name, f"did not answer within {timeout:g}s"
+        )
+        chain.done(chain.state)

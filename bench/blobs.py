@@ -1,0 +1,229 @@
+"""Benchmark of the blob store core (issue 6), one run, ratios printed.
+
+    python -m bench.blobs            # 100 MB / 2-million-line blob
+    python -m bench.blobs --quick    # 10 MB / 200k-line blob
+
+Measures, directly on :class:`FsBlobStore` (no actors):
+
+(a) ``to_tool_output`` + ``store`` + ``history_text`` of a 1 MB text output
+    vs a bare ``Path.write_text`` of the same text;
+(b) ``inspect`` of a 50-line range in the middle of a big text blob, p50/p99
+    over repeated calls (target <= 50 ms), plus the first call on a fresh
+    store instance (line index read from its sidecar), vs a naive full
+    read + ``splitlines``;
+(c) 1,000 concurrent stores through a ``ThreadPoolExecutor`` vs 1,000 bare
+    atomic writes (temp file + fsync + ``os.replace``) on the same pool.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from actors.blobs.fs_store import FsBlobStore
+from actors.blobs.selectors import inspect_blob
+from actors.blobs.summary import history_text, to_tool_output
+from messages.blobs import Stored, Text
+
+INSPECT_TARGET_MS = 50.0
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _make_text(lines: int, width: int = 50) -> str:
+    """``lines`` lines of exactly ``width`` bytes (newline included)."""
+    filler = "abcdefghijklmnopqrstuvwxyz0123456789" * 4
+    pad = width - 11  # 9 digits + space + newline
+    return "".join(f"{i:09d} {filler[i % 36 : i % 36 + pad]}\n" for i in range(lines))
+
+
+def _bench_store_summarize(root: Path, reps: int) -> dict[str, float]:
+    text = _make_text(20_000, 50) + "x" * (1_000_000 - 20_000 * 50) + "\n"
+    store = FsBlobStore(root / "a", fsync=True)
+    nosync = FsBlobStore(root / "a-nosync", fsync=False)
+
+    def through(target: FsBlobStore) -> None:
+        output = to_tool_output(text)
+        assert isinstance(output, Stored)
+        history_text(target.store(output.content), output.summary)
+
+    baseline_dir = root / "a-baseline"
+    baseline_dir.mkdir()
+    counter = iter(range(10**9))
+    ours = [_timed(lambda: through(store)) for _ in range(reps)]
+    ours_nosync = [_timed(lambda: through(nosync)) for _ in range(reps)]
+    summarize = [_timed(lambda: to_tool_output(text)) for _ in range(reps)]
+    base = [
+        _timed(lambda: (baseline_dir / f"{next(counter)}.txt").write_text(text))
+        for _ in range(reps)
+    ]
+    return {
+        "store_1mb_ms": statistics.median(ours) * 1e3,
+        "store_1mb_nofsync_ms": statistics.median(ours_nosync) * 1e3,
+        "summarize_1mb_ms": statistics.median(summarize) * 1e3,
+        "store_1mb_baseline_ms": statistics.median(base) * 1e3,
+    }
+
+
+def _bench_inspect(root: Path, lines: int, reps: int, naive_reps: int) -> dict[str, float]:
+    text = _make_text(lines, 50)
+    store = FsBlobStore(root / "b", fsync=False)
+    t0 = time.perf_counter()
+    blob_id = store.store(Text(text=text))
+    store_s = time.perf_counter() - t0
+    size = len(text)
+    del text
+    first = lines // 2
+    selector = f"lines:{first}-{first + 49}"
+    expected_start = f"{first - 1:09d} "
+
+    fresh = FsBlobStore(root / "b", fsync=False)  # no cached index: reads the sidecar
+    cold = _timed(lambda: inspect_blob(fresh, str(blob_id), selector))
+    result = inspect_blob(store, str(blob_id), selector)
+    if not result.startswith(expected_start) or result.count("\n") != 50:
+        raise AssertionError("inspect returned the wrong lines")
+    samples = [_timed(lambda: inspect_blob(store, str(blob_id), selector)) for _ in range(reps)]
+
+    path = store.path_for(blob_id, "text")
+
+    def naive() -> None:
+        all_lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        "".join(all_lines[first - 1 : first + 49])
+
+    naive_samples = [_timed(naive) for _ in range(naive_reps)]
+    return {
+        "big_blob_bytes": float(size),
+        "big_blob_lines": float(lines),
+        "big_store_s": store_s,
+        "inspect_cold_ms": cold * 1e3,
+        "inspect_p50_ms": _percentile(samples, 0.50) * 1e3,
+        "inspect_p99_ms": _percentile(samples, 0.99) * 1e3,
+        "inspect_naive_ms": statistics.median(naive_samples) * 1e3,
+    }
+
+
+def _bench_concurrent(root: Path, count: int, workers: int) -> dict[str, float]:
+    store = FsBlobStore(root / "c", fsync=True)
+    payloads = [_make_text(40 + i % 20, 50) for i in range(count)]
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        t0 = time.perf_counter()
+        ids = list(pool.map(lambda p: store.store(Text(text=p)), payloads))
+        ours = time.perf_counter() - t0
+    if len(set(ids)) != count or not all(store.exists(i) for i in ids[:: count // 10 or 1]):
+        raise AssertionError("concurrent stores lost blobs")
+
+    base_dir = root / "c-baseline"
+    base_dir.mkdir()
+
+    def atomic_write(job: tuple[int, str]) -> None:
+        index, payload = job
+        fd, tmp = tempfile.mkstemp(dir=base_dir, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload.encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, base_dir / f"{index}.txt")
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(atomic_write, enumerate(payloads)))
+        base = time.perf_counter() - t0
+    return {
+        "concurrent_stores": float(count),
+        "concurrent_s": ours,
+        "concurrent_per_s": count / ours,
+        "concurrent_baseline_s": base,
+        "concurrent_baseline_per_s": count / base,
+    }
+
+
+def _ratio(ours: float, base: float) -> str:
+    return f"{ours / base:.3g}x" if base > 0 else "-"
+
+
+def run(*, quick: bool = False) -> dict[str, float]:
+    """Run the three measurements, print a table, return the metrics."""
+    console = Console(width=140) if not sys.stdout.isatty() else Console()
+    root = Path(tempfile.mkdtemp(prefix="fore-bench-blobs-"))
+    lines = 200_000 if quick else 2_000_000
+    try:
+        with console.status("store + summarize 1 MB"):
+            metrics = _bench_store_summarize(root, reps=5 if quick else 15)
+        with console.status(f"inspect a 50-line range of a {lines * 50 // 10**6} MB blob"):
+            metrics |= _bench_inspect(root, lines, reps=100 if quick else 300, naive_reps=3)
+        with console.status("1,000 concurrent stores"):
+            metrics |= _bench_concurrent(root, 1000, workers=16)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    m = metrics
+    table = Table(title="Blob store core (issue 6)")
+    table.add_column("measurement")
+    table.add_column("ours", justify="right")
+    table.add_column("baseline", justify="right")
+    table.add_column("ratio (ours/baseline)", justify="right")
+    table.add_row(
+        "(a) to_tool_output + store 1 MB (fsync)",
+        f"{m['store_1mb_ms']:.2f} ms",
+        f"{m['store_1mb_baseline_ms']:.2f} ms write_text",
+        _ratio(m["store_1mb_ms"], m["store_1mb_baseline_ms"]),
+    )
+    table.add_row(
+        "(a) to_tool_output + store 1 MB (no fsync)",
+        f"{m['store_1mb_nofsync_ms']:.2f} ms",
+        f"{m['store_1mb_baseline_ms']:.2f} ms write_text",
+        _ratio(m["store_1mb_nofsync_ms"], m["store_1mb_baseline_ms"]),
+    )
+    table.add_row(
+        "(a)   of which to_tool_output (summary)", f"{m['summarize_1mb_ms']:.2f} ms", "", ""
+    )
+    big = f"{m['big_blob_bytes'] / 1e6:.0f} MB / {m['big_blob_lines']:,.0f} lines"
+    table.add_row(f"(b) store {big} (no fsync)", f"{m['big_store_s'] * 1e3:.0f} ms", "", "")
+    for label, key in (
+        ("p50", "inspect_p50_ms"),
+        ("p99", "inspect_p99_ms"),
+        ("cold (fresh store, sidecar)", "inspect_cold_ms"),
+    ):
+        table.add_row(
+            f"(b) inspect lines:N-N+49 {label}",
+            f"{m[key]:.3f} ms",
+            f"{m['inspect_naive_ms']:.0f} ms naive read+splitlines",
+            _ratio(m[key], m["inspect_naive_ms"]),
+        )
+    table.add_row(
+        "(c) 1,000 concurrent stores, 16 threads (fsync)",
+        f"{m['concurrent_s'] * 1e3:.0f} ms ({m['concurrent_per_s']:,.0f}/s)",
+        f"{m['concurrent_baseline_s'] * 1e3:.0f} ms ({m['concurrent_baseline_per_s']:,.0f}/s)",
+        _ratio(m["concurrent_s"], m["concurrent_baseline_s"]),
+    )
+    console.print(table)
+    verdict = "meets" if m["inspect_p99_ms"] <= INSPECT_TARGET_MS else "MISSES"
+    console.print(
+        f"inspect p99 {m['inspect_p99_ms']:.3f} ms {verdict} the {INSPECT_TARGET_MS} ms target"
+    )
+    return metrics
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv[1:])

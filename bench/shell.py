@@ -1,0 +1,157 @@
+"""Benchmark: the shell classifier's cost per command and the tool gate's cost per call.
+
+The gate runs before every speculative tool call, so it must stay cheap next
+to the tool itself. Measured in one run:
+
+* the classifier over the whole corpus (:mod:`bench.shell_corpus`): each
+  command classified several times, its median taken, then the median and p99
+  over commands;
+* the gate's added cost per call: ``evaluate_tool_call`` on a read tool and on
+  a shell call, each timed side by side with a baseline (a function call doing
+  a bare dict lookup), in interleaved rounds; the ratio is printed.
+
+Run with ``python -m bench.shell`` (``--quick`` for a short run).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from actors.gate.shell import classify_shell_command
+from actors.gate.tool_gate import evaluate_tool_call
+from bench.shell_corpus import CORPUS
+
+_TABLE = {"read_file": "allow", "shell": "boundary"}
+
+
+def _baseline(name: str, arguments: dict[str, object], mode: str) -> str | None:
+    return _TABLE.get(name)
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _classifier_costs(repeats: int) -> list[float]:
+    """Median microseconds per corpus command."""
+    costs: list[float] = []
+    for command, _ in CORPUS:
+        samples: list[float] = []
+        for _ in range(repeats):
+            start = time.perf_counter_ns()
+            classify_shell_command(command)
+            samples.append((time.perf_counter_ns() - start) / 1000)
+        costs.append(statistics.median(samples))
+    return costs
+
+
+def _per_call_ns(call: Callable[[], object], iterations: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(iterations):
+        call()
+    return (time.perf_counter_ns() - start) / iterations
+
+
+def _side_by_side(
+    gate: Callable[[], object], baseline: Callable[[], object], iterations: int, rounds: int
+) -> tuple[float, float]:
+    """Median ns per call of ``gate`` and ``baseline``, measured in alternating rounds."""
+    gate_ns: list[float] = []
+    base_ns: list[float] = []
+    for _ in range(rounds):
+        base_ns.append(_per_call_ns(baseline, iterations))
+        gate_ns.append(_per_call_ns(gate, iterations))
+    return statistics.median(gate_ns), statistics.median(base_ns)
+
+
+def run(*, quick: bool = False) -> dict[str, float]:
+    """Measure, print a table, and return the metrics (µs and ratios)."""
+    repeats = 3 if quick else 15
+    rounds = 3 if quick else 7
+    read_iterations = 2_000 if quick else 20_000
+    shell_iterations = 200 if quick else 2_000
+
+    for command, _ in CORPUS:  # warm-up: parser creation, caches, imports
+        classify_shell_command(command)
+    costs = _classifier_costs(repeats)
+
+    read_args: dict[str, object] = {"path": "src/app.py", "offset": 0, "limit": 100}
+    shell_args: dict[str, object] = {"command": "git status"}
+    read_gate, read_base = _side_by_side(
+        lambda: evaluate_tool_call("read_file", read_args, "default"),
+        lambda: _baseline("read_file", read_args, "default"),
+        read_iterations,
+        rounds,
+    )
+    shell_gate, shell_base = _side_by_side(
+        lambda: evaluate_tool_call("shell", shell_args, "default"),
+        lambda: _baseline("shell", shell_args, "default"),
+        shell_iterations,
+        rounds,
+    )
+    classify_only, _ = _side_by_side(
+        lambda: classify_shell_command("git status"),
+        lambda: None,
+        shell_iterations,
+        rounds,
+    )
+
+    metrics = {
+        "corpus_commands": float(len(CORPUS)),
+        "classify_median_us": statistics.median(costs),
+        "classify_p99_us": _percentile(costs, 0.99),
+        "classify_max_us": max(costs),
+        "gate_read_us": read_gate / 1000,
+        "gate_read_baseline_us": read_base / 1000,
+        "gate_read_added_us": (read_gate - read_base) / 1000,
+        "gate_read_ratio": read_gate / read_base,
+        "gate_shell_us": shell_gate / 1000,
+        "gate_shell_baseline_us": shell_base / 1000,
+        "gate_shell_added_us": (shell_gate - shell_base) / 1000,
+        "gate_shell_ratio": shell_gate / shell_base,
+        "classify_git_status_us": classify_only / 1000,
+    }
+    _print(metrics, quick=quick)
+    return metrics
+
+
+def _print(metrics: dict[str, float], *, quick: bool) -> None:
+    table = Table(title=f"shell classifier and tool gate{' (quick)' if quick else ''}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_column("baseline", justify="right")
+    table.add_column("ratio", justify="right")
+    table.add_row("corpus commands", f"{metrics['corpus_commands']:.0f}", "", "")
+    table.add_row("classify median / command", f"{metrics['classify_median_us']:.1f} µs", "", "")
+    table.add_row("classify p99 / command", f"{metrics['classify_p99_us']:.1f} µs", "", "")
+    table.add_row("classify max / command", f"{metrics['classify_max_us']:.1f} µs", "", "")
+    table.add_row(
+        "gate: read_file call",
+        f"{metrics['gate_read_us']:.2f} µs",
+        f"{metrics['gate_read_baseline_us']:.2f} µs",
+        f"{metrics['gate_read_ratio']:.1f}×",
+    )
+    table.add_row("gate: read_file added", f"{metrics['gate_read_added_us']:.2f} µs", "", "")
+    table.add_row(
+        "gate: shell 'git status'",
+        f"{metrics['gate_shell_us']:.1f} µs",
+        f"{metrics['gate_shell_baseline_us']:.2f} µs",
+        f"{metrics['gate_shell_ratio']:.0f}×",
+    )
+    table.add_row("gate: shell added", f"{metrics['gate_shell_added_us']:.1f} µs", "", "")
+    table.add_row(
+        "classify 'git status' alone", f"{metrics['classify_git_status_us']:.1f} µs", "", ""
+    )
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv[1:])

@@ -1,0 +1,190 @@
+"""Session messages: what the worker is told, and the events it reports.
+
+The worker is driven by :class:`Submit`, :class:`Resume`, :class:`PauseRun` and
+:class:`CancelRun` (control lane), plus the LLM and tool events it receives.
+Subscribers get :data:`SessionEvent`\\ s. A submit (or resume) is answered
+with a :class:`TurnResult` when the run ends or pauses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from messages.alerts import Alert
+from messages.base import ControlMessage, Message
+from messages.conversation import Item, Segment
+from messages.llm import Usage
+
+RunStatus = Literal[
+    "completed",  # the model finished and the turn-end hooks said Finish
+    "cancelled",  # the user cancelled the run
+    "rejected",  # a hook or the interceptor cancelled the submit or a request
+    "aborted",  # a hook returned Abort
+    "paused",  # a hook paused the run (resume continues it)
+    "max_turns",  # the per-run turn budget is spent
+    "error",  # the LLM failed, a hook failed or timed out, or the worker failed
+    "interrupted",  # a paused run was superseded by a new submit
+    "boundary",  # speculation only: the run stopped at a gate boundary
+]
+
+
+class Submit(Message):
+    """Start a run with user input: plain text (``@path`` recognised) or segments."""
+
+    text: str | None = None
+    segments: tuple[Segment, ...] | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+
+
+class Resume(Message):
+    """Continue a paused run; optional ``messages`` continue a run paused at turn end."""
+
+    messages: tuple[Item, ...] = ()
+
+
+class PauseRun(Message):
+    """Pause the running run at its next safe point (before its next LLM request)."""
+
+    reason: str = "paused by request"
+
+
+class CancelRun(ControlMessage):
+    """Cancel the current run: LLM stream and tools are cancelled, calls get results."""
+
+    reason: str = "cancelled by user"
+
+
+class Subscribe(Message):
+    """Forward every session event to ``address`` (an in-process reference)."""
+
+    address: Any = Field(exclude=True)
+
+
+class Unsubscribe(Message):
+    address: Any = Field(exclude=True)
+
+
+class AddTool(Message):
+    """Offer one more tool to the session's model (an in-process tool object)."""
+
+    tool: Any = Field(exclude=True)
+
+
+class GetHistory(Message):
+    """Ask for the session's history (a tuple of items)."""
+
+
+class GetRunState(Message):
+    """Ask for a :class:`RunState`."""
+
+
+class RunState(Message):
+    """Where the worker is (for tests, UIs and debugging)."""
+
+    session_id: str
+    status: Literal["idle", "running", "paused"]
+    phase: str
+    run_id: str | None = None
+    turns_used: int = 0
+    history_length: int = 0
+
+
+class TurnResult(Message):
+    """How a run ended (or paused), and the items it added to history."""
+
+    run_id: str
+    session_id: str
+    status: RunStatus
+    items: tuple[Item, ...] = ()
+    error: str | None = None
+    turns: int = 0
+    usage: Usage = Usage()
+    boundary: dict[str, Any] | None = None
+    """Speculation only: the gate boundary's tool, reason and the calls not run."""
+
+
+# -- events ---------------------------------------------------------------------
+
+
+class _Event(Message):
+    session_id: str
+    at: float = Field(default_factory=time.time)
+
+
+class RunStarted(_Event):
+    kind: Literal["run_started"] = "run_started"
+    run_id: str
+    text: str
+
+
+class ItemAdded(_Event):
+    """An item was appended to (or inserted into) the session's history."""
+
+    kind: Literal["item_added"] = "item_added"
+    run_id: str | None
+    item: Item
+
+
+class TextDelta(_Event):
+    kind: Literal["text_delta"] = "text_delta"
+    run_id: str
+    text: str
+
+
+class ToolStarted(_Event):
+    kind: Literal["tool_started"] = "tool_started"
+    run_id: str
+    call_id: str
+    name: str
+
+
+class ToolFinished(_Event):
+    kind: Literal["tool_finished"] = "tool_finished"
+    run_id: str
+    call_id: str
+    name: str
+    outcome: str
+    is_error: bool
+    duration_s: float = 0.0
+
+
+class RunPaused(_Event):
+    kind: Literal["run_paused"] = "run_paused"
+    run_id: str
+    reason: str
+    where: str
+
+
+class TurnFinished(_Event):
+    kind: Literal["turn_finished"] = "turn_finished"
+    result: TurnResult
+
+
+class AlertRaised(_Event):
+    kind: Literal["alert"] = "alert"
+    alert: Alert
+
+
+class LlmRetried(_Event):
+    kind: Literal["llm_retried"] = "llm_retried"
+    run_id: str
+    attempt: int
+    reason: str
+
+
+SessionEvent = Annotated[
+    RunStarted
+    | ItemAdded
+    | TextDelta
+    | ToolStarted
+    | ToolFinished
+    | RunPaused
+    | TurnFinished
+    | AlertRaised
+    | LlmRetried,
+    Field(discriminator="kind"),
+]
+"""Everything a session subscriber may receive (the speculator adds its own kinds)."""

@@ -1,0 +1,216 @@
+"""The session API: a thin synchronous facade over one session's actors.
+
+``Session`` is for scripts, tests and UIs that live outside the actor world;
+the typed messages it sends (``Submit``, ``Resume``, ``CancelRun`` ...) are the
+real interface. Every blocking call has a timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from pykka import ActorDeadError
+
+from actors.tools.base import Tool
+from actors.worker.hooks import Hooks
+from messages.alerts import Alert
+from messages.conversation import Item, Segment
+from messages.session import (
+    AddTool,
+    CancelRun,
+    GetHistory,
+    GetRunState,
+    PauseRun,
+    Resume,
+    RunState,
+    Submit,
+    Subscribe,
+    TurnResult,
+    Unsubscribe,
+)
+
+if TYPE_CHECKING:
+    from supervision.handle import Handle
+    from supervision.runtime import Runtime
+
+
+class EventQueue:
+    """A bounded, thread-safe event buffer that actors can ``tell``.
+
+    Events are observability: if nobody reads them, the oldest are dropped
+    (and counted) rather than growing without bound. The history is the
+    source of truth.
+    """
+
+    def __init__(self, maxlen: int = 10_000) -> None:
+        self._events: deque[Any] = deque()
+        self._maxlen = maxlen
+        self._cond = threading.Condition()
+        self._closed = False
+        self.dropped = 0
+
+    def tell(self, event: Any) -> None:
+        with self._cond:
+            if self._closed:
+                raise ActorDeadError("event queue closed")
+            if len(self._events) >= self._maxlen:
+                self._events.popleft()
+                self.dropped += 1
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def get(self, timeout: float | None = None) -> Any | None:
+        """The next event, or ``None`` when closed or when ``timeout`` passes."""
+        with self._cond:
+            if not self._events and not self._closed:
+                self._cond.wait(timeout)
+            if self._events:
+                return self._events.popleft()
+            return None
+
+    def drain(self) -> list[Any]:
+        with self._cond:
+            events = list(self._events)
+            self._events.clear()
+            return events
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class Session:
+    """One agent session: submit prompts, read history, alerts and events."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        session_id: str,
+        *,
+        worker: Handle[Any],
+        hooks: Hooks,
+        state: Any,
+        alert_source: Any = None,
+    ) -> None:
+        self.runtime = runtime
+        self.id = session_id
+        self.hooks = hooks
+        self._worker = worker
+        self._state = state
+        self._alert_source = alert_source
+        self._events = EventQueue()
+        self._closed = False
+        worker.ask(Subscribe(address=self._events), timeout=30)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id}>"
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- running -------------------------------------------------------------
+
+    def submit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+    ) -> TurnResult:
+        """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds)."""
+        message = Submit(
+            text=text,
+            segments=tuple(segments) if segments is not None else None,
+            max_turns=max_turns,
+        )
+        result: TurnResult = self._worker.ask(message, timeout=timeout)
+        return result
+
+    def resume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
+        """Continue a paused run; blocks until it ends or pauses again."""
+        result: TurnResult = self._worker.ask(Resume(messages=tuple(messages)), timeout=timeout)
+        return result
+
+    def pause(self, reason: str = "paused by request") -> bool:
+        """Pause the running run before its next LLM request."""
+        paused: bool = self._worker.ask(PauseRun(reason=reason), timeout=10)
+        return paused
+
+    def cancel(self, reason: str = "cancelled by user") -> None:
+        """Cancel the current run (control lane: overtakes queued mail)."""
+        self._worker.tell(CancelRun(reason=reason))
+
+    # -- reading ----------------------------------------------------------------
+
+    @property
+    def history(self) -> tuple[Item, ...]:
+        items: tuple[Item, ...] = self._worker.ask(GetHistory(), timeout=10)
+        return items
+
+    @property
+    def alerts(self) -> tuple[Alert, ...]:
+        source = self._alert_source
+        if source is not None:
+            alerts: tuple[Alert, ...] = source(self.id)
+            return alerts
+        return tuple(self._state.alerts)
+
+    def run_state(self) -> RunState:
+        state: RunState = self._worker.ask(GetRunState(), timeout=10)
+        return state
+
+    def events(self, timeout: float | None = None) -> Iterator[Any]:
+        """Typed session events as they come.
+
+        Ends when the session closes, or -- with ``timeout`` -- when no event
+        arrives for that many seconds.
+        """
+        while True:
+            event = self._events.get(timeout)
+            if event is None:
+                return
+            yield event
+
+    def drain_events(self) -> list[Any]:
+        """Every buffered event, without waiting."""
+        return self._events.drain()
+
+    def add_tool(self, tool: Tool[Any]) -> None:
+        """Offer one more tool to this session's model (names must stay unique)."""
+        self._worker.ask(AddTool(tool=tool), timeout=10)
+
+    # -- closing -------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the session's actors and free everything it held."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._worker.ask(Unsubscribe(address=self._events), timeout=5)
+        except Exception:
+            pass
+        self.runtime._close_session(self.id, timeout=timeout)
+        self._events.close()

@@ -7,6 +7,7 @@ supervisor per open session. Closing it shuts the tree down in reverse start
 order and then stops every runtime thread, so nothing outlives it::
 
     root (one_for_one)
+    ├── blob_store       BlobStoreActor (disk: FsBlobStore, owned here)
     ├── tool_pool        ToolPool      (threads: ThreadRunner, owned here)
     ├── llm_gateway      LlmGateway    (thread: LlmLoop, owned here)
     └── sessions         Supervisor    (one_for_one)
@@ -17,6 +18,8 @@ order and then stops every runtime thread, so nothing outlives it::
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable
@@ -27,6 +30,9 @@ from typing import Any
 import structlog
 from pykka import ActorRef
 
+from actors.blobs.actor import BlobStoreActor
+from actors.blobs.fs_store import FsBlobStore
+from actors.blobs.inspect_tool import Inspect
 from actors.core.logs import configure_logging
 from actors.core.system import ActorSystem
 from actors.llm.gateway import LlmGateway
@@ -40,6 +46,8 @@ from actors.worker.hooks import Hooks
 from actors.worker.interceptor import Interceptor
 from actors.worker.state import SessionState
 from actors.worker.worker import Worker, WorkerConfig
+from messages.blob_store import ReleaseSession
+from messages.blobs import BlobLimits
 from messages.llm import Purpose
 from messages.runtime import (
     ChildSpec,
@@ -72,6 +80,11 @@ class Runtime:
         restart_period: float = 10.0,
         max_running_tools: int = DEFAULT_MAX_RUNNING,
         tools_per_session: int = DEFAULT_PER_SESSION,
+        blobs: bool = True,
+        blob_dir: str | os.PathLike[str] | None = None,
+        blob_limits: BlobLimits | None = None,
+        blob_max_bytes: int | None = 2 * 1024**3,
+        blob_max_age_s: float | None = 7 * 24 * 3600.0,
         log_level: str | None = None,
         log_json: bool | None = None,
     ) -> None:
@@ -87,6 +100,19 @@ class Runtime:
         self.llm_loop = LlmLoop(name=f"{name}-llm")
         self._sessions: dict[str, Session] = {}
         self._closed = False
+        self.blob_limits = blob_limits or BlobLimits()
+        self._owned_blob_dir: Path | None = None
+        self.blob_fs: FsBlobStore | None = None
+        if blobs:
+            if blob_dir is None:
+                self._owned_blob_dir = Path(tempfile.mkdtemp(prefix=f"{name}-blobs-"))
+                blob_dir = self._owned_blob_dir
+            self.blob_fs = FsBlobStore(
+                Path(blob_dir),
+                max_total_bytes=blob_max_bytes,
+                max_age_s=blob_max_age_s,
+                grace_s=60.0,
+            )
         with self.system.activated():
             self.root: ActorRef[Supervisor] = Supervisor.start(
                 "root",
@@ -94,6 +120,15 @@ class Runtime:
                 max_restarts=max_restarts,
                 period=restart_period,
                 registry_name=f"{name}:root",
+            )
+        self.blob_store: Handle[Any] | None = None
+        if self.blob_fs is not None:
+            store = self.blob_fs
+            self.blob_store = self.start_child(
+                ChildSpec(
+                    id="blob_store",
+                    start=lambda: BlobStoreActor.start(store, limits=self.blob_limits),
+                )
             )
         self.tool_pool = self.start_child(
             ChildSpec(
@@ -177,7 +212,10 @@ class Runtime:
         if sid in self._sessions:
             raise ValueError(f"session {sid!r} is already open")
         fs = WorkspaceFs(Path(workspace))
-        registry = ToolRegistry([*(builtin_tools() if builtin else []), *tools])
+        extra: list[Tool[Any]] = []
+        if self.blob_store is not None:
+            extra.append(Inspect(self.blob_limits))
+        registry = ToolRegistry([*(builtin_tools() if builtin else []), *extra, *tools])
         hooks = hooks or Hooks()
         state = SessionState()
         config = WorkerConfig(
@@ -190,7 +228,9 @@ class Runtime:
             hooks=hooks,
             interceptor=interceptor or Interceptor(),
             state=state,
-            services=ToolServices(),
+            services=ToolServices(blobs=self.blob_fs),
+            blob_store=self.blob_store,
+            blob_limits=self.blob_limits,
             model_name=model_name or getattr(model, "name", ""),
             system_prompt=system_prompt,
             purpose=purpose,
@@ -249,6 +289,11 @@ class Runtime:
             )
         except Exception as exc:
             log.warning("session_close_incomplete", session=session_id, error=repr(exc))
+        if self.blob_store is not None:
+            try:
+                self.blob_store.tell(ReleaseSession(session_id=session_id))
+            except Exception as exc:  # the store is restarting or gone: nothing is pinned
+                log.debug("blob_release_skipped", session=session_id, error=repr(exc))
 
     # -- shutdown ---------------------------------------------------------------
 
@@ -278,4 +323,6 @@ class Runtime:
         clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
         self._sessions.clear()
+        if self._owned_blob_dir is not None:
+            shutil.rmtree(self._owned_blob_dir, ignore_errors=True)
         return clean

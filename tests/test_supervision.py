@@ -339,9 +339,10 @@ def test_tree_snapshot_is_typed_and_nested(runtime: Runtime) -> None:
     tree = runtime.tree()
     assert tree.id == "root"
     ids = [c.id for c in tree.children]
-    assert ids[:3] == ["tool_pool", "llm_gateway", "sessions"]  # the runtime's own services
-    assert ids[3:] == ["outer", "top"]
-    outer = tree.children[3]
+    services = ["blob_store", "tool_pool", "llm_gateway", "sessions"]  # the runtime's own
+    assert ids[: len(services)] == services
+    assert ids[len(services) :] == ["outer", "top"]
+    outer = tree.children[len(services)]
     assert outer.kind == "supervisor"
     assert outer.children[0].id == "x"
     assert outer.children[0].status is ChildStatus.RUNNING

@@ -19,6 +19,7 @@ state an LLM provider rejects.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import uuid
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 
 from pykka import ActorDeadError
 
+from actors.blobs.summary import truncated_fallback
 from actors.core.future import PooledFuture
 from actors.core.pooled import PooledActor, handles
 from actors.core.timer import TimerHandle
@@ -60,6 +62,8 @@ from actors.worker.hooks import (
 from actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
 from actors.worker.state import PreparedInput, SessionState, prepare_plain
 from messages.alerts import Alert, AlertLevel
+from messages.blob_store import StoredOutput, StoreToolOutput
+from messages.blobs import BlobLimits, Text
 from messages.conversation import (
     AssistantMessage,
     Item,
@@ -114,11 +118,19 @@ from messages.tools import (
 _ids = itertools.count()
 
 
+def _may_exceed(text: str, threshold: int) -> bool:
+    """Whether ``text`` may be larger than ``threshold`` UTF-8 bytes (cheap check first)."""
+    if len(text) > threshold:
+        return True
+    return len(text) * 4 > threshold and len(text.encode("utf-8")) > threshold
+
+
+def _fits(text: str, threshold: int) -> bool:
+    return not _may_exceed(text, threshold)
+
+
 class WorkerBusy(RuntimeError):
     """A submit arrived while a run is in progress."""
-
-
-OutputConverter = Callable[["WorkerConfig", list[ToolResult], list[str | None]], Any]
 
 
 @dataclass
@@ -146,8 +158,9 @@ class WorkerConfig:
     """Any pre_tool_call result but Continue is a boundary (speculation)."""
     preparer: Callable[[Submit], PreparedInput] | None = None
     """Turns a submit into the user message (e.g. resolving ``@path`` references)."""
-    converter: Callable[[list[ToolResult], list[str | None]], list[ToolResult]] | None = None
-    """Turns tool outputs into what history keeps (e.g. blob summaries); runs blocking."""
+    blob_store: Any = None
+    """The blob-store actor: large outputs are stored there and summarised in history."""
+    blob_limits: BlobLimits = field(default_factory=BlobLimits)
     alert_sink: Any = None
 
 
@@ -754,34 +767,75 @@ class Worker(PooledActor):
             item.stored_summary = None  # the tool's own summary no longer describes it
 
     def _convert(self, run: _Run) -> None:
-        """Turn outputs into what history keeps (blob summaries), off the dispatcher."""
-        items = [
+        """Store large outputs in the blob store; history keeps their summaries.
+
+        Runs after the post_tool_call hooks (they saw the full output). One ask
+        per large output, answered by message -- nothing here blocks.
+        """
+        store = self.config.blob_store
+        threshold = self.config.blob_limits.inline_threshold
+        pending = [
             c
             for c in run.calls
-            if c.result is not None and not c.committed and c.status != "removed"
+            if c.result is not None
+            and not c.committed
+            and c.status != "removed"
+            and store is not None
+            and _may_exceed(c.result.output, threshold)
         ]
-        converter = self.config.converter
-        if converter is None or not items:
+        if not pending:
             self._commit(run)
             return
-        run.phase = "converting"
-        results = [c.result for c in items if c.result is not None]
-        summaries = [c.stored_summary for c in items]
+        run.phase = "storing outputs"
+        remaining = [len(pending)]
 
-        def converted(new_results: list[ToolResult]) -> None:
-            if run.ended:
-                return
-            for item, result in zip(items, new_results, strict=True):
-                item.result = result
-            self._commit(run)
+        def one_done() -> None:
+            remaining[0] -= 1
+            if remaining[0] == 0 and not run.ended:
+                self._commit(run)
 
-        self.run_blocking(
-            converter,
-            results,
-            summaries,
-            then=converted,
-            on_error=lambda exc: self._fail(run, f"storing tool outputs failed: {exc!r}"),
+        for item in pending:
+            assert item.result is not None
+            message = StoreToolOutput(
+                session_id=self.config.session_id,
+                call_id=item.call.id,
+                output=item.result.output,
+                stored_summary=item.stored_summary,
+            )
+            self.ask_then(
+                store,
+                message,
+                then=functools.partial(self._output_stored, run, item, one_done),
+                on_error=functools.partial(self._output_not_stored, run, item, one_done),
+                timeout=120.0,
+            )
+
+    def _output_stored(
+        self, run: _Run, item: _Call, one_done: Callable[[], None], stored: StoredOutput
+    ) -> None:
+        if run.ended or item.result is None:
+            return
+        item.result = item.result.model_copy(update={"output": stored.history_text})
+        one_done()
+
+    def _output_not_stored(
+        self, run: _Run, item: _Call, one_done: Callable[[], None], error: BaseException
+    ) -> None:
+        if run.ended or item.result is None:
+            return
+        self.alert(
+            AlertLevel.WARN,
+            f"the blob store failed ({error}); the output of {item.call.name} went into "
+            "history truncated",
+            "blob_store",
         )
+        item.result = item.result.model_copy(
+            update={"output": self._truncated(item.result.output, "the blob store failed")}
+        )
+        one_done()
+
+    def _truncated(self, output: str, reason: str) -> str:
+        return truncated_fallback(Text(text=output), self.config.blob_limits, reason=reason)
 
     def _commit(self, run: _Run) -> None:
         for item in run.calls:
@@ -940,7 +994,14 @@ class Worker(PooledActor):
             if not item.committed:
                 item.committed = True
                 assert item.result is not None
-                self._append(run, item.result)
+                result = item.result
+                if self.config.blob_store is not None and not _fits(
+                    result.output, self.config.blob_limits.inline_threshold
+                ):
+                    result = result.model_copy(
+                        update={"output": self._truncated(result.output, "the run ended early")}
+                    )
+                self._append(run, result)
         run.calls = []
 
     def _abort_calls(self, run: _Run, status: RunStatus, reason: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -31,3 +32,26 @@ class Alert(Message):
     session: str | None = None
     source: str
     at: float = Field(default_factory=time.time)
+
+
+class SubscribeAlerts(Message):
+    """Deliver alerts to ``address`` (all of them, or one session's)."""
+
+    address: Any = Field(exclude=True)
+    session: str | None = None
+
+
+class UnsubscribeAlerts(Message):
+    address: Any = Field(exclude=True)
+
+
+class GetAlerts(Message):
+    """Ask for the kept alerts of one session (or the runtime-wide ones for ``None``)."""
+
+    session: str | None = None
+
+
+class ForgetSession(Message):
+    """The session closed: drop its kept alerts."""
+
+    session: str

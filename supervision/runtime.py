@@ -7,6 +7,7 @@ supervisor per open session. Closing it shuts the tree down in reverse start
 order and then stops every runtime thread, so nothing outlives it::
 
     root (one_for_one)
+    ├── alert_sink       AlertSink     (every user-facing warning and error)
     ├── blob_store       BlobStoreActor (disk: FsBlobStore, owned here)
     ├── tool_pool        ToolPool      (threads: ThreadRunner, owned here)
     ├── llm_gateway      LlmGateway    (thread: LlmLoop, owned here)
@@ -17,6 +18,7 @@ order and then stops every runtime thread, so nothing outlives it::
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -30,22 +32,27 @@ from typing import Any
 import structlog
 from pykka import ActorRef
 
+from actors.alerts import AlertSink
 from actors.blobs.actor import BlobStoreActor
 from actors.blobs.fs_store import FsBlobStore
 from actors.blobs.inspect_tool import Inspect
 from actors.core.logs import configure_logging
 from actors.core.system import ActorSystem
+from actors.filerefs.interceptor import FileRefInterceptor
+from actors.filerefs.resolver import prepare_submit
 from actors.llm.gateway import LlmGateway
 from actors.llm.loop import LlmLoop
+from actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from actors.tools.base import Tool, ToolRegistry, ToolServices
 from actors.tools.builtin import builtin_tools
 from actors.tools.fs import WorkspaceFs
 from actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
 from actors.tools.runner import ThreadRunner
 from actors.worker.hooks import Hooks
-from actors.worker.interceptor import Interceptor
+from actors.worker.interceptor import Interceptor, Interceptors
 from actors.worker.state import SessionState
 from actors.worker.worker import Worker, WorkerConfig
+from messages.alerts import ForgetSession
 from messages.blob_store import ReleaseSession
 from messages.blobs import BlobLimits
 from messages.llm import Purpose
@@ -121,6 +128,8 @@ class Runtime:
                 period=restart_period,
                 registry_name=f"{name}:root",
             )
+        self.alert_sink = self.start_child(ChildSpec(id="alert_sink", start=AlertSink.start))
+        self.system.alert_sink = self.alert_sink
         self.blob_store: Handle[Any] | None = None
         if self.blob_fs is not None:
             store = self.blob_fs
@@ -199,6 +208,7 @@ class Runtime:
         call_timeout: float = 120.0,
         tool_concurrency: int | None = None,
         purpose: Purpose = "main",
+        file_ref_cap: int = 16_384,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -212,12 +222,20 @@ class Runtime:
         if sid in self._sessions:
             raise ValueError(f"session {sid!r} is already open")
         fs = WorkspaceFs(Path(workspace))
-        extra: list[Tool[Any]] = []
+        resolve_tool = Resolve()
+        extra: list[Tool[Any]] = [MultiEdit(), resolve_tool]
         if self.blob_store is not None:
             extra.append(Inspect(self.blob_limits))
         registry = ToolRegistry([*(builtin_tools() if builtin else []), *extra, *tools])
         hooks = hooks or Hooks()
         state = SessionState()
+        pending = PendingActions()
+        trusted: list[Interceptor] = [
+            FileRefInterceptor(state),
+            ResolveInterceptor(pending, resolve_tool.definition()),
+        ]
+        if interceptor is not None:
+            trusted.append(interceptor)
         config = WorkerConfig(
             session_id=sid,
             model=model,
@@ -226,9 +244,12 @@ class Runtime:
             fs=fs,
             tools=registry,
             hooks=hooks,
-            interceptor=interceptor or Interceptor(),
+            interceptor=Interceptors(trusted),
+            preparer=functools.partial(prepare_submit, fs, cap=file_ref_cap),
+            alert_sink=self.alert_sink,
             state=state,
-            services=ToolServices(blobs=self.blob_fs),
+            services=ToolServices(blobs=self.blob_fs, pending_actions=pending),
+            hidden_tools=frozenset({"resolve"}),
             blob_store=self.blob_store,
             blob_limits=self.blob_limits,
             model_name=model_name or getattr(model, "name", ""),
@@ -258,7 +279,15 @@ class Runtime:
             timeout=30,
         )
         worker = self._wait_child(session_sup, "worker")
-        session = Session(self, sid, worker=worker, hooks=hooks, state=state)
+        session = Session(
+            self,
+            sid,
+            worker=worker,
+            hooks=hooks,
+            state=state,
+            alert_sink=self.alert_sink,
+            pending_actions=pending,
+        )
         self._sessions[sid] = session
         return session
 
@@ -289,6 +318,10 @@ class Runtime:
             )
         except Exception as exc:
             log.warning("session_close_incomplete", session=session_id, error=repr(exc))
+        try:
+            self.alert_sink.tell(ForgetSession(session=session_id))
+        except Exception as exc:
+            log.debug("alert_forget_skipped", session=session_id, error=repr(exc))
         if self.blob_store is not None:
             try:
                 self.blob_store.tell(ReleaseSession(session_id=session_id))

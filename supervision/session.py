@@ -17,10 +17,11 @@ from pykka import ActorDeadError
 
 from actors.tools.base import Tool
 from actors.worker.hooks import Hooks
-from messages.alerts import Alert
+from messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
 from messages.conversation import Item, Segment
 from messages.session import (
     AddTool,
+    AlertRaised,
     CancelRun,
     GetHistory,
     GetRunState,
@@ -88,6 +89,17 @@ class EventQueue:
         return self._closed
 
 
+class _AlertEvents:
+    """Turns the alert sink's alerts for one session into session events."""
+
+    def __init__(self, session_id: str, events: EventQueue) -> None:
+        self.session_id = session_id
+        self.events = events
+
+    def tell(self, alert: Alert) -> None:
+        self.events.tell(AlertRaised(session_id=self.session_id, alert=alert))
+
+
 class Session:
     """One agent session: submit prompts, read history, alerts and events."""
 
@@ -99,17 +111,25 @@ class Session:
         worker: Handle[Any],
         hooks: Hooks,
         state: Any,
-        alert_source: Any = None,
+        alert_sink: Any = None,
+        pending_actions: Any = None,
     ) -> None:
         self.runtime = runtime
+        self.pending_actions = pending_actions
+        """This session's staged previews (``queue_resolve_handler``, standing handler)."""
         self.id = session_id
         self.hooks = hooks
         self._worker = worker
         self._state = state
-        self._alert_source = alert_source
+        self._alert_sink = alert_sink
         self._events = EventQueue()
+        self._alert_events = _AlertEvents(session_id, self._events)
         self._closed = False
         worker.ask(Subscribe(address=self._events), timeout=30)
+        if alert_sink is not None:
+            alert_sink.ask(
+                SubscribeAlerts(address=self._alert_events, session=session_id), timeout=30
+            )
 
     def __repr__(self) -> str:
         return f"<Session {self.id}>"
@@ -167,9 +187,9 @@ class Session:
 
     @property
     def alerts(self) -> tuple[Alert, ...]:
-        source = self._alert_source
-        if source is not None:
-            alerts: tuple[Alert, ...] = source(self.id)
+        """This session's alerts, oldest first (bounded)."""
+        if self._alert_sink is not None:
+            alerts: tuple[Alert, ...] = self._alert_sink.ask(GetAlerts(session=self.id), timeout=10)
             return alerts
         return tuple(self._state.alerts)
 
@@ -210,6 +230,8 @@ class Session:
         self._closed = True
         try:
             self._worker.ask(Unsubscribe(address=self._events), timeout=5)
+            if self._alert_sink is not None:
+                self._alert_sink.tell(UnsubscribeAlerts(address=self._alert_events))
         except Exception:
             pass
         self.runtime._close_session(self.id, timeout=timeout)

@@ -33,6 +33,7 @@ from pykka.messages import _ActorStop
 from actors.core.future import PooledFuture
 from actors.core.pooled import ActorExit, PooledActor, handles
 from actors.core.timer import TimerHandle
+from messages.alerts import Alert, AlertLevel
 from messages.runtime import (
     ChildExited,
     ChildSnapshot,
@@ -252,6 +253,11 @@ class Supervisor(PooledActor):
             self._remove(child.spec.id, "exited")
             return
         log.warning("child_failed" if message.failed else "child_exited", error=message.error)
+        self._alert(
+            AlertLevel.WARN if message.failed else AlertLevel.INFO,
+            f"{child.spec.id} {'failed' if message.failed else 'exited'}"
+            f"{f' ({message.error})' if message.error else ''}; restarting it",
+        )
         self._restart(child, reason=message.error or "exited")
 
     def _restart(self, child: _Child, *, reason: str) -> None:
@@ -279,6 +285,7 @@ class Supervisor(PooledActor):
 
     def _escalate(self, reason: str) -> None:
         self.log.error("supervisor_gave_up", supervisor=self.sup_id, reason=reason)
+        self._alert(AlertLevel.ERROR, f"gave up: {reason}")
         self._status = "failed"
         order = list(reversed(self._children))
 
@@ -295,6 +302,22 @@ class Supervisor(PooledActor):
         for cid in list(self._children):
             self._remove(cid, "stopped: supervisor gave up")
         raise SupervisorIntensityError(reason)
+
+    def _alert(self, level: AlertLevel, text: str) -> None:
+        sink = self.system.alert_sink
+        if sink is None:
+            return
+        try:
+            sink.tell(
+                Alert(
+                    level=level,
+                    text=f"{self.sup_id}: {text}",
+                    session=self.session_id,
+                    source="supervisor",
+                )
+            )
+        except ActorDeadError:
+            pass
 
     # -- operations queue ---------------------------------------------------------
 

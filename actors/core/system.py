@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import structlog
 
@@ -61,6 +62,8 @@ class ActorSystem:
             on_thread_start=self._bind_thread,
         )
         self._closed = False
+        self.alert_sink: Any = None
+        """Where runtime-level alerts go (set by the Runtime once its sink runs)."""
 
     def _bind_thread(self) -> None:
         _tls.system = self

@@ -16,7 +16,7 @@ chains several (the first non-neutral answer wins).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from actors.worker.hooks import (
     ToolCallContext,
     TurnEndContext,
 )
+from messages.alerts import AlertLevel
 from messages.conversation import AssistantMessage, Item, UserMessage
 from messages.llm import LlmError
 
@@ -70,6 +71,9 @@ InterceptorToolResult = Continue | Skip | Abort | Pause | Boundary
 
 class Interceptor:
     """Neutral at every decision point; subclass and override."""
+
+    def attach(self, alert: Callable[[AlertLevel, str, str], Any]) -> None:
+        """The worker hands over its alert function when it starts."""
 
     def on_prompt_submit(self, message: UserMessage) -> InterceptorSubmitResult:
         return Continue()
@@ -123,6 +127,10 @@ class Interceptors(Interceptor):
             if isinstance(result, ContinueWith):
                 extras.extend(result.items)
         return ContinueWith(extras) if extras else Continue()
+
+    def attach(self, alert: Callable[[AlertLevel, str, str], Any]) -> None:
+        for part in self.parts:
+            part.attach(alert)
 
     def on_submit_cancelled(self) -> None:
         for part in self.parts:

@@ -29,6 +29,8 @@ class SessionState:
     history: list[Item] = field(default_factory=list)
     alerts: deque[Alert] = field(default_factory=lambda: deque(maxlen=MAX_ALERTS))
     subscribers: list[Any] = field(default_factory=list)
+    stash: list[Item] = field(default_factory=list)
+    """Items prepared for the current submit (resolved file references)."""
 
     def repair(self, text: str) -> list[ToolResult]:
         """Close every tool call that has no result; returns the results added."""

@@ -225,6 +225,7 @@ class Worker(PooledActor):
     # -- lifecycle -------------------------------------------------------------
 
     def on_start(self) -> None:
+        self.config.interceptor.attach(self.alert)
         repaired = self.state.repair("Interrupted: the session's worker restarted")
         for item in repaired:
             self._emit(ItemAdded(session_id=self.config.session_id, run_id=None, item=item))
@@ -284,11 +285,13 @@ class Worker(PooledActor):
                 self.state.subscribers.remove(subscriber)
 
     def alert(self, level: AlertLevel, text: str, source: str) -> Alert:
-        alert = Alert(level=level, text=text, session=self.session_id, source=source)
+        alert = Alert(level=level, text=text, session=self.config.session_id, source=source)
         self.state.alerts.append(alert)
-        if self.config.alert_sink is not None:
+        sink = self.config.alert_sink
+        if sink is not None:
             try:
-                self.config.alert_sink.tell(alert)
+                sink.tell(alert)  # subscribers (the session's event stream) get it from there
+                return alert
             except ActorDeadError:
                 pass
         self._emit(AlertRaised(session_id=self.config.session_id, alert=alert))
@@ -335,6 +338,7 @@ class Worker(PooledActor):
             return
         for level, text, source in prepared.alerts:
             self.alert(level, text, source)
+        self.state.stash = list(prepared.stash)  # drained by the file-ref interceptor
         self._emit(
             RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=prepared.text)
         )
@@ -1087,6 +1091,7 @@ class Worker(PooledActor):
             return
         run.ended = True
         run.phase = "ended"
+        self.state.stash = []  # a stash never outlives its submit
         try:
             self.config.interceptor.on_run_end(status)
         except Exception:

@@ -108,6 +108,10 @@ class EditArgs(ToolArgs):
     old_string: str = Field(min_length=1, description="Exact text to replace.")
     new_string: str = Field(description="Replacement text.")
     replace_all: bool = Field(default=False, description="Replace every occurrence.")
+    preview: bool = Field(
+        default=False,
+        description="Stage the edit and show a diff; nothing is written until resolve applies it.",
+    )
 
 
 def apply_edit(text: str, rel: str, old: str, new: str, replace_all: bool) -> tuple[str, int]:
@@ -140,6 +144,17 @@ class Edit(Tool[EditArgs]):
         return frozenset({args.path})
 
     def execute(self, args: EditArgs, ctx: ToolContext) -> str:
+        if args.preview:
+            from actors.resolve.preview import EditSpec, queue_preview, stage
+
+            spec = EditSpec(
+                path=args.path,
+                old_string=args.old_string,
+                new_string=args.new_string,
+                replace_all=args.replace_all,
+            )
+            staged, diff = stage(ctx, [spec])
+            return queue_preview(ctx, staged, diff, self.name)
         rel, text = read_text(ctx, args.path)
         new_text, count = apply_edit(text, rel, args.old_string, args.new_string, args.replace_all)
         ctx.cancel.raise_if_cancelled()

@@ -1,0 +1,341 @@
+"""The ``@path`` resolver: file references on submit become system messages.
+
+A user who types ``see @src/app.py and @docs/`` expects the model to see those
+files at once. On submit every :class:`~messages.conversation.FileRef` is
+resolved on the session's :class:`~actors.tools.fs.FsView`; each one that
+resolves becomes one system message placed right after the user message, and
+each one that does not becomes a Warn alert plus a placeholder in the user
+message -- a typo must be visible at once, never a silent fallback.
+
+Scope and safety
+----------------
+The resolver never touches the filesystem itself: every path goes through the
+view, which owns the scope rules (relative paths against the workspace,
+absolute paths only inside it, no ``..`` past the root, no symlink leading
+out) and opens exactly what it checked (``O_NOFOLLOW``), so a symlink swapped
+in between the check and the read is refused instead of followed. The view's
+errors map onto four kinds (:class:`ResolveErrorKind`): ``out_of_scope``,
+``not_found``, ``binary`` and ``io`` (FIFOs, devices, sockets, permission
+problems, symlink loops, a path that changed under us).
+
+Files
+-----
+``[File: <path>]\\n<body>`` with ``<path>`` exactly as the user typed it. The
+body is at most ``cap`` bytes, cut on a character boundary; when cut, the
+message ends with ``\\n[...truncated, <total> bytes total — use read_file for
+the rest]``. Only ``cap + 1`` bytes are read: the extra byte tells whether the
+file goes on (``stat``'s size may be stale by the time we read), and the total
+reported is the size ``stat`` gave (or more, if the read proved the file grew).
+
+Binary detection looks only at what would be shown. Content is refused as
+binary when it holds a NUL byte or is not valid UTF-8. When the cap falls
+inside a multi-byte character, the bytes before that character must decode
+and the partial character must be a *valid incomplete* sequence (a prefix of
+some well-formed character, e.g. ``E2 82`` of ``€``); an impossible prefix
+(``C0``, ``ED A0`` -- a surrogate, ``F4 90`` -- beyond U+10FFFF) is invalid
+UTF-8 and hence binary. Bytes past the cap are never judged: they are not
+shown, and a 16 KB window must not make a file binary or not depending on
+where the window ends.
+
+Directories
+-----------
+``[Dir: <path>]\\n<listing>``: a shallow listing, directories first as
+``name/``, then every other entry (files, and entries the view cannot
+classify: FIFOs, broken or out-of-scope symlinks) by name, at most
+``dir_limit`` entries in total, then ``… N more entries not shown``. An empty
+directory lists as ``(empty directory)``. The listing shows **no sizes**:
+sizes change with every edit, which would make an otherwise unchanged
+attachment differ across turns, and the model can ask a tool for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from actors.filerefs.tokenizer import file_refs, render_user_text
+from actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound
+from actors.tools.paths import FsError, PathOutOfScope
+from actors.worker.state import PreparedInput, submit_segments
+from messages.alerts import AlertLevel
+from messages.conversation import Item, Segment, SystemMessage
+from messages.session import Submit
+
+DEFAULT_CAP = 16_384
+"""Bytes of a file's body shown inline (the tool-output limit)."""
+
+DEFAULT_DIR_LIMIT = 100
+"""Entries of a directory listing shown inline."""
+
+ALERT_SOURCE = "file_ref"
+"""The ``source`` of every alert this module raises."""
+
+TRUNCATION_TEMPLATE = "\n[...truncated, {total} bytes total — use read_file for the rest]"
+"""Appended to a file's body when the cap cut it."""
+
+EMPTY_DIR_TEXT = "(empty directory)"
+"""The listing of a directory without entries."""
+
+__all__ = [
+    "ALERT_SOURCE",
+    "DEFAULT_CAP",
+    "DEFAULT_DIR_LIMIT",
+    "EMPTY_DIR_TEXT",
+    "TRUNCATION_TEMPLATE",
+    "ResolveError",
+    "ResolveErrorKind",
+    "alert_text",
+    "prepare_submit",
+    "resolve_file_ref",
+    "resolve_input",
+]
+
+
+class ResolveErrorKind(StrEnum):
+    """Why a reference did not resolve."""
+
+    OUT_OF_SCOPE = "out_of_scope"
+    NOT_FOUND = "not_found"
+    BINARY = "binary"
+    IO = "io"
+
+
+_REASONS = {
+    ResolveErrorKind.OUT_OF_SCOPE: "outside the workspace",
+    ResolveErrorKind.NOT_FOUND: "not found",
+    ResolveErrorKind.BINARY: "binary file",
+}
+
+
+class ResolveError(Exception):
+    """A reference that cannot be attached.
+
+    ``path`` is the path as the user typed it; ``reason`` is a short phrase
+    for the alert ("not found", "outside the workspace", "binary file",
+    "I/O error: ...").
+    """
+
+    def __init__(self, kind: ResolveErrorKind, path: str, reason: str | None = None) -> None:
+        self.kind = kind
+        self.path = path
+        self.reason = reason if reason is not None else _REASONS.get(kind, "I/O error")
+        super().__init__(alert_text(path, self.reason))
+
+
+def alert_text(path: str, reason: str) -> str:
+    """The one sentence the user sees for an unresolved reference."""
+    return f"file ref @{path} could not be resolved: {reason}"
+
+
+# --------------------------------------------------------------------------- #
+# One reference
+# --------------------------------------------------------------------------- #
+
+
+def resolve_file_ref(
+    fs: FsView, path: str, *, cap: int = DEFAULT_CAP, dir_limit: int = DEFAULT_DIR_LIMIT
+) -> SystemMessage:
+    """The system message for one ``@path`` reference, or :class:`ResolveError`.
+
+    ``path`` is as the user typed it; the view resolves it (relative to the
+    workspace, absolute only inside it) and enforces the scope.
+    """
+    if cap < 0:
+        raise ValueError(f"cap must be >= 0, not {cap}")
+    if dir_limit < 0:
+        raise ValueError(f"dir_limit must be >= 0, not {dir_limit}")
+    canonical = ""
+    try:
+        canonical = fs.resolve(path)
+        info = fs.stat(canonical)
+        if info is None:
+            raise ResolveError(ResolveErrorKind.NOT_FOUND, path)
+        if info.kind == "dir":
+            return SystemMessage(text=f"[Dir: {path}]\n{_listing(fs, canonical, dir_limit)}")
+        if info.kind != "file":
+            # Never open a FIFO or a device: opening or reading it can block
+            # or have side effects. The view would refuse too; this is cheaper.
+            raise ResolveError(
+                ResolveErrorKind.IO, path, "I/O error: not a regular file (device, FIFO or socket)"
+            )
+        data = fs.read_bytes(canonical, limit=cap + 1)
+        body = _body(data, cap, path)
+        if len(data) <= cap:
+            return SystemMessage(text=f"[File: {path}]\n{body}")
+        total = max(info.size, len(data))
+        return SystemMessage(
+            text=f"[File: {path}]\n{body}{TRUNCATION_TEMPLATE.format(total=total)}"
+        )
+    except PathOutOfScope as exc:
+        raise ResolveError(ResolveErrorKind.OUT_OF_SCOPE, path) from exc
+    except (NotFound, NotADirectory, FileNotFoundError, NotADirectoryError) as exc:
+        # A missing component, or a file used as a directory (``a.txt/b``):
+        # either way no such path exists.
+        raise ResolveError(ResolveErrorKind.NOT_FOUND, path) from exc
+    except IsADirectory as exc:
+        # stat said "file" but the open found a directory: it changed under us.
+        raise ResolveError(ResolveErrorKind.IO, path, "I/O error: changed while reading") from exc
+    except FsError as exc:
+        raise ResolveError(
+            ResolveErrorKind.IO, path, _io_reason(str(exc), path, canonical)
+        ) from exc
+    except OSError as exc:
+        detail = exc.strerror or str(exc)
+        raise ResolveError(ResolveErrorKind.IO, path, f"I/O error: {detail.lower()}") from exc
+    except UnicodeError as exc:
+        # A path the filesystem encoding cannot express (a lone surrogate in
+        # an explicit FileRef): no file can have that name.
+        raise ResolveError(ResolveErrorKind.NOT_FOUND, path) from exc
+
+
+def _io_reason(message: str, path: str, canonical: str) -> str:
+    """``I/O error: <detail>`` without the ``<path>: `` the view's message starts with.
+
+    The alert already names the path as typed; repeating it (in canonical
+    form) would only confuse.
+    """
+    for prefix in (canonical, path):
+        if prefix and message.startswith(prefix + ": "):
+            message = message[len(prefix) + 2 :]
+            break
+    return f"I/O error: {message}"
+
+
+def _body(data: bytes, cap: int, path: str) -> str:
+    """The shown text of a file whose first ``cap + 1`` (at most) bytes are ``data``."""
+    if len(data) <= cap:
+        shown = data
+    else:
+        head = data[:cap]
+        tail = _incomplete_tail(head)
+        if tail and not _is_valid_prefix(tail):
+            raise ResolveError(ResolveErrorKind.BINARY, path)
+        shown = head[: len(head) - len(tail)]
+    if b"\x00" in shown:
+        raise ResolveError(ResolveErrorKind.BINARY, path)
+    try:
+        return shown.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ResolveError(ResolveErrorKind.BINARY, path) from None
+
+
+def _sequence_length(lead: int) -> int:
+    """Bytes in a UTF-8 sequence starting with ``lead`` (0: not a lead byte)."""
+    if lead < 0x80:
+        return 1
+    if 0xC0 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF7:
+        return 4
+    return 0  # a continuation byte or 0xF8..0xFF
+
+
+def _incomplete_tail(head: bytes) -> bytes:
+    """The trailing bytes of ``head`` that start a character ``head`` does not finish.
+
+    Empty when ``head`` ends on a character boundary (or ends in garbage the
+    strict decode will reject anyway). Only the last three bytes can belong
+    to an unfinished character, since none is longer than four.
+    """
+    end = len(head)
+    for start in range(end - 1, max(end - 4, -1), -1):
+        length = _sequence_length(head[start])
+        if length == 0:
+            if head[start] & 0xC0 == 0x80:
+                continue  # a continuation byte: the lead is further back
+            return b""  # 0xF8..0xFF: invalid, left to the strict decode
+        return head[start:] if length > end - start else b""
+    return b""
+
+
+def _is_valid_prefix(tail: bytes) -> bool:
+    """Whether some continuation turns ``tail`` into one well-formed character.
+
+    Only the second byte of a sequence has a restricted range (``E0 A0..BF``,
+    ``ED 80..9F``, ``F0 90..BF``, ``F4 80..8F``); trying ``80``, ``90`` and
+    ``A0`` there covers every lead byte, and later bytes are any of
+    ``80..BF``. The codec itself then judges the completed sequence, so the
+    rules stay exactly Python's (and Unicode's) well-formedness rules.
+    """
+    missing = _sequence_length(tail[0]) - len(tail)
+    if missing <= 0:
+        return False
+    if len(tail) == 1:
+        candidates = [
+            tail + bytes([second]) + b"\x80" * (missing - 1) for second in (0x80, 0x90, 0xA0)
+        ]
+    else:
+        candidates = [tail + b"\x80" * missing]
+    for candidate in candidates:
+        try:
+            candidate.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return True
+    return False
+
+
+def _listing(fs: FsView, canonical: str, dir_limit: int) -> str:
+    """A shallow, size-free listing: directories (``name/``) first, then the rest."""
+    entries = fs.list_dir(canonical)
+    if not entries:
+        return EMPTY_DIR_TEXT
+    dirs = sorted(entry.name + "/" for entry in entries if entry.kind == "dir")
+    others = sorted(entry.name for entry in entries if entry.kind != "dir")
+    names = dirs + others
+    lines = names[:dir_limit]
+    left_out = len(names) - len(lines)
+    if left_out:
+        noun = "entry" if left_out == 1 else "entries"
+        lines.append(f"… {left_out} more {noun} not shown")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- #
+# A whole submit
+# --------------------------------------------------------------------------- #
+
+
+def resolve_input(
+    fs: FsView,
+    segments: Sequence[Segment],
+    *,
+    cap: int = DEFAULT_CAP,
+    dir_limit: int = DEFAULT_DIR_LIMIT,
+) -> PreparedInput:
+    """Resolve every reference in ``segments`` into the worker's prepared input.
+
+    References are resolved in order of first appearance, each path once (a
+    second mention would only double the context it costs). The stash holds
+    one system message per resolved reference, in that order; each
+    unresolved reference yields one Warn alert and, in the user text, the
+    ``[unresolved file ref: <path>]`` placeholder so the model is told too.
+    """
+    stash: list[Item] = []
+    alerts: list[tuple[AlertLevel, str, str]] = []
+    unresolved: set[str] = set()
+    for path in file_refs(segments):
+        try:
+            stash.append(resolve_file_ref(fs, path, cap=cap, dir_limit=dir_limit))
+        except ResolveError as exc:
+            unresolved.add(path)
+            alerts.append((AlertLevel.WARN, alert_text(path, exc.reason), ALERT_SOURCE))
+    return PreparedInput(
+        text=render_user_text(segments, unresolved=unresolved),
+        segments=tuple(segments),
+        stash=tuple(stash),
+        alerts=tuple(alerts),
+    )
+
+
+def prepare_submit(
+    fs: FsView,
+    submit: Submit,
+    *,
+    cap: int = DEFAULT_CAP,
+    dir_limit: int = DEFAULT_DIR_LIMIT,
+) -> PreparedInput:
+    """The worker's preparer: a submit's segments (given or parsed), resolved on ``fs``."""
+    return resolve_input(fs, submit_segments(submit), cap=cap, dir_limit=dir_limit)

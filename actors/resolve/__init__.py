@@ -1,0 +1,23 @@
+"""Staged previews and the ``resolve`` tool."""
+
+from actors.resolve.interceptor import ResolveInterceptor
+from actors.resolve.pending import (
+    MAX_FORCED_ATTEMPTS,
+    PendingAction,
+    PendingActions,
+    StandingHandler,
+)
+from actors.resolve.preview import MultiEdit, StalePreview
+from actors.resolve.tool import NOTHING_PENDING, Resolve
+
+__all__ = [
+    "MAX_FORCED_ATTEMPTS",
+    "NOTHING_PENDING",
+    "MultiEdit",
+    "PendingAction",
+    "PendingActions",
+    "Resolve",
+    "ResolveInterceptor",
+    "StalePreview",
+    "StandingHandler",
+]

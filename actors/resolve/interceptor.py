@@ -1,0 +1,113 @@
+"""The resolve interceptor: forces ``resolve`` while a preview waits -- but never in a loop.
+
+Before each LLM request (on the worker's thread, inline):
+
+* while something is pending or a standing handler is installed, the hidden
+  ``resolve`` tool is offered and, while an action is pending, a reminder
+  system message is added to the request (never to history);
+* a one-shot directive forces ``tool_choice = resolve`` on the next request,
+  newest preview first.
+
+After the answer: if a forced turn did not call ``resolve``, the directive is
+requeued -- at most :data:`~actors.resolve.pending.MAX_FORCED_ATTEMPTS` times;
+then forcing stops, the action stays pending with its reminder, and a Warn
+alert tells the user. If the provider rejects a forced tool choice, the
+request is sent once more with ``auto`` plus the reminder, and forcing is off
+for the session: the failing request is never replayed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from actors.resolve.pending import MAX_FORCED_ATTEMPTS, PendingAction, PendingActions
+from actors.worker.hooks import Continue, LlmRequestContext
+from actors.worker.interceptor import Interceptor, RetryRequest
+from messages.alerts import AlertLevel
+from messages.conversation import AssistantMessage, SystemMessage
+from messages.llm import LlmError, NamedToolChoice
+from messages.tools import ToolDefinition
+
+RESOLVE = "resolve"
+
+
+def reminder_text(pending: list[PendingAction]) -> str:
+    newest = pending[0]
+    more = (
+        f" ({len(pending)} previews are pending; the newest comes first.)"
+        if len(pending) > 1
+        else ""
+    )
+    return (
+        f"A staged preview is waiting for your decision: {newest.label!r} "
+        f"(from {newest.source_tool_name}). Call the resolve tool with action 'apply' or "
+        f"'discard' and a reason before continuing.{more}"
+    )
+
+
+def rejects_forced_choice(error: LlmError) -> bool:
+    """Whether a provider error says it will not accept a forced tool choice."""
+    if error.kind != "bad_request":
+        return False
+    text = f"{error.message} {error.provider_message or ''}".lower()
+    return error.param == "tool_choice" or "tool_choice" in text or "tool choice" in text
+
+
+class ResolveInterceptor(Interceptor):
+    """Offers and forces ``resolve`` for one session (see module docs)."""
+
+    def __init__(self, store: PendingActions, definition: ToolDefinition) -> None:
+        self.store = store
+        self.definition = definition
+        self._alert: Callable[[AlertLevel, str, str], Any] | None = None
+        self._forced: tuple[LlmRequestContext, PendingAction] | None = None
+
+    def attach(self, alert: Callable[[AlertLevel, str, str], Any]) -> None:
+        self._alert = alert
+
+    def _raise(self, level: AlertLevel, text: str) -> None:
+        if self._alert is not None:
+            self._alert(level, text, "resolve")
+
+    def pre_llm_request(self, ctx: LlmRequestContext) -> Continue:
+        self._forced = None
+        if not self.store.offered():
+            return Continue()
+        if all(tool.name != RESOLVE for tool in ctx.tools):
+            ctx.tools.append(self.definition)
+        pending = self.store.pending()
+        if pending:
+            ctx.messages.append(SystemMessage(text=reminder_text(pending)))
+        directive = self.store.next_directive()
+        if directive is not None:
+            ctx.tool_choice = NamedToolChoice(name=RESOLVE)
+            self._forced = (ctx, directive)
+        return Continue()
+
+    def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
+        forced, self._forced = self._forced, None
+        if forced is None or forced[0] is not ctx:
+            return
+        if any(call.name == RESOLVE for call in message.tool_calls):
+            return
+        action = forced[1]
+        if self.store.ignored(action):
+            self._raise(
+                AlertLevel.WARN,
+                f"The model ignored {MAX_FORCED_ATTEMPTS} requests to resolve the preview "
+                f"{action.label!r}; it stays pending until it is applied or discarded.",
+            )
+
+    def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
+        forced, self._forced = self._forced, None
+        if forced is None or forced[0] is not ctx or not rejects_forced_choice(error):
+            return None
+        self.store.forcing_supported = False
+        self._raise(
+            AlertLevel.INFO,
+            "The model provider refused a forced tool choice; pending previews are offered "
+            "with a reminder instead.",
+        )
+        return RetryRequest(dataclasses.replace(ctx, tool_choice="auto"))

@@ -1,0 +1,188 @@
+"""The public API: what each package exports, and the rules every message obeys."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+import messages
+from messages.base import Message
+
+
+def message_classes() -> list[type[Message]]:
+    found: list[type[Message]] = []
+    for info in pkgutil.iter_modules(messages.__path__):
+        module = importlib.import_module(f"messages.{info.name}")
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            mine = issubclass(obj, Message) and obj.__module__ == module.__name__
+            if mine and not obj.__name__.startswith("_"):
+                found.append(obj)
+    return found
+
+
+def test_every_message_type_is_exported_from_messages() -> None:
+    missing = [cls.__name__ for cls in message_classes() if not hasattr(messages, cls.__name__)]
+    assert missing == []
+    assert set(messages.__all__) >= {cls.__name__ for cls in message_classes()}
+
+
+@pytest.mark.parametrize("cls", message_classes(), ids=lambda c: c.__name__)
+def test_every_message_is_frozen_and_strict(cls: type[Message]) -> None:
+    assert cls.model_config.get("frozen") is True
+    assert cls.model_config.get("extra") == "forbid"
+
+
+def test_the_names_the_issues_spell_out_are_importable() -> None:
+    from actors import (  # noqa: F401
+        Abort,
+        Cancel,
+        Continue,
+        ContinueWithMessages,
+        Finish,
+        FunctionModel,
+        Pause,
+        Paused,
+        RecordingHook,
+        ScriptedHook,
+        ScriptedModel,
+        Skip,
+        classify_shell_command,
+        evaluate_tool_call,
+    )
+    from messages import (  # noqa: F401
+        Alert,
+        AlertLevel,
+        AssistantMessage,
+        Content,
+        FileRef,
+        Inline,
+        Item,
+        Paste,
+        Stored,
+        Structured,
+        SystemMessage,
+        Text,
+        TextSegment,
+        ToolCall,
+        ToolOutput,
+        ToolResult,
+        UserMessage,
+    )
+    from supervision import Runtime  # noqa: F401
+
+    assert callable(ScriptedModel.from_file)
+
+
+def test_a_bad_field_is_rejected_at_the_sender_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        messages.ToolCall(id="c1", name="", arguments={})
+    assert info.value.errors()[0]["loc"] == ("name",)
+    with pytest.raises(ValidationError) as info:
+        messages.Submit(text="x", max_turns=0)
+    assert info.value.errors()[0]["loc"] == ("max_turns",)
+    with pytest.raises(ValidationError) as info:
+        messages.Alert(level="loud", text="x", source="s")  # type: ignore[arg-type]
+    assert info.value.errors()[0]["loc"] == ("level",)
+    with pytest.raises(ValidationError):
+        messages.UserMessage(text="x", typo=True)  # type: ignore[call-arg]
+    item = messages.UserMessage(text="x")
+    with pytest.raises(ValidationError):
+        item.text = "y"  # type: ignore[misc]
+
+
+# -- lossless JSON round trips ---------------------------------------------------------
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=12)
+segments = st.one_of(
+    st.builds(messages.TextSegment, text=st.text(max_size=30)),
+    st.builds(messages.FileRef, path=st.text(min_size=1, max_size=20)),
+    st.builds(messages.Paste, text=st.text(max_size=30)),
+)
+tool_calls = st.builds(
+    messages.ToolCall,
+    id=ids,
+    name=ids,
+    arguments=st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+)
+items = st.one_of(
+    st.builds(
+        messages.UserMessage,
+        text=st.text(max_size=40),
+        segments=st.lists(segments, max_size=3).map(tuple),
+    ),
+    st.builds(
+        messages.AssistantMessage,
+        text=st.text(max_size=40),
+        tool_calls=st.lists(tool_calls, max_size=3).map(tuple),
+    ),
+    st.builds(messages.SystemMessage, text=st.text(max_size=40)),
+    st.builds(
+        messages.ToolResult,
+        call_id=ids,
+        name=ids,
+        output=st.text(max_size=40),
+        is_error=st.booleans(),
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(items, max_size=6))
+def test_conversation_items_round_trip_losslessly(history: list[Any]) -> None:
+    adapter: TypeAdapter[list[messages.Item]] = TypeAdapter(list[messages.Item])
+    assert adapter.validate_json(adapter.dump_json(history)) == history
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(items, max_size=4), st.sampled_from(["completed", "paused", "error", "boundary"]))
+def test_turn_results_and_events_round_trip(history: list[Any], status: str) -> None:
+    result = messages.TurnResult(run_id="r", session_id="s", status=status, items=tuple(history))  # type: ignore[arg-type]
+    event = messages.TurnFinished(session_id="s", result=result)
+    adapter: TypeAdapter[Any] = TypeAdapter(messages.SessionEvent)
+    assert adapter.validate_json(adapter.dump_json(event)) == event
+
+
+@settings(max_examples=100, deadline=None)
+@given(json_values)
+def test_blob_contents_round_trip(value: Any) -> None:
+    adapter: TypeAdapter[Any] = TypeAdapter(messages.ToolOutput)
+    for output in (
+        messages.Stored(summary="s", content=messages.Structured(value=value)),
+        messages.Inline(text=str(value)),
+    ):
+        assert adapter.validate_json(adapter.dump_json(output)) == output
+
+
+def test_runtime_messages_round_trip() -> None:
+    snapshot = messages.TreeSnapshot(
+        id="root",
+        strategy="one_for_one",
+        status="running",
+        children=(
+            messages.ChildSnapshot(
+                id="w",
+                kind="worker",
+                actor_class="Worker",
+                actor_urn=None,
+                status="running",
+                restart="permanent",
+            ),
+        ),
+    )
+    assert isinstance(snapshot, BaseModel)
+    assert messages.TreeSnapshot.model_validate_json(snapshot.model_dump_json()) == snapshot

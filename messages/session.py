@@ -109,18 +109,20 @@ class TurnResult(Message):
 # -- events ---------------------------------------------------------------------
 
 
-class _Event(Message):
+class EventBase(Message):
+    """Common fields of every session event."""
+
     session_id: str
     at: float = Field(default_factory=time.time)
 
 
-class RunStarted(_Event):
+class RunStarted(EventBase):
     kind: Literal["run_started"] = "run_started"
     run_id: str
     text: str
 
 
-class ItemAdded(_Event):
+class ItemAdded(EventBase):
     """An item was appended to (or inserted into) the session's history."""
 
     kind: Literal["item_added"] = "item_added"
@@ -128,20 +130,20 @@ class ItemAdded(_Event):
     item: Item
 
 
-class TextDelta(_Event):
+class TextDelta(EventBase):
     kind: Literal["text_delta"] = "text_delta"
     run_id: str
     text: str
 
 
-class ToolStarted(_Event):
+class ToolStarted(EventBase):
     kind: Literal["tool_started"] = "tool_started"
     run_id: str
     call_id: str
     name: str
 
 
-class ToolFinished(_Event):
+class ToolFinished(EventBase):
     kind: Literal["tool_finished"] = "tool_finished"
     run_id: str
     call_id: str
@@ -151,24 +153,24 @@ class ToolFinished(_Event):
     duration_s: float = 0.0
 
 
-class RunPaused(_Event):
+class RunPaused(EventBase):
     kind: Literal["run_paused"] = "run_paused"
     run_id: str
     reason: str
     where: str
 
 
-class TurnFinished(_Event):
+class TurnFinished(EventBase):
     kind: Literal["turn_finished"] = "turn_finished"
     result: TurnResult
 
 
-class AlertRaised(_Event):
+class AlertRaised(EventBase):
     kind: Literal["alert"] = "alert"
     alert: Alert
 
 
-class LlmRetried(_Event):
+class LlmRetried(EventBase):
     kind: Literal["llm_retried"] = "llm_retried"
     run_id: str
     attempt: int

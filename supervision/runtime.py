@@ -42,6 +42,7 @@ from actors.filerefs.interceptor import FileRefInterceptor
 from actors.filerefs.resolver import prepare_submit
 from actors.llm.gateway import LlmGateway
 from actors.llm.loop import LlmLoop
+from actors.overlay.store import OverlayStore
 from actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from actors.tools.base import Tool, ToolRegistry, ToolServices
 from actors.tools.builtin import builtin_tools
@@ -66,8 +67,10 @@ from messages.runtime import (
     TreeSnapshot,
     WhichChildren,
 )
+from messages.speculation import SpeculationConfig
 from supervision.handle import Handle
 from supervision.session import Session
+from supervision.session_supervisor import SessionSupervisor
 from supervision.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
@@ -92,6 +95,7 @@ class Runtime:
         blob_limits: BlobLimits | None = None,
         blob_max_bytes: int | None = 2 * 1024**3,
         blob_max_age_s: float | None = 7 * 24 * 3600.0,
+        overlay_root: str | os.PathLike[str] | None = None,
         log_level: str | None = None,
         log_json: bool | None = None,
     ) -> None:
@@ -107,6 +111,15 @@ class Runtime:
         self.llm_loop = LlmLoop(name=f"{name}-llm")
         self._sessions: dict[str, Session] = {}
         self._closed = False
+        self.overlays = OverlayStore(overlay_root)
+        swept = self.overlays.sweep_dead()  # overlays (and journals) of dead processes
+        recovered = self.overlays.recover()  # our own interrupted applies (normally none)
+        if swept.removed or swept.recovered or recovered:
+            log.info(
+                "overlays_swept",
+                removed=len(swept.removed),
+                recovered=len(swept.recovered) + len(recovered),
+            )
         self.blob_limits = blob_limits or BlobLimits()
         self._owned_blob_dir: Path | None = None
         self.blob_fs: FsBlobStore | None = None
@@ -209,6 +222,8 @@ class Runtime:
         tool_concurrency: int | None = None,
         purpose: Purpose = "main",
         file_ref_cap: int = 16_384,
+        speculation: SpeculationConfig | None = None,
+        fast_model: Any = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -260,19 +275,24 @@ class Runtime:
             tool_concurrency=tool_concurrency,
         )
         supervisor_id = f"session:{sid}"
-        session_sup: Handle[Supervisor] = self.sessions_supervisor.ask(
+        spec_config = speculation or SpeculationConfig()
+        workspace_path = fs.root
+        session_sup: Handle[SessionSupervisor] = self.sessions_supervisor.ask(
             StartChild(
                 spec=ChildSpec(
                     id=supervisor_id,
                     kind="supervisor",
                     restart=RestartType.TEMPORARY,
                     shutdown_timeout=30.0,
-                    start=lambda: Supervisor.start(
+                    start=lambda: SessionSupervisor.start(
                         supervisor_id,
                         session_id=sid,
-                        max_restarts=5,
-                        period=30.0,
-                        children=[ChildSpec(id="worker", start=lambda: Worker.start(config))],
+                        worker_config=config,
+                        speculation=spec_config,
+                        overlays=self.overlays,
+                        workspace=workspace_path,
+                        fast_model=fast_model,
+                        worker_spec=ChildSpec(id="worker", start=lambda: Worker.start(config)),
                     ),
                 )
             ),
@@ -287,11 +307,13 @@ class Runtime:
             state=state,
             alert_sink=self.alert_sink,
             pending_actions=pending,
+            supervisor=session_sup,
+            speculation=spec_config.enabled,
         )
         self._sessions[sid] = session
         return session
 
-    def _wait_child(self, supervisor: Handle[Supervisor], child_id: str) -> Handle[Any]:
+    def _wait_child(self, supervisor: Handle[Any], child_id: str) -> Handle[Any]:
         deadline = time.monotonic() + 30
         while True:
             handle: Handle[Any] | None = supervisor.ask(GetChild(child_id=child_id), timeout=10)
@@ -358,4 +380,26 @@ class Runtime:
         self._sessions.clear()
         if self._owned_blob_dir is not None:
             shutil.rmtree(self._owned_blob_dir, ignore_errors=True)
+        self._drop_empty_overlay_dir()
         return clean
+
+    def _drop_empty_overlay_dir(self) -> None:
+        """Remove this process's overlay directory if nothing is left in it.
+
+        Several runtimes of one process share it, so only an empty one goes;
+        a later process sweeps a leftover of a dead one.
+        """
+        process_dir = self.overlays.process_dir
+        journal_dir = self.overlays.journal_dir
+        try:
+            entries = list(process_dir.iterdir()) if process_dir.exists() else []
+        except OSError:
+            return
+        if any(e != journal_dir for e in entries):
+            return
+        try:
+            if journal_dir.exists() and not any(journal_dir.iterdir()):
+                journal_dir.rmdir()
+            process_dir.rmdir()
+        except OSError:
+            pass

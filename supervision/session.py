@@ -33,6 +33,15 @@ from messages.session import (
     TurnResult,
     Unsubscribe,
 )
+from messages.speculation import (
+    AbortSpeculation,
+    AcceptResult,
+    AcceptSuggestion,
+    GetSpeculation,
+    Keystroke,
+    SpeculationStatus,
+    SubmitPrompt,
+)
 
 if TYPE_CHECKING:
     from supervision.handle import Handle
@@ -113,8 +122,12 @@ class Session:
         state: Any,
         alert_sink: Any = None,
         pending_actions: Any = None,
+        supervisor: Any = None,
+        speculation: bool = False,
     ) -> None:
         self.runtime = runtime
+        self._supervisor = supervisor
+        self._speculation = speculation
         self.pending_actions = pending_actions
         """This session's staged previews (``queue_resolve_handler``, standing handler)."""
         self.id = session_id
@@ -126,6 +139,8 @@ class Session:
         self._alert_events = _AlertEvents(session_id, self._events)
         self._closed = False
         worker.ask(Subscribe(address=self._events), timeout=30)
+        if supervisor is not None:
+            supervisor.ask(Subscribe(address=self._events), timeout=30)
         if alert_sink is not None:
             alert_sink.ask(
                 SubscribeAlerts(address=self._alert_events, session=session_id), timeout=30
@@ -156,13 +171,47 @@ class Session:
         max_turns: int | None = None,
     ) -> TurnResult:
         """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds)."""
-        message = Submit(
-            text=text,
-            segments=tuple(segments) if segments is not None else None,
-            max_turns=max_turns,
-        )
+        frozen = tuple(segments) if segments is not None else None
+        if self._speculation and self._supervisor is not None:
+            # Through the session supervisor: submitting exactly the suggestion
+            # takes the accept path; anything else aborts the speculation first.
+            prompt = SubmitPrompt(text=text, segments=frozen, max_turns=max_turns)
+            turn: TurnResult = self._supervisor.ask(prompt, timeout=timeout)
+            return turn
+        message = Submit(text=text, segments=frozen, max_turns=max_turns)
         result: TurnResult = self._worker.ask(message, timeout=timeout)
         return result
+
+    # -- suggestions and speculation ------------------------------------------------
+
+    def keystroke(self, text: str = "") -> None:
+        """The user is typing ``text``: anything but a prefix of the suggestion aborts it."""
+        if self._supervisor is not None:
+            self._supervisor.tell(Keystroke(text=text))
+
+    def accept(self, *, timeout: float = 60.0, wait_continuation: bool = True) -> AcceptResult:
+        """Tab: accept the current suggestion (apply its speculation, or run it)."""
+        if self._supervisor is None:
+            return AcceptResult(outcome="no_suggestion")
+        message = AcceptSuggestion(wait_continuation=wait_continuation)
+        result: AcceptResult = self._supervisor.ask(message, timeout=timeout)
+        return result
+
+    @property
+    def suggestion(self) -> str | None:
+        """The suggestion currently on offer, if any."""
+        if self._supervisor is None:
+            return None
+        _status, text = self._supervisor.ask(GetSpeculation(), timeout=10)
+        return text  # type: ignore[no-any-return]
+
+    @property
+    def speculation(self) -> SpeculationStatus:
+        """A status snapshot of the current (or last) speculation."""
+        if self._supervisor is None:
+            return SpeculationStatus()
+        status, _text = self._supervisor.ask(GetSpeculation(), timeout=10)
+        return status  # type: ignore[no-any-return]
 
     def resume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
         """Continue a paused run; blocks until it ends or pauses again."""
@@ -229,6 +278,9 @@ class Session:
             return
         self._closed = True
         try:
+            if self._supervisor is not None:
+                self._supervisor.tell(AbortSpeculation(reason="session closed"))
+                self._supervisor.tell(Unsubscribe(address=self._events))
             self._worker.ask(Unsubscribe(address=self._events), timeout=5)
             if self._alert_sink is not None:
                 self._alert_sink.tell(UnsubscribeAlerts(address=self._alert_events))

@@ -749,7 +749,7 @@ def test_with_tool_returns_a_new_registry(ctx: ToolContext) -> None:
         (
             "edit",
             {"path", "old_string", "new_string"},
-            {"path", "old_string", "new_string", "replace_all"},
+            {"path", "old_string", "new_string", "replace_all", "preview"},
         ),
         ("list_directory", set(), {"path"}),
         ("glob", {"pattern"}, {"pattern", "path"}),

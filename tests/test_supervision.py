@@ -339,7 +339,7 @@ def test_tree_snapshot_is_typed_and_nested(runtime: Runtime) -> None:
     tree = runtime.tree()
     assert tree.id == "root"
     ids = [c.id for c in tree.children]
-    services = ["blob_store", "tool_pool", "llm_gateway", "sessions"]  # the runtime's own
+    services = ["alert_sink", "blob_store", "tool_pool", "llm_gateway", "sessions"]  # the runtime's
     assert ids[: len(services)] == services
     assert ids[len(services) :] == ["outer", "top"]
     outer = tree.children[len(services)]

@@ -370,6 +370,26 @@ class Hooks:
         return self.add(HookEvent.ON_ABORT, fn, **kw)
 
 
+class HooksView:
+    """A read-only view of some events of a :class:`Hooks` (e.g. speculation's tool hooks).
+
+    A speculation must pass the session's permission policy (``pre_tool_call``)
+    and its result processing (``post_tool_call``), but must not run the
+    prompt, request, turn-end or abort hooks of a run the user never started.
+    """
+
+    def __init__(self, hooks: Hooks, events: frozenset[HookEvent]) -> None:
+        self._hooks = hooks
+        self._events = events
+
+    @property
+    def default_timeout(self) -> float:
+        return self._hooks.default_timeout
+
+    def chain(self, event: HookEvent) -> tuple[HookSpec, ...]:
+        return self._hooks.chain(event) if event in self._events else ()
+
+
 # -- the chain's step function ---------------------------------------------------------
 
 

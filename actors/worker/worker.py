@@ -32,6 +32,7 @@ from actors.blobs.summary import truncated_fallback
 from actors.core.future import PooledFuture
 from actors.core.pooled import PooledActor, handles
 from actors.core.timer import TimerHandle
+from actors.speculation.fork import snapshot_version
 from actors.tools.base import ToolRegistry, ToolServices
 from actors.worker.hooks import (
     Abort,
@@ -107,6 +108,7 @@ from messages.session import (
     TurnResult,
     Unsubscribe,
 )
+from messages.speculation import ForkSnapshot, InsertItems, SnapshotTaken
 from messages.tools import (
     CancelToolCalls,
     RunToolBatch,
@@ -255,6 +257,47 @@ class Worker(PooledActor):
     def _on_unsubscribe(self, message: Unsubscribe) -> None:
         if message.address in self.state.subscribers:
             self.state.subscribers.remove(message.address)
+
+    @handles(InsertItems)
+    def _on_insert(self, message: InsertItems) -> str | None:
+        """Accepted speculation: append its items; after a boundary, continue the turn."""
+        current = self._run
+        if current is not None and not current.ended:
+            raise WorkerBusy(f"session {self.config.session_id} is busy with run {current.run_id}")
+        if not message.continue_calls:
+            for item in message.items:
+                self._append(None, item)
+            return None
+        # Answered at once (the items are in history); the continuation's end
+        # is its TurnFinished event.
+        run = _Run(
+            run_id=f"run-{uuid.uuid4().hex[:12]}",
+            start_len=len(self.state.history),
+            max_turns=self.config.max_turns,
+        )
+        self._run = run
+        items = list(message.items)
+        extra = tuple(message.continue_calls)
+        last = max(
+            (i for i, it in enumerate(items) if isinstance(it, AssistantMessage)), default=None
+        )
+        # The speculation removed the calls it did not run; give them back to the
+        # answer that made them, after the calls that did run.
+        if last is not None and not any(isinstance(it, UserMessage) for it in items[last:]):
+            old = items[last]
+            assert isinstance(old, AssistantMessage)
+            items[last] = old.model_copy(update={"tool_calls": (*old.tool_calls, *extra)})
+        else:
+            last = len(items)
+            items.append(AssistantMessage(text="", tool_calls=extra))
+        for item in items:
+            self._append(run, item)
+        self._emit(RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=""))
+        assistant = items[last]
+        assert isinstance(assistant, AssistantMessage)
+        run.assistant_index = run.start_len + last
+        self._start_tools(run, assistant, only=extra)
+        return run.run_id
 
     @handles(AddTool)
     def _on_add_tool(self, message: AddTool) -> None:
@@ -522,11 +565,16 @@ class Worker(PooledActor):
 
     # -- tools: pre hooks ------------------------------------------------------------------
 
-    def _start_tools(self, run: _Run, assistant: AssistantMessage) -> None:
+    def _start_tools(
+        self, run: _Run, assistant: AssistantMessage, only: Sequence[ToolCall] | None = None
+    ) -> None:
         registry = self.config.tools
         calls = assistant.tool_calls
+        wanted = None if only is None else {c.id for c in only}
         run.calls = []
         for index, call in enumerate(calls):
+            if wanted is not None and call.id not in wanted:
+                continue
             tool = registry.get(call.name)
             meta = ToolMeta(
                 description=getattr(tool, "description", ""),
@@ -1074,6 +1122,19 @@ class Worker(PooledActor):
 
         self._chain(run, HookEvent.ON_ABORT, ctx, done, abort_chain=True)
 
+    def _snapshot(self, run: _Run) -> ForkSnapshot:
+        """What the main request sent (system prompt, tools, model) plus history."""
+        assert run.llm_ctx is not None
+        tools = tuple(run.llm_ctx.tools)
+        return ForkSnapshot(
+            session_id=self.config.session_id,
+            version=snapshot_version(self.config.system_prompt, tools),
+            system_prompt=self.config.system_prompt,
+            tools=tools,
+            model_name=run.llm_ctx.model_name,
+            history=tuple(self.state.history),
+        )
+
     def _result(self, run: _Run, status: RunStatus, error: str | None) -> TurnResult:
         return TurnResult(
             run_id=run.run_id,
@@ -1097,6 +1158,10 @@ class Worker(PooledActor):
         except Exception:
             self.log.exception("interceptor_on_run_end_failed")
         result = self._result(run, status, error)
+        if status == "completed" and self.config.purpose == "main" and run.llm_ctx is not None:
+            self._emit(
+                SnapshotTaken(session_id=self.config.session_id, snapshot=self._snapshot(run))
+            )
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
         reply, run.reply = run.reply, None
         if reply is not None:

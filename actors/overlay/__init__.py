@@ -1,0 +1,45 @@
+"""The copy-on-write overlay a speculation writes into, its apply, and its actor.
+
+* :class:`OverlayFs` -- the :class:`~actors.tools.fs.FsView` a speculation's
+  tools run on (copy on first write, whiteouts, union listings);
+* :func:`apply_overlay` / :func:`recover` -- the all-or-nothing, journaled,
+  conflict-checked accept, and crash recovery;
+* :class:`OverlayStore` / :func:`sweep_dead` -- where overlays live and how
+  dead processes' overlays are cleaned up;
+* :class:`OverlayActor` -- one per speculation: apply, discard, status.
+"""
+
+from actors.overlay.actor import OverlayActor
+from actors.overlay.apply import ApplyFailed, FaultHook, apply_overlay, recover
+from actors.overlay.fs import (
+    DEFAULT_MAX_BYTES,
+    OverlayClosed,
+    OverlayFs,
+    OverlayFull,
+    PlannedEntry,
+)
+from actors.overlay.store import (
+    OverlayStore,
+    OverlayStoreError,
+    default_root,
+    process_marker,
+    sweep_dead,
+)
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "ApplyFailed",
+    "FaultHook",
+    "OverlayActor",
+    "OverlayClosed",
+    "OverlayFs",
+    "OverlayFull",
+    "OverlayStore",
+    "OverlayStoreError",
+    "PlannedEntry",
+    "apply_overlay",
+    "default_root",
+    "process_marker",
+    "recover",
+    "sweep_dead",
+]

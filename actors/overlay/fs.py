@@ -1,0 +1,843 @@
+"""``OverlayFs``: a copy-on-write view of the workspace for one speculation.
+
+A speculation runs the model's edits before the user has said yes, so its
+writes must land in scratch space, be visible to its own later reads, and
+reach the real tree only on accept (:mod:`actors.overlay.apply`). This class
+implements the :class:`~actors.tools.fs.FsView` protocol over a real
+:class:`~actors.tools.fs.WorkspaceFs` plus an *upper layer* on disk, so every
+built-in tool runs on it unchanged.
+
+Model
+-----
+Every touched path has one overlay entry, forever (entries change kind but
+are never dropped, so the base recorded at first touch stays attached):
+
+* a *file* -- its content lives in the upper layer (``upper/f<n>``, one name
+  per path for the overlay's lifetime, so later writes reuse it);
+* a *directory* created (or re-created) by the speculation;
+* a *whiteout* -- the path was deleted; it hides the real file or directory.
+
+A path without an entry falls through to the real tree, unless an ancestor is
+a whiteout (then it is hidden). Listings, ``iter_files`` (and therefore
+``glob`` and ``grep``) and ``stat`` merge both layers: overlay files and new
+directories appear, whited-out names disappear; sorting and ``SKIP_DIRS`` are
+those of ``WorkspaceFs``.
+
+The first write, delete or mkdir of a path records its **base**: what the real
+path held at that moment (sha256, size, mtime of a file -- hashed in the same
+pass that copies it into the upper layer -- or "absent"/"dir"). Apply refuses
+to run when a real path no longer matches its base.
+
+Scope and leaks
+---------------
+Paths are resolved on the real filesystem, overlay-aware: symlinks in the real
+tree are followed only while they stay inside the workspace (a link leading
+outside is refused even for a write that would only land in the overlay);
+``..foo`` is an ordinary name; ``""`` is the root. Every error message names
+workspace-relative paths only -- the upper layer's location never reaches a
+tool result. :meth:`exec_dir` returns the *real* directory: the gate lets a
+speculative shell command run only while the overlay holds no write, and then
+the real tree is exactly what the speculation sees.
+
+Concurrency and lifetime
+------------------------
+Many tool threads share one overlay: metadata is guarded by one lock, writes
+to the same path are serialised by a per-path lock, upper files are replaced
+atomically (readers see the old or the new bytes). Mutations are counted while
+in flight; :meth:`close` stops new ones and waits for the count to reach zero,
+and :meth:`remove` deletes the upper layer only then (or lets the last writer
+do it when a deadline passes first). The upper layer is bounded: a write that
+would exceed ``max_bytes`` raises :class:`OverlayFull`, which the speculator
+turns into a boundary.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import posixpath
+import secrets
+import shutil
+import stat as stat_mod
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import structlog
+
+from actors.overlay._realfs import DirCache, PathChanged, kind_of, observe, write_all
+from actors.tools.fs import (
+    SKIP_DIRS,
+    DirEntry,
+    FileStat,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    WorkspaceFs,
+)
+from actors.tools.paths import FsError, PathOutOfScope, normalize
+from messages.overlay import FileBase, OverlayChange
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+"""Default bound of an overlay's upper layer (bytes of file content)."""
+
+_MAX_HOPS = 40
+_READ_RETRIES = 3
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "OverlayClosed",
+    "OverlayFs",
+    "OverlayFull",
+    "PlannedEntry",
+]
+
+
+class OverlayFull(FsError):
+    """A write would grow the overlay's upper layer past its size bound."""
+
+
+class OverlayClosed(FsError):
+    """The overlay was closed (applied or discarded); it accepts no more changes."""
+
+
+@dataclass(slots=True)
+class _File:
+    upper: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(slots=True)
+class _Dir:
+    mtime_ns: int
+
+
+class _Whiteout:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "WHITEOUT"
+
+
+class _Hidden:
+    __slots__ = ()
+
+
+_WHITEOUT = _Whiteout()
+_HIDDEN = _Hidden()
+"""Lookup result: no entry of its own, but an ancestor is a whiteout or a file."""
+
+_Entry = _File | _Dir | _Whiteout
+UnionKind = Literal["file", "dir", "other", "absent"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedEntry:
+    """One touched path as apply sees it: the final state and the base."""
+
+    rel: str
+    final: Literal["file", "dir", "absent"]
+    base: FileBase
+    upper: str | None = None
+    """Absolute path of the upper file (``final == "file"``); never shown to tools."""
+    size: int = 0
+
+
+class OverlayFs:
+    """A copy-on-write :class:`~actors.tools.fs.FsView` over a real workspace."""
+
+    def __init__(
+        self,
+        real: WorkspaceFs,
+        directory: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        overlay_id: str | None = None,
+    ) -> None:
+        if max_bytes < 0:
+            raise ValueError("max_bytes must not be negative")
+        self.real = real
+        self.root: Path = real.root
+        """The *real* workspace root (the pool keys writes by it)."""
+        self._root = str(real.root)
+        self.directory = Path(directory)
+        self.overlay_id = overlay_id or self.directory.name
+        self.max_bytes = max_bytes
+        self._upper = self.directory / "upper"
+        os.makedirs(self._upper, mode=0o700, exist_ok=True)
+        self._upper_str = str(self._upper)
+        self._lock = threading.RLock()
+        self._entries: dict[str, _Entry] = {}
+        self._children: dict[str, set[str]] = {}
+        self._below: dict[str, int] = {}
+        self._bases: dict[str, FileBase] = {}
+        self._upper_names: dict[str, str] = {}
+        self._name_counter = itertools.count(1)
+        self._used = 0
+        self._reserved = 0
+        self._path_locks: dict[str, threading.Lock] = {}
+        self._life = threading.Condition(threading.Lock())
+        self._inflight = 0
+        self._closed = False
+        self._removed = False
+        self._remove_pending = False
+        self.closing = threading.Event()
+        """Set as soon as :meth:`close` or :meth:`remove` starts."""
+        self.gone = threading.Event()
+        """Set once the upper layer has been deleted from disk."""
+
+    def __repr__(self) -> str:
+        return f"OverlayFs({self.overlay_id!r} over {self._root!r})"
+
+    # -- inspection ------------------------------------------------------------
+
+    @property
+    def has_writes(self) -> bool:
+        """Whether the overlay holds any change (file, whiteout or new directory)."""
+        return bool(self._entries)
+
+    @property
+    def bytes_used(self) -> int:
+        return self._used
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def removed(self) -> bool:
+        return self._removed
+
+    def touched(self) -> dict[str, FileBase]:
+        """Every touched path and its base (the real state at first touch)."""
+        with self._lock:
+            return dict(self._bases)
+
+    def counts(self) -> tuple[int, int, int]:
+        """``(files written, whiteouts, directories created)``."""
+        with self._lock:
+            files = sum(1 for e in self._entries.values() if isinstance(e, _File))
+            whiteouts = sum(1 for e in self._entries.values() if e is _WHITEOUT)
+            dirs = sum(1 for e in self._entries.values() if isinstance(e, _Dir))
+        return files, whiteouts, dirs
+
+    def upper_file(self, path: str) -> Path | None:
+        """Where the overlay stores ``path``'s content (diagnostics and tests only).
+
+        Never hand this to a tool or the model: tools see workspace paths only.
+        """
+        rel = self.resolve(path)
+        with self._lock:
+            entry = self._entries.get(rel)
+            if isinstance(entry, _File):
+                return self._upper / entry.upper
+        return None
+
+    def plan(self) -> list[PlannedEntry]:
+        """Every touched path with its final state (sorted; used by apply)."""
+        with self._lock:
+            out = []
+            for rel in sorted(self._entries, key=_path_key):
+                entry = self._entries[rel]
+                base = self._bases.get(rel, FileBase.absent())
+                if isinstance(entry, _File):
+                    out.append(
+                        PlannedEntry(
+                            rel,
+                            "file",
+                            base,
+                            os.path.join(self._upper_str, entry.upper),
+                            entry.size,
+                        )
+                    )
+                elif isinstance(entry, _Dir):
+                    out.append(PlannedEntry(rel, "dir", base))
+                else:
+                    out.append(PlannedEntry(rel, "absent", base))
+            return out
+
+    def changes(self) -> list[OverlayChange]:
+        """The net changes apply would make (no-ops such as create-then-delete omitted)."""
+        out = []
+        for item in self.plan():
+            if item.final == "file":
+                out.append(
+                    OverlayChange(path=item.rel, action="write", base=item.base, size=item.size)
+                )
+            elif item.final == "dir" and item.base.kind != "dir":
+                out.append(OverlayChange(path=item.rel, action="mkdir", base=item.base))
+            elif item.final == "absent" and item.base.kind != "absent":
+                out.append(OverlayChange(path=item.rel, action="delete", base=item.base))
+        return out
+
+    # -- resolution --------------------------------------------------------------
+
+    def resolve(self, path: str) -> str:
+        try:
+            return self._canonical(normalize(path, self._root))
+        except FsError as exc:
+            raise self._scrub(exc) from None
+
+    def _canonical(self, rel: str) -> str:
+        """Follow real symlinks that stay inside the root; overlay entries win."""
+        pending = rel.split("/") if rel else []
+        done: list[str] = []
+        hops = 0
+        through_overlay_dir = False
+        while pending:
+            name = pending.pop(0)
+            current = "/".join([*done, name])
+            with self._lock:
+                entry = self._entries.get(current)
+            if entry is _WHITEOUT:
+                return "/".join([*done, name, *pending])
+            if isinstance(entry, _File):
+                if pending:
+                    raise NotADirectory(f"{current} is not a directory")
+                done.append(name)
+                continue
+            if isinstance(entry, _Dir):
+                through_overlay_dir = True
+                done.append(name)
+                continue
+            try:
+                st = os.lstat(os.path.join(self._root, current))
+            except FileNotFoundError:
+                return "/".join([*done, name, *pending])
+            except NotADirectoryError:
+                if through_overlay_dir:  # an overlay directory replaced a real file
+                    return "/".join([*done, name, *pending])
+                raise NotADirectory(f"{'/'.join(done)} is not a directory") from None
+            except OSError as exc:
+                raise _real_error(exc, rel) from None
+            if stat_mod.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > _MAX_HOPS:
+                    raise FsError(f"{rel}: too many levels of symbolic links")
+                try:
+                    target = os.readlink(os.path.join(self._root, current))
+                except OSError as exc:
+                    raise _real_error(exc, rel) from None
+                joined = posixpath.join(self._root, *done, target)
+                try:
+                    new = normalize(joined, self._root, strip=False)
+                except PathOutOfScope:
+                    raise PathOutOfScope(
+                        f"{current} is a symlink that leads outside the workspace"
+                    ) from None
+                pending = (new.split("/") if new else []) + pending
+                done = []
+                through_overlay_dir = False
+                continue
+            if pending and not stat_mod.S_ISDIR(st.st_mode):
+                raise NotADirectory(f"{current} is not a directory")
+            done.append(name)
+        return "/".join(done)
+
+    def _lookup(self, rel: str) -> _Entry | _Hidden | None:
+        """The entry deciding ``rel`` (caller holds the lock); None: the real tree decides."""
+        entry = self._entries.get(rel)
+        if entry is not None:
+            return entry
+        if not self._entries:
+            return None
+        parent = rel
+        while parent:
+            parent = posixpath.dirname(parent)
+            above = self._entries.get(parent)
+            if above is _WHITEOUT or isinstance(above, _File):
+                return _HIDDEN
+        return None
+
+    def _union_kind(self, rel: str) -> tuple[UnionKind, _Entry | _Hidden | None]:
+        if rel == "":
+            return "dir", None
+        with self._lock:
+            entry = self._lookup(rel)
+        if entry is _HIDDEN or entry is _WHITEOUT:
+            return "absent", entry
+        if isinstance(entry, _File):
+            return "file", entry
+        if isinstance(entry, _Dir):
+            return "dir", entry
+        st = self._real_stat(rel)
+        return ("absent" if st is None else st.kind), None
+
+    def _real_stat(self, rel: str) -> FileStat | None:
+        try:
+            return self.real.stat(rel)
+        except (NotADirectory, NotFound):
+            return None
+
+    # -- queries -----------------------------------------------------------------
+
+    def stat(self, path: str) -> FileStat | None:
+        rel = self.resolve(path)
+        if rel == "":
+            return self.real.stat("")
+        with self._lock:
+            entry = self._lookup(rel)
+        if entry is _HIDDEN or entry is _WHITEOUT:
+            return None
+        if isinstance(entry, _File):
+            return FileStat("file", entry.size, entry.mtime_ns)
+        if isinstance(entry, _Dir):
+            real = self._real_stat(rel)
+            if real is not None and real.kind == "dir":
+                return real
+            return FileStat("dir", 0, entry.mtime_ns)
+        return self._real_stat(rel)
+
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        rel = self.resolve(path)
+        if rel == "":
+            raise IsADirectory("the workspace root is a directory")
+        for _ in range(_READ_RETRIES):
+            with self._lock:
+                entry = self._lookup(rel)
+            if entry is _HIDDEN or entry is _WHITEOUT:
+                raise NotFound(f"{rel}: no such file or directory")
+            if isinstance(entry, _Dir):
+                raise IsADirectory(f"{rel} is a directory")
+            if entry is None:
+                try:
+                    return self.real.read_bytes(rel, limit)
+                except NotADirectory:  # an overlay directory replaced a real file above it
+                    raise NotFound(f"{rel}: no such file or directory") from None
+            assert isinstance(entry, _File)
+            try:
+                with open(os.path.join(self._upper_str, entry.upper), "rb") as handle:
+                    return handle.read() if limit is None else handle.read(limit)
+            except FileNotFoundError:
+                if self._removed:
+                    raise OverlayClosed("the speculation overlay was discarded") from None
+                continue  # deleted or replaced concurrently: look again
+            except OSError as exc:
+                raise _storage_error(exc, rel) from None
+        raise NotFound(f"{rel}: no such file or directory")
+
+    def list_dir(self, path: str) -> list[DirEntry]:
+        rel = self.resolve(path)
+        kind, _ = self._union_kind(rel)
+        if kind == "absent":
+            raise NotFound(f"{rel}: no such directory")
+        if kind != "dir":
+            raise NotADirectory(f"{rel} is not a directory")
+        entries: dict[str, DirEntry] = {}
+        try:
+            with DirCache(self._root) as cache:
+                fd = cache.open(rel)
+                with os.scandir(fd) as it:
+                    for item in it:
+                        entries[item.name] = self._real_entry(rel, item, fd)
+        except (FileNotFoundError, NotADirectoryError, PathChanged):
+            pass  # the directory exists only in the overlay (or replaced a real file)
+        except OSError as exc:
+            raise _real_error(exc, rel) from None
+        with self._lock:
+            for name in self._children.get(rel, ()):
+                entry = self._entries[posixpath.join(rel, name) if rel else name]
+                if entry is _WHITEOUT:
+                    entries.pop(name, None)
+                elif isinstance(entry, _File):
+                    entries[name] = DirEntry(name, "file", entry.size)
+                elif isinstance(entry, _Dir):
+                    previous = entries.get(name)
+                    size = previous.size if previous is not None and previous.kind == "dir" else 0
+                    entries[name] = DirEntry(name, "dir", size)
+        return sorted(entries.values(), key=lambda e: e.name)
+
+    def _real_entry(self, rel: str, item: os.DirEntry[str], dir_fd: int) -> DirEntry:
+        child = posixpath.join(rel, item.name) if rel else item.name
+        try:
+            if item.is_symlink():
+                target = self.stat(child)
+                if target is None:
+                    return DirEntry(item.name, "other", 0)
+                return DirEntry(item.name, target.kind, target.size)
+            st = os.stat(item.name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FsError, OSError):
+            return DirEntry(item.name, "other", 0)
+        return DirEntry(item.name, kind_of(st.st_mode), st.st_size)
+
+    def iter_files(self, path: str = "") -> Iterator[str]:
+        base = self.resolve(path)
+        kind, _ = self._union_kind(base)
+        if kind == "file":
+            yield base
+            return
+        if kind != "dir":
+            return
+        yield from self._walk(base)
+
+    def _walk(self, rel: str) -> Iterator[str]:
+        with self._lock:
+            untouched = rel not in self._entries and self._below.get(rel, 0) == 0
+        if untouched:
+            yield from self._real_walk(rel)
+            return
+        files, dirs = self._walk_children(rel)
+        for name in files:
+            yield posixpath.join(rel, name) if rel else name
+        for name, walk_into in dirs:
+            if walk_into and name not in SKIP_DIRS:
+                yield from self._walk(posixpath.join(rel, name) if rel else name)
+
+    def _real_walk(self, rel: str) -> Iterator[str]:
+        """``WorkspaceFs.iter_files`` for a subtree the overlay has not touched."""
+        start = os.path.join(self._root, rel) if rel else self._root
+        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            rel_dir = os.path.relpath(dirpath, self._root)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            for filename in sorted(filenames):
+                yield posixpath.join(rel_dir, filename) if rel_dir else filename
+
+    def _walk_children(self, rel: str) -> tuple[list[str], list[tuple[str, bool]]]:
+        """Union children of ``rel`` classified as ``os.walk`` does (files, dirs)."""
+        files: set[str] = set()
+        dirs: dict[str, bool] = {}
+        start = os.path.join(self._root, rel) if rel else self._root
+        try:
+            with os.scandir(start) as it:
+                for item in it:
+                    try:
+                        is_dir = item.is_dir()
+                    except OSError:
+                        is_dir = False
+                    if is_dir:
+                        dirs[item.name] = not item.is_symlink()
+                    else:
+                        files.add(item.name)
+        except OSError:
+            pass
+        with self._lock:
+            for name in self._children.get(rel, ()):
+                entry = self._entries[posixpath.join(rel, name) if rel else name]
+                if entry is _WHITEOUT:
+                    files.discard(name)
+                    dirs.pop(name, None)
+                elif isinstance(entry, _File):
+                    files.add(name)
+                    dirs.pop(name, None)
+                else:
+                    files.discard(name)
+                    dirs[name] = True
+        return sorted(files), sorted(dirs.items())
+
+    def exec_dir(self, path: str) -> str:
+        rel = self.resolve(path)
+        kind, _ = self._union_kind(rel)
+        if kind == "absent":
+            raise NotFound(f"{rel or '.'}: no such directory")
+        if kind != "dir":
+            raise NotADirectory(f"{rel} is not a directory")
+        try:
+            return self.real.exec_dir(rel)
+        except (NotFound, NotADirectory):
+            raise NotFound(
+                f"{rel}: this directory exists only in the speculation; commands run "
+                "in the real workspace"
+            ) from None
+
+    # -- mutations -----------------------------------------------------------------
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        with self._operation():
+            rel = self.resolve(path)
+            if rel == "":
+                raise IsADirectory("cannot write to the workspace root")
+            with self._path_lock(rel):
+                self._write(rel, bytes(data))
+
+    def _write(self, rel: str, data: bytes) -> None:
+        kind, _ = self._union_kind(rel)
+        if kind == "dir":
+            raise IsADirectory(f"{rel} is a directory")
+        if kind == "other":
+            raise FsError(
+                f"{rel} is not a regular file (device, FIFO or socket); "
+                "the speculation cannot change it"
+            )
+        size = len(data)
+        with self._lock:
+            current = self._entries.get(rel)
+            delta = size - (current.size if isinstance(current, _File) else 0)
+            reserve = max(delta, 0)
+            if reserve and self._used + self._reserved + reserve > self.max_bytes:
+                raise OverlayFull(
+                    f"{rel}: the speculation overlay is full ({self._used} of "
+                    f"{self.max_bytes} bytes used; this write needs {reserve} more)"
+                )
+            self._reserved += reserve
+            name = self._upper_names.get(rel)
+            if name is None:
+                name = f"f{next(self._name_counter):06d}"
+                self._upper_names[rel] = name
+            first = rel not in self._bases
+        upper_path = os.path.join(self._upper_str, name)
+        registered = False
+        try:
+            base = self._capture(rel, copy_to=upper_path) if first else None
+            self._before_commit(rel)
+            mtime_ns = self._write_upper(name, data, rel)
+            with self._lock:
+                current = self._entries.get(rel)
+                if isinstance(current, _Dir):  # a write below it made it a directory meanwhile
+                    raise IsADirectory(f"{rel} is a directory")
+                self._ensure_dirs(rel, include_self=False)
+                if base is not None:
+                    self._bases.setdefault(rel, base)
+                self._used += size - (current.size if isinstance(current, _File) else 0)
+                self._set_entry(rel, _File(name, size, mtime_ns))
+                registered = True
+        finally:
+            with self._lock:
+                self._reserved -= reserve
+                leftover = not registered and not isinstance(self._entries.get(rel), _File)
+            if leftover:
+                _unlink_quietly(upper_path)
+
+    def _before_commit(self, rel: str) -> None:
+        """Test seam: called in the middle of a write (after the base is recorded)."""
+
+    def _write_upper(self, name: str, data: bytes, rel: str) -> int:
+        """Replace the upper file ``name`` atomically; its mtime in ns."""
+        tmp = os.path.join(self._upper_str, f".{name}.{secrets.token_hex(4)}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                write_all(fd, data)
+                mtime_ns = os.fstat(fd).st_mtime_ns
+            finally:
+                os.close(fd)
+            os.replace(tmp, os.path.join(self._upper_str, name))
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            if self._removed or (exc.errno == errno.ENOENT and self._closed):
+                raise OverlayClosed("the speculation overlay was discarded") from None
+            raise _storage_error(exc, rel) from None
+        return mtime_ns
+
+    def _capture(self, rel: str, copy_to: str | None = None) -> FileBase:
+        """The real state of ``rel`` now; with ``copy_to`` a regular file is also copied there."""
+        fd: int | None = None
+        try:
+            if copy_to is not None:
+                fd = os.open(copy_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise _storage_error(exc, rel) from None
+        try:
+            with DirCache(self._root) as cache:
+                return observe(cache, rel, copy_to=fd).base
+        except PathChanged:
+            return FileBase.absent()  # an overlay directory replaced a real file above it
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # writing the copy
+                raise _storage_error(exc, rel) from None
+            raise _real_error(exc, rel) from None
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def delete(self, path: str) -> None:
+        with self._operation():
+            rel = self.resolve(path)
+            if rel == "":
+                raise FsError("cannot delete the workspace root")
+            with self._path_lock(rel):
+                kind, _ = self._union_kind(rel)
+                if kind == "absent":
+                    raise NotFound(f"{rel}: no such file or directory")
+                if kind == "dir" and self._walk_children(rel) != ([], []):
+                    raise FsError(f"{rel}: directory not empty")
+                with self._lock:
+                    first = rel not in self._bases
+                base = self._capture(rel) if first else None
+                with self._lock:
+                    if base is not None:
+                        self._bases.setdefault(rel, base)
+                    current = self._entries.get(rel)
+                    if isinstance(current, _File):
+                        self._used -= current.size
+                    self._set_entry(rel, _WHITEOUT)
+                if isinstance(current, _File):
+                    _unlink_quietly(os.path.join(self._upper_str, current.upper))
+
+    def mkdir(self, path: str) -> None:
+        with self._operation():
+            rel = self.resolve(path)
+            if rel == "":
+                return
+            with self._path_lock(rel):
+                kind, _ = self._union_kind(rel)
+                if kind == "dir":
+                    return
+                if kind != "absent":
+                    raise NotADirectory(f"{rel} exists and is not a directory")
+                with self._lock:
+                    self._ensure_dirs(rel, include_self=True)
+
+    def _ensure_dirs(self, rel: str, *, include_self: bool) -> None:
+        """Make every ancestor (and ``rel`` itself) a directory in the union (lock held)."""
+        chain: list[str] = []
+        current = rel if include_self else posixpath.dirname(rel)
+        while current:
+            chain.append(current)
+            current = posixpath.dirname(current)
+        for directory in reversed(chain):
+            entry = self._lookup(directory)
+            if isinstance(entry, _Dir):
+                continue
+            if isinstance(entry, _File):
+                raise NotADirectory(f"{directory} is not a directory")
+            if entry is None:
+                real = self._real_stat(directory)
+                if real is not None and real.kind == "dir":
+                    continue
+                if real is not None:
+                    raise NotADirectory(f"{directory} is not a directory")
+            if directory not in self._bases:
+                self._bases[directory] = self._quick_base(directory)
+            self._set_entry(directory, _Dir(time.time_ns()))
+
+    def _quick_base(self, rel: str) -> FileBase:
+        """The base of a path that becomes a directory (no content to hash)."""
+        try:
+            st = os.lstat(os.path.join(self._root, rel))
+        except OSError:
+            return FileBase.absent()
+        kind = kind_of(st.st_mode)
+        return FileBase(kind=kind, size=0, mtime_ns=st.st_mtime_ns)
+
+    def _set_entry(self, rel: str, entry: _Entry) -> None:
+        """Record ``rel``'s entry and index it (lock held); entries are never dropped."""
+        if rel not in self._entries:
+            parent, _, name = rel.rpartition("/")
+            self._children.setdefault(parent, set()).add(name)
+            ancestor = rel
+            while ancestor:
+                ancestor = posixpath.dirname(ancestor)
+                self._below[ancestor] = self._below.get(ancestor, 0) + 1
+        self._entries[rel] = entry
+
+    # -- concurrency and lifetime -------------------------------------------------
+
+    @contextmanager
+    def _path_lock(self, rel: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._path_locks.get(rel)
+            if lock is None:
+                lock = self._path_locks[rel] = threading.Lock()
+        with lock:
+            yield
+
+    @contextmanager
+    def _operation(self) -> Iterator[None]:
+        with self._life:
+            if self._closed:
+                raise OverlayClosed("the speculation overlay is closed; it accepts no more changes")
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            remove_now = False
+            with self._life:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._life.notify_all()
+                    if self._remove_pending and not self._removed:
+                        self._removed = True
+                        remove_now = True
+            if remove_now:
+                self._delete_storage()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Accept no new changes; wait for in-flight ones. True when none is left."""
+        self.closing.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._life:
+            self._closed = True
+            while self._inflight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._life.wait(remaining)
+            return self._inflight == 0
+
+    def remove(self, timeout: float = 10.0) -> bool:
+        """Delete the upper layer once no write is in flight (idempotent).
+
+        Waits up to ``timeout`` seconds; if writes are still running then, the
+        last of them removes the layer when it finishes and this returns False.
+        """
+        self.closing.set()
+        deadline = time.monotonic() + timeout
+        with self._life:
+            if self._removed:
+                return True
+            self._closed = True
+            while self._inflight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._remove_pending = True
+                    log.warning("overlay_removal_deferred", overlay=self.overlay_id)
+                    return False
+                self._life.wait(remaining)
+            self._removed = True
+        self._delete_storage()
+        return True
+
+    def _delete_storage(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.gone.set()
+        log.debug("overlay_removed", overlay=self.overlay_id)
+
+    def _scrub(self, exc: FsError) -> FsError:
+        """Never let the overlay's own location reach a tool (defence in depth)."""
+        text = str(exc)
+        secret = str(self.directory)
+        if secret not in text:
+            return exc
+        return type(exc)(text.replace(secret, "<overlay>"))
+
+
+def _path_key(rel: str) -> tuple[str, ...]:
+    return tuple(rel.split("/"))
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _storage_error(exc: OSError, rel: str) -> FsError:
+    """An upper-layer failure, described without the upper layer's path."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OverlayFull(f"{rel}: no space left for the speculation overlay")
+    return FsError(f"{rel}: the speculation overlay could not store it ({exc.strerror or 'error'})")
+
+
+def _real_error(exc: OSError, rel: str) -> FsError:
+    """A real-tree failure in ``WorkspaceFs``'s words (workspace-relative)."""
+    if exc.errno == errno.ENOENT:
+        return NotFound(f"{rel}: no such file or directory")
+    if exc.errno == errno.EISDIR:
+        return IsADirectory(f"{rel} is a directory")
+    if exc.errno == errno.ENOTDIR:
+        return NotADirectory(f"{rel}: a parent is not a directory")
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return FsError(f"{rel}: a symlink appeared in the path; refusing to follow it")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return FsError(f"{rel}: permission denied")
+    return FsError(f"{rel}: {exc.strerror or 'error'}")

@@ -1,0 +1,50 @@
+"""The speculation gate as an interceptor of the speculation's worker.
+
+Every tool call of a speculation passes :func:`~actors.gate.tool_gate.evaluate_tool_call`
+before the session's own pre_tool_call hooks: read tools run, writes run
+against the overlay (auto-edit / yolo), and anything else is a boundary that
+stops the speculation. A shell command sees the real tree, so once a write
+is pending -- in the overlay, or earlier in the same batch -- any shell call
+is a boundary (its view would be stale). A write that would overflow the
+overlay's size bound is a boundary too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actors.gate.tool_gate import evaluate_tool_call
+from actors.worker.hooks import Abort, Continue, PostToolCallContext, ToolCallContext
+from actors.worker.interceptor import Boundary, Interceptor
+from messages.gate import ApprovalMode, GateAction
+
+
+class SpeculationGate(Interceptor):
+    def __init__(self, mode: ApprovalMode, overlay: Any, workspace: Path) -> None:
+        self.mode = mode
+        self.overlay = overlay
+        self.workspace = workspace
+        self._batch_writes = False
+        self.decisions: list[tuple[str, str, str]] = []
+
+    def pre_tool_call(self, ctx: ToolCallContext) -> Continue | Boundary:
+        if ctx.meta.index == 0:
+            self._batch_writes = False
+        stale = bool(self.overlay.has_writes) or self._batch_writes
+        decision = evaluate_tool_call(
+            ctx.name, ctx.arguments, self.mode, cwd=self.workspace, overlay_has_writes=stale
+        )
+        self.decisions.append((ctx.name, decision.action.value, decision.reason))
+        if decision.action is GateAction.BOUNDARY:
+            return Boundary(decision.reason, ctx.name)
+        if decision.action is GateAction.REDIRECT:
+            if self.overlay.bytes_used >= self.overlay.max_bytes:
+                return Boundary("the speculation's overlay is full", ctx.name)
+            self._batch_writes = True
+        return Continue()
+
+    def post_tool_call(self, ctx: PostToolCallContext) -> Continue | Abort:
+        if ctx.result.is_error and "overlay" in ctx.result.output and "full" in ctx.result.output:
+            return Abort("the speculation's overlay is full")
+        return Continue()

@@ -1,0 +1,54 @@
+"""Suggestion requests: one model call that predicts the user's next input.
+
+The request is a cache-safe fork: the snapshot's system prompt, tools and
+trimmed history, then one user message carrying the suggestion prompt. The
+tools stay in the request (same prefix as the main request) but
+``tool_choice`` is ``none``. The answer is JSON ``{"suggestion": ...}``,
+parsed leniently and then filtered by the seed's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.speculation.fork import fork_prefix
+from actors.speculation.suggestion_filter import (
+    SuggestionVerdict,
+    filter_suggestion,
+    parse_suggestion_reply,
+)
+from actors.speculation.suggestion_prompt import SUGGESTION_PROMPT
+from messages.conversation import UserMessage
+from messages.llm import LlmRequest, Purpose
+from messages.speculation import ForkSnapshot
+
+
+def suggestion_request(
+    snapshot: ForkSnapshot,
+    *,
+    max_history: int,
+    request_id: str,
+    purpose: Purpose,
+    model: Any,
+    reply_to: Any,
+) -> LlmRequest:
+    """The fork request asking for the next input."""
+    messages = [*fork_prefix(snapshot, max_history), UserMessage(text=SUGGESTION_PROMPT)]
+    return LlmRequest(
+        request_id=request_id,
+        session_id=snapshot.session_id,
+        purpose=purpose,
+        model_name=snapshot.model_name,
+        messages=tuple(messages),
+        tools=snapshot.tools,
+        tool_choice="none" if snapshot.tools else "auto",
+        stream_deltas=False,
+        model=model,
+        reply_to=reply_to,
+    )
+
+
+def suggestion_from_reply(raw: str) -> SuggestionVerdict:
+    """Parse the model's JSON answer and apply the filter (silence is a rejection)."""
+    text = parse_suggestion_reply(raw)
+    return filter_suggestion(text or "")

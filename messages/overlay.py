@@ -1,0 +1,227 @@
+"""Messages of the copy-on-write overlay: bases, conflicts, apply results, the overlay actor.
+
+A speculation writes into an overlay, never into the workspace. When the user
+accepts, the overlay is applied all at once -- but only if every real file it
+touched is still what it was when the speculation first touched it. The
+records here are what makes that decision explainable: a :class:`FileBase` is
+what a path looked like at first touch, an :class:`OverlayConflict` names a
+path whose real state moved on (expected vs found), and a
+:class:`ConflictReport` lists every one of them so the user sees all the files
+at once instead of one per attempt.
+
+Every path in these messages is workspace-relative (POSIX, ``""`` is the root):
+the overlay's own storage location never appears in a message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from messages.base import Message
+
+FileKind = Literal["absent", "file", "dir", "other"]
+"""What a real path held: nothing, a regular file, a directory, or anything else
+(FIFO, socket, device, or a symlink found where a file was expected)."""
+
+
+class FileBase(Message):
+    """The state of a real path when the overlay first touched it.
+
+    ``sha256`` is set for regular files (it is what the conflict check compares);
+    ``size`` and ``mtime_ns`` are informational (a ``touch`` without a content
+    change is not a conflict).
+    """
+
+    kind: FileKind
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(default=0, ge=0)
+    mtime_ns: int = 0
+
+    @classmethod
+    def absent(cls) -> FileBase:
+        return _ABSENT
+
+    def describe(self) -> str:
+        """A short human description (for alerts and logs)."""
+        if self.kind == "absent":
+            return "absent"
+        if self.kind == "file":
+            digest = f", sha256 {self.sha256[:12]}" if self.sha256 else ""
+            return f"file ({self.size} bytes{digest})"
+        if self.kind == "dir":
+            return "directory"
+        return "special file"
+
+
+_ABSENT = FileBase(kind="absent")
+
+ConflictKind = Literal[
+    "modified",
+    "created",
+    "deleted",
+    "became_directory",
+    "became_file",
+    "became_special",
+    "directory_changed",
+    "path_changed",
+]
+"""What happened to a touched path since the overlay's first touch:
+
+* ``modified`` -- a file's content differs (sha256);
+* ``created`` -- something now exists where the overlay expected nothing;
+* ``deleted`` -- the file or directory is gone;
+* ``became_directory`` / ``became_file`` / ``became_special`` -- its type changed;
+* ``directory_changed`` -- a directory the overlay deletes gained entries the
+  overlay does not delete;
+* ``path_changed`` -- a parent directory became a file or a symlink.
+"""
+
+
+class OverlayConflict(Message):
+    """One touched path whose real state no longer matches its base."""
+
+    path: str
+    change: ConflictKind
+    expected: FileBase
+    found: FileBase
+    detail: str = ""
+
+    def describe(self) -> str:
+        extra = f" ({self.detail})" if self.detail else ""
+        return (
+            f"{self.path or '.'}: {self.change.replace('_', ' ')} -- expected "
+            f"{self.expected.describe()}, found {self.found.describe()}{extra}"
+        )
+
+
+class ConflictReport(Message):
+    """Apply refused: nothing was written. Lists every conflicting path."""
+
+    overlay_id: str
+    conflicts: tuple[OverlayConflict, ...] = Field(min_length=1)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(c.path for c in self.conflicts)
+
+    def summary(self) -> str:
+        """One alert-ready text naming every file and what changed."""
+        count = len(self.conflicts)
+        head = (
+            f"{count} file{'s' if count != 1 else ''} changed since the speculation "
+            "touched them; nothing was applied:"
+        )
+        return "\n".join([head, *(f"  {c.describe()}" for c in self.conflicts)])
+
+
+ChangeAction = Literal["write", "delete", "mkdir"]
+
+
+class OverlayChange(Message):
+    """One net change the overlay would make to the real tree."""
+
+    path: str
+    action: ChangeAction
+    base: FileBase
+    size: int = Field(default=0, ge=0)
+    """New size in bytes (writes only)."""
+
+
+class ApplyResult(Message):
+    """Apply succeeded: every listed real path now holds the overlay's version.
+
+    ``paths`` is the union of the other lists (sorted). An apply of an overlay
+    that wrote nothing is an empty result and touches nothing.
+    """
+
+    overlay_id: str
+    paths: tuple[str, ...] = ()
+    written: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    created_dirs: tuple[str, ...] = ()
+    removed_dirs: tuple[str, ...] = ()
+    bytes_written: int = Field(default=0, ge=0)
+    duration_s: float = Field(default=0.0, ge=0)
+
+    @property
+    def files_changed(self) -> int:
+        return len(self.written) + len(self.deleted)
+
+    @property
+    def empty(self) -> bool:
+        return not self.paths
+
+
+RecoveryAction = Literal["rolled_forward", "rolled_back", "completed", "discarded"]
+
+
+class RecoveryRecord(Message):
+    """What crash recovery did with one apply journal."""
+
+    journal_id: str
+    action: RecoveryAction
+    workspace: str
+    """The workspace root the journal applied to (absolute)."""
+    paths: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+class SweepReport(Message):
+    """Overlays of dead processes removed at runtime start."""
+
+    removed: tuple[str, ...] = ()
+    """Process directory names (``<pid>-<start marker>``) that were removed."""
+    recovered: tuple[RecoveryRecord, ...] = ()
+
+
+# -- the overlay actor ---------------------------------------------------------
+
+
+class ApplyOverlay(Message):
+    """Apply the overlay to the real tree (accept). Answered with ``ApplyResult``
+    or ``ConflictReport``; an unexpected failure is raised to the asker.
+
+    ``durable`` also fsyncs every staged file and directory (power-loss
+    safety); without it the journal alone is fsynced, which survives a
+    process crash.
+    """
+
+    durable: bool = False
+
+
+class DiscardOverlay(Message):
+    """Throw the overlay away (abort). Waits up to ``timeout`` seconds for tool
+    calls still writing; removal then happens when the last one finishes.
+    Idempotent. Answered with :class:`OverlayDiscarded`."""
+
+    timeout: float = Field(default=10.0, ge=0)
+
+
+class OverlayDiscarded(Message):
+    overlay_id: str
+    removed: bool
+    """False when writes were still in flight at the deadline (removal is then
+    done by the last of them)."""
+
+
+class GetOverlayStatus(Message):
+    """Ask for an :class:`OverlayStatus`."""
+
+
+OverlayState = Literal[
+    "open", "applying", "applied", "conflicted", "failed", "discarding", "discarded"
+]
+
+
+class OverlayStatus(Message):
+    overlay_id: str
+    state: OverlayState
+    has_writes: bool
+    files_written: int = Field(ge=0)
+    whiteouts: int = Field(ge=0)
+    dirs_created: int = Field(ge=0)
+    bytes_used: int = Field(ge=0)
+    max_bytes: int = Field(ge=0)
+    touched: int = Field(default=0, ge=0)

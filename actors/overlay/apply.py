@@ -11,10 +11,11 @@ the user made while the speculation ran. Apply here is a small transaction:
    every such path and what changed; nothing is written.
 2. **Stage.** A journal (JSON lines, ``<journal_dir>/<id>.journal``) is
    created listing every operation and the temp name of every staged file;
-   then each new file is written to that temp name next to its target (in the
-   deepest directory of the target's parent chain that already exists, so
+   then each new file is placed at that temp name next to its target -- a hard
+   link to the upper file when both are on one filesystem, else a copy -- in
+   the deepest directory of the target's parent chain that already exists, so
    nothing but hidden temp files appears in the real tree before the commit
-   point). Every directory is opened with ``O_NOFOLLOW`` along the whole path,
+   point. Every directory is opened with ``O_NOFOLLOW`` along the whole path,
    so a symlink swapped in cannot redirect a write outside the workspace. The
    targets are re-checked (a cheap ``lstat`` identity; a re-hash only when it
    moved) to narrow the window for a concurrent user edit.

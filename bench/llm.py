@@ -118,7 +118,7 @@ def _bare_round(base_url: str, n: int) -> tuple[float, list[float]]:
                     text = []
                     async for sse in EventSource(response).aiter_sse():
                         if sse.data.strip() == "[DONE]":
-                            break
+                            continue  # read to the end so the connection is reused
                         chunk = json.loads(sse.data)
                         for choice in chunk.get("choices") or []:
                             content = (choice.get("delta") or {}).get("content")

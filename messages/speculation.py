@@ -10,7 +10,7 @@ from pydantic import Field
 from messages.base import ControlMessage, Message
 from messages.conversation import Item, Segment, ToolCall
 from messages.gate import ApprovalMode
-from messages.session import TurnResult, EventBase
+from messages.session import EventBase, TurnResult
 from messages.tools import ToolDefinition
 
 
@@ -113,6 +113,8 @@ class SpeculationFinished(EventBase):
     kind: Literal["speculation_finished"] = "speculation_finished"
     speculation_id: str
     outcome: SpeculationOutcome
+    state: SpeculationState = "running"
+    """How far the speculation itself got (completed, boundary, failed, or still running)."""
     suggestion: str
     turns: int = 0
     tool_calls: int = 0
@@ -150,7 +152,10 @@ class AcceptSuggestion(Message):
 
 
 class SubmitPrompt(Message):
-    """A submit through the session supervisor: takes the accept path when it equals the suggestion."""
+    """A submit through the session supervisor.
+
+    It takes the accept path when the text equals the current suggestion.
+    """
 
     text: str | None = None
     segments: tuple[Segment, ...] | None = None
@@ -174,9 +179,16 @@ class AcceptResult(Message):
     conflicts: tuple[str, ...] = ()
     time_saved_s: float = 0.0
     accept_latency_s: float = 0.0
+    """From Tab (or from the speculation's end, if Tab came first) to the files
+    applied and the history inserted."""
+    waited_s: float = 0.0
+    """How long Tab waited for a still-running speculation to finish."""
     next_suggestion: str | None = None
     turn: TurnResult | None = None
-    """The main worker's run: the continuation after a boundary, or the normal run after a conflict."""
+    """The main worker's run.
+
+    The continuation after a boundary, or the normal run after a conflict.
+    """
 
 
 # -- between the session supervisor, the speculator and the worker ---------------------
@@ -209,6 +221,8 @@ class SpeculationResult(Message):
     started_at: float = 0.0
     completed_at: float | None = None
     next_suggestion: str | None = None
+    apply_started: float | None = None
+    """``time.monotonic()`` when the speculator began applying (same process)."""
 
 
 class SpeculationDone(Message):

@@ -149,6 +149,16 @@ class Session:
     def __repr__(self) -> str:
         return f"<Session {self.id}>"
 
+    @property
+    def worker(self) -> Handle[Any]:
+        """The worker's stable handle (Submit, Resume, CancelRun, Subscribe ...)."""
+        return self._worker
+
+    @property
+    def supervisor(self) -> Any:
+        """The session supervisor's handle (SubmitPrompt, Keystroke, AcceptSuggestion ...)."""
+        return self._supervisor
+
     def __enter__(self) -> Session:
         return self
 

@@ -128,6 +128,8 @@ class SessionSupervisor(Supervisor):
         self._subscribers: list[Any] = []
         self._aborting: dict[str, _Speculation] = {}
         self._continuations: dict[str, Any] = {}
+        self._accepting = 0
+        """Accepts in progress: a suggestion arriving meanwhile is stale and dropped."""
         self._last_accept = 0.0
         self._worker = self._children["worker"].handle
 
@@ -224,6 +226,11 @@ class SessionSupervisor(Supervisor):
             self.log.info("suggestion_failed", error=message.error.message)
 
     def _set_suggestion(self, text: str, source: SuggestionSource, snapshot: ForkSnapshot) -> None:
+        if self._accepting and source != "pipelined":
+            # The user pressed Tab meanwhile: the accept changes the history this
+            # suggestion was made for, and it must not abort what is accepted.
+            self.log.debug("suggestion_dropped_during_accept", text=text)
+            return
         suggestion = Suggestion(
             id=f"sug-{next(_seq)}", text=text, source=source, snapshot_version=snapshot.version
         )
@@ -396,8 +403,13 @@ class SessionSupervisor(Supervisor):
         tab_at = time.time()
         started = time.monotonic()
         suggestion = self._suggestion
+        self._accepting += 1
+        answered = [False]
 
         def answer(result: AcceptResult) -> None:
+            if not answered[0]:
+                answered[0] = True
+                self._accepting -= 1
             if reply is None:
                 return
             if as_turn:
@@ -418,8 +430,12 @@ class SessionSupervisor(Supervisor):
             self._submit_normally(suggestion, answer, "accepted")
             return
 
+        finished_before_tab = current.result is not None
+
         def speculated(result: SpeculationResult) -> None:
             self._current = None
+            if finished_before_tab:
+                result = result.model_copy(update={"apply_started": None})
             self._last_status = self._status_of(current, result)
             if result.conflicts:
                 self._alert(AlertLevel.WARN, result.conflict_summary or "the speculation conflicts")
@@ -484,13 +500,19 @@ class SessionSupervisor(Supervisor):
                     boundary_reason=result.boundary_reason,
                     time_saved_s=saved,
                     accept_latency_s=latency,
+                    waited_s=waited,
                     next_suggestion=result.next_suggestion,
                     turn=turn,
                 )
             )
 
+        # Tab pressed while the speculation still ran: the accept itself starts
+        # when the speculator could apply; the wait is reported separately.
+        begin = max(started, result.apply_started or started)
+        waited = begin - started
+
         def inserted(run_id: str | None) -> None:
-            latency = time.monotonic() - started  # files applied and history inserted
+            latency = time.monotonic() - begin  # files applied and history inserted
             if run_id is not None and wait:
                 self._continuations[run_id] = lambda turn: report(latency, turn)
             else:
@@ -581,6 +603,7 @@ class SessionSupervisor(Supervisor):
             session_id=self.session_id or "",
             speculation_id=current.id,
             outcome=outcome,
+            state=(result.state if result is not None else "running"),
             suggestion=current.suggestion.text,
             turns=result.turns if result else 0,
             tool_calls=result.tool_calls if result else 0,

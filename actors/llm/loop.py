@@ -20,6 +20,7 @@ import asyncio
 import random
 import threading
 import time
+import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -97,12 +98,14 @@ class LlmLoop:
         name: str = "fore-llm",
         max_connections: int = 4096,
         coalesce_ms: float = 10.0,
+        client_shards: int = 16,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._coalesce_s = max(0.0, coalesce_ms / 1000.0)
         self._ready = threading.Event()
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
         self._max_connections = max_connections
+        self._shards = max(1, client_shards)
         self._tasks: dict[str, _Running] = {}
         self._budget = RetryBudget()
         self._rng = random.Random()
@@ -115,12 +118,21 @@ class LlmLoop:
 
     def _main(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._client = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=self._max_connections, max_keepalive_connections=512
-            ),
-            timeout=httpx.Timeout(30.0),
-        )
+        # Several clients instead of one: httpcore assigns every request by
+        # scanning its whole pool (O(connections x requests), encode/httpcore
+        # #1035), which dominates CPU with hundreds of concurrent streams.
+        # Sharded by session, each pool stays small and a session's
+        # connections stay together.
+        per_shard = max(1, self._max_connections // self._shards)
+        self._clients = [
+            httpx.AsyncClient(
+                limits=httpx.Limits(
+                    max_connections=per_shard, max_keepalive_connections=min(per_shard, 64)
+                ),
+                timeout=httpx.Timeout(30.0),
+            )
+            for _ in range(self._shards)
+        ]
         self._ready.set()
         try:
             self._loop.run_forever()
@@ -211,8 +223,8 @@ class LlmLoop:
             while True:
                 attempt += 1
                 try:
-                    assert self._client is not None
-                    result = await model.stream(request, emit, self._client)
+                    client = self._clients[zlib.crc32(request.session_id.encode()) % self._shards]
+                    result = await model.stream(request, emit, client)
                 except LlmException as exc:
                     emit.flush()
                     delay = retry_delay(
@@ -283,8 +295,8 @@ class LlmLoop:
         tasks = [r.task for r in self._tasks.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=3)
-        if self._client is not None:
-            await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
 
 class _DeltaCoalescer:

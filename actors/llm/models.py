@@ -218,10 +218,10 @@ class OpenAICompatible:
             except StopAsyncIteration:
                 break
             data = sse.data
+            if saw_done or not data.strip():
+                continue  # read to the end of the body: the connection goes back to the pool
             if data.strip() == "[DONE]":
                 saw_done = True
-                break
-            if not data.strip():
                 continue
             try:
                 chunk = json.loads(data)

@@ -69,18 +69,31 @@ def to_openai_messages(items: Sequence[Item]) -> list[Json]:
     return [to_openai_message(item) for item in items]
 
 
+_TOOL_WIRE: dict[int, tuple[ToolDefinition, Json]] = {}
+
+
+def _tool_wire(tool: ToolDefinition) -> Json:
+    # Definitions are frozen and built once per registry, so their wire form is
+    # built once too (keyed by identity, holding the object so the id stays valid).
+    cached = _TOOL_WIRE.get(id(tool))
+    if cached is not None and cached[0] is tool:
+        return cached[1]
+    wire: Json = {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+    if len(_TOOL_WIRE) > 4096:
+        _TOOL_WIRE.clear()
+    _TOOL_WIRE[id(tool)] = (tool, wire)
+    return wire
+
+
 def to_openai_tools(tools: Sequence[ToolDefinition]) -> list[Json]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": tool.parameters,
-            },
-        }
-        for tool in tools
-    ]
+    return [_tool_wire(tool) for tool in tools]
 
 
 def to_openai_tool_choice(choice: ToolChoice) -> str | Json:
@@ -190,7 +203,9 @@ class StreamAssembler:
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self.text.append(content)
-                events.append(LlmTextDelta(request_id=self.request_id, text=content))
+                events.append(
+                    LlmTextDelta.model_construct(request_id=self.request_id, text=content)
+                )
             for raw in delta.get("tool_calls") or []:
                 events.append(self._tool_delta(raw))
             reason = choice.get("finish_reason")
@@ -216,7 +231,7 @@ class StreamAssembler:
         fragment = fragment if isinstance(fragment, str) else ""
         if fragment:
             partial.arguments.append(fragment)
-        return LlmToolCallDelta(
+        return LlmToolCallDelta.model_construct(
             request_id=self.request_id,
             index=index,
             call_id=call_id if isinstance(call_id, str) else None,

@@ -36,7 +36,7 @@ from actors.overlay.store import OverlayStore
 from actors.resolve.pending import PendingActions
 from actors.speculation.fork import extend, fork_prefix, trim_history
 from actors.speculation.gate import SpeculationGate
-from actors.speculation.suggest import suggestion_request, suggestion_from_reply
+from actors.speculation.suggest import suggestion_from_reply, suggestion_request
 from actors.tools.base import ToolServices
 from actors.worker.hooks import HookEvent, HooksView
 from actors.worker.state import SessionState, pairing_problems
@@ -46,7 +46,6 @@ from messages.llm import CancelLlmRequest, LlmCompleted, LlmFailed
 from messages.overlay import ApplyOverlay, ApplyResult, ConflictReport, DiscardOverlay
 from messages.runtime import StopNow
 from messages.session import (
-    CancelRun,
     EventBase,
     ItemAdded,
     PauseRun,
@@ -287,6 +286,9 @@ class Speculator(PooledActor):
         self._finish("failed", items=(), error=result.error or status)
 
     def _run_failed(self, error: BaseException) -> None:
+        if self._abort_reason is not None:
+            self._finish("aborted", items=(), error=self._abort_reason)
+            return
         self._finish("failed", items=(), error=f"the speculation's worker failed: {error!r}")
 
     def _ask_pipelined(self) -> None:
@@ -384,11 +386,17 @@ class Speculator(PooledActor):
                 reply.try_set(self._result())
             return
 
+        apply_started = time.monotonic()
+
         def applied(answer: ApplyResult | ConflictReport) -> None:
             if isinstance(answer, ConflictReport):
-                result = self._result(conflicts=answer.paths, conflict_summary=answer.summary())
+                result = self._result(
+                    conflicts=answer.paths,
+                    conflict_summary=answer.summary(),
+                    apply_started=apply_started,
+                )
             else:
-                result = self._result(applied=answer.paths)
+                result = self._result(applied=answer.paths, apply_started=apply_started)
             if reply is not None:
                 reply.try_set(result)
             self._cleanup_then_stop()
@@ -422,7 +430,15 @@ class Speculator(PooledActor):
             self._finish("aborted", items=(), error=message.reason)
             return True
         if self._worker is not None:
-            self._worker.tell(CancelRun(reason=message.reason))  # control lane: overtakes all
+            # StopNow, not CancelRun: our Submit may still be queued behind it
+            # (control mail overtakes it), and a cancel of a run that has not
+            # started would be lost. Stopping cancels whatever is in flight
+            # (LLM stream, tool calls) and answers a queued Submit with
+            # ActorDeadError; either way the run's end comes back here.
+            try:
+                self._worker.tell(StopNow())
+            except ActorDeadError:
+                self._finish("aborted", items=(), error=message.reason)
         return True
 
 

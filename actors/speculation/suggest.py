@@ -34,7 +34,7 @@ def suggestion_request(
 ) -> LlmRequest:
     """The fork request asking for the next input."""
     messages = [*fork_prefix(snapshot, max_history), UserMessage(text=SUGGESTION_PROMPT)]
-    return LlmRequest(
+    return LlmRequest.model_construct(
         request_id=request_id,
         session_id=snapshot.session_id,
         purpose=purpose,
@@ -42,7 +42,11 @@ def suggestion_request(
         messages=tuple(messages),
         tools=snapshot.tools,
         tool_choice="none" if snapshot.tools else "auto",
+        stream=True,
         stream_deltas=False,
+        max_tokens=None,
+        temperature=None,
+        json_response=False,
         model=model,
         reply_to=reply_to,
     )

@@ -61,12 +61,13 @@ from actors.worker.hooks import (
     next_hook,
 )
 from actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
-from actors.worker.state import PreparedInput, SessionState, prepare_plain
+from actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from messages.alerts import Alert, AlertLevel
 from messages.blob_store import StoredOutput, StoreToolOutput
 from messages.blobs import BlobLimits, Text
 from messages.conversation import (
     AssistantMessage,
+    FileRef,
     Item,
     SystemMessage,
     ToolCall,
@@ -366,7 +367,9 @@ class Worker(PooledActor):
         self._run = run
         run.phase = "preparing"
         preparer = self.config.preparer
-        if preparer is None:
+        segments = submit_segments(message)
+        if preparer is None or not any(isinstance(seg, FileRef) for seg in segments):
+            # Nothing to resolve: no file access, so no hop to the blocking lane.
             self._prepared(run, prepare_plain(message))
         else:
             self.run_blocking(
@@ -463,18 +466,22 @@ class Worker(PooledActor):
             if isinstance(outcome, Cancel):
                 self._complete(run, "rejected", outcome.reason or "request cancelled by a hook")
                 return
-            self._send(run, ctx)
+            self._send(run, ctx, validate=bool(state.ran))
 
         self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
 
-    def _send(self, run: _Run, ctx: LlmRequestContext) -> None:
+    def _send(self, run: _Run, ctx: LlmRequestContext, *, validate: bool = True) -> None:
         run.turns += 1
         rid = f"{run.run_id}-{run.turns}-{next(_ids)}"
         run.llm_request_id = rid
         run.llm_ctx = ctx
         run.phase = "streaming"
+        # Without hooks every part is already a validated, frozen message, and
+        # re-validating the whole history on every turn would cost O(history);
+        # a request a hook edited is validated (a hook may add anything).
+        build = LlmRequest if validate else LlmRequest.model_construct
         self.config.gateway.tell(
-            LlmRequest(
+            build(
                 request_id=rid,
                 session_id=self.config.session_id,
                 purpose=self.config.purpose,

@@ -1,0 +1,514 @@
+"""The speculation load benchmark (``fore bench``): the main job.
+
+N sessions in this one process, each on its own generated workspace, all
+talking to the built-in mock LLM server (a child process on 127.0.0.1, real
+HTTP, a latency model). A simulated user per session -- a pooled actor, so
+the harness adds no threads -- types a prompt, reads the answer (think time
+drawn from an exponential distribution), then presses Tab on the suggestion
+with probability ``accept_p`` or types something else, sometimes while the
+speculation is still running. It is bounded by ``turns`` per session and a
+wall-clock ``duration``, and stops by itself.
+
+Reported: sessions, turns, suggestions, speculations by outcome; accept
+latency (Tab -> files applied and history inserted); abort latency (typing ->
+LLM stream closed and tool calls cancelled, and -> overlay removed); time
+saved per accepted turn; tokens spent on discarded speculations; main-turn
+latency (and, with ``compare``, the same workload without speculation); RSS
+per session, peak OS threads and file descriptors; and leaks after shutdown
+(overlay directories, threads, file descriptors, live actors) -- all of which
+must be zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from actors.core import PooledActor, handles
+from actors.llm import OpenAICompatible, RetryPolicy
+from actors.llm.mock_server import MockLlmServer
+from actors.llm.script import ScriptFile
+from bench._common import percentile, table
+from bench.workload import USER_PROMPTS, make_workspace, script
+from messages.gate import ApprovalMode
+from messages.session import EventBase, Subscribe, TurnResult
+from messages.speculation import (
+    AcceptResult,
+    AcceptSuggestion,
+    Keystroke,
+    SpeculationConfig,
+    SpeculationFinished,
+    SpeculationProgress,
+    SubmitPrompt,
+    SuggestionReady,
+)
+from supervision import Runtime
+
+console = Console(highlight=False)
+
+
+@dataclass
+class LoadOptions:
+    sessions: int = 200
+    turns: int = 4
+    duration: float = 100.0
+    accept_p: float = 0.7
+    think_ms: float = 5000.0
+    edit_p: float = 0.05
+    ttft_ms: float = 40.0
+    tokens_per_s: float = 400.0
+    speculation: bool = True
+    seed: int = 1
+    progress: bool = True
+
+
+@dataclass
+class Recorder:
+    """Thread-safe collection of everything the simulated users observe."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    rounds: int = 0
+    typed_turn_s: list[float] = field(default_factory=list)
+    accept_latency_s: list[float] = field(default_factory=list)
+    tab_roundtrip_s: list[float] = field(default_factory=list)
+    time_saved_s: list[float] = field(default_factory=list)
+    abort_cancel_s: list[float] = field(default_factory=list)
+    abort_cleanup_s: list[float] = field(default_factory=list)
+    suggestions: int = 0
+    speculations: set[str] = field(default_factory=set)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    states: dict[str, int] = field(default_factory=dict)
+    tab_waited_s: list[float] = field(default_factory=list)
+    accepts: dict[str, int] = field(default_factory=dict)
+    wasted_tokens: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, name: str, value: float) -> None:
+        with self.lock:
+            getattr(self, name).append(value)
+
+    def count(self, table_name: str, key: str) -> None:
+        with self.lock:
+            counts: dict[str, int] = getattr(self, table_name)
+            counts[key] = counts.get(key, 0) + 1
+
+
+class SimUser(PooledActor):
+    """One simulated user, driving its session by messages only."""
+
+    def __init__(
+        self,
+        session: Any,
+        workspace: Path,
+        options: LoadOptions,
+        seed: int,
+        recorder: Recorder,
+        done: threading.Semaphore,
+        deadline: float,
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.workspace = workspace
+        self.options = options
+        self.rng = random.Random(seed)
+        self.recorder = recorder
+        self.done = done
+        self.deadline = deadline
+        self.rounds = 0
+        self.suggestion: str | None = None
+        self.finished = False
+
+    def on_start(self) -> None:
+        self.session.supervisor.tell(Subscribe(address=self.actor_ref))
+        self.call_after(self.rng.uniform(0, 0.2), self._type)
+
+    # -- one round -----------------------------------------------------------------
+
+    def _think(self) -> float:
+        mean = self.options.think_ms / 1000.0
+        return min(5 * mean, self.rng.expovariate(1 / mean)) if mean > 0 else 0.0
+
+    def _type(self) -> None:
+        prompt = USER_PROMPTS[(self.rounds + self.rng.randrange(3)) % len(USER_PROMPTS)]
+        self.suggestion = None
+        self.session.supervisor.tell(Keystroke(text=prompt[:1]))
+        typed = time.monotonic()
+        self.ask_then(
+            self.session.supervisor,
+            SubmitPrompt(text=prompt),
+            then=lambda result: self._typed_done(typed, result),
+            on_error=self._error,
+            timeout=120.0,
+        )
+
+    def _typed_done(self, typed: float, result: TurnResult) -> None:
+        self.recorder.add("typed_turn_s", time.monotonic() - typed)
+        if result.status != "completed":
+            self.recorder.count("accepts", f"typed turn {result.status}")
+        self._round_over()
+
+    def _decide(self) -> None:
+        if self.finished:
+            return
+        if self.suggestion is not None and self.rng.random() < self.options.accept_p:
+            if self.rng.random() < self.options.edit_p:
+                # the user edits the file the speculation writes: its accept conflicts
+                todo = self.workspace / "notes" / "todo.md"
+                todo.write_text(f"user edit {self.rng.random()}\n")
+            pressed = time.monotonic()
+            self.suggestion = None
+            self.ask_then(
+                self.session.supervisor,
+                AcceptSuggestion(wait_continuation=True),
+                then=lambda result: self._accepted(pressed, result),
+                on_error=self._error,
+                timeout=120.0,
+            )
+            return
+        self._type()
+
+    def _accepted(self, pressed: float, result: AcceptResult) -> None:
+        self.recorder.count("accepts", result.outcome)
+        if result.outcome in ("accepted", "boundary"):
+            self.recorder.add("accept_latency_s", result.accept_latency_s)
+            self.recorder.add("time_saved_s", result.time_saved_s)
+            if result.waited_s > 0:
+                self.recorder.add("tab_waited_s", result.waited_s)
+            if result.outcome == "accepted":
+                self.recorder.add("tab_roundtrip_s", time.monotonic() - pressed)
+        self._round_over()
+
+    def _round_over(self) -> None:
+        self.rounds += 1
+        with self.recorder.lock:
+            self.recorder.rounds += 1
+        if self.rounds >= self.options.turns or time.monotonic() >= self.deadline:
+            self._finish()
+            return
+        self.call_after(self._think(), self._decide)
+
+    def _error(self, error: BaseException) -> None:
+        with self.recorder.lock:
+            self.recorder.errors.append(f"{type(error).__name__}: {error}")
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.done.release()
+
+    # -- what the session tells us --------------------------------------------------------
+
+    @handles(SuggestionReady)
+    def _on_suggestion(self, event: SuggestionReady) -> None:
+        self.suggestion = event.suggestion.text
+        with self.recorder.lock:
+            self.recorder.suggestions += 1
+
+    @handles(SpeculationProgress)
+    def _on_progress(self, event: SpeculationProgress) -> None:
+        with self.recorder.lock:
+            self.recorder.speculations.add(event.speculation_id)
+
+    @handles(SpeculationFinished)
+    def _on_finished(self, event: SpeculationFinished) -> None:
+        recorder = self.recorder
+        with recorder.lock:
+            recorder.speculations.add(event.speculation_id)
+            recorder.outcomes[event.outcome] = recorder.outcomes.get(event.outcome, 0) + 1
+            recorder.states[event.state] = recorder.states.get(event.state, 0) + 1
+            if event.outcome in ("aborted", "failed", "conflict"):
+                recorder.wasted_tokens += event.tokens
+            if event.outcome == "aborted" and event.cancel_latency_s is not None:
+                recorder.abort_cancel_s.append(event.cancel_latency_s)
+            if event.outcome == "aborted" and event.cleanup_latency_s is not None:
+                recorder.abort_cleanup_s.append(event.cleanup_latency_s)
+
+    @handles(EventBase)
+    def _on_other(self, _event: EventBase) -> None:
+        """Other session events are of no interest to the simulated user."""
+
+
+@dataclass
+class LoadReport:
+    options: dict[str, Any]
+    sessions: int
+    turns: int
+    suggestions: int
+    speculations_started: int
+    speculations: dict[str, int]
+    speculation_states: dict[str, int]
+    accepts: dict[str, int]
+    tab_waited_ms: dict[str, float]
+    accept_latency_ms: dict[str, float]
+    abort_latency_ms: dict[str, float]
+    abort_cleanup_ms: dict[str, float]
+    time_saved_ms_mean: float
+    wasted_tokens: int
+    main_turn_ms: dict[str, float]
+    rss_per_session_kib: float
+    peak_threads: int
+    peak_fds: int
+    wall_s: float
+    leaks: dict[str, int]
+    errors: list[str]
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0, "p50": math.nan, "p95": math.nan, "p99": math.nan}
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50) * 1e3,
+        "p95": percentile(values, 95) * 1e3,
+        "p99": percentile(values, 99) * 1e3,
+    }
+
+
+def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
+    """Run the workload once; returns the report and the raw latency samples."""
+    root = Path(tempfile.mkdtemp(prefix="fore-bench-"))
+    recorder = Recorder()
+    script_file = ScriptFile.model_validate(script(options.turns))
+    server = MockLlmServer.spawn(
+        script_file, ttft_ms=options.ttft_ms, tokens_per_s=options.tokens_per_s
+    )
+    process = psutil.Process()
+    try:
+        threads_before = {t.ident for t in threading.enumerate()}
+        fds_before = process.num_fds()
+        rss_before = process.memory_info().rss
+        started = time.monotonic()
+        rt = Runtime(name="bench", overlay_root=root / "overlays", blob_dir=root / "blobs")
+        model = OpenAICompatible(
+            base_url=server.base_url,
+            api_key="bench",
+            model="mock",
+            retry=RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5),
+        )
+        config = SpeculationConfig(
+            enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
+        )
+        done = threading.Semaphore(0)
+        deadline = time.monotonic() + options.duration
+        users = []
+        peak_threads = threading.active_count()
+        peak_fds = process.num_fds()
+        peak_rss = process.memory_info().rss
+        total_rounds = options.sessions * options.turns
+        progress = Progress(
+            TextColumn("[bold]fore bench[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=not options.progress,
+            transient=True,
+        )
+        sessions = []
+        with progress:
+            opening = progress.add_task("opening sessions", total=options.sessions)
+            for i in range(options.sessions):
+                workspace = make_workspace(root / "ws" / f"s{i:05d}")
+                session = rt.open_session(
+                    workspace=workspace,
+                    model=model,
+                    speculation=config,
+                    system_prompt="You are a careful coding agent.",
+                )
+                sessions.append((session, workspace))
+                progress.advance(opening)
+            progress.remove_task(opening)
+            task = progress.add_task(
+                "speculation" if options.speculation else "no speculation", total=total_rounds
+            )
+            with rt.system.activated():
+                for i, (session, workspace) in enumerate(sessions):
+                    users.append(
+                        SimUser.start(
+                            session,
+                            workspace,
+                            options,
+                            options.seed * 100_003 + i,
+                            recorder,
+                            done,
+                            deadline,
+                        )
+                    )
+            finished = 0
+            while finished < len(users):
+                if done.acquire(timeout=0.2):
+                    finished += 1
+                    while done.acquire(blocking=False):
+                        finished += 1
+                progress.update(task, completed=recorder.rounds)
+                peak_threads = max(peak_threads, threading.active_count())
+                peak_fds = max(peak_fds, process.num_fds())
+                peak_rss = max(peak_rss, process.memory_info().rss)
+                if time.monotonic() > deadline + 30:
+                    recorder.errors.append("simulated users did not finish by the deadline")
+                    break
+        wall = time.monotonic() - started
+        for user in users:
+            user.stop()
+        for session, _ in sessions:
+            session.close()
+        clean = rt.close(timeout=60)
+        overlays_left = (
+            sum(1 for p in rt.overlays.process_dir.iterdir() if p != rt.overlays.journal_dir)
+            if rt.overlays.process_dir.exists()
+            else 0
+        )
+        leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
+        leaks = {
+            "overlay_dirs": overlays_left,
+            "threads": len(leaked_threads),
+            "file_descriptors": max(0, process.num_fds() - fds_before),
+            "live_actors": len(rt.system.registry),
+            "unclean_shutdown": 0 if clean else 1,
+        }
+        samples = {
+            "accept": recorder.accept_latency_s,
+            "abort_cancel": recorder.abort_cancel_s,
+            "abort_cleanup": recorder.abort_cleanup_s,
+            "main_turn": recorder.typed_turn_s,
+        }
+        report = LoadReport(
+            options=asdict(options),
+            sessions=options.sessions,
+            turns=recorder.rounds,
+            suggestions=recorder.suggestions,
+            speculations_started=len(recorder.speculations),
+            speculations=dict(sorted(recorder.outcomes.items())),
+            speculation_states=dict(sorted(recorder.states.items())),
+            accepts=dict(sorted(recorder.accepts.items())),
+            tab_waited_ms=_quantiles(recorder.tab_waited_s),
+            accept_latency_ms=_quantiles(recorder.accept_latency_s),
+            abort_latency_ms=_quantiles(recorder.abort_cancel_s),
+            abort_cleanup_ms=_quantiles(recorder.abort_cleanup_s),
+            time_saved_ms_mean=(
+                sum(recorder.time_saved_s) / len(recorder.time_saved_s) * 1e3
+                if recorder.time_saved_s
+                else 0.0
+            ),
+            wasted_tokens=recorder.wasted_tokens,
+            main_turn_ms=_quantiles(recorder.typed_turn_s),
+            rss_per_session_kib=(peak_rss - rss_before) / max(1, options.sessions) / 1024,
+            peak_threads=peak_threads,
+            peak_fds=peak_fds,
+            wall_s=wall,
+            leaks=leaks,
+            errors=recorder.errors[:20],
+        )
+        if leaked_threads:
+            report.errors.append(
+                "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])
+            )
+        return report, samples
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def print_report(report: LoadReport, compare: LoadReport | None = None) -> None:
+    def q(d: dict[str, float]) -> str:
+        return f"{d['p50']:.2f} / {d['p95']:.2f} / {d['p99']:.2f} ms (n={d['count']:.0f})"
+
+    spec = report.speculations
+    table(
+        f"fore bench: {report.sessions} sessions, {report.turns} turns in {report.wall_s:.1f} s",
+        ["measurement", "value"],
+        [
+            ["suggestions shown", report.suggestions],
+            ["speculations started", report.speculations_started],
+            [
+                "speculations reached: completed / boundary / failed / still running",
+                " / ".join(
+                    str(report.speculation_states.get(k, 0))
+                    for k in ("completed", "boundary", "failed", "running")
+                ),
+            ],
+            [
+                "speculations ended: accepted / accepted at boundary / aborted / failed / conflict",
+                " / ".join(
+                    str(spec.get(k, 0))
+                    for k in ("accepted", "boundary", "aborted", "failed", "conflict")
+                ),
+            ],
+            ["Tabs by outcome", ", ".join(f"{k} {v}" for k, v in report.accepts.items()) or "-"],
+            [
+                "accept latency p50 / p95 / p99 (Tab → files applied, history inserted)",
+                q(report.accept_latency_ms),
+            ],
+            ["Tab while still running: waited p50 / p95 / p99", q(report.tab_waited_ms)],
+            [
+                "abort latency p50 / p95 / p99 (typing → stream closed, tools cancelled)",
+                q(report.abort_latency_ms),
+            ],
+            ["abort → overlay removed p50 / p95 / p99", q(report.abort_cleanup_ms)],
+            ["time saved per accepted turn (mean)", f"{report.time_saved_ms_mean:.1f} ms"],
+            ["tokens spent on discarded speculations", report.wasted_tokens],
+            ["main-turn latency p50 / p95 / p99 (typed prompts)", q(report.main_turn_ms)],
+            ["RSS per session", f"{report.rss_per_session_kib:.1f} KiB"],
+            [
+                "peak OS threads / open file descriptors",
+                f"{report.peak_threads} / {report.peak_fds}",
+            ],
+            ["leaks after shutdown", ", ".join(f"{k} {v}" for k, v in report.leaks.items())],
+        ],
+    )
+    if compare is not None:
+        on, off = report.main_turn_ms, compare.main_turn_ms
+        table(
+            "main-turn latency: speculation on vs off (same workload)",
+            ["", "on (ms)", "off (ms)", "on / off"],
+            [
+                ["p50", on["p50"], off["p50"], on["p50"] / off["p50"] if off["p50"] else math.nan],
+                ["p99", on["p99"], off["p99"], on["p99"] / off["p99"] if off["p99"] else math.nan],
+            ],
+        )
+    if report.errors:
+        console.print("[yellow]notes:[/] " + "; ".join(report.errors[:5]))
+
+
+def leaks_total(report: LoadReport) -> int:
+    return sum(report.leaks.values())
+
+
+def report_json(report: LoadReport, compare: LoadReport | None) -> str:
+    data: dict[str, Any] = {"speculation": asdict(report)}
+    if compare is not None:
+        data["no_speculation"] = asdict(compare)
+        on, off = report.main_turn_ms["p99"], compare.main_turn_ms["p99"]
+        data["main_turn_p99_ratio"] = on / off if off else None
+    return json.dumps(data, indent=2, allow_nan=False, default=str).replace("NaN", "null")
+
+
+def plot(path: Path, samples: dict[str, list[float]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [k for k, v in samples.items() if v]
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4 * max(1, len(names)), 3.2))
+    axes_list = axes if hasattr(axes, "__iter__") else [axes]
+    for ax, name in zip(axes_list, names, strict=False):
+        ax.hist([v * 1e3 for v in samples[name]], bins=40)
+        ax.set_title(f"{name} latency")
+        ax.set_xlabel("ms")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,333 @@
+"""The ``fore`` command.
+
+* ``fore bench`` -- the speculation load benchmark (the main job);
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell`` -- the micro-benchmarks;
+* ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
+* ``fore mock-llm`` -- the built-in mock LLM server.
+
+A user mistake (a bad flag value, an unreachable endpoint, an unwritable output
+path) is one clear line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+PROG = "fore"
+MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_RUN_EXIT = {
+    "completed": 0,
+    "error": 1,
+    "rejected": 3,
+    "aborted": 3,
+    "max_turns": 4,
+    "paused": 5,
+    "cancelled": 130,
+}
+
+
+class UsageError(Exception):
+    """A user mistake: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _non_negative(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
+
+
+def _writable(path: str) -> Path:
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: permission denied")
+    if target.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {path}: it is a directory")
+    return target
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description=(
+            "Fore: a runtime for LLM coding-agent sessions (pooled actors, typed messages)."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    bench = sub.add_parser(
+        "bench",
+        help="the speculation load benchmark, or a micro-benchmark",
+        description=(
+            "Without a name: the speculation load benchmark -- N sessions in this process on "
+            "generated workspaces, talking to the built-in mock LLM server over real HTTP, with "
+            "simulated users who press Tab or type. With a name: one micro-benchmark "
+            f"({', '.join(MICRO)}), each printing its baseline and ratio from the same run."
+        ),
+    )
+    bench.add_argument("name", nargs="?", choices=MICRO, help="a micro-benchmark to run instead")
+    bench.add_argument("--quick", action="store_true", help="micro-benchmarks: smaller counts")
+    bench.add_argument("--sessions", type=_positive_int, default=200, help="sessions (default 200)")
+    bench.add_argument(
+        "--turns", type=_positive_int, default=4, help="turns per session (default 4)"
+    )
+    bench.add_argument(
+        "--duration",
+        type=_non_negative,
+        default=100.0,
+        help="wall-clock bound in seconds (default 100)",
+    )
+    bench.add_argument(
+        "--accept-p",
+        type=_probability,
+        default=0.7,
+        help="probability a user presses Tab (default 0.7)",
+    )
+    bench.add_argument(
+        "--think-ms",
+        type=_non_negative,
+        default=5000.0,
+        help="mean think time in ms (exponential, capped at 5x; default 5000)",
+    )
+    bench.add_argument(
+        "--edit-p",
+        type=_probability,
+        default=0.05,
+        help="probability a user edits a file the speculation touched before Tab (default 0.05)",
+    )
+    bench.add_argument(
+        "--ttft-ms", type=_non_negative, default=40.0, help="mock LLM time to first token"
+    )
+    bench.add_argument(
+        "--tokens-per-s", type=_non_negative, default=400.0, help="mock LLM tokens per second"
+    )
+    bench.add_argument(
+        "--no-speculation", action="store_true", help="suggestions only, no speculation"
+    )
+    bench.add_argument(
+        "--compare", action="store_true", help="run with and without speculation; print the ratio"
+    )
+    bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    bench.add_argument("--json", type=_writable, metavar="PATH", help="write the JSON report here")
+    bench.add_argument(
+        "--plot", type=_writable, metavar="PATH.png", help="latency histograms (needs matplotlib)"
+    )
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    run = sub.add_parser(
+        "run",
+        help="one headless turn",
+        description=(
+            "Run one turn in WORKSPACE and print its events (JSON lines with --json). "
+            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget spent, "
+            "5 paused, 130 cancelled, 2 usage error."
+        ),
+    )
+    run.add_argument("prompt", help="the prompt (@path references are attached)")
+    run.add_argument("--workspace", required=True, help="the workspace directory")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--script", help="a scripted-model JSON file (offline)")
+    source.add_argument(
+        "--base-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"
+    )
+    run.add_argument("--model", help="the model name (with --base-url)")
+    run.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    run.add_argument("--system", help="a system prompt")
+    run.add_argument(
+        "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
+    )
+    run.add_argument(
+        "--timeout", type=_non_negative, default=600.0, help="seconds for the turn (default 600)"
+    )
+    run.add_argument("--json", action="store_true", help="print events as JSON lines")
+
+    sub.add_parser(
+        "mock-llm",
+        help="the built-in OpenAI-compatible mock LLM server",
+        add_help=False,
+        description="See `fore mock-llm --help`.",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] == "mock-llm":
+        from actors.llm.mock_server import main as mock_main
+
+        return mock_main(args_list[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        if args.command == "bench":
+            return _bench(args)
+        if args.command == "run":
+            return _run(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+    return EXIT_USAGE
+
+
+# -- fore bench -----------------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.name is not None:
+        module = importlib.import_module(f"bench.{args.name}")
+        module.run(quick=args.quick)
+        return EXIT_OK
+    if args.plot is not None:
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError:
+            raise UsageError(
+                f"{PROG} bench: --plot needs matplotlib (pip install 'fore-runtime[plot]')"
+            ) from None
+    from bench.load import LoadOptions, leaks_total, plot, print_report, report_json, run_load
+
+    options = LoadOptions(
+        sessions=args.sessions,
+        turns=args.turns,
+        duration=args.duration,
+        accept_p=args.accept_p,
+        think_ms=args.think_ms,
+        edit_p=args.edit_p,
+        ttft_ms=args.ttft_ms,
+        tokens_per_s=args.tokens_per_s,
+        speculation=not args.no_speculation,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    report, samples = run_load(options)
+    compare = None
+    if args.compare:
+        options.speculation = False
+        compare, _ = run_load(options)
+    print_report(report, compare)
+    if args.json is not None:
+        args.json.write_text(report_json(report, compare) + "\n")
+    if args.plot is not None:
+        plot(args.plot, samples)
+    leaks = leaks_total(report) + (leaks_total(compare) if compare is not None else 0)
+    if leaks:
+        sys.stderr.write(f"{PROG} bench: {leaks} leak(s) after shutdown: {report.leaks}\n")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# -- fore run --------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    workspace = Path(args.workspace)
+    if not workspace.is_dir():
+        raise UsageError(f"{PROG} run: --workspace {args.workspace}: not a directory")
+    model: Any
+    if args.script is not None:
+        from actors.llm import ScriptedModel
+        from actors.llm.script import ScriptError
+
+        try:
+            model = ScriptedModel.from_file(args.script)
+        except ScriptError as exc:
+            raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None
+    else:
+        if not args.model:
+            raise UsageError(f"{PROG} run: --model is required with --base-url")
+        if not args.base_url.startswith(("http://", "https://")):
+            raise UsageError(f"{PROG} run: --base-url must start with http:// or https://")
+        from actors.llm import OpenAICompatible, RetryPolicy
+
+        model = OpenAICompatible(
+            base_url=args.base_url,
+            model=args.model,
+            api_key=args.api_key,
+            retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+        )
+    from messages.session import TextDelta, ToolFinished, ToolStarted, TurnFinished
+    from supervision import Runtime
+
+    with Runtime(name="fore-run") as rt:
+        session = rt.open_session(
+            workspace=workspace, model=model, system_prompt=args.system, max_turns=args.max_turns
+        )
+        try:
+            result = session.submit(args.prompt, timeout=args.timeout)
+        except Exception as exc:
+            sys.stderr.write(f"{PROG} run: error: {exc}\n")
+            return EXIT_FAILED
+        events = session.drain_events()
+        out = sys.stdout
+        for event in events:
+            if args.json:
+                out.write(event.model_dump_json() + "\n")
+            elif isinstance(event, TextDelta):
+                out.write(event.text)
+            elif isinstance(event, ToolStarted):
+                out.write(f"\n[tool {event.name} ...]\n")
+            elif isinstance(event, ToolFinished):
+                state = "failed" if event.is_error else "done"
+                out.write(f"[tool {event.name} {state} in {event.duration_s * 1000:.0f} ms]\n")
+            elif isinstance(event, TurnFinished):
+                out.write(f"\n[turn {event.result.status} after {event.result.turns} LLM calls]\n")
+        out.flush()
+        if result.status == "error":
+            sys.stderr.write(f"{PROG} run: error: {result.error}\n")
+        elif args.json and not any(isinstance(e, TurnFinished) for e in events):
+            out.write(
+                json.dumps({"kind": "turn_finished", "result": result.model_dump(mode="json")})
+                + "\n"
+            )
+        return _RUN_EXIT.get(result.status, EXIT_FAILED)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

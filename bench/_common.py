@@ -16,7 +16,17 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False)
+# Piped output (CI logs, tests, ``| tee``) gets 120 columns rather than rich's
+# 80, so the result tables keep one row per line.
+console = Console(highlight=False, width=None if os.isatty(1) else 120)
+
+
+class BenchFailed(RuntimeError):
+    """A measurement lost work or missed its deadline: its figures are not rates.
+
+    Raised by a micro-benchmark's ``run`` (after printing what it could);
+    ``fore bench <name>`` reports it as one line and exits non-zero.
+    """
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -63,7 +73,7 @@ def machine_line() -> str:
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print one result table."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="left", min_width=min(len(title), 120))
     for i, column in enumerate(columns):
         t.add_column(column, justify="left" if i == 0 else "right")
     for row in rows:

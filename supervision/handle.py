@@ -96,7 +96,19 @@ class Handle(Generic[A]):
         return future.get(timeout=timeout) if block else future
 
     def proxy(self) -> ActorProxy[A]:
-        """A pykka proxy whose calls always reach the current incarnation."""
+        """A pykka proxy whose calls always reach the current incarnation.
+
+        The proxy sends through this handle, so it follows restarts: a call
+        made while the child restarts waits in the handle like any other mail
+        and is answered by the next incarnation. pykka learns the attributes
+        by introspecting one actor object; any incarnation serves (they share
+        a class), so a proxy can be made while the child is restarting too
+        (the handle's ref keeps the last incarnation until it is replaced).
+        Raises :class:`pykka.ActorDeadError` once the handle is closed, or
+        before the child's first start.
+        """
+        if self._ref is None and self._state != "dead":
+            raise ActorDeadError(f"{self.child_id} has not started yet")
         return ActorProxy(actor_ref=self)  # type: ignore[arg-type]
 
     # -- sending ------------------------------------------------------------

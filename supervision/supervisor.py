@@ -77,6 +77,7 @@ class _Child:
     consecutive: int = 0
     on_stopped: Done | None = None
     stop_timer: TimerHandle | None = None
+    backoff_timer: TimerHandle | None = None
     backoff_waited: bool = False
     last_start: float = 0.0
 
@@ -113,7 +114,8 @@ class Supervisor(PooledActor):
         self._ops: deque[Operation] = deque()
         self._busy = False
         self._status: SupervisorStatus = "running"
-        self._shutdown_waiters: list[PooledFuture[Any] | None] = []
+        self._shutdown_waiters: list[tuple[PooledFuture[Any] | None, bool]] = []
+        self._stop_when_down = False
         self._restarts_total = 0
         for spec in children:
             self._add(spec)
@@ -128,6 +130,7 @@ class Supervisor(PooledActor):
     def on_failure(self, *_exc_info: Any) -> None:
         # A supervisor that dies takes its children with it (OTP links).
         self._kill_children()
+        self._answer_shutdown_waiters()  # e.g. a stop that arrived mid-escalation
 
     def on_stop(self) -> None:
         self._kill_children()
@@ -135,6 +138,7 @@ class Supervisor(PooledActor):
     def kill(self) -> None:
         self._kill_children()
         super().kill()
+        self._answer_shutdown_waiters()
 
     def _handle_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -143,7 +147,9 @@ class Supervisor(PooledActor):
             return None
         if kind is StopNow:
             self._kill_children()
-            return self._stop()
+            self._stop()
+            self._answer_shutdown_waiters()
+            return None
         return super()._handle_receive(message)
 
     # -- public messages -------------------------------------------------------
@@ -275,11 +281,24 @@ class Supervisor(PooledActor):
         self._restarts_total += 1
         child.status = ChildStatus.RESTARTING
         to_stop, to_start = plan_restart(self.strategy, list(self._children), child.spec.id)
+        # OTP: a temporary child is never restarted, not even when a sibling's
+        # crash takes it down (one_for_all, rest_for_one): it is stopped with
+        # the others and then removed. Transient siblings do restart.
+        dropped = [
+            cid for cid in to_stop if self._children[cid].spec.restart is RestartType.TEMPORARY
+        ]
+        to_start = [cid for cid in to_start if cid not in dropped]
         for cid in to_stop:
-            self._children[cid].status = ChildStatus.RESTARTING
+            if cid not in dropped:
+                self._children[cid].status = ChildStatus.RESTARTING
 
         def op(done: Done) -> None:
-            self._stop_sequence(to_stop, lambda: self._start_sequence(to_start, done))
+            def stopped() -> None:
+                for cid in dropped:
+                    self._remove(cid, "stopped (temporary: not restarted)")
+                self._start_sequence(to_start, done)
+
+            self._stop_sequence(to_stop, stopped)
 
         self._enqueue(op)
 
@@ -401,18 +420,15 @@ class Supervisor(PooledActor):
                 if child is None or self._status != "running":
                     queue.popleft()
                     continue
-                if child.spec.restart is RestartType.TEMPORARY and child.restarts > 0:
-                    queue.popleft()  # collateral stop of a temporary child: gone for good
-                    self._remove(cid, "stopped")
-                    continue
                 delay = 0.0
                 if self._backoff is not None and child.consecutive > 0:
                     delay = self._backoff.delay(child.consecutive, self._rng)
                 if delay > 0 and not child.backoff_waited:
                     child.backoff_waited = True
-                    self.call_after(delay, step)
+                    child.backoff_timer = self.call_after(delay, step)
                     return
                 child.backoff_waited = False
+                child.backoff_timer = None
                 queue.popleft()
                 if not self._start_child(child):
                     self._retry_start(child)
@@ -422,7 +438,11 @@ class Supervisor(PooledActor):
 
     def _retry_start(self, child: _Child) -> None:
         # A child whose start failed counts as a crash of that child alone: the
-        # rest of the sequence goes on, and this one is tried again later.
+        # rest of the sequence goes on, and this one is tried again later --
+        # unless it is temporary: never restarted, a failed start is its end.
+        if child.spec.restart is RestartType.TEMPORARY:
+            self._remove(child.spec.id, "failed to start (temporary: not retried)")
+            return
         child.status = ChildStatus.RESTARTING
         now = time.monotonic()
         if not self._intensity.record(now):
@@ -488,24 +508,43 @@ class Supervisor(PooledActor):
         child = self._children.pop(child_id, None)
         if child is None:
             return
-        if child.stop_timer is not None:
-            child.stop_timer.cancel()
+        _cancel_timers(child)
         child.handle.close(reason)
 
     def _kill_children(self) -> None:
+        """Take every child down with this supervisor (OTP links), at once.
+
+        Every child's handle is closed and its timers cancelled -- also for a
+        child between incarnations (crashed, in backoff, mid-restart), which
+        has no actor to kill but whose handle holds mail and callers: left
+        "restarting", it would buffer tells silently and keep asks waiting
+        until their deadlines, for a restart that will never come.
+        """
         for child in reversed(list(self._children.values())):
+            _cancel_timers(child)
             ref = child.ref
-            if ref is None:
-                continue
-            actor = ref._actor_weakref()
-            if isinstance(actor, PooledActor):
-                actor.kill()
-            child.handle.close("stopped")
+            if ref is not None:
+                actor = ref._actor_weakref()
+                if isinstance(actor, PooledActor):
+                    actor.kill()
+            child.handle.close("stopped with its supervisor")
 
     def _begin_shutdown(self, reply: PooledFuture[Any] | None, *, then_stop: bool) -> None:
-        self._shutdown_waiters.append(reply)
-        if self._status == "shutting_down":
+        """Stop the children in reverse start order; then stop too if ``then_stop``.
+
+        ``reply`` (a deferred ``stop()`` or :class:`Shutdown` ask) is answered
+        when that is done: ``True`` for a stop, ``None`` for a Shutdown.
+        """
+        self._shutdown_waiters.append((reply, then_stop))
+        self._stop_when_down = self._stop_when_down or then_stop
+        if self._status == "failed":
+            # Mid-escalation: the escalation already stops every child in
+            # reverse order and then fails upward. A stop must not cancel it
+            # (the parent would see a clean exit instead of the failure); the
+            # waiters are answered when the supervisor exits (on_failure).
             return
+        if self._status == "shutting_down":
+            return  # the shutdown under way also stops us if a waiter asked for it
         self._status = "shutting_down"
         order = list(reversed(self._children))
 
@@ -513,12 +552,9 @@ class Supervisor(PooledActor):
             for cid in list(self._children):
                 self._remove(cid, "stopped")
             self._status = "stopped"
-            waiters, self._shutdown_waiters = self._shutdown_waiters, []
-            if then_stop:
+            if self._stop_when_down:
                 self._stop()
-            for waiter in waiters:
-                if waiter is not None:
-                    waiter.try_set(True if then_stop else None)
+            self._answer_shutdown_waiters()
 
         def op(done: Done) -> None:
             def finished() -> None:
@@ -529,6 +565,12 @@ class Supervisor(PooledActor):
 
         self._ops.clear()
         self._enqueue(op, force=True)
+
+    def _answer_shutdown_waiters(self) -> None:
+        waiters, self._shutdown_waiters = self._shutdown_waiters, []
+        for reply, then_stop in waiters:
+            if reply is not None:
+                reply.try_set(True if then_stop else None)
 
     # -- introspection -----------------------------------------------------------
 
@@ -555,3 +597,10 @@ class Supervisor(PooledActor):
             restarts=self._restarts_total,
             children=tuple(children),
         )
+
+
+def _cancel_timers(child: _Child) -> None:
+    for timer in (child.stop_timer, child.backoff_timer):
+        if timer is not None:
+            timer.cancel()
+    child.stop_timer = child.backoff_timer = None

@@ -19,6 +19,7 @@ import traceback
 import types
 import uuid
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, NoReturn
 
 import pykka
@@ -619,6 +620,27 @@ def probe(system: ActorSystem) -> Iterator[Probe]:
     probe = Probe()
     yield probe
     probe.release.set()
+
+
+@contextmanager
+def parked_timer(system: ActorSystem) -> Iterator[None]:
+    """Hold the system's single timer thread in a callback until the block ends.
+
+    No timer can fire meanwhile, so a test can arm and cancel timers without
+    racing the clock.
+    """
+    entered, release = threading.Event(), threading.Event()
+
+    def park() -> None:
+        entered.set()
+        release.wait(WAIT * 12)  # bounded: a test that forgets to release cannot hang
+
+    system.timer.call_later(0, park)
+    assert entered.wait(WAIT)
+    try:
+        yield
+    finally:
+        release.set()
 
 
 def actor_of(ref: ActorRef[Any]) -> Any:
@@ -1876,8 +1898,12 @@ def test_send_after_delivers_and_a_cancelled_timer_never_does(
 ) -> None:
     ref = Worker.start(probe)
 
-    ref.tell(Arm(delay=0.01, tag="cancelled", cancel=True))
-    ref.tell(Arm(delay=0.05, tag="fired"))
+    # Park the timer thread first, so the cancel lands before the timer could
+    # possibly fire however slowly this thread or the dispatcher runs.
+    with parked_timer(system):
+        ref.ask(Arm(delay=0.01, tag="cancelled", cancel=True), timeout=WAIT)
+        ref.ask(Arm(delay=0.05, tag="fired"), timeout=WAIT)
+        assert system.timer.pending() == 1, "the cancelled timer is no longer pending"
 
     # Timers fire in deadline order and the mailbox is FIFO, so once the later
     # timer's message has arrived, the cancelled one would have arrived too.

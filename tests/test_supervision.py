@@ -10,6 +10,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pykka
@@ -26,6 +27,7 @@ from messages.runtime import (
     StartChild,
     StopChild,
     Strategy,
+    WhichChildren,
 )
 from supervision import (
     Backoff,
@@ -131,7 +133,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
 
 
 def urn(handle: Handle[Any]) -> str:
-    return handle.ask(Who(), timeout=WAIT)[1]
+    _name, actor_urn = handle.ask(Who(), timeout=WAIT)
+    return str(actor_urn)
 
 
 @pytest.fixture
@@ -160,8 +163,38 @@ def child(sup: Handle[Supervisor], child_id: str) -> Handle[Any]:
     from messages.runtime import GetChild
 
     handle = sup.ask(GetChild(child_id=child_id), timeout=WAIT)
-    assert handle is not None
+    assert isinstance(handle, Handle)
     return handle
+
+
+def status(sup: Handle[Supervisor], child_id: str) -> tuple[ChildStatus, int] | None:
+    """(status, restarts) of one child in the supervisor's snapshot, if it has it."""
+    tree = sup.ask(WhichChildren(), timeout=WAIT)
+    for node in tree.children:
+        if node.id == child_id:
+            return node.status, node.restarts
+    return None
+
+
+@contextmanager
+def parked_timer(rt: Runtime) -> Iterator[None]:
+    """Hold the runtime's single timer thread in a callback until the block ends.
+
+    No timer (a backoff delay, a shutdown timeout) can fire meanwhile, so a
+    test can assert the state before it fires without racing the clock.
+    """
+    entered, release = threading.Event(), threading.Event()
+
+    def park() -> None:
+        entered.set()
+        release.wait(WAIT * 6)  # bounded: a test that forgets to release cannot hang
+
+    rt.system.timer.call_later(0, park)
+    assert entered.wait(WAIT)
+    try:
+        yield
+    finally:
+        release.set()
 
 
 # -- pure policy ---------------------------------------------------------------
@@ -310,7 +343,12 @@ def test_intensity_exceeded_stops_children_in_reverse_order_and_escalates(
     sup_actor = sup._actor_weakref()
     assert sup_actor is not None
     exited = threading.Event()
-    sup_actor.add_exit_watcher(lambda record: (exits.append(record), exited.set()))
+
+    def on_exit(record: Any) -> None:
+        exits.append(record)
+        exited.set()
+
+    sup_actor.add_exit_watcher(on_exit)
 
     b = child(sup, "b")
     b.tell(Crash())
@@ -359,17 +397,21 @@ def test_backoff_delays_restart_and_mail_waits_in_the_handle(runtime: Runtime) -
         runtime,
         "s",
         [spec("w", journal)],
-        backoff=Backoff(initial=2.0, maximum=2.0, jitter=0.0),
+        backoff=Backoff(initial=0.05, maximum=0.05, jitter=0.0),
         max_restarts=5,
     )
     w = child(sup, "w")
     first = urn(w)
-    w.tell(Crash())
-    wait_until(lambda: w.state == "restarting")
-    # Still waiting for the backoff delay: nothing restarted yet, mail is kept.
-    assert journal.count("start:w") == 1
-    pending = w.ask(Who(), block=False)
-    assert not pending.done()
+    with parked_timer(runtime):
+        w.tell(Crash())
+        # The supervisor has taken the crash in and armed the backoff timer,
+        # which cannot fire while the timer thread is parked: nothing is
+        # restarted yet, and new mail is kept in the handle.
+        wait_until(lambda: status(sup, "w") == (ChildStatus.RESTARTING, 1))
+        assert w.state == "restarting"
+        assert journal.count("start:w") == 1
+        pending = w.ask(Who(), block=False)
+        assert not pending.done()
     name, new_urn = pending.get(timeout=WAIT)
     assert name == "w" and new_urn != first
     assert journal.count("start:w") == 2

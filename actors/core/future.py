@@ -124,7 +124,11 @@ class PooledFuture(ThreadingFuture[T]):
 
 
 def _safe_call(fn: DoneCallback, future: PooledFuture[Any]) -> None:
+    # A callback is someone else's code running on whichever thread completes
+    # the future -- usually a dispatcher thread in the middle of an actor's
+    # slice. Anything escaping it, even SystemExit, would unwind that actor's
+    # message loop, so it is logged and contained here.
     try:
         fn(future)
-    except Exception:
+    except BaseException:
         log.exception("future_callback_failed", callback=repr(fn))

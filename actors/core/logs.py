@@ -17,7 +17,8 @@ from typing import IO
 import structlog
 
 _lock = threading.Lock()
-_configured = False
+_configured: str | None = None
+"""``None``, ``"defaults"`` (configured with no explicit setting) or ``"explicit"``."""
 
 
 class _CurrentStderr:
@@ -40,10 +41,18 @@ def configure_logging(
     stream: IO[str] | None = None,
     force: bool = False,
 ) -> None:
-    """Configure structlog (idempotent unless ``force``)."""
+    """Configure structlog (idempotent unless ``force``).
+
+    Every :class:`~actors.core.system.ActorSystem` calls this with no
+    arguments, so the first call wins -- except that a call with an explicit
+    ``level``, ``json`` or ``stream`` replaces a configuration made from the
+    defaults alone: a bare system created first (the process default, say)
+    must not swallow the settings a later ``Runtime(log_level=...)`` asks for.
+    """
     global _configured
+    explicit = level is not None or json is not None or stream is not None
     with _lock:
-        if _configured and not force:
+        if _configured is not None and not force and (not explicit or _configured == "explicit"):
             return
         level_name = (level or os.environ.get("FORE_LOG_LEVEL") or "warning").lower()
         if level_name not in _LEVELS:
@@ -71,4 +80,4 @@ def configure_logging(
             cache_logger_on_first_use=False,
         )
         logging.getLogger("pykka").setLevel(logging.WARNING)
-        _configured = True
+        _configured = "explicit" if explicit else "defaults"

@@ -187,7 +187,15 @@ class Mailbox:
                 else:
                     self._scheduled = False
                     return
-            owner._fore_process(envelope)
+            try:
+                owner._fore_process(envelope)
+            except BaseException as exc:
+                # _fore_process contains handler errors itself; what escapes it
+                # comes from delivering the outcome (a reply future's code, an
+                # exit watcher). Left to the dispatcher, this mailbox would stay
+                # "scheduled" forever: the actor would never run again nor exit,
+                # and its supervisor would never hear of it. So the actor fails.
+                owner._fore_escaped(envelope, exc)
         with lock:
             if self._state == _OPEN and (normal or self._control):
                 again = True

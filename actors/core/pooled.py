@@ -29,6 +29,8 @@ runtime's single timer thread.
 
 from __future__ import annotations
 
+import functools
+import queue
 import sys
 import threading
 import time
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 M = TypeVar("M")
+_log = structlog.get_logger(__name__)
 
 _EXIT_LOCK = threading.Lock()
 """Guards the exit/watch handshake of every actor (both are rare events)."""
@@ -275,14 +278,32 @@ class PooledActor(pykka.Actor):
         """Run ``fn(*args)`` on the blocking lane; deliver the outcome as a message.
 
         ``then(result)`` or ``on_error(exc)`` runs in this actor's context. With
-        no ``on_error``, an exception fails the actor like a crashing handler.
+        no ``on_error`` -- whether or not ``then`` is given -- an exception
+        raised by ``fn`` fails the actor like a crashing handler, so an error is
+        never silently lost (if the actor is gone by then, it is logged).
+        Cancelled work (``future.cancel()``, or the lane shutting down) goes to
+        ``on_error`` as :class:`ActorCrashed`; without ``on_error`` it is logged.
         """
         future = self._fore_system.blocking.submit(fn, *args)
-        if then is not None or on_error is not None:
-            future.add_done_callback(
-                lambda f: self.post(self._fore_blocking_done, f, then, on_error)
-            )
+        future.add_done_callback(
+            functools.partial(self._fore_blocking_settled, then=then, on_error=on_error)
+        )
         return future
+
+    def _fore_blocking_settled(
+        self,
+        future: ConcurrentFuture[Any],
+        *,
+        then: Callable[[Any], Any] | None,
+        on_error: Callable[[BaseException], Any] | None,
+    ) -> None:
+        # Runs on the blocking-lane thread: hand the outcome to the actor,
+        # unless there is nothing to act on (a success nobody asked to see).
+        error = None if future.cancelled() else future.exception()
+        if then is None and on_error is None and error is None and not future.cancelled():
+            return
+        if not self.post(self._fore_blocking_done, future, then, on_error) and error is not None:
+            self.log.warning("blocking_error_after_exit", error=repr(error))
 
     def _fore_blocking_done(
         self,
@@ -291,6 +312,9 @@ class PooledActor(pykka.Actor):
         on_error: Callable[[BaseException], Any] | None,
     ) -> None:
         if future.cancelled():
+            if on_error is None:
+                self.log.warning("blocking_work_cancelled")
+                return
             error: BaseException | None = ActorCrashed("blocking work was cancelled")
         else:
             error = future.exception()
@@ -393,10 +417,39 @@ class PooledActor(pykka.Actor):
         for watcher in watchers or ():
             try:
                 watcher(record)
-            except Exception:
+            except BaseException:  # a watcher must not cut the exit short (see below)
                 self.log.exception("exit_watcher_failed")
         if not record.claimed:
             _answer_dead(record.leftovers, self)
+
+    def _fore_escaped(self, envelope: Envelope[Any], exc: BaseException) -> None:
+        """Fail this actor for an exception that escaped :meth:`_fore_process`.
+
+        Called by the mailbox. Handler errors never get here; what does comes
+        from delivering an outcome (a reply future whose ``set`` raises, say),
+        and the actor must then fail visibly -- supervisor told, queued asks
+        answered -- rather than sit wedged with a mailbox nobody runs. Never
+        raises: it runs on a dispatcher thread between two slices.
+        """
+        try:
+            if self._fore_exited:
+                # Already gone (e.g. it raised while answering a stop): log only.
+                self.log.error("actor_exit_raised", error=repr(exc), exc_info=exc)
+            else:
+                self._fore_fail((type(exc), exc, exc.__traceback__))
+            if envelope.reply_to is not None:  # unless already answered
+                crash = ActorCrashed(
+                    f"{self} failed delivering the outcome of "
+                    f"{type(envelope.message).__name__}: {exc!r}"
+                )
+                crash.__cause__ = exc
+                _settle_exception(envelope.reply_to, (ActorCrashed, crash, exc.__traceback__))
+        except BaseException:
+            try:
+                self.log.exception("actor_escape_handling_failed")
+            finally:
+                # Whatever happened, nothing may keep waiting on this mailbox.
+                _answer_dead(self.actor_inbox.close(), self)
 
     # -- the message loop (called by the mailbox on a dispatcher thread) -----
 
@@ -431,7 +484,7 @@ class PooledActor(pykka.Actor):
         if reply_to is not None:
             try:
                 reply_to.set(response)
-            except Exception:  # queue.Full: the asker's deadline already answered it
+            except queue.Full:  # the asker's deadline already answered it
                 pass
 
     def _fore_run_on_start(self) -> None:
@@ -526,7 +579,7 @@ class PooledActor(pykka.Actor):
 def _settle_exception(future: Any, exc_info: Any) -> None:
     try:
         future.set_exception(exc_info)
-    except Exception:  # queue.Full: the asker's deadline already answered it
+    except queue.Full:  # the asker's deadline already answered it
         pass
 
 
@@ -548,8 +601,10 @@ def _answer_dead(envelopes: Iterable[Envelope[Any]], actor: Any) -> None:
             else:
                 error = ActorDeadError(f"{actor} stopped before handling the message")
                 future.set_exception((ActorDeadError, error, None))
-        except Exception:  # already answered (deadline)
+        except queue.Full:  # already answered (deadline)
             pass
+        except BaseException:  # one odd future must not leave the others unanswered
+            _log.exception("answer_dead_failed", actor=repr(actor))
 
 
 def stop_now(ref: ActorRef[Any], *, block: bool = True, timeout: float | None = None) -> bool:

@@ -24,6 +24,7 @@ import structlog
 
 from actors.core.blocking import BlockingLane
 from actors.core.dispatcher import Dispatcher
+from actors.core.logs import configure_logging
 from actors.core.registry import Registry
 from actors.core.timer import Timer
 
@@ -49,6 +50,9 @@ class ActorSystem:
         throughput: int = 32,
         blocking_threads: int = 16,
     ) -> None:
+        # Idempotent: a bare system (scripts, tests, the process default) logs
+        # through the same configured structlog as a Runtime does.
+        configure_logging()
         self.name = name
         self.registry = Registry()
         self.timer = Timer(name=f"{name}-timer")

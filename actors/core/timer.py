@@ -106,7 +106,7 @@ class Timer:
                     self._cond.wait(delay)
             try:
                 handle._fire()
-            except Exception:
+            except BaseException:  # even SystemExit: this one thread serves every timer
                 log.exception("timer_callback_failed")
 
     def shutdown(self, timeout: float = 2.0) -> bool:

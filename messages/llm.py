@@ -57,6 +57,15 @@ class LlmRequest(Message):
     tool_choice: ToolChoice = "auto"
     stream: bool = True
     stream_deltas: bool = True
+    """Send :class:`LlmTextDelta` events as text arrives (coalesced)."""
+    stream_tool_deltas: bool = True
+    """Send an :class:`LlmToolCallDelta` per tool-argument fragment.
+
+    Only a UI that shows arguments as they stream needs these; the final
+    :class:`LlmCompleted` carries every call assembled, so the worker opts out
+    (a tool call's arguments arrive as dozens of fragments, each an actor
+    message). Ignored when ``stream_deltas`` is false.
+    """
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     json_response: bool = False
@@ -65,7 +74,13 @@ class LlmRequest(Message):
 
 
 class CancelLlmRequest(ControlMessage):
-    """Cancel a request: its task stops, its connection closes, one LlmCancelled follows."""
+    """Cancel a request: its task stops, its connection closes, one LlmCancelled follows.
+
+    Being a control message it may overtake its own request in the gateway's
+    mailbox; the request is then answered with that one ``LlmCancelled`` when
+    it arrives, and never sent. Cancelling a request that already ended does
+    nothing.
+    """
 
     request_id: str
     reason: str = "cancelled"

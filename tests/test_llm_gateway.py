@@ -34,8 +34,8 @@ from actors.llm import (
     retry_delay,
 )
 from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile, ScriptReply, ScriptToolCall
-from actors.llm.wire import request_body, to_openai_messages
+from actors.llm.script import ScriptFile, ScriptReply, ScriptToolCall, stream_plan
+from actors.llm.wire import request_body, request_payload, to_openai_messages
 from messages.conversation import (
     AssistantMessage,
     SystemMessage,
@@ -170,13 +170,54 @@ def test_streaming_text_arrives_as_deltas_and_completes(
     assert done.usage.completion_tokens > 0 and done.usage.total_tokens >= done.usage.prompt_tokens
 
 
-def test_paced_text_streams_incrementally(harness: Harness, server: MockLlmServer) -> None:
-    paced = ScriptFile(replies=(ScriptReply(text="one two three four five six", tokens_per_s=40),))
-    server.set_script(paced)
+@pytest.fixture
+def loop_harness(server: MockLlmServer) -> Iterator[Any]:
+    """A harness on a loop built by the test (``make(**LlmLoop options)``)."""
+    server.reset()
+    server.set_script(SCRIPT)
+    system = ActorSystem(name="llm-test-loop")
+    loops: list[LlmLoop] = []
+
+    def make(**options: Any) -> Harness:
+        loops.append(LlmLoop(**options))
+        return Harness(system, loops[-1])
+
+    try:
+        yield make
+    finally:
+        for loop in loops:
+            assert loop.close()
+        system.shutdown()
+
+
+def test_without_coalescing_every_streamed_token_is_one_delta(
+    loop_harness: Any, server: MockLlmServer
+) -> None:
+    reply = ScriptReply(text="one two three four five six", tokens_per_s=200)
+    server.set_script(ScriptFile(replies=(reply,)))
+    harness = loop_harness(coalesce_ms=0)
     events = harness.events(harness.request(http_model(server), **session("paced")))
     deltas = [e.text for e in events if isinstance(e, LlmTextDelta)]
-    assert len(deltas) >= 4  # 25 ms apart: more than the 10 ms coalescing window
-    assert "".join(deltas) == "one two three four five six"
+    assert deltas == list(stream_plan(reply).chunks)  # exactly the server's chunks, in order
+    assert "".join(deltas) == events[-1].message.text
+
+
+def test_coalescing_merges_deltas_and_flushes_before_the_terminal_event(
+    loop_harness: Any, server: MockLlmServer
+) -> None:
+    """With a window longer than the stream, text after the first delta waits for the end.
+
+    The first delta goes out at once (nothing was sent in the window before
+    it); the rest is buffered and flushed, in one message, just before
+    ``LlmCompleted`` -- so no text is ever lost or reordered.
+    """
+    reply = ScriptReply(text="one two three four five six")
+    server.set_script(ScriptFile(replies=(reply,)))
+    harness = loop_harness(coalesce_ms=600_000)
+    events = harness.events(harness.request(http_model(server), **session("coalesced")))
+    chunks = stream_plan(reply).chunks
+    assert [type(e) for e in events] == [LlmTextDelta, LlmTextDelta, LlmCompleted]
+    assert [events[0].text, events[1].text] == [chunks[0], "".join(chunks[1:])]
 
 
 def test_parallel_tool_calls_reassemble_from_one_char_fragments(
@@ -282,6 +323,23 @@ def test_non_retryable_faults_fail_at_once(
     assert failed.error.kind == kind and not failed.error.retryable
     assert failed.error.status == int(fault)
     assert failed.error.provider_message  # the provider's own words are kept
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "status"), [("429", "rate_limit", 429), ("500", "server", 500)]
+)
+def test_retryable_status_errors_keep_the_provider_message(
+    harness: Harness, server: MockLlmServer, fault: str, kind: str, status: int
+) -> None:
+    sid = session(f"keep-{fault}")
+    server.queue_fault(fault, count=1, retry_after=0, session=sid["session_id"])  # type: ignore[arg-type]
+    model = http_model(server, retry=RetryPolicy(max_retries=0))
+    (failed,) = harness.events(harness.request(model, **sid))
+    assert isinstance(failed, LlmFailed)
+    assert (failed.error.kind, failed.error.status, failed.error.retryable) == (kind, status, True)
+    assert failed.error.provider_message is not None
+    assert "injected by the mock" in failed.error.provider_message
+    assert failed.error.provider_message in failed.error.message
 
 
 def test_rate_limit_honours_retry_after(harness: Harness, server: MockLlmServer) -> None:
@@ -390,6 +448,29 @@ def test_scripted_model_matches_purpose_and_contains_per_session(harness: Harnes
     assert fixing.message.text == "Fixing the failing test."
     assert exhausted.message.text == "(no scripted reply)"
     assert other_session.message.text == "Hello!"
+
+
+def test_scripted_model_contains_matches_the_last_tool_result(harness: Harness) -> None:
+    model = ScriptedModel(
+        [
+            {"when": {"contains": "run the tests"}, "text": "Running them."},
+            {"when": {"contains": "3 failed"}, "text": "Three tests fail; fixing."},
+            {"text": "fallback"},
+        ]
+    )
+    call = ToolCall(id="c1", name="shell", arguments={"command": "pytest -q"})
+    after_tool = (
+        UserMessage(text="run the tests"),
+        AssistantMessage(text="", tool_calls=(call,)),
+        ToolResult(call_id="c1", name="shell", output="===== 3 failed, 12 passed ====="),
+    )
+    # The last input is the tool result, not the (matching) user message before it.
+    reply = harness.events(harness.request(model, session_id="tr", messages=after_tool))[-1]
+    assert reply.message.text == "Three tests fail; fixing."
+    user_last = harness.events(
+        harness.request(model, session_id="tr", messages=(UserMessage(text="run the tests"),))
+    )[-1]
+    assert user_last.message.text == "Running them."
 
 
 def test_scripted_model_streams_tool_calls_with_generated_ids(harness: Harness) -> None:
@@ -575,6 +656,78 @@ def test_request_body_is_deterministic_and_complete() -> None:
     assert wire[3] == {"role": "tool", "tool_call_id": "c1", "content": "ok"}
     body = request_body(request, "m")
     assert body["max_tokens"] == 50 and body["response_format"] == {"type": "json_object"}
+
+
+_text = st.text(max_size=30)
+_args = st.dictionaries(
+    st.text(max_size=8), st.one_of(st.integers(), _text, st.booleans()), max_size=3
+)
+_items = st.lists(
+    st.one_of(
+        st.builds(SystemMessage, text=_text),
+        st.builds(UserMessage, text=_text),
+        st.builds(
+            AssistantMessage,
+            text=_text,
+            tool_calls=st.lists(
+                st.builds(ToolCall, id=st.just("c1"), name=st.just("t"), arguments=_args),
+                max_size=2,
+            ).map(tuple),
+        ),
+        st.builds(ToolResult, call_id=st.just("c1"), name=st.just("t"), output=_text),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    items=_items,
+    model_name=st.text(max_size=20),
+    with_tools=st.booleans(),
+    max_tokens=st.one_of(st.none(), st.integers(1, 100)),
+    json_response=st.booleans(),
+    stream=st.booleans(),
+)
+def test_request_payload_is_the_dict_body_encoded(
+    *,
+    items: list[Any],
+    model_name: str,
+    with_tools: bool,
+    max_tokens: int | None,
+    json_response: bool,
+    stream: bool,
+) -> None:
+    """The spliced, per-item-cached payload is byte for byte the plain encoding.
+
+    Model names full of quotes and ``"messages":0`` must not confuse the splice.
+    """
+    tools = (
+        (ToolDefinition(name="t", description='a "tool"', parameters={"type": "object"}),)
+        if with_tools
+        else ()
+    )
+    request = LlmRequest(
+        request_id="r",
+        session_id="s",
+        messages=tuple(items),
+        tools=tools,
+        max_tokens=max_tokens,
+        json_response=json_response,
+        stream=stream,
+    )
+    expected = json.dumps(
+        request_body(request, model_name), ensure_ascii=False, separators=(",", ":")
+    ).encode()
+    assert request_payload(request, model_name) == expected
+    assert request_payload(request, model_name) == expected  # from the cache, too
+    tricky = '"messages":0,"tools":0' + model_name
+    assert (
+        request_payload(request, tricky)
+        == json.dumps(
+            request_body(request, tricky), ensure_ascii=False, separators=(",", ":")
+        ).encode()
+    )
 
 
 def test_retry_delay_policy() -> None:

@@ -83,6 +83,12 @@ def provider_error_details(body: bytes) -> tuple[str | None, str | None]:
 def error_from_status(status: int, body: bytes, headers: Mapping[str, str]) -> LlmException:
     """Map a non-200 answer to a typed error, keeping the provider's message."""
     message, param = provider_error_details(body)
+    return _error_for_status(status, message, param, headers.get("retry-after"))
+
+
+def _error_for_status(
+    status: int, message: str | None, param: str | None, retry_after: str | None
+) -> LlmException:
     detail = f"HTTP {status}" + (f": {message}" if message else "")
     if status in (401, 403):
         return llm_error("auth", detail, status=status, provider_message=message, param=param)
@@ -91,7 +97,7 @@ def error_from_status(status: int, body: bytes, headers: Mapping[str, str]) -> L
             "rate_limit",
             detail,
             status=status,
-            retry_after_s=parse_retry_after(headers.get("retry-after")),
+            retry_after_s=parse_retry_after(retry_after),
             provider_message=message,
             param=param,
         )
@@ -106,8 +112,69 @@ def error_from_status(status: int, body: bytes, headers: Mapping[str, str]) -> L
             "server",
             detail,
             status=status,
-            retry_after_s=parse_retry_after(headers.get("retry-after")),
+            retry_after_s=parse_retry_after(retry_after),
             provider_message=message,
             param=param,
         )
     return llm_error("protocol", f"unexpected {detail}", status=status, provider_message=message)
+
+
+# What an error object's ``type`` / ``code`` says, checked in this order. Providers
+# spell these differently (OpenAI ``invalid_request_error`` + ``context_length_exceeded``,
+# Anthropic-style ``overloaded_error``, vLLM ``BadRequestError``, OpenRouter numeric
+# codes), so the match is on lower-cased fragments.
+_KIND_HINTS: tuple[tuple[LlmErrorKind, tuple[str, ...]], ...] = (
+    ("rate_limit", ("rate_limit", "ratelimit", "quota", "too_many_requests")),
+    ("auth", ("auth", "api_key", "permission", "forbidden")),
+    (
+        "bad_request",
+        ("context_length", "invalid_request", "badrequest", "bad_request", "invalid_prompt"),
+    ),
+    ("timeout", ("timeout", "timed_out")),
+    ("server", ("server", "overloaded", "internal", "api_error", "unavailable")),
+)
+
+
+def error_from_payload(error: Any, *, where: str) -> LlmException:
+    """Type an error object a provider sent with status 200 (in a stream or a body).
+
+    Mid-stream errors are how providers report what a status code would
+    otherwise say (the context is too long, a rate limit hit after the headers
+    went out), so the ``type`` / ``code`` decide the kind and with it whether
+    a retry can help: a context-length error must not be retried as if the
+    server had hiccuped. A numeric ``code`` is read as an HTTP status.
+    Unrecognised errors stay retryable server errors.
+    """
+    fields: tuple[Any, ...] = ()
+    if isinstance(error, Mapping):
+        raw_message = error.get("message")
+        message = str(raw_message) if raw_message is not None else None
+        raw_param = error.get("param")
+        param = str(raw_param) if raw_param is not None else None
+        fields = (error.get("type"), error.get("code"), error.get("status"))
+    else:
+        message, param = str(error), None
+    detail = f"error in {where}" + (f": {message}" if message else "")
+    for value in fields:
+        status = _as_status(value)
+        if status is not None:
+            mapped = _error_for_status(status, message, param, None).error
+            return LlmException(mapped.model_copy(update={"message": detail, "status": None}))
+    hints = " ".join(str(v).lower() for v in fields if v is not None)
+    for kind, fragments in _KIND_HINTS:
+        if any(fragment in hints for fragment in fragments):
+            retryable = None if "insufficient_quota" not in hints else False
+            return llm_error(
+                kind, detail, retryable=retryable, provider_message=message, param=param
+            )
+    return llm_error("server", detail, retryable=True, provider_message=message, param=param)
+
+
+def _as_status(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and 400 <= value < 600:
+        return value
+    return None

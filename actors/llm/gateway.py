@@ -1,9 +1,10 @@
 """The LLM gateway actor: the message front of the :class:`~actors.llm.loop.LlmLoop`.
 
 Requests and cancellations arrive as typed messages (cancellation on the
-control lane, so it overtakes queued requests); the actor hands them to the
-loop thread and returns at once -- it never waits on HTTP. Stream events go
-from the loop straight to each request's ``reply_to``.
+control lane, so it overtakes queued requests -- even its own request, which
+the loop then answers with ``LlmCancelled`` without sending it); the actor
+hands them to the loop thread and returns at once -- it never waits on HTTP.
+Stream events go from the loop straight to each request's ``reply_to``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ loop thread. ``cancel`` cancels the task: the ``async with`` around the HTTP
 stream exits, the connection is closed, and the requester gets exactly one
 :class:`~messages.llm.LlmCancelled` -- nothing after it.
 
+Every request gets exactly one terminal event (completed, failed or
+cancelled), however early its cancel lands: a task cancelled before its
+coroutine ever ran is answered by its done-callback, and a cancel that
+arrives *before* its request (cancels travel on the gateway's control lane
+and overtake queued requests) is remembered, briefly and boundedly, so the
+request is answered with ``LlmCancelled`` when it arrives and never sent.
+
 Retries (connection errors, timeouts, 429 and 5xx, malformed streams) use the
 model's :class:`~actors.llm.models.RetryPolicy`, honour ``Retry-After``, and are
 also bounded by a loop-wide retry budget (a token bucket: retries may be at
@@ -17,10 +24,12 @@ endpoint is not hammered by a thousand sessions at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +56,13 @@ log = structlog.get_logger(__name__)
 
 
 class RetryBudget:
-    """A token bucket shared by all requests of a loop (used on the loop thread only)."""
+    """A token bucket shared by all requests of a loop (used on the loop thread only).
+
+    Each retry spends a token, each success earns ``per_request``; with the
+    bucket empty the loop stops retrying and fails with the attempt's typed
+    error, so a broken endpoint sees about one request per session rather
+    than ``max_retries`` times as many.
+    """
 
     def __init__(
         self, *, initial: float = 20.0, per_request: float = 0.1, cap: float = 100.0
@@ -89,8 +104,25 @@ class _Running:
     cancel_reason: str | None = None
 
 
+_RECENT_IDS = 4096
+"""How many ended and early-cancelled request ids the loop remembers (each)."""
+
+_EARLY_CANCEL_TTL_S = 120.0
+"""How long a cancel that arrived before its request waits for it.
+
+A cancel overtakes its request only by the gateway's mailbox backlog, which is
+far shorter; the bound keeps a cancel for a request that is never sent from
+lingering (request ids are unique, so it could only ever match a reused id).
+"""
+
+
 class LlmLoop:
-    """The asyncio thread behind the gateway (owned by the Runtime)."""
+    """The asyncio thread behind the gateway (owned by the Runtime).
+
+    ``retry_budget`` is the loop-wide :class:`RetryBudget` every request's
+    retries draw on (a default one when omitted; passing one tunes it, or lets
+    a test start with it nearly empty).
+    """
 
     def __init__(
         self,
@@ -98,7 +130,8 @@ class LlmLoop:
         name: str = "fore-llm",
         max_connections: int = 4096,
         coalesce_ms: float = 10.0,
-        client_shards: int = 16,
+        client_shards: int = 64,
+        retry_budget: RetryBudget | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._coalesce_s = max(0.0, coalesce_ms / 1000.0)
@@ -107,7 +140,12 @@ class LlmLoop:
         self._max_connections = max_connections
         self._shards = max(1, client_shards)
         self._tasks: dict[str, _Running] = {}
-        self._budget = RetryBudget()
+        # Cancels that found no running request: ``_early`` waits for the
+        # request to arrive; ``_ended`` tells a late cancel (a no-op) from an
+        # early one. Both bounded, oldest dropped first.
+        self._early: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        self._budget = retry_budget if retry_budget is not None else RetryBudget()
         self._rng = random.Random()
         self._closed = False
         self.started = self.completed = self.failed = self.cancelled = self.retries = 0
@@ -123,9 +161,13 @@ class LlmLoop:
         # #1035), which dominates CPU with hundreds of concurrent streams.
         # Sharded by session, each pool stays small and a session's
         # connections stay together.
+        # One TLS context for all of them: loading the CA bundle costs ~40 ms
+        # per client, and a context is safe to share.
         per_shard = max(1, self._max_connections // self._shards)
+        tls = httpx.create_ssl_context()
         self._clients = [
             httpx.AsyncClient(
+                verify=tls,
                 limits=httpx.Limits(
                     max_connections=per_shard, max_keepalive_connections=min(per_shard, 64)
                 ),
@@ -153,12 +195,28 @@ class LlmLoop:
                 ),
             )
             return
-        self._loop.call_soon_threadsafe(self._start, request)
+        try:
+            self._loop.call_soon_threadsafe(self._start, request)
+        except RuntimeError:  # closed between the check and the call
+            _tell(
+                request.reply_to,
+                LlmFailed(
+                    request_id=request.request_id,
+                    error=LlmError(kind="connection", message="the LLM gateway is shut down"),
+                ),
+            )
 
     def cancel(self, request_id: str, reason: str = "cancelled") -> None:
-        """Cancel a request (from any thread); a no-op if it already ended."""
+        """Cancel a request (from any thread); a no-op if it already ended.
+
+        A cancel may arrive before its request: the request is then answered
+        with one ``LlmCancelled`` when it arrives, and never sent.
+        """
         if not self._closed:
-            self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
+            try:
+                self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
+            except RuntimeError:  # closed meanwhile: everything is being cancelled
+                pass
 
     def in_flight(self) -> int:
         return len(self._tasks)
@@ -190,25 +248,76 @@ class LlmLoop:
     # -- loop thread -----------------------------------------------------------------
 
     def _start(self, request: LlmRequest) -> None:
-        if request.request_id in self._tasks:
+        rid = request.request_id
+        if rid in self._tasks:
             _tell(
                 request.reply_to,
                 LlmFailed(
-                    request_id=request.request_id,
+                    request_id=rid,
                     error=LlmError(kind="bad_request", message="duplicate request id"),
                 ),
             )
             return
         self.started += 1
+        early = self._early.pop(rid, None)
+        if self._closed or (
+            early is not None and self._loop.time() - early[1] <= _EARLY_CANCEL_TTL_S
+        ):
+            # Its cancel came first (or the loop is closing): answer, never send.
+            self.cancelled += 1
+            self._remember_ended(rid)
+            reason = early[0] if early is not None else "runtime shutting down"
+            _tell(request.reply_to, LlmCancelled(request_id=rid, reason=reason))
+            return
         task = self._loop.create_task(self._run(request))
-        self._tasks[request.request_id] = _Running(request, task)
+        self._tasks[rid] = _Running(request, task)
+        task.add_done_callback(functools.partial(self._on_task_done, rid))
 
     def _cancel(self, request_id: str, reason: str) -> None:
         running = self._tasks.get(request_id)
-        if running is None or running.cancel_reason is not None:
+        if running is None:
+            if request_id not in self._ended:
+                self._early[request_id] = (reason, self._loop.time())
+                while len(self._early) > _RECENT_IDS:
+                    self._early.popitem(last=False)
+            return
+        if running.cancel_reason is not None:
             return
         running.cancel_reason = reason
         running.task.cancel()
+
+    def _remember_ended(self, rid: str) -> None:
+        self._ended[rid] = None
+        while len(self._ended) > _RECENT_IDS:
+            self._ended.popitem(last=False)
+
+    def _on_task_done(self, rid: str, task: asyncio.Task[None]) -> None:
+        """Answer a request whose task ended without running ``_run`` (cancelled unstarted).
+
+        ``task.cancel()`` on a task whose coroutine has not started yet throws
+        into the coroutine before its first line, so ``_run``'s handlers never
+        run: no event would be sent and the entry would leak.
+        """
+        running = self._tasks.get(rid)
+        if running is None or running.task is not task:
+            return  # _run answered and cleaned up itself
+        del self._tasks[rid]
+        self._remember_ended(rid)
+        if task.cancelled():
+            self.cancelled += 1
+            reason = running.cancel_reason or "cancelled"
+            _tell(running.request.reply_to, LlmCancelled(request_id=rid, reason=reason))
+            return
+        self.failed += 1
+        exc = task.exception()
+        log.error("llm_task_ended_unanswered", request_id=rid, error=repr(exc))
+        _tell(
+            running.request.reply_to,
+            LlmFailed(
+                request_id=rid,
+                error=LlmError(kind="protocol", message=f"request task ended: {exc!r}"),
+            ),
+        )
 
     async def _run(self, request: LlmRequest) -> None:
         model: ChatModel = request.model
@@ -217,7 +326,14 @@ class LlmLoop:
         started = time.monotonic()
         attempt = 0
 
-        emit = _DeltaCoalescer(self._loop, reply_to, rid, self._coalesce_s, request.stream_deltas)
+        emit = _DeltaCoalescer(
+            self._loop,
+            reply_to,
+            rid,
+            self._coalesce_s,
+            request.stream_deltas,
+            deliver_tools=request.stream_tool_deltas,
+        )
 
         try:
             while True:
@@ -230,13 +346,16 @@ class LlmLoop:
                     delay = retry_delay(
                         model.retry, exc.error, attempt, time.monotonic() - started, self._rng
                     )
+                    error = exc.error
                     if delay is not None and not self._budget.spend():
                         delay = None
+                        error = error.model_copy(
+                            update={"message": f"{error.message} (loop retry budget exhausted)"}
+                        )
+                        log.warning("llm_retry_budget_exhausted", request_id=rid, kind=error.kind)
                     if delay is None:
                         self.failed += 1
-                        _tell(
-                            reply_to, LlmFailed(request_id=rid, error=exc.error, attempts=attempt)
-                        )
+                        _tell(reply_to, LlmFailed(request_id=rid, error=error, attempts=attempt))
                         return
                     self.retries += 1
                     _tell(
@@ -287,6 +406,7 @@ class LlmLoop:
             )
         finally:
             self._tasks.pop(rid, None)
+            self._remember_ended(rid)
 
     async def _shutdown(self) -> None:
         for running in list(self._tasks.values()):
@@ -305,11 +425,23 @@ class _DeltaCoalescer:
     A UI needs text promptly, not one actor message per token: text is
     buffered and sent at most every ``window`` seconds (a loop timer flushes a
     quiet buffer), and always before any other event, so order is kept and
-    the terminal event never waits. With ``deliver=False`` deltas are dropped
-    (the requester only wants the final answer).
+    the terminal event never waits. Text may be emitted as a plain ``str``
+    (the message is built per flush, not per token). With ``deliver=False`` deltas are dropped
+    (the requester only wants the final answer); ``deliver_tools=False`` drops
+    tool-call fragments only.
     """
 
-    __slots__ = ("_deliver", "_handle", "_last", "_loop", "_parts", "_reply_to", "_rid", "_window")
+    __slots__ = (
+        "_deliver",
+        "_deliver_tools",
+        "_handle",
+        "_last",
+        "_loop",
+        "_parts",
+        "_reply_to",
+        "_rid",
+        "_window",
+    )
 
     def __init__(
         self,
@@ -318,28 +450,33 @@ class _DeltaCoalescer:
         rid: str,
         window: float,
         deliver: bool,
+        *,
+        deliver_tools: bool | None = None,
     ) -> None:
         self._loop = loop
         self._reply_to = reply_to
         self._rid = rid
         self._window = window
         self._deliver = deliver
+        self._deliver_tools = deliver if deliver_tools is None else deliver and deliver_tools
         self._parts: list[str] = []
         self._last = 0.0
         self._handle: asyncio.TimerHandle | None = None
 
     def __call__(self, event: Any) -> None:
-        if isinstance(event, LlmTextDelta):
+        # Text comes as a plain ``str`` from the HTTP provider (a message object
+        # per token would be built only to be merged here) or as LlmTextDelta.
+        if isinstance(event, str | LlmTextDelta):
             if not self._deliver:
                 return
-            self._parts.append(event.text)
+            self._parts.append(event if isinstance(event, str) else event.text)
             now = self._loop.time()
             if self._window == 0 or now - self._last >= self._window:
                 self.flush()
             elif self._handle is None:
                 self._handle = self._loop.call_at(self._last + self._window, self.flush)
             return
-        if isinstance(event, LlmToolCallDelta) and not self._deliver:
+        if isinstance(event, LlmToolCallDelta) and not self._deliver_tools:
             return
         self.flush()
         _tell(self._reply_to, event)

@@ -58,7 +58,15 @@ Faults (:data:`FAULT_KINDS`)
                              streaming): the client sees an incomplete chunked body;
 ``reject_tool_choice``       400 ``invalid_request_error`` with ``param: "tool_choice"``,
                              only for requests whose ``tool_choice`` names a function
-                             (other requests pass and do not use up a queued fault).
+                             (other requests pass and do not use up a queued fault);
+``stream_error``             about half the chunks, then an in-stream ``error`` chunk
+                             (``invalid_request_error`` / ``context_length_exceeded``) and
+                             the end of the body; non-streaming: that error with status 400;
+``linger``                   the whole stream through ``[DONE]``, then the body stays open
+                             for ``stall_s`` (ends early when the client leaves);
+                             non-streaming: no effect;
+``not_sse``                  status 200 with an HTML page instead of the answer (what a
+                             misrouted proxy or captive portal sends).
 
 A faulted request never consumes a scripted reply (faults serve a *peeked*
 reply), so a client that retries gets the scripted answer.
@@ -153,6 +161,9 @@ FaultKind = Literal[
     "stall",
     "cut",
     "reject_tool_choice",
+    "stream_error",
+    "linger",
+    "not_sse",
 ]
 """The faults the server can inject."""
 
@@ -174,8 +185,9 @@ Outcome = Literal[
 one carrying a ``malformed`` or ``bad_tool_args`` fault); ``truncated``: a
 stream ended early on purpose; ``cut``: the connection was closed on purpose;
 ``disconnected``: the client went away first; ``closed``: the server shut
-down mid-response; ``error``: an injected error status; ``bad_request``: the
-request itself was invalid.
+down mid-response; ``error``: an injected error (a status, a 200 that is not
+the answer, or an error inside the stream); ``bad_request``: the request
+itself was invalid.
 """
 
 DEFAULT_SESSION: Final = "default"
@@ -294,6 +306,14 @@ class RecordedRequest(Message):
     """The parsed JSON body (``None`` when the body was not JSON)."""
     headers: dict[str, str]
     """All request headers, lower-cased names (the last value of repeated ones)."""
+    ttft_s: float | None = None
+    """The pause the server put before the first token (``None``: no answer was planned,
+    e.g. an error status); lets tests check the latency model without a clock."""
+    token_interval_s: float | None = None
+    """The pause the server put between later deltas (0: unpaced)."""
+    peer: str | None = None
+    """``host:port`` of the client's end of the connection: requests that share it came
+    over one reused connection."""
 
 
 @dataclass(slots=True)
@@ -321,6 +341,9 @@ class _Record:
     fault: str | None = None
     outcome: Outcome = "in_progress"
     finished: bool = False
+    ttft_s: float | None = None
+    token_interval_s: float | None = None
+    peer: str | None = None
 
     def snapshot(self) -> RecordedRequest:
         return RecordedRequest(
@@ -333,6 +356,9 @@ class _Record:
             outcome=self.outcome,
             body=self.body,
             headers=self.headers,
+            ttft_s=self.ttft_s,
+            token_interval_s=self.token_interval_s,
+            peer=self.peer,
         )
 
 
@@ -481,6 +507,23 @@ def _broken_arguments(args_json: str) -> str:
 
 _CUT: Final = object()
 """Marker in an event list: abort the connection here."""
+
+_LINGER: Final = object()
+"""Marker in an event list: the body ends here (after its pause)."""
+
+_STREAM_ERROR: Final = {
+    "message": "This model's maximum context length is 128000 tokens; your messages resulted"
+    " in 130000 tokens (injected by the mock).",
+    "type": "invalid_request_error",
+    "param": "messages",
+    "code": "context_length_exceeded",
+}
+"""The error a ``stream_error`` fault sends (OpenAI's context-length error)."""
+
+_NOT_SSE_PAGE: Final = (
+    "<!doctype html><html><head><title>Gateway notice</title></head>"
+    "<body><h1>Please sign in to continue</h1>(injected by the mock)</body></html>"
+)
 
 
 @dataclass(slots=True)
@@ -815,6 +858,8 @@ class MockLlmApp:
             except ValueError:
                 body = None
             record = self._new_record(request.headers, body if isinstance(body, dict) else None)
+            if request.client is not None:
+                record.peer = f"{request.client.host}:{request.client.port}"
             response = await self._respond(record, request.headers, body, receive)
             if record.outcome != "in_progress":
                 self._finish(record)
@@ -882,7 +927,7 @@ class MockLlmApp:
         )
         if fault is not None:
             self._count_fault(record, fault)
-            status_response = _status_fault(fault, forced)
+            status_response = _status_fault(fault, forced, stream=stream)
             if status_response is not None:
                 record.outcome = "error"
                 return status_response
@@ -908,6 +953,8 @@ class MockLlmApp:
             if fault is not None and fault.kind == "bad_tool_args"
             else None,
         )
+        record.ttft_s = answer.first_delay_s
+        record.token_interval_s = answer.interval_s
         extra_headers: dict[str, str] = {"x-mock-fault": fault.kind} if fault is not None else {}
         if stream:
             events = _stream_events(exchange, answer)
@@ -930,9 +977,20 @@ class MockLlmApp:
         """
         buffer = bytearray()
         last = len(events) - 1
-        truncated = ex.fault is not None and ex.fault.kind == "truncated"
+        kind = ex.fault.kind if ex.fault is not None else None
+        end: Outcome = (
+            "truncated"
+            if kind == "truncated"
+            else "error"
+            if kind == "stream_error"
+            else "completed"
+        )
         try:
             for i, (delay, payload) in enumerate(events):
+                if payload is _LINGER:
+                    # The whole answer is out: it counts as completed even if the
+                    # client leaves while the body is held open.
+                    self._finish(ex.record, "completed")
                 if delay > 0:
                     if buffer:
                         yield bytes(buffer)
@@ -944,9 +1002,11 @@ class MockLlmApp:
                         buffer.clear()
                     self._finish(ex.record, "cut")
                     raise _CutConnection("cut fault")
+                if payload is _LINGER:  # [DONE] went out before the pause
+                    return
                 buffer += cast(bytes, payload)
                 if i == last:
-                    self._finish(ex.record, "truncated" if truncated else "completed")
+                    self._finish(ex.record, end)
                     yield bytes(buffer)
                     return
                 if len(buffer) >= _FLUSH_BYTES:
@@ -1059,10 +1119,14 @@ class MockLlmApp:
         return JSONResponse({"ok": True})
 
 
-def _status_fault(fault: _Fault, forced: str | None) -> Response | None:
+def _status_fault(fault: _Fault, forced: str | None, *, stream: bool) -> Response | None:
     """The error response of a status fault; ``None`` for faults served in the body."""
     kind = fault.kind
     tag = {"x-mock-fault": kind}
+    if kind == "not_sse":
+        return Response(_NOT_SSE_PAGE, 200, media_type="text/html", headers=tag)
+    if kind == "stream_error" and not stream:
+        return JSONResponse({"error": _STREAM_ERROR}, 400, headers=tag)
     if kind == "500":
         return _error_response(
             500,
@@ -1226,6 +1290,11 @@ def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]
     elif kind == "stall" and ex.fault is not None:
         delay, payload = events[1]
         events[1] = (delay + ex.fault.stall_s, payload)
+    elif kind == "stream_error":
+        del events[keep:]
+        events.append((0.0, b"data: " + _dumps({"error": _STREAM_ERROR}).encode("utf-8") + b"\n\n"))
+    elif kind == "linger" and ex.fault is not None:
+        events.append((ex.fault.stall_s, _LINGER))
     return events
 
 

@@ -16,18 +16,26 @@ run by the gateway's event loop:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import httpx
+import structlog
 from httpx_sse import EventSource, SSEError
 
-from actors.llm.errors import LlmException, error_from_status, llm_error
+from actors.llm.errors import (
+    LlmException,
+    error_from_payload,
+    error_from_status,
+    llm_error,
+    provider_error_details,
+)
 from actors.llm.script import (
     ScriptCursor,
     ScriptFile,
@@ -36,11 +44,20 @@ from actors.llm.script import (
     split_fragments,
     stream_plan,
 )
-from actors.llm.wire import StreamAssembler, arguments_text, complete_from_body, request_body
+from actors.llm.wire import (
+    StreamAssembler,
+    arguments_text,
+    complete_from_body,
+    request_payload,
+)
 from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage, item_text
 from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 
 Emit = Callable[[Any], None]
+"""Receives a model's stream events: LlmTextDelta / LlmToolCallDelta, or a plain ``str``
+for text (the gateway builds one message per coalesced flush, not one per token)."""
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,12 +82,43 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Connect, first byte, idle between chunks, and write timeouts (seconds)."""
+    """How long each phase of a request may take (seconds).
+
+    A model may think for a long time before its first token and then stream
+    quickly, so the two waits are separate: ``first_byte`` bounds a streaming
+    attempt from its start (connecting and sending included) to the first
+    event, headers included; ``idle`` bounds every later gap between events,
+    so a stream that stalls mid-answer is given up long before a slow first
+    token would be. A non-streaming answer arrives in one piece only when it
+    is complete, so it has one overall deadline, ``total``. ``connect`` and
+    ``write`` bound opening the connection and sending the body.
+
+    ``after_done`` is how long to keep reading after ``[DONE]`` for the end of
+    the body: reading to the end lets the connection go back to the pool, and
+    a server that ends the body promptly (all of them, normally) does so well
+    within it. One that keeps the body open must not turn a complete answer
+    into an idle timeout, so the answer stands and that connection is closed.
+    """
 
     connect: float = 10.0
     first_byte: float = 60.0
     idle: float = 30.0
     write: float = 30.0
+    total: float = 600.0
+    after_done: float = 0.1
+
+
+_ERROR_BODY_LIMIT = 64 * 1024
+"""How much of an unexpected (non event stream) 200 body is read to explain it."""
+
+
+class _Phase:
+    """Which deadline the request's single timeout guard is enforcing right now."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 @runtime_checkable
@@ -153,86 +201,181 @@ class OpenAICompatible:
     async def stream(
         self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
     ) -> StreamResult:
-        body = request_body(request, request.model_name or self.name)
-        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        payload = request_payload(request, request.model_name or self.name)
         t = self.timeouts
-        timeout = httpx.Timeout(connect=t.connect, read=t.idle, write=t.write, pool=t.connect)
+        # One asyncio deadline guards the whole attempt and is moved along as
+        # it progresses (first byte, then idle after each event). httpx's own
+        # read timeout applies to every socket read -- waiting for the headers
+        # and for the first event included -- so it is only a backstop and
+        # must not be shorter than any of those deadlines.
+        if request.stream:
+            read, phase = max(t.first_byte, t.idle), _Phase("first_byte")
+        else:
+            read, phase = t.total, _Phase("total")
+        timeout = httpx.Timeout(connect=t.connect, read=read, write=t.write, pool=t.connect)
         try:
-            async with http.stream(
-                "POST",
-                f"{self.base_url}/chat/completions",
-                content=payload,
-                headers=self._headers(request),
-                timeout=timeout,
-            ) as response:
+            async with (
+                asyncio.timeout(t.first_byte if request.stream else t.total) as guard,
+                http.stream(
+                    "POST",
+                    f"{self.base_url}/chat/completions",
+                    content=payload,
+                    headers=self._headers(request),
+                    timeout=timeout,
+                ) as response,
+            ):
                 if response.status_code != 200:
                     raise error_from_status(
                         response.status_code, await response.aread(), response.headers
                     )
                 if not request.stream:
-                    raw = await asyncio.wait_for(response.aread(), timeout=t.first_byte)
-                    try:
-                        data = json.loads(raw)
-                    except ValueError:
-                        raise llm_error(
-                            "protocol", "response body is not JSON", retryable=True
-                        ) from None
-                    message, usage, reason = complete_from_body(request.request_id, data)
-                    return StreamResult(message, usage, reason)
-                return await self._read_stream(request, response, emit)
+                    return _complete(request, response, await response.aread())
+                return await self._read_stream(request, response, emit, guard, phase)
         except LlmException:
             raise
-        except TimeoutError:
-            raise llm_error("timeout", f"no first byte within {t.first_byte:g}s") from None
+        except (TimeoutError, httpx.ReadTimeout):
+            raise self._timeout_error(phase.name) from None
         except httpx.ConnectTimeout:
             raise llm_error("timeout", f"could not connect within {t.connect:g}s") from None
-        except httpx.ReadTimeout:
-            raise llm_error("timeout", f"no data for {t.idle:g}s (idle timeout)") from None
         except httpx.WriteTimeout:
             raise llm_error("timeout", f"could not send the request within {t.write:g}s") from None
+        except httpx.PoolTimeout:
+            raise llm_error(
+                "timeout", f"no free connection within {t.connect:g}s (pool exhausted)"
+            ) from None
         except httpx.ConnectError as exc:
             raise llm_error("connection", f"cannot connect to {self.base_url}: {exc}") from None
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise llm_error("connection", f"connection broke mid-stream: {exc}") from None
         except httpx.HTTPError as exc:
             raise llm_error("connection", f"HTTP error: {exc!r}") from None
-        except SSEError as exc:
-            raise llm_error(
-                "protocol", f"not a server-sent event stream: {exc}", retryable=True
-            ) from None
+
+    def _timeout_error(self, phase: str) -> LlmException:
+        t = self.timeouts
+        if phase == "first_byte":
+            return llm_error("timeout", f"no first byte within {t.first_byte:g}s")
+        if phase == "idle":
+            return llm_error("timeout", f"no data for {t.idle:g}s (idle timeout)")
+        return llm_error("timeout", f"no complete answer within {t.total:g}s")
 
     async def _read_stream(
-        self, request: LlmRequest, response: httpx.Response, emit: Emit
+        self,
+        request: LlmRequest,
+        response: httpx.Response,
+        emit: Emit,
+        guard: asyncio.Timeout,
+        phase: _Phase,
     ) -> StreamResult:
-        assembler = StreamAssembler(request.request_id)
+        # Text is passed on as plain strings: the gateway merges tokens before
+        # building a message, so a message object per token would be waste.
+        assembler = StreamAssembler(
+            request.request_id,
+            text_events=False,
+            tool_events=request.stream_deltas and request.stream_tool_deltas,
+        )
+        text = assembler.text
+        want_text = request.stream_deltas
+        loop = asyncio.get_running_loop()
+        idle = self.timeouts.idle
+        # Moving the deadline costs a timer per move; events of one burst
+        # arrive within microseconds, so it moves only when it would move by
+        # more than ``slack`` (the idle timeout may then fire up to ``slack``
+        # early, which no real stream can tell from exact).
+        slack = min(0.05, idle / 20)
+        deadline = -1.0
         events = EventSource(response).aiter_sse()
         saw_done = False
-        first = True
-        while True:
-            try:
-                if first:
-                    sse = await asyncio.wait_for(anext(events), timeout=self.timeouts.first_byte)
-                    first = False
-                else:
-                    sse = await anext(events)
-            except StopAsyncIteration:
-                break
-            data = sse.data
-            if saw_done or not data.strip():
-                continue  # read to the end of the body: the connection goes back to the pool
-            if data.strip() == "[DONE]":
-                saw_done = True
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise llm_error(
-                    "protocol", f"malformed JSON in stream chunk: {data[:80]!r}", retryable=True
-                ) from None
-            for event in assembler.feed(chunk):
-                emit(event)
-        message, usage, reason = assembler.finish(saw_done=saw_done)
+        try:
+            async for sse in events:
+                now = loop.time()
+                if now + idle - deadline > slack:
+                    deadline = now + idle
+                    guard.reschedule(deadline)
+                phase.name = "idle"
+                data = sse.data.strip()
+                if not data:
+                    continue
+                if data == "[DONE]":
+                    saw_done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise llm_error(
+                        "protocol", f"malformed JSON in stream chunk: {data[:80]!r}", retryable=True
+                    ) from None
+                seen = len(text)
+                tool_events = assembler.feed(chunk)
+                if want_text and len(text) > seen:  # text before tool calls, as in a delta
+                    emit(text[seen] if len(text) == seen + 1 else "".join(text[seen:]))
+                for event in tool_events:
+                    emit(event)
+            message, usage, reason = assembler.finish(saw_done=saw_done)
+            if saw_done:
+                guard.reschedule(None)
+                await _drain(events, min(idle, self.timeouts.after_done))
+        except SSEError:
+            raise await _not_an_event_stream(response) from None
+        finally:
+            await events.aclose()
         return StreamResult(message, usage, reason)
+
+
+def _complete(request: LlmRequest, response: httpx.Response, raw: bytes) -> StreamResult:
+    """A non-streaming answer; an unexpected body is a typed error that keeps it."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        detail, _ = provider_error_details(raw)
+        content_type = response.headers.get("content-type") or "no content type"
+        raise llm_error(
+            "protocol",
+            f"response body is not JSON ({content_type})" + (f": {detail[:200]}" if detail else ""),
+            retryable=True,
+            provider_message=detail,
+        ) from None
+    if isinstance(data, Mapping) and data.get("error") is not None:
+        raise error_from_payload(data["error"], where="response body")
+    message, usage, reason = complete_from_body(request.request_id, data)
+    return StreamResult(message, usage, reason)
+
+
+async def _drain(events: AsyncIterator[Any], seconds: float) -> None:
+    """Read what follows ``[DONE]`` (normally just the end of the body), briefly."""
+    try:
+        async with asyncio.timeout(seconds):
+            async for _ in events:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        # The answer is complete; the connection is closed instead of reused.
+        log.debug("llm_stream_not_closed_after_done", within_s=seconds)
+
+
+async def _not_an_event_stream(response: httpx.Response) -> LlmException:
+    """A 200 that is not an event stream: type it from the body, and keep the body."""
+    raw = bytearray()
+    # httpx's aiter_bytes is an async generator: close it when stopping early.
+    body_parts = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+    async with contextlib.aclosing(body_parts) as parts:
+        async for part in parts:
+            raw += part
+            if len(raw) >= _ERROR_BODY_LIMIT:
+                break
+    body = bytes(raw[:_ERROR_BODY_LIMIT])
+    try:
+        data: Any = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, Mapping) and data.get("error") is not None:
+        return error_from_payload(data["error"], where="response body")
+    detail, _ = provider_error_details(body)
+    content_type = response.headers.get("content-type") or "no content type"
+    return llm_error(
+        "protocol",
+        f"expected an event stream, got {content_type}" + (f": {detail[:200]}" if detail else ""),
+        retryable=True,
+        provider_message=detail,
+    )
 
 
 def last_input_text(request: LlmRequest) -> str:

@@ -12,11 +12,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.llm.errors import LlmException, llm_error
+from actors.llm.errors import LlmException, error_from_payload, llm_error
 from messages.conversation import (
     AssistantMessage,
     Item,
@@ -104,15 +108,16 @@ def to_openai_tool_choice(choice: ToolChoice) -> str | Json:
 
 def request_body(request: LlmRequest, model_name: str) -> Json:
     """The JSON body of a chat completion request."""
-    body: Json = {
-        "model": model_name,
-        "messages": to_openai_messages(request.messages),
-        "stream": request.stream,
-    }
+    tools = to_openai_tools(request.tools) if request.tools else None
+    return _body(request, model_name, to_openai_messages(request.messages), tools)
+
+
+def _body(request: LlmRequest, model_name: str, messages: Any, tools: Any) -> Json:
+    body: Json = {"model": model_name, "messages": messages, "stream": request.stream}
     if request.stream:
         body["stream_options"] = {"include_usage": True}
     if request.tools:
-        body["tools"] = to_openai_tools(request.tools)
+        body["tools"] = tools
         body["tool_choice"] = to_openai_tool_choice(request.tool_choice)
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
@@ -121,6 +126,92 @@ def request_body(request: LlmRequest, model_name: str) -> Json:
     if request.json_response:
         body["response_format"] = {"type": "json_object"}
     return body
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _EncodedCache:
+    """Wire JSON of frozen objects (history items, tool definitions) by identity.
+
+    A conversation is re-sent whole on every request, so encoding it costs
+    O(history) each time; items are frozen, so each is encoded once and the
+    body is spliced from the cached pieces.
+
+    Memory: an entry holds only the JSON and a *weak* reference to its object
+    (which guards against a reused ``id``), so the cache never keeps a
+    finished session's history alive; and entries leave first-in first-out
+    past ``limit`` entries or ``max_bytes`` of JSON, so a few huge tool
+    outputs cannot pin hundreds of MB either. A single JSON larger than a
+    quarter of ``max_bytes`` is not cached at all.
+
+    Threads: every :class:`~actors.llm.loop.LlmLoop` encodes on its own
+    thread, so mutations take a lock; a lookup is one dict ``get`` (atomic
+    under the GIL) and stays lock-free.
+    """
+
+    def __init__(self, limit: int, max_bytes: int) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[int, tuple[weakref.ref[Any], str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, obj: object, encode: Callable[[Any], Any]) -> str:
+        key = id(obj)
+        hit = self._entries.get(key)
+        if hit is not None and hit[0]() is obj:
+            return hit[1]
+        text = _dumps(encode(obj))
+        size = sys.getsizeof(text)
+        if size > self.max_bytes // 4:
+            return text
+        try:
+            ref = weakref.ref(obj)
+        except TypeError:  # not weak-referenceable: encode every time
+            return text
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.bytes -= sys.getsizeof(old[1])
+            self._entries[key] = (ref, text)
+            self.bytes += size
+            while len(self._entries) > self.limit or self.bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self.bytes -= sys.getsizeof(evicted)
+        return text
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.bytes = 0
+
+
+_ITEMS = _EncodedCache(limit=65_536, max_bytes=64 * 1024 * 1024)
+_TOOLS = _EncodedCache(limit=4_096, max_bytes=16 * 1024 * 1024)
+
+
+def request_payload(request: LlmRequest, model_name: str) -> bytes:
+    """The encoded body: exactly ``json.dumps(request_body(...))``, compactly.
+
+    Built from per-item cached JSON, so a long conversation costs only its new
+    items to encode.
+    """
+    # Placeholders: a bare ``"messages":0`` cannot occur inside a JSON string
+    # (its quotes would be escaped), so partition finds exactly the key.
+    text = _dumps(_body(request, model_name, 0, 0))
+    messages = ",".join(_ITEMS.get(item, to_openai_message) for item in request.messages)
+    head, _, tail = text.partition('"messages":0')
+    text = f'{head}"messages":[{messages}]{tail}'
+    if request.tools:
+        tools = ",".join(_TOOLS.get(tool, _tool_wire) for tool in request.tools)
+        head, _, tail = text.partition('"tools":0')
+        text = f'{head}"tools":[{tools}]{tail}'
+    return text.encode()
 
 
 def usage_from(data: Any) -> Usage | None:
@@ -171,21 +262,25 @@ def parse_arguments(text: str, name: str) -> dict[str, Any]:
 class StreamAssembler:
     """Feeds on decoded stream chunks; yields events; builds the final message."""
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(
+        self, request_id: str, *, text_events: bool = True, tool_events: bool = True
+    ) -> None:
         self.request_id = request_id
+        # Events nobody will receive are not built (one per fragment adds up).
+        self.text_events = text_events
+        self.tool_events = tool_events
         self.text: list[str] = []
         self.calls: dict[int, _PartialCall] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.chunks = 0
+        self._last_index: int | None = None
 
     def feed(self, chunk: Any) -> list[LlmTextDelta | LlmToolCallDelta]:
         if not isinstance(chunk, Mapping):
             raise llm_error("protocol", "stream chunk is not a JSON object", retryable=True)
-        if "error" in chunk:
-            error = chunk["error"]
-            message = error.get("message") if isinstance(error, Mapping) else str(error)
-            raise llm_error("server", f"error in stream: {message}", provider_message=str(message))
+        if chunk.get("error") is not None:
+            raise error_from_payload(chunk["error"], where="stream")
         self.chunks += 1
         usage = usage_from(chunk.get("usage"))
         if usage is not None:
@@ -203,24 +298,30 @@ class StreamAssembler:
             content = delta.get("content")
             if isinstance(content, str) and content:
                 self.text.append(content)
-                events.append(
-                    LlmTextDelta.model_construct(request_id=self.request_id, text=content)
-                )
+                if self.text_events:
+                    events.append(
+                        LlmTextDelta.model_construct(request_id=self.request_id, text=content)
+                    )
             for raw in delta.get("tool_calls") or []:
-                events.append(self._tool_delta(raw))
+                event = self._tool_delta(raw)
+                if event is not None:
+                    events.append(event)
             reason = choice.get("finish_reason")
             if reason:
                 self.finish_reason = str(reason)
         return events
 
-    def _tool_delta(self, raw: Any) -> LlmToolCallDelta:
+    def _tool_delta(self, raw: Any) -> LlmToolCallDelta | None:
         if not isinstance(raw, Mapping):
             raise llm_error("protocol", "malformed tool call delta", retryable=True)
-        index = raw.get("index", 0)
-        if not isinstance(index, int) or index < 0:
-            raise llm_error("protocol", "tool call delta without a valid index", retryable=True)
-        partial = self.calls.setdefault(index, _PartialCall())
         call_id = raw.get("id")
+        index = raw.get("index")
+        if index is None:
+            index = self._unindexed(call_id)
+        elif not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise llm_error("protocol", "tool call delta without a valid index", retryable=True)
+        self._last_index = index
+        partial = self.calls.setdefault(index, _PartialCall())
         if isinstance(call_id, str) and call_id:
             partial.call_id = call_id
         function = raw.get("function") or {}
@@ -231,6 +332,8 @@ class StreamAssembler:
         fragment = fragment if isinstance(fragment, str) else ""
         if fragment:
             partial.arguments.append(fragment)
+        if not self.tool_events:
+            return None
         return LlmToolCallDelta.model_construct(
             request_id=self.request_id,
             index=index,
@@ -238,6 +341,19 @@ class StreamAssembler:
             name=name if isinstance(name, str) else None,
             arguments_delta=fragment,
         )
+
+    def _unindexed(self, call_id: Any) -> int:
+        """The call an index-less delta belongs to (some servers omit ``index``).
+
+        A delta carrying an ``id`` not seen on the current call starts a new
+        call; any other delta continues the call the previous delta was for.
+        """
+        last = self._last_index
+        if isinstance(call_id, str) and call_id:
+            current = self.calls.get(last) if last is not None else None
+            if current is None or (current.call_id is not None and current.call_id != call_id):
+                return max(self.calls, default=-1) + 1
+        return 0 if last is None else last
 
     def finish(self, *, saw_done: bool) -> tuple[AssistantMessage, Usage, str]:
         """The complete answer; a truncated stream is a protocol error."""
@@ -301,6 +417,7 @@ __all__ = [
     "complete_from_body",
     "parse_arguments",
     "request_body",
+    "request_payload",
     "to_openai_messages",
     "to_openai_tool_choice",
     "to_openai_tools",

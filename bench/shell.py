@@ -8,17 +8,25 @@ to the tool itself. Measured in one run:
   over commands;
 * the gate's added cost per call: ``evaluate_tool_call`` on a read tool and on
   a shell call, each timed side by side with a baseline (a function call doing
-  a bare dict lookup), in interleaved rounds; the ratio is printed.
+  a bare dict lookup), in interleaved rounds; the ratio is printed;
+* the same shell call with a session directory inside a git repository (when
+  git is installed): the git-config probe reads the repository's config files
+  and its index (for submodules) on every such call.
 
 Run with ``python -m bench.shell`` (``--quick`` for a short run).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -104,6 +112,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         rounds,
     )
 
+    probed_ns = _probed_gate_ns(shell_args, shell_iterations, rounds)
+
     metrics = {
         "corpus_commands": float(len(CORPUS)),
         "classify_median_us": statistics.median(costs),
@@ -118,9 +128,30 @@ def run(*, quick: bool = False) -> dict[str, float]:
         "gate_shell_added_us": (shell_gate - shell_base) / 1000,
         "gate_shell_ratio": shell_gate / shell_base,
         "classify_git_status_us": classify_only / 1000,
+        "gate_shell_probed_us": probed_ns / 1000,
     }
     _print(metrics, quick=quick)
     return metrics
+
+
+def _probed_gate_ns(shell_args: dict[str, object], iterations: int, rounds: int) -> float:
+    """Median ns of the shell gate with a session directory in a real repository (NaN: no git)."""
+    if shutil.which("git") is None:
+        return float("nan")
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    with tempfile.TemporaryDirectory(prefix="fore-bench-shell-") as work:
+        repo = Path(work)
+        subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
+        for index in range(200):
+            (repo / f"file{index:03}.py").write_text("x = 1\n")
+        subprocess.run(["git", "add", "."], cwd=repo, check=True, env=env)
+        probed, _ = _side_by_side(
+            lambda: evaluate_tool_call("shell", shell_args, "default", cwd=repo),
+            lambda: None,
+            iterations,
+            rounds,
+        )
+    return probed
 
 
 def _print(metrics: dict[str, float], *, quick: bool) -> None:
@@ -149,6 +180,12 @@ def _print(metrics: dict[str, float], *, quick: bool) -> None:
     table.add_row("gate: shell added", f"{metrics['gate_shell_added_us']:.1f} µs", "", "")
     table.add_row(
         "classify 'git status' alone", f"{metrics['classify_git_status_us']:.1f} µs", "", ""
+    )
+    table.add_row(
+        "gate: shell 'git status', cwd in a repo",
+        f"{metrics['gate_shell_probed_us']:.1f} µs",
+        f"{metrics['gate_shell_us']:.1f} µs",
+        f"{metrics['gate_shell_probed_us'] / metrics['gate_shell_us']:.1f}×",
     )
     Console().print(table)
 

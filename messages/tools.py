@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from messages.base import ControlMessage, Message
+from messages.blobs import ToolOutput
 from messages.conversation import ToolCall, ToolResult
 
 
@@ -64,6 +65,15 @@ class ToolCallFinished(Message):
     duration_s: float = 0.0
     stored_summary: str | None = None
     """A summary the tool supplied itself (it returned a ``Stored`` output)."""
+    explicit: ToolOutput | None = None
+    """The ``Inline`` or ``Stored`` output the tool returned itself, as it returned it.
+
+    ``result.output`` still holds the rendered text (what hooks and events
+    see); this keeps the tool's own choice -- an ``Inline`` that must stay
+    inline whatever its size, a ``Stored`` with its ``Structured`` content and
+    summary -- so the worker can hand it to the blob store unchanged.
+    ``None`` when the tool returned plain text or a JSON value.
+    """
 
 
 class ToolBatchFinished(Message):

@@ -197,6 +197,32 @@ def test_shell_cwd_argument_reaches_the_git_config_probe(tmp_path: Path) -> None
     assert elsewhere.action is GateAction.ALLOW
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_relative_shell_cwd_without_a_session_directory_is_not_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A clean repository where *this process* runs says nothing about the
+    # directory the command will run in: git there is doubt, not read-only.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
+    monkeypatch.chdir(tmp_path)
+    git_log = evaluate_tool_call("shell", {"command": "git log", "cwd": "repo"}, "yolo")
+    assert git_log.action is GateAction.BOUNDARY
+    assert "relative" in git_log.reason
+    listing = evaluate_tool_call("shell", {"command": "ls -la", "cwd": "repo"}, "yolo")
+    assert listing.action is GateAction.ALLOW
+    absolute = evaluate_tool_call("shell", {"command": "git log", "cwd": str(repo)}, "yolo")
+    assert absolute.action is GateAction.ALLOW  # an absolute directory is probed (and clean)
+    relative_session = evaluate_tool_call(
+        "shell", {"command": "git log", "cwd": "."}, "yolo", cwd="repo"
+    )
+    assert relative_session.action is GateAction.BOUNDARY
+    outside = evaluate_tool_call("shell", {"command": "ls", "cwd": "../x"}, "yolo", cwd="repo")
+    assert outside.action is GateAction.BOUNDARY
+
+
 # ---------------------------------------------------------------------------
 # Purity and the decision message
 # ---------------------------------------------------------------------------

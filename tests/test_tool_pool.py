@@ -21,13 +21,16 @@ from pydantic import BaseModel
 from actors.core import PooledActor, handles
 from actors.tools import (
     FunctionTool,
+    ThreadRunner,
     ToolContext,
     ToolPool,
     ToolRegistry,
     WorkspaceFs,
     default_registry,
 )
+from actors.tools.scheduling import CallShape, batch_dependencies
 from messages.base import Message
+from messages.blobs import Inline, Stored, Structured, Text
 from messages.conversation import ToolCall
 from messages.runtime import ChildSpec
 from messages.tools import (
@@ -84,7 +87,7 @@ class TagArgs(BaseModel):
 
 
 def gate_tool(
-    probe: Probe, name: str = "gate", *, exclusive: bool = False
+    probe: Probe, name: str = "gate", *, exclusive: bool = False, writes_all: bool = False
 ) -> FunctionTool[TagArgs]:
     """Holds its slot until the probe is released."""
 
@@ -97,7 +100,9 @@ def gate_tool(
         finally:
             probe.leave(args.tag)
 
-    return FunctionTool(name, "waits for the test", TagArgs, run, exclusive=exclusive)
+    return FunctionTool(
+        name, "waits for the test", TagArgs, run, exclusive=exclusive, writes_all=writes_all
+    )
 
 
 def quick_tool(
@@ -187,6 +192,7 @@ class Reports:
         self.finished: dict[str, list[ToolCallFinished]] = {}
         self.by_batch: dict[tuple[str, str], int] = {}
         self.batches: dict[str, ToolBatchFinished] = {}
+        self.all_batches: list[ToolBatchFinished] = []
         self.started: list[ToolCallStarted] = []
 
     def pump(self, until: Callable[[], bool], timeout: float = WAIT) -> None:
@@ -205,6 +211,7 @@ class Reports:
                 self.by_batch[key] = self.by_batch.get(key, 0) + 1
             elif isinstance(message, ToolBatchFinished):
                 self.batches[message.batch_id] = message
+                self.all_batches.append(message)
             elif isinstance(message, ToolCallStarted):
                 self.started.append(message)
 
@@ -540,3 +547,370 @@ def test_empty_batch_finishes_at_once(runtime: Runtime, inbox: Any, tmp_path: Pa
     reports = Reports(q)
     result = reports.batch(submit(pool, collector, WorkspaceFs(tmp_path), default_registry(), ()))
     assert result.results == ()
+
+
+# -- one session's bad request never harms the pool or other sessions ---------------------------
+
+
+def test_a_failing_write_paths_fails_only_its_own_call(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    probe = Probe()
+    quick = Probe()
+    quick.release.set()
+
+    def no_paths(args: TagArgs) -> list[str]:
+        raise RuntimeError("no paths today")
+
+    broken = FunctionTool(
+        "broken", "raises in write_paths", TagArgs, lambda a, c: "ran", writes=no_paths
+    )
+    registry = ToolRegistry([gate_tool(probe), broken, quick_tool(quick)])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    fs = WorkspaceFs(tmp_path)
+    elsewhere = submit(pool, collector, fs, registry, calls("gate", ["other"]), session="other")
+    wait_until(lambda: probe.running == 1)
+    mine = submit(
+        pool,
+        collector,
+        fs,
+        registry,
+        (*calls("broken", ["x"]), *calls("quick", ["y"], path="y.txt")),
+        session="mine",
+    )
+    broken_result, sibling = reports.batch(mine).results
+    assert broken_result.outcome == "error" and broken_result.result.is_error
+    assert "RuntimeError" in broken_result.result.output
+    assert "no paths today" in broken_result.result.output
+    assert sibling.outcome == "ok"
+    probe.release.set()
+    assert reports.batch(elsewhere).results[0].outcome == "ok"  # not "crashed"
+    assert pool.is_alive()
+
+
+def test_a_hanging_write_paths_times_out_its_batch_only(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    stuck = threading.Event()
+    quick = Probe()
+    quick.release.set()
+
+    def slow_paths(args: TagArgs) -> list[str]:
+        stuck.wait(WAIT)
+        return []
+
+    slow = FunctionTool(
+        "slow_plan", "hangs in write_paths", TagArgs, lambda a, c: "ran", writes=slow_paths
+    )
+    registry = ToolRegistry([slow, quick_tool(quick)])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    fs = WorkspaceFs(tmp_path)
+    try:
+        hung = submit(
+            pool, collector, fs, registry, calls("slow_plan", ["x", "y"]), call_timeout=0.3
+        )
+        fine = submit(pool, collector, fs, registry, calls("quick", ["z"]), session="other")
+        assert reports.batch(fine).results[0].outcome == "ok"
+        result = reports.batch(hung)
+        assert [r.outcome for r in result.results] == ["timeout", "timeout"]
+        assert all("Not run" in r.result.output for r in result.results)
+        assert stats(pool).running == 0
+    finally:
+        stuck.set()
+
+
+def test_a_duplicate_batch_id_gets_error_results_and_harms_nobody(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    probe = Probe()
+    registry = ToolRegistry([gate_tool(probe)])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    fs = WorkspaceFs(tmp_path)
+
+    def run(batch_id: str, session: str, batch_calls: tuple[ToolCall, ...]) -> None:
+        pool.tell(
+            RunToolBatch(
+                batch_id=batch_id,
+                session_id=session,
+                calls=batch_calls,
+                tools=registry,
+                fs=fs,
+                reply_to=collector,
+            )
+        )
+
+    original, other, duplicate, same_id_elsewhere = (calls("gate", [tag]) for tag in "abcd")
+    run("dup", "s1", original)
+    run("other", "s2", other)
+    wait_until(lambda: probe.running == 2)
+    run("dup", "s1", duplicate)
+    reports.pump(lambda: bool(reports.all_batches))
+    refused = reports.finished[duplicate[0].id][0]
+    assert refused.outcome == "error" and refused.result.is_error
+    assert "already running" in refused.result.output
+    refused_batch = reports.all_batches[-1]
+    assert [r.result.call_id for r in refused_batch.results] == [duplicate[0].id]
+    # Batch ids need only be unique within a session.
+    run("dup", "s3", same_id_elsewhere)
+    wait_until(lambda: probe.running == 3)
+    probe.release.set()
+    wanted = {original[0].id, other[0].id, same_id_elsewhere[0].id}
+    reports.pump(lambda: wanted <= set(reports.finished))
+    assert all(reports.finished[call_id][0].outcome == "ok" for call_id in wanted)
+    assert all(len(reports.finished[call_id]) == 1 for call_id in wanted)
+    assert pool.is_alive()
+
+
+# -- ordering: shell calls and canonical paths -----------------------------------------------
+
+
+def test_dependencies_order_a_shell_against_every_write_but_not_reads() -> None:
+    write_a = CallShape(frozenset({"a"}), False)
+    read = CallShape(frozenset(), False)
+    shell = CallShape(frozenset(), False, writes_all=True)
+    write_b = CallShape(frozenset({"b"}), False)
+    deps = batch_dependencies([write_a, read, shell, write_b, read, shell])
+    assert deps == [set(), set(), {0}, {2}, set(), {0, 2, 3}]
+
+
+def test_a_shell_call_runs_after_earlier_writes_and_before_later_ones(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    probe = Probe()
+    writes = Probe()
+    writes.release.set()
+    registry = ToolRegistry(
+        [
+            quick_tool(writes, "write"),
+            gate_tool(probe, "sh", writes_all=True),
+            gate_tool(probe, "read"),
+        ]
+    )
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    batch = submit(
+        pool,
+        collector,
+        WorkspaceFs(tmp_path),
+        registry,
+        (
+            *calls("write", ["w1"], path="a.txt"),
+            *calls("sh", ["S"]),
+            *calls("read", ["R"]),
+            *calls("write", ["w2"], path="b.txt"),
+        ),
+    )
+    wait_until(lambda: probe.running == 2)  # the shell and the read run side by side
+    assert "end:w1" in writes.events  # the shell started only after the earlier write
+    assert "start:w2" not in writes.events  # the later write waits for the shell
+    probe.release.set()
+    assert all(r.outcome == "ok" for r in reports.batch(batch).results)
+    assert "start:w2" in writes.events
+
+
+def test_builtin_shell_sees_the_writes_before_it_and_none_after(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    for attempt in range(5):
+        batch_calls = (
+            ToolCall(
+                id=f"w{attempt}a", name="write_file", arguments={"path": "a.txt", "content": "one"}
+            ),
+            ToolCall(id=f"s{attempt}", name="shell", arguments={"command": "cat a.txt"}),
+            ToolCall(
+                id=f"w{attempt}b", name="write_file", arguments={"path": "a.txt", "content": "two"}
+            ),
+        )
+        result = reports.batch(
+            submit(pool, collector, WorkspaceFs(tmp_path), default_registry(), batch_calls)
+        )
+        assert [r.outcome for r in result.results] == ["ok", "ok", "ok"]
+        assert "stdout:\none" in result.results[1].result.output
+        assert (tmp_path / "a.txt").read_text() == "two"
+        (tmp_path / "a.txt").unlink()
+
+
+@pytest.mark.parametrize(
+    ("spellings", "target"),
+    [
+        (["x.txt", "link.txt", "./link.txt"], "x.txt"),
+        (["d/f.txt", "dlink/f.txt", "d/../dlink/f.txt"], "d/f.txt"),
+    ],
+)
+def test_writes_to_one_file_under_different_names_run_in_call_order(
+    runtime: Runtime, inbox: Any, tmp_path: Path, spellings: list[str], target: str
+) -> None:
+    q, collector = inbox
+    (tmp_path / "d").mkdir()
+    (tmp_path / "x.txt").write_text("")
+    (tmp_path / "d" / "f.txt").write_text("")
+    (tmp_path / "link.txt").symlink_to("x.txt")
+    (tmp_path / "dlink").symlink_to("d")
+    probe = Probe()
+    registry = ToolRegistry([quick_tool(probe)])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    batch_calls = tuple(
+        call
+        for tag, path in zip("123", spellings, strict=True)
+        for call in calls("quick", [tag], path=path)
+    )
+    result = reports.batch(submit(pool, collector, WorkspaceFs(tmp_path), registry, batch_calls))
+    assert all(r.outcome == "ok" for r in result.results)
+    assert (tmp_path / target).read_text() == "123"
+    events = probe.events
+    assert events.index("end:1") < events.index("start:2")
+    assert events.index("end:2") < events.index("start:3")
+    assert (tmp_path / "link.txt").is_symlink()
+
+
+# -- cancellation and timeouts reach a Python tool's token ------------------------------------
+
+
+def _token_looper(started: threading.Event, saw: queue.Queue[str]) -> FunctionTool[TagArgs]:
+    def run(args: TagArgs, ctx: ToolContext) -> str:
+        started.set()
+        while not ctx.cancel.cancelled:
+            ctx.cancel.wait(0.05)
+        saw.put(ctx.cancel.reason)
+        ctx.cancel.raise_if_cancelled()
+        return "unreachable"
+
+    return FunctionTool("looper", "loops until cancelled", TagArgs, run)
+
+
+def test_a_python_tool_sees_its_token_when_the_pool_cancels_it(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    started = threading.Event()
+    saw: queue.Queue[str] = queue.Queue()
+    runner = ThreadRunner(name="token-test")
+    pool = start_pool(runtime, runner=runner)
+    reports = Reports(q)
+    try:
+        looper = calls("looper", ["x"])
+        batch = submit(
+            pool,
+            collector,
+            WorkspaceFs(tmp_path),
+            ToolRegistry([_token_looper(started, saw)]),
+            looper,
+        )
+        assert started.wait(WAIT)
+        cancel = CancelToolCalls(
+            session_id="s1", call_ids=(looper[0].id,), reason="user pressed stop"
+        )
+        assert pool.ask(cancel, timeout=WAIT) == 1
+        result = reports.batch(batch).results[0]
+        assert result.outcome == "cancelled" and result.result.is_error
+        assert "user pressed stop" in result.result.output
+        assert saw.get(timeout=WAIT) == "user pressed stop"  # the tool itself saw it and returned
+        wait_until(lambda: runner.busy_count == 0)  # and its thread is free again
+    finally:
+        runner.shutdown(timeout=5)
+
+
+def test_a_call_timeout_cancels_a_python_tools_token(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    started = threading.Event()
+    saw: queue.Queue[str] = queue.Queue()
+    runner = ThreadRunner(name="timeout-test")
+    pool = start_pool(runtime, runner=runner)
+    reports = Reports(q)
+    try:
+        batch = submit(
+            pool,
+            collector,
+            WorkspaceFs(tmp_path),
+            ToolRegistry([_token_looper(started, saw)]),
+            calls("looper", ["x"]),
+            call_timeout=0.2,
+        )
+        result = reports.batch(batch).results[0]
+        assert result.outcome == "timeout" and "timed out" in result.result.output
+        assert started.is_set()
+        assert saw.get(timeout=WAIT) == "timeout"
+        wait_until(lambda: runner.busy_count == 0)
+    finally:
+        runner.shutdown(timeout=5)
+
+
+# -- a runner full of stuck threads ---------------------------------------------------------
+
+
+def test_a_full_runner_gives_clear_error_results_and_recovers(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    hang = Probe()
+    quick = Probe()
+    quick.release.set()
+    runner = ThreadRunner(name="tiny", max_threads=2)
+    registry = ToolRegistry([gate_tool(hang), quick_tool(quick)])
+    pool = start_pool(runtime, runner=runner)
+    reports = Reports(q)
+    fs = WorkspaceFs(tmp_path)
+    try:
+        stuck = reports.batch(
+            submit(pool, collector, fs, registry, calls("gate", ["h1", "h2"]), call_timeout=0.2)
+        )
+        assert [r.outcome for r in stuck.results] == ["timeout", "timeout"]
+        assert runner.busy_count == 2  # both threads are still inside the hanging tool
+        refused = reports.batch(submit(pool, collector, fs, registry, calls("quick", ["a", "b"])))
+        assert [r.outcome for r in refused.results] == ["error", "error"]
+        assert all("no tool thread is free" in r.result.output for r in refused.results)
+        hang.release.set()
+        wait_until(lambda: runner.busy_count == 0)
+        again = reports.batch(submit(pool, collector, fs, registry, calls("quick", ["c"])))
+        assert again.results[0].outcome == "ok"
+    finally:
+        hang.release.set()
+        runner.shutdown(timeout=5)
+
+
+# -- a tool's own ToolOutput travels with its result ------------------------------------------
+
+
+def test_an_explicit_tool_output_is_carried_to_the_requester(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    outputs: dict[str, Any] = {
+        "inline": Inline(text="small but keep it"),
+        "stored": Stored(summary="3 lines of log", content=Text(text="a\nb\nc")),
+        "structured": Stored(summary="two numbers", content=Structured(value=[1, 2])),
+        "plain": "just text",
+    }
+    tool = FunctionTool("out", "returns what it is told", TagArgs, lambda a, c: outputs[a.tag])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    result = reports.batch(
+        submit(
+            pool,
+            collector,
+            WorkspaceFs(tmp_path),
+            ToolRegistry([tool]),
+            calls("out", list(outputs)),
+        )
+    )
+    inline, stored, structured, plain = result.results
+    assert inline.explicit == outputs["inline"] and inline.result.output == "small but keep it"
+    assert stored.explicit == outputs["stored"] and stored.result.output == "a\nb\nc"
+    assert stored.stored_summary == "3 lines of log"
+    assert structured.explicit == outputs["structured"] and structured.result.output == "[1, 2]"
+    assert plain.explicit is None and plain.result.output == "just text"
+    for finished in result.results:  # and it survives serialisation
+        assert ToolCallFinished.model_validate_json(finished.model_dump_json()) == finished

@@ -11,20 +11,54 @@ git in that repository -- and any key that names a program makes the command
 ``unknown``. Anything the reader is unsure about is doubt, and doubt is
 ``unknown`` too.
 
-Only the repository's files are read (``config``, ``config.worktree``, the
-common directory's of a linked worktree, and those of submodules under
-``modules/``); the user's global and system config are the user's own choice.
+``git status`` and ``git diff`` also run git inside every populated submodule
+-- every gitlink of the index, whether ``.gitmodules`` lists it or not -- and
+that git reads the submodule's own config. So the probe reads the config of
+the repository (``config``, ``config.worktree``, the common directory's of a
+linked worktree, those under ``modules/``) and then, within a bound, of every
+populated gitlink (found in the index and in ``.gitmodules``), recursively.
+An unusual layout -- a submodule's ``.git`` that is a symlink, a linked
+worktree, or a ``gitdir:`` file pointing outside the superproject's
+``modules/`` -- a ``core.worktree`` elsewhere, a split index, an index the
+reader cannot follow, too many submodules, or environment variables that send
+git to another repository, index or config, are all doubt. The user's global
+and system config are the user's own choice and are not read.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from fnmatch import fnmatchcase
+import stat
+import struct
+import threading
+from collections import OrderedDict
+from fnmatch import translate
 
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_PARENT_HOPS = 256
 _MAX_MODULE_CONFIGS = 64
+_MAX_REPOSITORIES = 64
+"""Repositories probed per command: the repository itself and its submodules, recursively."""
+_MAX_GITLINKS = 256
+"""Gitlinks one repository may have before the probe gives up (doubt)."""
+_MAX_INDEX_BYTES = 64 << 20
+_GITLINK_MODE = 0o160000
+_GITLINK_MODE_BYTES = struct.pack(">I", _GITLINK_MODE)
+_INDEX_VERSIONS = frozenset(struct.pack(">I", version) for version in (2, 3, 4))
+
+RISKY_ENVIRONMENT: tuple[str, ...] = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_EXTERNAL_DIFF",
+)
+"""Environment variables (of this process, which shell commands inherit) that send git
+to another repository, index or config than the probe reads, or make it run a program."""
 
 PROGRAM_KEYS: tuple[str, ...] = (
     "core.pager",
@@ -68,6 +102,18 @@ PROGRAM_KEYS: tuple[str, ...] = (
 )
 """Config keys (lower-cased, ``fnmatch`` patterns) that name programs or other config."""
 
+LAYOUT_KEYS: tuple[str, ...] = ("core.splitindex",)
+"""Keys that change where git finds what the probe reads: doubt whatever their value."""
+
+
+def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for a set of ``fnmatch`` patterns (a probe checks every key against all)."""
+    return re.compile("|".join(f"(?:{translate(pattern)})" for pattern in patterns))
+
+
+_PROGRAM_KEY = _any_of(PROGRAM_KEYS)
+_LAYOUT_KEY = _any_of(LAYOUT_KEYS)
+
 _SECTION = re.compile(r'\[\s*([A-Za-z0-9.-]+)\s*(?:"((?:[^"\\\n]|\\.)*)"\s*)?\]')
 _KEY = re.compile(r"([A-Za-z][A-Za-z0-9-]*)\s*(?:$|[=#;])")
 
@@ -80,38 +126,95 @@ def program_setting(cwd: str | os.PathLike[str]) -> str | None:
     """Why git in ``cwd`` might run a program, or ``None`` when its config is clean.
 
     ``None`` also when ``cwd`` is in no repository at all (git then refuses to
-    run repository commands). Every read problem is reported as doubt.
+    run repository commands). Every read problem is reported as doubt, and so
+    is a relative ``cwd``: it would be resolved against this process's working
+    directory, which need not be where the command runs.
     """
     try:
-        gitdir = _discover(os.path.abspath(os.fspath(cwd)))
-        if gitdir is None:
+        for name in RISKY_ENVIRONMENT:
+            if name in os.environ:
+                raise _Doubt(f"the environment sets {name}")
+        directory = os.fspath(cwd)
+        if not os.path.isabs(directory):
+            raise _Doubt(f"the directory {directory!r} is relative")
+        found = _discover(os.path.normpath(directory))
+        if found is None:
             return None
-        for path in _config_files(gitdir):
-            for key in _config_keys(path):
-                if any(fnmatchcase(key, pattern) for pattern in PROGRAM_KEYS):
-                    return f"the repository's git config sets {key}, which can run a program"
+        return _probe(*found)
     except _Doubt as exc:
         return f"the repository's git config could not be checked: {exc}"
     except (OSError, ValueError) as exc:
         return f"the repository's git config could not be read: {exc}"
+
+
+def _probe(gitdir: str, worktree: str | None) -> str | None:
+    """Check a repository's config, then that of each populated submodule (recursively)."""
+    pending: list[tuple[str, str | None, str]] = [(gitdir, worktree, "")]
+    seen: set[str] = set()
+    while pending:
+        gitdir, worktree, where = pending.pop()
+        real = os.path.realpath(gitdir)
+        if real in seen:
+            continue
+        seen.add(real)
+        if len(seen) > _MAX_REPOSITORIES:
+            raise _Doubt("the repository has too many submodules to check")
+        own, modules = _config_files(gitdir)
+        entries = [entry for path in own for entry in _config_entries(path)]
+        module_keys = [key for path in modules for key, _value in _config_entries(path)]
+        for key in [*(key for key, _value in entries), *module_keys]:
+            if _PROGRAM_KEY.match(key):
+                owner = f"of the submodule {where!r}" if where else "of the repository"
+                return f"the git config {owner} sets {key}, which can run a program"
+        settings = dict(entries)
+        _check_layout(entries, gitdir, worktree)
+        if worktree is None:
+            continue
+        hash_size = _hash_size(settings.get("extensions.objectformat"))
+        for rel in sorted(_gitlinks(gitdir, worktree, hash_size)):
+            sub_gitdir = _submodule_gitdir(worktree, rel, gitdir)
+            if sub_gitdir is not None:
+                label = f"{where}/{rel}" if where else rel
+                pending.append((sub_gitdir, os.path.join(worktree, rel), label))
     return None
 
 
-def _discover(start: str) -> str | None:
-    """The git directory git would use from ``start``, like git's own discovery."""
+def _check_layout(entries: list[tuple[str, str | None]], gitdir: str, worktree: str | None) -> None:
+    """Doubt when the config moves the work tree or the index somewhere unusual."""
+    for key, value in entries:
+        if _LAYOUT_KEY.match(key):
+            raise _Doubt(f"the config sets {key}")
+        if key == "core.worktree":
+            # Absorbed submodules point back at their own directory; anything
+            # else makes git work on a tree the probe did not look at.
+            target = os.path.realpath(os.path.join(gitdir, value or ""))
+            if worktree is None or target != os.path.realpath(worktree):
+                raise _Doubt("core.worktree names another work tree")
+
+
+def _hash_size(object_format: str | None) -> int:
+    if object_format is None or object_format.lower() == "sha1":
+        return 20
+    if object_format.lower() == "sha256":
+        return 32
+    raise _Doubt(f"an unknown object format {object_format!r}")
+
+
+def _discover(start: str) -> tuple[str, str | None] | None:
+    """The git directory git would use from ``start`` and its work tree, like git's discovery."""
     if not os.path.isdir(start):
         raise _Doubt(f"{start!r} is not a directory")
     directory = start
     for _ in range(_MAX_PARENT_HOPS):
         dotgit = os.path.join(directory, ".git")
         if os.path.isdir(dotgit):
-            return dotgit
+            return dotgit, directory
         if os.path.isfile(dotgit):
-            return _gitdir_from_file(dotgit)
+            return _gitdir_from_file(dotgit), directory
         if os.path.lexists(dotgit):
             raise _Doubt(f"{dotgit!r} is neither a directory nor a file")
         if _is_gitdir(directory):
-            return directory
+            return directory, None
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
@@ -147,44 +250,244 @@ def _gitdir_from_file(dotgit: str) -> str:
     return os.path.normpath(gitdir)
 
 
-def _config_files(gitdir: str) -> list[str]:
+def _config_files(gitdir: str) -> tuple[list[str], list[str]]:
+    """The repository's own config files, and those of its absorbed submodules."""
     directories = [gitdir]
     commondir = os.path.join(gitdir, "commondir")
     if os.path.isfile(commondir):
         target = _read_text(commondir).strip()
         directories.append(os.path.normpath(os.path.join(gitdir, target)))
-    files = [
+    own = [
         os.path.join(directory, name)
         for directory in directories
         for name in ("config", "config.worktree")
     ]
+    modules: list[str] = []
     for directory in directories:
-        files.extend(_module_configs(os.path.join(directory, "modules")))
-    return [path for path in files if os.path.exists(path)]
+        modules.extend(_module_configs(os.path.join(directory, "modules")))
+    return [path for path in own if os.path.exists(path)], modules
 
 
 def _module_configs(modules: str) -> list[str]:
-    """Config files of submodules, which ``git status``/``git diff`` recurse into."""
+    """Config files of absorbed submodules (``modules/<name>/config``, nested too)."""
     if not os.path.isdir(modules):
         return []
     found: list[str] = []
-    for root, _dirs, names in os.walk(modules):
+    for root, dirs, names in os.walk(modules):
         if "config" in names:
             found.append(os.path.join(root, "config"))
             if len(found) > _MAX_MODULE_CONFIGS:
                 raise _Doubt("too many submodule configs")
+        if "HEAD" in names:
+            # A submodule's git directory: only its own modules/ can hold more
+            # configs; its objects, refs and logs are not walked.
+            dirs[:] = [name for name in dirs if name == "modules"]
     return found
 
 
-def _config_keys(path: str) -> list[str]:
-    """The lower-cased ``section[.subsection].key`` names set in one config file.
+# ---------------------------------------------------------------------------
+# Submodules
+# ---------------------------------------------------------------------------
 
-    Values are skipped; only which keys appear matters. Constructs whose key
-    could be misread -- a value continued with a trailing backslash, an
-    unbalanced quote, a line that is neither a section, a key nor a comment --
-    are doubt rather than guesses.
+
+def _gitlinks(gitdir: str, worktree: str, hash_size: int) -> set[str]:
+    """Work-tree-relative paths of the repository's submodules.
+
+    The index decides where ``git status`` and ``git diff`` recurse; paths
+    ``.gitmodules`` names are added, so a submodule not yet staged counts too.
     """
-    keys: list[str] = []
+    links = set(_index_gitlinks(os.path.join(gitdir, "index"), hash_size))
+    links.update(_gitmodules_paths(os.path.join(worktree, ".gitmodules")))
+    if len(links) > _MAX_GITLINKS:
+        raise _Doubt("the repository has too many submodules to check")
+    for rel in links:
+        parts = rel.split("/")
+        if not rel or rel.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise _Doubt(f"an unusual submodule path {rel!r}")
+    return links
+
+
+def _gitmodules_paths(path: str) -> list[str]:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISREG(mode):
+        raise _Doubt("'.gitmodules' is not a regular file")
+    return [
+        value or ""
+        for key, value in _config_entries(path)
+        if key.startswith("submodule.") and key.endswith(".path")
+    ]
+
+
+def _submodule_gitdir(worktree: str, rel: str, super_gitdir: str) -> str | None:
+    """The git directory git would use in the submodule at ``rel``; None when not populated."""
+    directory = os.path.join(worktree, rel)
+    try:
+        mode = os.lstat(directory).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a deleted submodule: git does not look inside
+    if stat.S_ISLNK(mode):
+        raise _Doubt(f"the submodule path {rel!r} is a symlink")
+    if not stat.S_ISDIR(mode):
+        return None  # replaced by a file: a type change, git does not recurse
+    dotgit = os.path.join(directory, ".git")
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except FileNotFoundError:
+        return None  # not checked out: git treats it as clean without running there
+    if stat.S_ISDIR(mode):
+        if os.path.exists(os.path.join(dotgit, "commondir")):
+            raise _Doubt(f"the submodule {rel!r} is a linked worktree")
+        return dotgit
+    if not stat.S_ISREG(mode):
+        raise _Doubt(f"the submodule {rel!r} has an unusual '.git'")
+    target = _gitdir_from_file(dotgit)
+    real = os.path.realpath(target)
+    homes = {
+        os.path.join(os.path.realpath(directory), "modules")
+        for directory in (super_gitdir, _common_dir(super_gitdir))
+    }  # a linked worktree keeps its submodules under its own git directory
+    if not any(os.path.commonpath([home, real]) == home for home in homes):
+        raise _Doubt(f"the submodule {rel!r} keeps its git directory outside 'modules/'")
+    if os.path.exists(os.path.join(real, "commondir")):
+        raise _Doubt(f"the submodule {rel!r} is a linked worktree")
+    return target
+
+
+def _common_dir(gitdir: str) -> str:
+    commondir = os.path.join(gitdir, "commondir")
+    if os.path.isfile(commondir):
+        return os.path.normpath(os.path.join(gitdir, _read_text(commondir).strip()))
+    return gitdir
+
+
+_index_cache: OrderedDict[tuple[str, int, int, int, int], tuple[str, ...]] = OrderedDict()
+_index_cache_lock = threading.Lock()
+_INDEX_CACHE_SIZE = 64
+
+
+def _index_gitlinks(path: str, hash_size: int) -> tuple[str, ...]:
+    """Paths of the gitlink entries (mode 160000) of a git index file.
+
+    Cached by the file's identity and change time: the index of a large
+    repository takes a while to walk, and the gate asks before every
+    speculative git command.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return ()
+    if st.st_size > _MAX_INDEX_BYTES:
+        raise _Doubt("the index is too large to check")
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, hash_size)
+    with _index_cache_lock:
+        cached = _index_cache.get(key)
+        if cached is not None:
+            _index_cache.move_to_end(key)
+            return cached
+    directory = os.path.dirname(path)
+    if any(name.startswith("sharedindex.") for name in os.listdir(directory)):
+        raise _Doubt("a split index keeps entries in another file")
+    with open(path, "rb") as handle:
+        data = handle.read(_MAX_INDEX_BYTES + 1)
+    if data[:4] == b"DIRC" and data[4:8] in _INDEX_VERSIONS and _GITLINK_MODE_BYTES not in data:
+        links: tuple[str, ...] = ()  # no entry can have the gitlink mode: skip the walk
+    else:
+        links = parse_index_gitlinks(data, hash_size)
+    with _index_cache_lock:
+        _index_cache[key] = links
+        while len(_index_cache) > _INDEX_CACHE_SIZE:
+            _index_cache.popitem(last=False)
+    return links
+
+
+def parse_index_gitlinks(data: bytes, hash_size: int = 20) -> tuple[str, ...]:
+    """The gitlink paths of an index file's bytes (versions 2, 3 and 4).
+
+    A file the parser cannot follow completely -- a bad header, a truncated
+    entry, a split index whose entries live in another file -- is doubt.
+    """
+    if len(data) < 12 + hash_size or data[:4] != b"DIRC":
+        raise _Doubt("the index is not in a format the probe reads")
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3, 4):
+        raise _Doubt(f"index version {version} is not supported")
+    end = len(data) - hash_size
+    fixed = 40 + hash_size + 2  # stat data, mode ... size, object id, flags
+    position = 12
+    previous = b""
+    links: list[str] = []
+    try:
+        for _ in range(count):
+            if position + fixed > end:
+                raise _Doubt("the index is truncated")
+            (mode,) = struct.unpack_from(">I", data, position + 24)
+            (flags,) = struct.unpack_from(">H", data, position + 40 + hash_size)
+            start = position + fixed
+            if flags & 0x4000:
+                if version < 3:
+                    raise _Doubt("an extended index entry in a version 2 index")
+                start += 2
+            if version == 4:
+                strip, start = _varint(data, start, end)
+                if strip > len(previous):
+                    raise _Doubt("a malformed index entry")
+                stop = data.index(b"\0", start, end)
+                name = previous[: len(previous) - strip] + data[start:stop]
+                position = stop + 1
+            else:
+                stop = data.index(b"\0", start, end)
+                name = data[start:stop]
+                header = start - position
+                position += (header + len(name) + 8) & ~7
+            previous = name
+            if mode == _GITLINK_MODE:
+                links.append(os.fsdecode(name))
+        while position + 8 <= end:
+            signature = data[position : position + 4]
+            (size,) = struct.unpack_from(">I", data, position + 4)
+            if signature == b"link":
+                raise _Doubt("a split index keeps entries in another file")
+            position += 8 + size
+    except (ValueError, struct.error):
+        raise _Doubt("a malformed index entry") from None
+    if position > end:
+        raise _Doubt("the index is truncated")
+    return tuple(links)
+
+
+def _varint(data: bytes, position: int, end: int) -> tuple[int, int]:
+    """Git's offset varint (index v4 path prefix lengths)."""
+    if position >= end:
+        raise _Doubt("the index is truncated")
+    byte = data[position]
+    position += 1
+    value = byte & 0x7F
+    while byte & 0x80:
+        if position >= end or value > 1 << 32:
+            raise _Doubt("a malformed index entry")
+        byte = data[position]
+        position += 1
+        value = ((value + 1) << 7) | (byte & 0x7F)
+    return value, position
+
+
+# ---------------------------------------------------------------------------
+# Config files
+# ---------------------------------------------------------------------------
+
+
+def _config_entries(path: str) -> list[tuple[str, str | None]]:
+    """``(section[.subsection].key, value)`` pairs of one config file, keys lower-cased.
+
+    ``value`` is ``None`` for a bare key (boolean true). Constructs whose key
+    or value could be misread -- a value continued with a trailing backslash,
+    an unbalanced quote, an unknown escape, a line that is neither a section,
+    a key nor a comment -- are doubt rather than guesses.
+    """
+    entries: list[tuple[str, str | None]] = []
     section: str | None = None
     for line in _read_text(path).splitlines():
         rest = line.strip()
@@ -200,23 +503,44 @@ def _config_keys(path: str) -> list[str]:
         match = _KEY.match(rest)
         if match is None or section is None:
             raise _Doubt(f"an unreadable line in {path!r}")
-        _check_value(rest[match.end(1) :], path)
-        keys.append(f"{section}.{match.group(1).lower()}")
-    return keys
+        value = _parse_value(rest[match.end(1) :], path)
+        entries.append((f"{section}.{match.group(1).lower()}", value))
+    return entries
 
 
-def _check_value(value: str, path: str) -> None:
-    """Refuse values whose end we might misjudge (continuations, open quotes)."""
+_ESCAPES = {"n": "\n", "t": "\t", "b": "\b", "\\": "\\", '"': '"'}
+
+
+def _parse_value(text: str, path: str) -> str | None:
+    """What follows a key: ``None`` without ``=``, else the value as git reads it."""
+    text = text.lstrip()
+    if not text or text[0] in "#;":
+        return None
+    if text[0] != "=":
+        raise _Doubt(f"an unreadable line in {path!r}")
+    out: list[str] = []
+    pending_blanks = ""
     quoted = False
-    escaped = False
-    for char in value:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
+    i = 1
+    while i < len(text):
+        char = text[i]
+        i += 1
+        if char == "\\":
+            if i >= len(text) or text[i] not in _ESCAPES:
+                raise _Doubt(f"a multi-line or unusual value in {path!r}")
+            out.append(pending_blanks + _ESCAPES[text[i]])
+            pending_blanks = ""
+            i += 1
         elif char == '"':
             quoted = not quoted
-        elif char in "#;" and not quoted:
-            return
-    if quoted or escaped:
+        elif not quoted and char in "#;":
+            break
+        elif not quoted and char in " \t":
+            if out:
+                pending_blanks += char
+        else:
+            out.append(pending_blanks + char)
+            pending_blanks = ""
+    if quoted:
         raise _Doubt(f"a multi-line or unterminated value in {path!r}")
+    return "".join(out)

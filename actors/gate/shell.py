@@ -23,10 +23,11 @@ the number of nodes visited are capped, and hitting a cap is doubt.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -121,6 +122,8 @@ class _Context:
     sources: int = 0
     git_reads: bool = False
     directory_changes: bool = False
+    reparsed: set[str] = field(default_factory=set)
+    """Synthetic here-document sources being classified (each is parsed at most once)."""
 
     def enter(self) -> None:
         self.depth += 1
@@ -152,7 +155,9 @@ def classify_shell_command(command: str, cwd: str | os.PathLike[str] | None = No
 
     Only ``"read-only"`` may run during a speculation. With ``cwd`` given, git
     commands that would otherwise be read-only are ``"unknown"`` when the local
-    git config of the repository around ``cwd`` names programs to run.
+    git config of the repository around ``cwd`` names programs to run -- or
+    when ``cwd`` is relative: it would resolve against this process's
+    directory, not the one the command runs in, so it cannot be checked.
     """
     return _SHELL_CLASS[explain_shell_command(command, cwd).severity]
 
@@ -562,11 +567,24 @@ def _pieces(node: tree_sitter.Node) -> list[str | tree_sitter.Node]:
 def _hidden_expansions(text: str, context: _Context) -> Verdict:
     """Here-document text tree-sitter left as plain content.
 
-    The grammar does not parse backquotes in a here-document body, but bash
-    runs them: they are doubt, and a write when the quoted command writes.
+    Bash expands ``$(...)``, ``${...}``, ``$var`` and backquotes in an unquoted
+    here-document, but the grammar misses them in two cases: backquotes
+    (never parsed in a body), and lines that start with a blank (``<<-``
+    bodies indented with tabs, say), after which it may parse nothing in the
+    body at all. The text is therefore parsed once more as the body of a
+    synthetic here-document with those blanks removed (:func:`_unindented`);
+    what is still hidden after that is doubt, and a backquoted command is
+    checked on its own, so a write in there is a write.
     """
     if _HIDDEN_EXPANSION.search(text) is None:
         return _READ_ONLY
+    synthetic = _synthetic_heredoc(text)
+    if synthetic not in context.reparsed:
+        context.reparsed.add(synthetic)
+        try:
+            return _classify_source(synthetic, context)
+        finally:
+            context.reparsed.discard(synthetic)
     verdict = unknown("a command or expansion in a here-document is not checked")
     parts = _BACKQUOTE_SPLIT.split(text)
     if len(parts) % 2 == 0:
@@ -574,6 +592,40 @@ def _hidden_expansions(text: str, context: _Context) -> Verdict:
     for inner in parts[1::2]:
         verdict = worst(verdict, _classify_source(_BACKQUOTE_ESCAPE.sub(r"\1", inner), context))
     return verdict
+
+
+def _synthetic_heredoc(text: str) -> str:
+    """``cat`` reading ``text`` unindented as an unquoted here-document.
+
+    The delimiter is one no line of ``text`` can match, so the body is the
+    whole text.
+    """
+    delimiter = "FORE_HEREDOC_END"
+    while delimiter in text:
+        delimiter += "_"
+    body = _unindented(text)
+    if not body.endswith("\n"):
+        body += "\n"
+    return f"cat <<{delimiter}\n{body}{delimiter}"
+
+
+def _unindented(text: str) -> str:
+    """``text`` with the blanks that start its lines removed.
+
+    Bash finds the same expansions in the result: a blank at the start of a
+    line is content in a here-document and a word separator inside a
+    substitution. A line after a backslash-newline keeps its blanks (bash
+    joins the two lines, and the blanks may separate words there). Removing
+    blanks can only make a nested here-document end earlier (`` X`` becomes
+    its delimiter ``X``), so more of the text is read as commands -- never
+    less.
+    """
+    lines = text.split("\n")
+    out = [lines[0]]
+    for previous, line in itertools.pairwise(lines):
+        continued = (len(previous) - len(previous.rstrip("\\"))) % 2 == 1
+        out.append(line if continued else line.lstrip(" \t"))
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ command, ``find -delete``, ``rg --pre``, ``git branch NAME``, ``git --ext-diff``
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -406,6 +407,13 @@ _SED_PLAIN_COMMANDS = frozenset("=dDgGhHnNpPxzF")
 _SED_NUMBER_COMMANDS = frozenset("lqQL")
 _SED_LABEL_COMMANDS = frozenset("btTv")
 _SED_TEXT_COMMANDS = frozenset("aic")
+_SED_LABEL_READINGS: tuple[frozenset[str], ...] = (
+    frozenset(" \t;}#\n"),  # GNU sed 4.x (read_label)
+    frozenset(" \t;\n"),  # busybox
+    frozenset(";\n"),  # seds that allow blanks in labels but not ';'
+    frozenset("\n"),  # POSIX, BSD: the label is the rest of the line
+)
+"""Where a label may end, per sed implementation; the GNU reading comes first."""
 _SED_DANGEROUS = {
     "e": "the e command runs a shell command",
     "r": "the r command reads a file",
@@ -422,26 +430,45 @@ def sed_script_problem(script: str) -> str | None:
     shell commands (``e``, ``s///e``). The parser below walks GNU sed's grammar
     and refuses anything it does not recognise. Where sed implementations
     disagree -- whether a delimiter inside ``[...]`` ends a regex, whether a
-    backslash escapes inside brackets -- the script is parsed under every
-    reading and must be harmless under all of them.
+    backslash escapes inside brackets, where a label ends -- the script is
+    parsed under every reading and must be harmless under all of them.
+
+    Labels matter most: GNU sed ends a label (of ``:``, ``b``, ``t``, ``T``,
+    ``v``) at a blank, ``;``, ``}`` or ``#`` and compiles what follows as the
+    next command, so ``b end w out`` writes ``out``; busybox ends it at a blank
+    or ``;``; POSIX and BSD seds only at the end of the line.
     """
     modes = (_SED_NAIVE, _SED_BRACKET, _SED_BRACKET_ESCAPE) if "[" in script else (_SED_NAIVE,)
-    for mode in modes:
-        try:
-            problem = _SedParser(script, mode).run()
-        except _SedError as exc:
-            return str(exc)
-        if problem is not None:
-            return problem
+    for index, label_stops in enumerate(_SED_LABEL_READINGS):
+        labels_seen = False
+        for mode in modes:
+            # Under another sed's reading a label may swallow a ``}`` (``{p;b}``):
+            # that sed then refuses the script as a whole after every command in
+            # it was checked here, so an unclosed block at the end is no danger.
+            parser = _SedParser(script, mode, label_stops, open_blocks_ok=index > 0)
+            try:
+                problem = parser.run()
+            except _SedError as exc:
+                return str(exc)
+            if problem is not None:
+                return problem
+            labels_seen = labels_seen or parser.labels_seen
+        if index == 0 and not labels_seen:
+            break  # without a label every reading parses the script alike
     return None
 
 
 class _SedParser:
-    def __init__(self, script: str, mode: int) -> None:
+    def __init__(
+        self, script: str, mode: int, label_stops: frozenset[str], *, open_blocks_ok: bool = False
+    ) -> None:
         self.s = script
         self.n = len(script)
         self.i = 0
         self.mode = mode
+        self.label_stops = label_stops
+        self.open_blocks_ok = open_blocks_ok
+        self.labels_seen = False
 
     def peek(self) -> str:
         return self.s[self.i] if self.i < self.n else ""
@@ -504,7 +531,7 @@ class _SedParser:
                 self.end_of_command()
             else:
                 raise _SedError(f"command {command!r} is not understood")
-        if depth:
+        if depth and not self.open_blocks_ok:
             raise _SedError("unbalanced braces")
         return None
 
@@ -513,10 +540,16 @@ class _SedParser:
         self.i = self.n if end < 0 else end + 1
 
     def label(self) -> str:
-        # A label ends at ';' or a newline; reading it short is the careful
-        # side: whatever follows is parsed as commands and checked.
+        """Read a label under this parser's reading of where labels end.
+
+        The character that ends it is left in place: under the GNU reading a
+        blank, ``}`` or ``#`` is followed by more script, which the main loop
+        parses -- and checks -- as the next command.
+        """
+        self.labels_seen = True
+        self.skip_blanks()
         start = self.i
-        while self.i < self.n and self.s[self.i] not in (";", "\n"):
+        while self.i < self.n and self.s[self.i] not in self.label_stops:
             self.i += 1
         return self.s[start : self.i].strip()
 
@@ -698,9 +731,22 @@ def _git_arguments(subcommand: str, args: Sequence[str]) -> Verdict:
                     return unknown(f"git {subcommand} {target} runs other programs")
         elif arg.startswith("-") and subcommand == "grep" and "O" in arg:
             return unknown("git grep -O opens files in a pager")
-        if "%G" in arg or "%(signature" in arg:
+        if _runs_gpg(arg):
             return unknown("signature placeholders run gpg")
     return read_only(f"git {subcommand} only reads")
+
+
+_GPG_PLACEHOLDER = re.compile(r"%G|%\(\*?signature")
+
+
+def _runs_gpg(arg: str) -> bool:
+    """Whether ``arg`` holds a format placeholder that verifies a signature with gpg.
+
+    ``%G?``/``%GS``... in ``--format``/``--pretty``, and the ``for-each-ref``
+    atoms ``%(signature...)`` -- also dereferenced, ``%(*signature)`` -- which
+    ``git branch``/``git tag``/``git for-each-ref --format`` accept alike.
+    """
+    return _GPG_PLACEHOLDER.search(arg) is not None
 
 
 _BRANCH_LIST_FLAGS = frozenset(
@@ -739,6 +785,8 @@ def _git_listing(form: _ListingForm, args: Sequence[str]) -> Verdict:
     (``--contains``, ``--merged`` ...); otherwise ``git branch NAME`` creates.
     """
     what = form.what
+    if any(_runs_gpg(arg) for arg in args):
+        return unknown(f"git {what}: signature placeholders run gpg")
     listing = False
     operands: list[str] = []
     doubt: Verdict | None = None

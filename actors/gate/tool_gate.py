@@ -142,7 +142,13 @@ def _shell(
 def _shell_directory(
     requested: object, base: str | os.PathLike[str] | None
 ) -> str | os.PathLike[str] | GateDecision | None:
-    """Where the command would run: the call's ``cwd`` resolved under the session's."""
+    """Where the command would run: the call's ``cwd`` resolved under the session's.
+
+    Only an absolute directory can be probed for git config: a relative one
+    (no session directory to resolve it against) is handed on as it is, and
+    the classifier treats git there as doubt rather than probing whatever
+    directory this process happens to run in.
+    """
     if requested is None or requested == "":
         return base
     if not isinstance(requested, str):
@@ -151,12 +157,20 @@ def _shell_directory(
         )
     if base is None:
         return requested
-    try:
-        root = os.path.realpath(base)
-        resolved = os.path.realpath(os.path.join(root, requested))
-        inside = os.path.commonpath([root, resolved]) == root
-    except (OSError, ValueError):
-        inside = False
+    base_text = os.fspath(base)
+    if not os.path.isabs(base_text):
+        # A relative session directory: containment can only be judged
+        # lexically, and the result stays relative (doubt for git).
+        below = os.path.normpath(requested)
+        inside = not os.path.isabs(below) and below != ".." and not below.startswith("../")
+        resolved: str = os.path.join(base_text, below)
+    else:
+        try:
+            root = os.path.realpath(base_text)
+            resolved = os.path.realpath(os.path.join(root, requested))
+            inside = os.path.commonpath([root, resolved]) == root
+        except (OSError, ValueError):
+            inside = False
     if not inside:
         return GateDecision(
             action=GateAction.BOUNDARY,

@@ -36,7 +36,7 @@ from actors.tools.fs import (
     WorkspaceFs,
 )
 from actors.tools.pool import ToolPool
-from actors.tools.runner import ThreadRunner
+from actors.tools.runner import RunnerSaturated, ThreadRunner
 
 __all__ = [
     "PENDING_STORE_UNAVAILABLE",
@@ -56,6 +56,7 @@ __all__ = [
     "NotFound",
     "PathOutOfScope",
     "ReadFile",
+    "RunnerSaturated",
     "Shell",
     "ThreadRunner",
     "Tool",

@@ -9,6 +9,7 @@ invalid arguments, a raised exception, cancellation -- into exactly one
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from abc import ABC, abstractmethod
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from actors.tools.cancel import CancelToken, ToolCancelled
 from actors.tools.paths import FsError
+from messages.blobs import Inline, Stored
 from messages.conversation import ToolCall
 from messages.tools import Outcome, ToolDefinition
 
@@ -106,26 +108,32 @@ class Tool(ABC, Generic[ArgsT]):
     Subclasses set ``name``, ``description`` and ``args_model`` and implement
     :meth:`execute`. ``exclusive`` tools run alone within their batch;
     :meth:`write_paths` names the paths a call writes, so the pool runs calls
-    that write the same path in call order.
+    that write the same path in call order. A tool that may write anything
+    (``shell``) sets ``writes_all``: its calls are ordered against every call
+    of the batch that writes, in call order, while reads still run beside it.
     """
 
     name: str
     description: str
     args_model: type[ArgsT]
     exclusive: bool = False
+    writes_all: bool = False
 
     @abstractmethod
     def execute(self, args: ArgsT, ctx: ToolContext) -> ToolReturn:
         """Run the call; raise :class:`ToolError` for an expected failure."""
 
     def write_paths(self, args: ArgsT) -> frozenset[str]:
-        """Workspace-relative paths this call writes (lexically normalised)."""
+        """Paths this call writes, as the model spelled them.
+
+        The pool asks before the call runs (on a runner thread) and resolves
+        each path through the session's view, so two spellings of one file are
+        ordered; an exception here fails this call only.
+        """
         return frozenset()
 
     def definition(self) -> ToolDefinition:
-        schema = self.args_model.model_json_schema()
-        schema.pop("title", None)
-        return ToolDefinition(name=self.name, description=self.description, parameters=schema)
+        return _definition(self.name, self.description, self.args_model)
 
 
 class FunctionTool(Tool[ArgsT]):
@@ -140,11 +148,13 @@ class FunctionTool(Tool[ArgsT]):
         *,
         exclusive: bool = False,
         writes: Callable[[ArgsT], Iterable[str]] | None = None,
+        writes_all: bool = False,
     ) -> None:
         self.name = name
         self.description = description
         self.args_model = args_model
         self.exclusive = exclusive
+        self.writes_all = writes_all
         self._fn = fn
         self._writes = writes
 
@@ -203,6 +213,20 @@ class ToolRegistry:
         return tuple(d for name, d in self._definitions.items() if name not in skip)
 
 
+@functools.lru_cache(maxsize=1024)
+def _definition(name: str, description: str, args_model: type[BaseModel]) -> ToolDefinition:
+    """A tool's wire definition, built once per process.
+
+    Generating a JSON schema costs about a millisecond; every session and
+    every speculation builds its own registry, so without this cache a load
+    of sessions spends a noticeable share of its CPU regenerating schemas.
+    The definition is a frozen model, safe to share.
+    """
+    schema = args_model.model_json_schema()
+    schema.pop("title", None)
+    return ToolDefinition(name=name, description=description, parameters=schema)
+
+
 @dataclass(frozen=True, slots=True)
 class Invocation:
     """The outcome of one call, ready to become a ``ToolResult``."""
@@ -211,6 +235,8 @@ class Invocation:
     output: str
     is_error: bool
     stored_summary: str | None = None
+    explicit: Inline | Stored | None = None
+    """The ToolOutput the tool returned itself (see ``ToolCallFinished.explicit``)."""
 
 
 def parse_args(tool: Tool[Any], call: ToolCall) -> BaseModel | Invocation:
@@ -230,14 +256,19 @@ def parse_args(tool: Tool[Any], call: ToolCall) -> BaseModel | Invocation:
     return parsed
 
 
+def unknown_tool(registry: ToolRegistry, call: ToolCall) -> Invocation:
+    """The result of calling a tool the session does not have (naming those it has)."""
+    available = ", ".join(sorted(registry.names())) or "none"
+    return Invocation(
+        "unknown_tool", f"Unknown tool {call.name!r}. Available tools: {available}.", True
+    )
+
+
 def invoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Invocation:
     """Run one call to completion and describe how it ended. Never raises."""
     tool = registry.get(call.name)
     if tool is None:
-        available = ", ".join(sorted(registry.names())) or "none"
-        return Invocation(
-            "unknown_tool", f"Unknown tool {call.name!r}. Available tools: {available}.", True
-        )
+        return unknown_tool(registry, call)
     args = parse_args(tool, call)
     if isinstance(args, Invocation):
         return args
@@ -254,9 +285,20 @@ def invoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Inv
 
 
 def render_value(value: ToolReturn) -> Invocation:
-    """Turn what a tool returned into result text (keeping an explicit summary)."""
+    """Turn what a tool returned into result text, keeping an explicit ToolOutput.
+
+    An ``Inline`` or ``Stored`` the tool built itself says how the output must
+    enter history (inline whatever its size; stored with this summary and this
+    -- possibly structured -- content), which the text alone cannot carry: it
+    travels on as ``explicit``.
+    """
     if isinstance(value, str):
         return Invocation("ok", value, False)
+    if isinstance(value, Inline):
+        return Invocation("ok", value.text, False, explicit=value)
+    if isinstance(value, Stored):
+        text = _content_text(value)
+        return Invocation("ok", text, False, stored_summary=value.summary, explicit=value)
     kind = getattr(value, "kind", None)
     if kind == "inline" and isinstance(getattr(value, "text", None), str):
         return Invocation("ok", value.text, False)
@@ -273,3 +315,10 @@ def render_value(value: ToolReturn) -> Invocation:
         return Invocation("ok", json.dumps(value, ensure_ascii=False), False)
     except (TypeError, ValueError):
         return Invocation("ok", str(value), False)
+
+
+def _content_text(value: Stored) -> str:
+    content = value.content
+    if content.kind == "text":
+        return content.text
+    return json.dumps(content.value, ensure_ascii=False)

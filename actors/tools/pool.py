@@ -4,15 +4,25 @@ It receives :class:`~messages.tools.RunToolBatch` requests and runs their calls
 on :class:`~actors.tools.runner.ThreadRunner` threads -- never on a dispatcher
 thread -- under a global cap and a per-session cap with round-robin fairness
 (:class:`~actors.tools.scheduling.FairQueue`). Within a batch, calls writing
-the same path run in call order and exclusive tools run alone.
+the same file run in call order, a ``shell`` call is ordered against every
+write, and exclusive tools run alone.
+
+A batch is *planned* first, on a runner thread: arguments are validated, each
+tool's ``write_paths`` is asked, and the paths are resolved through the
+session's filesystem view to canonical workspace paths (so ``a.py``,
+``./a.py`` and a symlink to it are one file). Planning runs tool code and
+filesystem syscalls, which must not run on the actor's thread: a raising
+``write_paths`` then fails only its own call, and a hanging one only its own
+batch (it times out), never the pool.
 
 Every call ends with exactly one :class:`~messages.tools.ToolCallFinished`:
-its own result; ``invalid`` / ``unknown_tool`` before running; ``timeout``
-when its deadline passes (its token is cancelled, a shell's process group
-killed, and the pool stops waiting for it); ``cancelled`` on request; or
-``crashed`` if this actor itself fails -- then ``on_failure`` reports every
-call it was responsible for before the supervisor restarts it. One call's
-failure never affects its siblings.
+its own result; ``invalid`` / ``unknown_tool`` before running; ``error`` when
+planning it failed or no runner thread is free; ``timeout`` when its deadline
+passes (its token is cancelled, a shell's process group killed, and the pool
+stops waiting for it); ``cancelled`` on request; or ``crashed`` if this actor
+itself fails -- then ``on_failure`` reports every call it was responsible for
+before the supervisor restarts it. One call's failure never affects its
+siblings, and one session's requests never affect another session's.
 """
 
 from __future__ import annotations
@@ -34,10 +44,11 @@ from actors.tools.base import (
     ToolServices,
     invoke_tool,
     parse_args,
+    unknown_tool,
 )
 from actors.tools.cancel import CancelToken
 from actors.tools.paths import write_key
-from actors.tools.runner import ThreadRunner
+from actors.tools.runner import RunnerSaturated, ThreadRunner
 from actors.tools.scheduling import CallShape, FairQueue, batch_dependencies
 from messages.conversation import ToolCall, ToolResult
 from messages.tools import (
@@ -54,13 +65,17 @@ DEFAULT_MAX_RUNNING = 64
 DEFAULT_PER_SESSION = 8
 
 
+Plan = Invocation | CallShape
+"""What planning says about one call: its early result, or how it must be scheduled."""
+
+
 @dataclass(eq=False)
 class _Call:
     batch: _Batch
     index: int
     call: ToolCall
-    waiting_on: set[int]
-    state: str = "waiting"  # waiting | ready | running | done
+    waiting_on: set[int] = field(default_factory=set)
+    state: str = "planning"  # planning | waiting | ready | running | done
     token: CancelToken = field(default_factory=CancelToken)
     timer: TimerHandle | None = None
     started: float = 0.0
@@ -73,10 +88,68 @@ class _Batch:
     dependents: list[list[int]] = field(default_factory=list)
     results: list[ToolCallFinished | None] = field(default_factory=list)
     remaining: int = 0
+    planned: bool = False
+    plan_timer: TimerHandle | None = None
 
     @property
     def session(self) -> str:
         return self.request.session_id
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.request.session_id, self.request.batch_id)
+
+
+def plan_calls(registry: ToolRegistry, calls: tuple[ToolCall, ...], fs: Any) -> list[Plan]:
+    """Validate each call and work out what it writes (runs on a runner thread).
+
+    Never raises: a tool whose ``write_paths`` fails gets an error result
+    naming the exception, and only that call does.
+    """
+    plans: list[Plan] = []
+    for call in calls:
+        tool = registry.get(call.name)
+        if tool is None:
+            plans.append(unknown_tool(registry, call))
+            continue
+        args = parse_args(tool, call)
+        if isinstance(args, Invocation):
+            plans.append(args)
+            continue
+        try:
+            writes = frozenset(ordering_key(fs, path) for path in tool.write_paths(args))
+            exclusive = bool(getattr(tool, "exclusive", False))
+            shape = CallShape(writes, exclusive, bool(getattr(tool, "writes_all", False)))
+        except Exception as exc:
+            plans.append(
+                Invocation(
+                    "error",
+                    f"{tool.name} was not run: working out which paths it writes failed "
+                    f"({type(exc).__name__}: {exc})",
+                    True,
+                )
+            )
+            continue
+        plans.append(shape)
+    return plans
+
+
+def ordering_key(fs: Any, path: str) -> str:
+    """The key under which writes to ``path`` are ordered: its canonical workspace path.
+
+    Resolving through the view (symlinks inside the workspace followed) makes
+    two spellings of one file -- ``a.py``, ``./a.py``, ``<root>/a.py``, a
+    symlink to it, a path through a symlinked directory -- one key. A path the
+    view refuses keys lexically; its call will fail on its own.
+    """
+    resolve = getattr(fs, "resolve", None)
+    if callable(resolve):
+        try:
+            return str(resolve(path))
+        except Exception:  # any refusal: fall back to the lexical key
+            pass
+    root = getattr(fs, "root", None)
+    return str(write_key(path, None if root is None else str(root)))
 
 
 class ToolPool(PooledActor):
@@ -95,7 +168,8 @@ class ToolPool(PooledActor):
         self._owns_runner = runner is None
         self._runner = runner or ThreadRunner()
         self._queue: FairQueue[_Call] = FairQueue(global_cap=max_running, session_cap=per_session)
-        self._batches: dict[str, _Batch] = {}
+        self._batches: dict[tuple[str, str], _Batch] = {}
+        """Running batches by (session id, batch id): ids need only be unique per session."""
         self._max_seen = 0
         self._abandoned = 0
 
@@ -103,51 +177,107 @@ class ToolPool(PooledActor):
 
     @handles(RunToolBatch)
     def _on_run(self, request: RunToolBatch) -> None:
-        if request.batch_id in self._batches:
-            raise ValueError(f"batch {request.batch_id!r} is already running")
-        registry: ToolRegistry = request.tools
+        if (request.session_id, request.batch_id) in self._batches:
+            self._refuse_duplicate(request)
+            return
         batch = _Batch(request=request)
-        shapes: list[CallShape] = []
-        early: dict[int, Invocation] = {}
-        for index, call in enumerate(request.calls):
-            tool = registry.get(call.name)
-            shape = CallShape(frozenset(), False)
-            if tool is None:
-                early[index] = invoke_tool(
-                    registry, call, self._context(batch, call, CancelToken())
-                )
-            else:
-                args = parse_args(tool, call)
-                if isinstance(args, Invocation):
-                    early[index] = args
-                else:
-                    root = getattr(request.fs, "root", None)
-                    writes = frozenset(
-                        write_key(path, None if root is None else str(root))
-                        for path in tool.write_paths(args)
-                    )
-                    shape = CallShape(writes, tool.exclusive)
-            shapes.append(shape)
-        deps = batch_dependencies(shapes)
+        batch.calls = [_Call(batch, i, call) for i, call in enumerate(request.calls)]
         batch.dependents = [[] for _ in request.calls]
-        for j, waits in enumerate(deps):
-            for i in waits:
-                batch.dependents[i].append(j)
-        batch.calls = [_Call(batch, i, call, set(deps[i])) for i, call in enumerate(request.calls)]
         batch.results = [None] * len(batch.calls)
         batch.remaining = len(batch.calls)
-        self._batches[request.batch_id] = batch
+        self._batches[batch.key] = batch
         self._queue.set_session_cap(request.session_id, request.max_concurrency)
         if not batch.calls:
             self._complete(batch)
             return
-        for index, invocation in early.items():
-            self._finish(batch.calls[index], invocation)
+        batch.plan_timer = self.call_after(request.call_timeout, self._on_plan_timeout, batch)
+
+        def planned(plans: Any, error: BaseException | None) -> None:
+            self.post(self._on_planned, batch, plans, error)
+
+        try:
+            self._runner.submit(
+                functools.partial(plan_calls, request.tools, request.calls, request.fs), planned
+            )
+        except RunnerSaturated as exc:
+            self._fail_planning(batch, Invocation("error", f"Not run: {exc}", True))
+
+    def _refuse_duplicate(self, request: RunToolBatch) -> None:
+        """A batch id already running for this session: answer every call with an error.
+
+        Raising here would fail the pool actor and every session's calls with it.
+        """
+        self.log.warning(
+            "tool_batch_duplicate", session_id=request.session_id, batch_id=request.batch_id
+        )
+        message = (
+            f"Not run: batch {request.batch_id!r} is already running for session "
+            f"{request.session_id!r}; a batch id must be unique among running batches"
+        )
+        results = tuple(
+            self._report(request, call, Invocation("error", message, True), 0.0)
+            for call in request.calls
+        )
+        _tell(
+            request.reply_to,
+            ToolBatchFinished(
+                batch_id=request.batch_id, session_id=request.session_id, results=results
+            ),
+        )
+
+    def _on_planned(self, batch: _Batch, plans: Any, error: BaseException | None) -> None:
+        if batch.planned or self._batches.get(batch.key) is not batch:
+            return  # timed out while planning, or every call was cancelled
+        if error is not None or not isinstance(plans, list) or len(plans) != len(batch.calls):
+            reason = f"{type(error).__name__}: {error}" if error is not None else "no plan"
+            self._fail_planning(
+                batch, Invocation("error", f"Not run: planning failed ({reason})", True)
+            )
+            return
+        batch.planned = True
+        if batch.plan_timer is not None:
+            batch.plan_timer.cancel()
+            batch.plan_timer = None
+        shapes = [CallShape(frozenset(), False) if isinstance(p, Invocation) else p for p in plans]
+        for j, waits in enumerate(batch_dependencies(shapes)):
+            item = batch.calls[j]
+            if item.state == "done":
+                continue  # cancelled while the batch was being planned
+            item.state = "waiting"
+            item.waiting_on = {i for i in waits if batch.calls[i].state != "done"}
+            for i in item.waiting_on:
+                batch.dependents[i].append(j)
+        for item, plan in zip(list(batch.calls), plans, strict=True):
+            if isinstance(plan, Invocation) and item.state != "done":
+                self._finish(item, plan)
         for item in batch.calls:
             if item.state == "waiting" and not item.waiting_on:
                 item.state = "ready"
                 self._queue.push(batch.session, item)
         self._pump()
+
+    def _on_plan_timeout(self, batch: _Batch) -> None:
+        if batch.planned or self._batches.get(batch.key) is not batch:
+            return
+        timeout = batch.request.call_timeout
+        self._abandoned += 1  # the planning thread is stuck in the tool's write_paths
+        self._fail_planning(
+            batch,
+            Invocation(
+                "timeout",
+                f"Not run: working out which paths the batch writes took longer than {timeout:g}s",
+                True,
+            ),
+        )
+
+    def _fail_planning(self, batch: _Batch, invocation: Invocation) -> None:
+        batch.planned = True
+        if batch.plan_timer is not None:
+            batch.plan_timer.cancel()
+            batch.plan_timer = None
+        for item in list(batch.calls):
+            if item.state != "done":
+                self._finish(item, invocation)
 
     @handles(CancelToolCalls)
     def _on_cancel(self, message: CancelToolCalls) -> int:
@@ -193,6 +323,17 @@ class ToolPool(PooledActor):
         item.state = "running"
         item.started = time.monotonic()
         ctx = self._context(batch, item.call, item.token)
+        registry: ToolRegistry = request.tools
+        call = item.call
+
+        def done(result: Any, error: BaseException | None) -> None:
+            self.post(self._on_done, item, result, error)
+
+        try:
+            self._runner.submit(functools.partial(invoke_tool, registry, call, ctx), done)
+        except RunnerSaturated as exc:
+            self._finish(item, Invocation("error", f"{call.name} was not run: {exc}", True))
+            return
         item.timer = self.call_after(request.call_timeout, self._on_timeout, item)
         _tell(
             request.reply_to,
@@ -203,13 +344,6 @@ class ToolPool(PooledActor):
                 name=item.call.name,
             ),
         )
-        registry: ToolRegistry = request.tools
-        call = item.call
-
-        def done(result: Any, error: BaseException | None) -> None:
-            self.post(self._on_done, item, result, error)
-
-        self._runner.submit(functools.partial(invoke_tool, registry, call, ctx), done)
 
     def _context(self, batch: _Batch, call: ToolCall, token: CancelToken) -> ToolContext:
         request = batch.request
@@ -253,22 +387,9 @@ class ToolPool(PooledActor):
             item.timer = None
         if was_running:
             self._queue.finished(batch.session)
-        finished = ToolCallFinished(
-            batch_id=request.batch_id,
-            session_id=request.session_id,
-            result=ToolResult(
-                call_id=item.call.id,
-                name=item.call.name,
-                output=invocation.output,
-                is_error=invocation.is_error,
-            ),
-            outcome=invocation.outcome,
-            duration_s=(time.monotonic() - item.started) if was_running else 0.0,
-            stored_summary=invocation.stored_summary,
-        )
-        batch.results[item.index] = finished
+        duration = (time.monotonic() - item.started) if was_running else 0.0
+        batch.results[item.index] = self._report(request, item.call, invocation, duration)
         batch.remaining -= 1
-        _tell(request.reply_to, finished)
         for j in batch.dependents[item.index]:
             dependent = batch.calls[j]
             dependent.waiting_on.discard(item.index)
@@ -278,9 +399,34 @@ class ToolPool(PooledActor):
         if batch.remaining == 0:
             self._complete(batch)
 
+    def _report(
+        self, request: RunToolBatch, call: ToolCall, invocation: Invocation, duration: float
+    ) -> ToolCallFinished:
+        """Tell the requester one call's result (and return it for the batch report)."""
+        finished = ToolCallFinished(
+            batch_id=request.batch_id,
+            session_id=request.session_id,
+            result=ToolResult(
+                call_id=call.id,
+                name=call.name,
+                output=invocation.output,
+                is_error=invocation.is_error,
+            ),
+            outcome=invocation.outcome,
+            duration_s=duration,
+            stored_summary=invocation.stored_summary,
+            explicit=invocation.explicit,
+        )
+        _tell(request.reply_to, finished)
+        return finished
+
     def _complete(self, batch: _Batch) -> None:
         request = batch.request
-        self._batches.pop(request.batch_id, None)
+        if batch.plan_timer is not None:
+            batch.plan_timer.cancel()
+            batch.plan_timer = None
+        if self._batches.get(batch.key) is batch:
+            del self._batches[batch.key]
         results = tuple(r for r in batch.results if r is not None)
         _tell(
             request.reply_to,

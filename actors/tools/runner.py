@@ -6,12 +6,27 @@ call a thread of its own, reusing idle threads and letting threads idle for
 its thread until the tool returns, but no longer counts against the pool's
 cap: the pool reports the call finished at once, and the runner starts a new
 thread for the next call rather than waiting for the stuck one.
+
+Two rules keep a submitted job from ever waiting without a thread:
+
+* a thread whose idle wait times out exits only if the other idle threads
+  cover every pending job -- otherwise a submit that counted it as idle just
+  before it timed out would leave its job stranded in the queue;
+* a thread counts as idle again as soon as its job has returned, *before* it
+  reports the result, so a job submitted in reaction to that report (the
+  pool's next call) can always use it.
+
+Threads stuck in tools that never return are not reclaimed. When
+``max_threads`` of them exist and none is free, :meth:`ThreadRunner.submit`
+raises :class:`RunnerSaturated` instead of queueing a job no thread would
+take: the pool turns that into an error result naming the cause.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,12 +37,18 @@ log = structlog.get_logger(__name__)
 Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
 
 
+class RunnerSaturated(RuntimeError):
+    """No runner thread is free and the thread limit is reached."""
+
+
 class ThreadRunner:
     """An elastic set of daemon threads (see module docs)."""
 
     def __init__(
         self, *, name: str = "fore-tool", idle_ttl: float = 30.0, max_threads: int = 512
     ) -> None:
+        if max_threads < 1:
+            raise ValueError("max_threads must be at least 1")
         self.name = name
         self.idle_ttl = idle_ttl
         self.max_threads = max_threads
@@ -42,12 +63,24 @@ class ThreadRunner:
     def submit(
         self, fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None]
     ) -> None:
-        """Run ``fn()`` on a runner thread, then ``on_done(result, error)`` on that thread."""
+        """Run ``fn()`` on a runner thread, then ``on_done(result, error)`` on that thread.
+
+        Raises :class:`RunnerSaturated` when every one of ``max_threads``
+        threads is busy (in practice: stuck in calls that timed out).
+        """
         with self._lock:
             if self._closed:
                 raise RuntimeError("the tool runner is shut down")
+            spawn = self._pending + 1 > self._idle
+            if spawn and len(self._threads) >= self.max_threads:
+                busy = len(self._threads) - self._idle
+                log.warning("tool_runner_saturated", threads=len(self._threads), busy=busy)
+                raise RunnerSaturated(
+                    f"no tool thread is free: all {len(self._threads)} runner threads are busy "
+                    f"(the limit is {self.max_threads}; threads stuck in calls that timed out "
+                    "or were cancelled stay busy until their tool returns)"
+                )
             self._pending += 1
-            spawn = self._pending > self._idle and len(self._threads) < self.max_threads
             if spawn:
                 self._counter += 1
                 thread = threading.Thread(
@@ -58,15 +91,27 @@ class ThreadRunner:
         if spawn:
             thread.start()
 
+    def _next_job(self) -> Job | None:
+        """The next job (``None``: shut down); ``queue.Empty`` after ``idle_ttl`` idle seconds.
+
+        A seam: tests replace it to make the idle timeout race a submit.
+        """
+        return self._jobs.get(timeout=self.idle_ttl)
+
     def _loop(self) -> None:
         me = threading.current_thread()
+        with self._lock:
+            self._idle += 1
         while True:
-            with self._lock:
-                self._idle += 1
             try:
-                job = self._jobs.get(timeout=self.idle_ttl)
+                job = self._next_job()
             except queue.Empty:
-                job = None
+                with self._lock:
+                    if self._pending > self._idle - 1:
+                        continue  # a job counted on this thread: stay for it
+                    self._idle -= 1
+                    self._threads.discard(me)
+                    return
             with self._lock:
                 self._idle -= 1
                 if job is None:
@@ -80,6 +125,8 @@ class ThreadRunner:
                 result = fn()
             except BaseException as exc:  # a tool must never take its thread down silently
                 error = exc
+            with self._lock:
+                self._idle += 1  # free for the next job before the result is reported
             try:
                 on_done(result, error)
             except Exception:
@@ -90,6 +137,12 @@ class ThreadRunner:
         with self._lock:
             return len(self._threads)
 
+    @property
+    def busy_count(self) -> int:
+        """Threads running a job (including ones stuck in tools that never return)."""
+        with self._lock:
+            return len(self._threads) - self._idle
+
     def shutdown(self, timeout: float = 5.0) -> bool:
         """Stop idle threads; wait up to ``timeout`` for busy ones. True if all exited."""
         with self._lock:
@@ -97,8 +150,6 @@ class ThreadRunner:
             threads = list(self._threads)
         for _ in threads:
             self._jobs.put(None)
-        import time
-
         deadline = time.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,8 +1,10 @@
 """Pure scheduling rules of the tool pool.
 
 * :func:`batch_dependencies` -- which calls of a batch must wait for which:
-  calls writing the same path run in call order; an exclusive tool runs alone
-  (after everything before it, before everything after it).
+  calls writing the same path run in call order; a call that may write
+  anything (``shell``) is ordered against every writing call; an exclusive
+  tool runs alone (after everything before it, before everything after it).
+  Calls that only read are never held back by writes.
 * :class:`FairQueue` -- ready calls of many sessions, served round-robin under
   a global cap and a per-session cap, so one session's 500 calls cannot
   starve another session's one call.
@@ -20,23 +22,36 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class CallShape:
-    """What scheduling needs to know about one call."""
+    """What scheduling needs to know about one call.
+
+    ``writes`` are the canonical workspace paths it writes; ``writes_all``
+    says it may write any path (a shell command), so it conflicts with every
+    call that writes anything.
+    """
 
     writes: frozenset[str]
     exclusive: bool
+    writes_all: bool = False
+
+    @property
+    def writes_anything(self) -> bool:
+        return self.writes_all or bool(self.writes)
+
+
+def conflicts(earlier: CallShape, later: CallShape) -> bool:
+    """Whether ``later`` must wait for ``earlier`` (see module docs)."""
+    if earlier.exclusive or later.exclusive:
+        return True
+    if earlier.writes_all:
+        return later.writes_anything
+    if later.writes_all:
+        return earlier.writes_anything
+    return not earlier.writes.isdisjoint(later.writes)
 
 
 def batch_dependencies(calls: Sequence[CallShape]) -> list[set[int]]:
     """For each call, the indexes of earlier calls it must wait for."""
-    deps: list[set[int]] = []
-    for j, call in enumerate(calls):
-        mine: set[int] = set()
-        for i in range(j):
-            earlier = calls[i]
-            if call.exclusive or earlier.exclusive or (call.writes & earlier.writes):
-                mine.add(i)
-        deps.append(mine)
-    return deps
+    return [{i for i in range(j) if conflicts(calls[i], call)} for j, call in enumerate(calls)]
 
 
 class FairQueue(Generic[T]):

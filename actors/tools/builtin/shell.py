@@ -119,6 +119,9 @@ class Shell(Tool[ShellArgs]):
         "are captured and capped; the exit code is reported). Nothing it starts outlives it."
     )
     args_model = ShellArgs
+    writes_all = True
+    """A command may write any file: within a batch it runs after the writes before it
+    and before the writes after it (reads still run beside it)."""
 
     def execute(self, args: ShellArgs, ctx: ToolContext) -> str:
         cwd = ctx.fs.exec_dir(args.cwd)

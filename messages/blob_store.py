@@ -1,23 +1,91 @@
-"""Messages of the blob-store actor: storing tool outputs, pins, retention."""
+"""Messages of the blob-store actor: storing, loading, pins and retention.
+
+Two levels:
+
+* the **BlobStore interface** of issue 6 -- :class:`StoreBlob` (answered with
+  the new blob's ``uuid.UUID``), :class:`LoadBlob` (answered with the
+  :data:`~messages.blobs.Content`) and :class:`BlobExists` (answered with a
+  ``bool``). Disk work runs on the blocking lane; failures reach the asker as
+  typed exceptions from :mod:`actors.blobs.fs_store`: ``InvalidBlobId`` for an
+  id that is not a UUID, ``BlobNotFound`` for a missing blob, another
+  ``BlobStoreError`` for I/O trouble.
+* the **worker's conversion** of a tool output into history text
+  (:class:`StoreToolOutput` -> :class:`StoredOutput`).
+
+Retention never removes a blob a live session references: storing pins the
+blob for ``session_id``, :class:`ReferenceBlobs` pins what a history shows,
+and :class:`ReleaseSession` drops a closed session's pins.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+import uuid
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
 
 from messages.base import Message
+from messages.blobs import Content, ToolOutput
+
+
+def _id_text(value: object) -> object:
+    """Accept a ``uuid.UUID`` where an id string is expected (validation is the store's)."""
+    return str(value) if isinstance(value, uuid.UUID) else value
+
+
+BlobIdText = Annotated[str, BeforeValidator(_id_text)]
+"""A blob id as text; a ``uuid.UUID`` is accepted and turned into its string."""
+
+
+class StoreBlob(Message):
+    """Store ``content``; answered with the new blob's id (``uuid.UUID``).
+
+    With ``session_id`` the blob is pinned for that session until it closes;
+    without, only the store's grace period protects it from retention.
+    """
+
+    content: Content
+    session_id: str | None = None
+
+
+class LoadBlob(Message):
+    """Load a whole blob; answered with its :data:`~messages.blobs.Content`.
+
+    ``blob_id`` is validated by the store (never used raw in a path): a
+    non-UUID is answered with ``InvalidBlobId``, a missing blob with
+    ``BlobNotFound``.
+    """
+
+    blob_id: BlobIdText
+
+
+class BlobExists(Message):
+    """Whether a complete blob with this id is stored; answered with a ``bool``.
+
+    A non-UUID ``blob_id`` is answered with ``InvalidBlobId`` (not ``False``:
+    a malformed id is a bug of the asker, not a missing blob).
+    """
+
+    blob_id: BlobIdText
 
 
 class StoreToolOutput(Message):
     """Turn one tool output into what history keeps (a summary if it is large).
 
-    ``stored_summary`` is a summary the tool supplied itself. Answered with
-    :class:`StoredOutput`; the blob is pinned for ``session_id``.
+    ``output`` is the output as text. ``tool_output`` is an explicit
+    :data:`~messages.blobs.ToolOutput` the tool returned itself: it wins over
+    ``output`` -- an ``Inline`` stays inline whatever its size, a ``Stored``
+    is stored as it is (a ``Structured`` stays structured) with its summary
+    capped. ``stored_summary`` is the older way for a tool to supply its own
+    summary for ``output``. Answered with :class:`StoredOutput`; the blob (and
+    every blob the history text references) is pinned for ``session_id``.
     """
 
     session_id: str
     call_id: str
     output: str
     stored_summary: str | None = None
+    tool_output: ToolOutput | None = None
 
 
 class StoredOutput(Message):
@@ -28,6 +96,22 @@ class StoredOutput(Message):
     bytes_stored: int = 0
 
 
+class ReferenceBlobs(Message):
+    """Pin, for ``session_id``, every blob these history texts reference.
+
+    Send it whenever text enters a history without passing through
+    :class:`StoreToolOutput` -- items inserted from an accepted speculation, a
+    restored or forked history, a user message quoting ``[blob:<id>]`` -- so
+    retention keeps what the history still shows. ``blob_ids`` pins ids given
+    directly (invalid ones are ignored and logged). A tell; an ask is
+    answered with the number of new pins.
+    """
+
+    session_id: str
+    texts: tuple[str, ...] = ()
+    blob_ids: tuple[str, ...] = ()
+
+
 class ReleaseSession(Message):
     """The session closed: its blobs are no longer pinned against retention."""
 
@@ -35,16 +119,33 @@ class ReleaseSession(Message):
 
 
 class CollectBlobs(Message):
-    """Run retention now (answered with the store's CollectReport)."""
+    """Run retention now (answered with a :class:`CollectReport`)."""
 
 
 class BlobStoreStats(Message):
     blobs: int
     total_bytes: int
-    pinned: int
-    sessions: int
+    pinned: int = Field(description="(session, blob) pins")
+    sessions: int = Field(description="sessions holding pins")
     stored: int = Field(default=0, description="outputs stored since start")
 
 
 class GetBlobStoreStats(Message):
     """Ask the blob store for :class:`BlobStoreStats`."""
+
+
+class CollectReport(Message):
+    """What one :meth:`FsBlobStore.collect` run did.
+
+    ``protected`` lists referenced (or pinned) blobs that the age or size
+    limit would otherwise have removed; ``over_budget`` is true when the blobs left
+    (referenced or within the grace period) still exceed ``max_total_bytes``.
+    Sizes count blob files plus their line-index sidecars.
+    """
+
+    removed: tuple[uuid.UUID, ...] = ()
+    removed_bytes: int = 0
+    kept: int = 0
+    kept_bytes: int = 0
+    protected: tuple[uuid.UUID, ...] = ()
+    over_budget: bool = False

@@ -31,7 +31,9 @@ class FileBase(Message):
 
     ``sha256`` is set for regular files (it is what the conflict check compares);
     ``size`` and ``mtime_ns`` are informational (a ``touch`` without a content
-    change is not a conflict).
+    change is not a conflict). A file base without ``sha256`` means "content
+    unknown": the speculation read only a prefix of a file that changed before
+    its first write -- it matches no content, so apply reports a conflict.
     """
 
     kind: FileKind

@@ -16,7 +16,7 @@ from actors.llm import ScriptedModel
 from actors.tools import FunctionTool, ToolContext
 from actors.worker.hooks import Continue, Hooks, PostToolCallContext
 from messages.blob_store import CollectBlobs, GetBlobStoreStats
-from messages.blobs import Stored, Structured, Text
+from messages.blobs import Inline, Stored, Structured, Text
 from messages.conversation import ToolResult
 from supervision import Runtime
 
@@ -86,7 +86,7 @@ def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_p
                     "tool_calls": [
                         {
                             "name": "inspect",
-                            "arguments": {"blob_id": blob_id, "selector": "lines:10001-10003"},
+                            "arguments": {"blob_id": blob_id, "selector": "lines:10001-10050"},
                         }
                     ],
                 },
@@ -97,8 +97,12 @@ def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_p
             turn = reader.submit("inspect it", timeout=WAIT)
             (inspected,) = tool_results(turn.items)
         assert not inspected.is_error
-        assert "line 010001 " in inspected.output and "line 010003 " in inspected.output
-        assert "line 010004" not in inspected.output and "line 010000 " not in inspected.output
+        # 50 lines (~2.7 KB) are past the inline threshold, yet the model reads them
+        # themselves: inspect's answer is never stored again as a blob of a blob.
+        assert BLOB.match(inspected.output) is None
+        for n in range(10001, 10051):
+            assert f"line {n:06d} " in inspected.output
+        assert "line 010051" not in inspected.output and "line 010000 " not in inspected.output
 
 
 def test_small_outputs_stay_inline(runtime: Runtime, tmp_path: Path) -> None:
@@ -150,6 +154,45 @@ def test_a_tool_may_supply_its_own_summary(runtime: Runtime, tmp_path: Path) -> 
     assert result.output.endswith("] 5000 rows of the report")
 
 
+def test_an_explicit_inline_output_stays_inline_whatever_its_size(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    class Args(BaseModel):
+        pass
+
+    body = "y" * 5000
+    tool = FunctionTool("whole", "whole", Args, lambda a, c: Inline(text=body))
+    model = ScriptedModel([{"tool_calls": [{"name": "whole", "arguments": {}}]}, {"text": "ok"}])
+    with runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
+        s.submit("go", timeout=WAIT)
+        (result,) = tool_results(s.history)
+    assert result.output == body
+
+
+def test_an_explicit_stored_output_is_stored_whatever_its_size(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    class Args(BaseModel):
+        pass
+
+    tool = FunctionTool(
+        "tiny",
+        "tiny",
+        Args,
+        lambda a, c: Stored(summary="the tiny record", content=Structured(value={"k": 1})),
+    )
+    model = ScriptedModel([{"tool_calls": [{"name": "tiny", "arguments": {}}]}, {"text": "ok"}])
+    with runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
+        s.submit("go", timeout=WAIT)
+        (result,) = tool_results(s.history)
+    match = BLOB.match(result.output)
+    assert match, result.output
+    assert result.output.endswith("] the tiny record")
+    assert runtime.blob_fs is not None
+    content = runtime.blob_fs.load(uuid.UUID(match.group(1)))
+    assert isinstance(content, Structured) and content.value == {"k": 1}
+
+
 def test_a_failing_store_raises_an_alert_and_truncates(
     runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,15 +229,17 @@ def test_retention_never_collects_a_blob_a_live_session_references(tmp_path: Pat
         # An unreferenced blob that pushes the store over its limit.
         orphan = rt.blob_fs.store(Text(text="y" * 60_000))
         rt.blob_fs.grace_s = 0.0
+        # (The store's own over-limit collection may get to the orphan first, so
+        # the files are the evidence, not which run's report names it.)
         report = rt.blob_store.ask(CollectBlobs(), timeout=WAIT)
-        assert live in report.protected and orphan in report.removed
+        assert live in report.protected and orphan not in report.protected
         assert rt.blob_fs.exists(live) and not rt.blob_fs.exists(orphan)
         assert rt.blob_store.ask(GetBlobStoreStats(), timeout=WAIT).pinned == 1
         session.close()
         stats = rt.blob_store.ask(GetBlobStoreStats(), timeout=WAIT)
         assert stats.pinned == 0  # released with the session: now collectable
         report = rt.blob_store.ask(CollectBlobs(), timeout=WAIT)
-        assert live in report.removed
+        assert live not in report.protected and not rt.blob_fs.exists(live)
     finally:
         rt.close()
 

@@ -262,6 +262,16 @@ def test_scalar_overview(reader: MemoryReader) -> None:
         ("grep:foo", "Unknown selector kind 'grep' in 'grep:foo'. Use lines:N-M"),
         ("lines:0-5", "Line numbers start at 1, so 'lines:0-5' is invalid; use e.g. lines:1-5"),
         ("lines:0-", "Line numbers start at 1"),
+        # A 0 end after a real start: suggest the range it probably meant, not "lines:1-".
+        (
+            "lines:3-0",
+            "Line numbers start at 1, so 'lines:3-0' is invalid; use e.g. lines:1-3 or lines:3-",
+        ),
+        # Only ASCII digits: a fullwidth "１" must not be read as 1.
+        ("lines:\uff11-2", "Malformed lines selector"),
+        ("lines:1-\uff12", "Malformed lines selector"),
+        ("slice:\uff10..2", "Malformed slice selector"),
+        ("slice:0..\u0662", "Malformed slice selector"),
         ("lines:9-3", "Inverted range 'lines:9-3': the end line must not be before the start"),
         ("slice:5..2", "Empty or inverted range 'slice:5..2'"),
         ("slice:4..4", "Empty or inverted range 'slice:4..4'"),
@@ -307,19 +317,19 @@ def test_slice_start_past_the_end(reader: MemoryReader) -> None:
             Text(text="a\n"),
             "slice:0..1",
             "slice: selects entries of a JSON array, but this blob "
-            "is text (1 lines). Instead, use lines:N-M",
+            "is text (1 line). Instead, use lines:N-M",
         ),
         (
             Text(text="a\n"),
             "key:a",
-            "key: selects a value of a JSON object, but this blob is text (1 lines)",
+            "key: selects a value of a JSON object, but this blob is text (1 line)",
         ),
         (Text(text="a\n"), "pointer:/a", "pointer: navigates JSON values, but this blob is text"),
         (
             Structured(value=[1]),
             "lines:1-2",
             "lines: selects lines of a text blob, but this blob "
-            "is a json_array (1 entries). Instead, use slice:N..M",
+            "is a json_array (1 entry). Instead, use slice:N..M",
         ),
         (
             Structured(value=[1]),
@@ -330,7 +340,7 @@ def test_slice_start_past_the_end(reader: MemoryReader) -> None:
             Structured(value={"a": 1}),
             "slice:0..1",
             "slice: selects entries of a JSON array, but "
-            "this blob is a json_object (1 keys). Instead, use key:NAME",
+            "this blob is a json_object (1 key). Instead, use key:NAME",
         ),
         (
             Structured(value={"a": 1}),
@@ -384,7 +394,7 @@ def test_unknown_key_lists_available_keys(reader: MemoryReader) -> None:
         ("/results/-", "Bad pointer 'pointer:/results/-': '-' is not an array index"),
         (
             "/n/x",
-            "Bad pointer 'pointer:/n/x': the value at /n is a integer, which has no "
+            "Bad pointer 'pointer:/n/x': the value at /n is an integer, which has no "
             "members; the pointer must end at /n.",
         ),
         (

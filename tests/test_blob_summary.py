@@ -14,6 +14,8 @@ from actors.blobs.fs_store import InvalidBlobId
 from actors.blobs.summary import (
     BLOB_REF_RE,
     cut_utf8,
+    decide_tool_output,
+    describe_value,
     history_text,
     referenced_blob_ids,
     summarize,
@@ -307,6 +309,19 @@ def test_json_object_format_with_sizes() -> None:
     )
 
 
+def test_sizes_of_one_are_singular() -> None:
+    assert describe_value({"a": 1}) == "object (1 key)"
+    assert describe_value([0]) == "array (1 entry)"
+    assert describe_value("x") == "string (1 char)"
+    assert describe_value({}) == "object (0 keys)"
+    body = summarize(Structured(value={"m": {"a": 1}, "l": [1], "s": "x"}))
+    assert body.splitlines()[2:] == [
+        "m: object (1 key)",
+        "l: array (1 entry)",
+        "s: string (1 char)",
+    ]
+
+
 def test_json_object_empty_and_odd_keys() -> None:
     assert summarize(Structured(value={})) == "json_object | 0 keys"
     body = summarize(Structured(value={"": 1, "a: b": 2, "line\nbreak": 3, " pad": 4}))
@@ -400,3 +415,61 @@ def test_truncated_fallback_is_capped_with_marker() -> None:
     assert text.startswith(out.split("\n…[")[0])
     small = truncated_fallback(Structured(value=[1, 2]))
     assert small == "[1,2]"
+
+
+# ------------------------------------------------- the worker's keep/store decision
+
+
+def test_decide_keeps_an_explicit_inline_whatever_its_size() -> None:
+    big = Inline(text="x" * 20_000)  # e.g. an inspect answer: never re-stored as a blob
+    assert decide_tool_output(big) is big
+
+
+def test_decide_stores_an_explicit_structured_as_structured() -> None:
+    value = {"rows": [1, 2, 3]}  # small, and a JSON object: must still be Structured
+    out = decide_tool_output(Stored(summary="three rows", content=Structured(value=value)))
+    assert isinstance(out, Stored) and out.summary == "three rows"
+    assert out.content == Structured(value=value)
+    scalar = decide_tool_output(Stored(summary="a string", content=Structured(value="a" * 5)))
+    assert isinstance(scalar, Stored) and scalar.content == Structured(value="a" * 5)
+
+
+@pytest.mark.parametrize("shift", [0, 1, 2, 3])
+def test_decide_caps_a_tools_own_summary_on_a_character_boundary(shift: int) -> None:
+    summary = "a" * (398 - shift) + "€" * 10  # a 3-byte character straddles the cap
+    out = decide_tool_output(Stored(summary=summary, content=Text(text="body")))
+    assert isinstance(out, Stored)
+    assert utf8_size(out.summary) <= 400 and out.summary.endswith("…")
+    assert summary.startswith(out.summary.removesuffix("…"))
+    limits = BlobLimits(summary_cap=20)
+    small = decide_tool_output(Stored(summary="é" * 30, content=Text(text="b")), limits)
+    assert isinstance(small, Stored) and utf8_size(small.summary) <= 20
+    exact = Stored(summary="s" * 400, content=Text(text="b"))
+    assert decide_tool_output(exact) is exact  # fits: unchanged
+
+
+def test_decide_replaces_a_blank_summary_with_the_computed_one() -> None:
+    out = decide_tool_output(Stored(summary="  ", content=Structured(value=[{"a": 1}])))
+    assert isinstance(out, Stored) and out.summary.startswith("json_array | 1 entries")
+
+
+def test_decide_converts_plain_values_like_to_tool_output() -> None:
+    assert decide_tool_output("small") == Inline(text="small")
+    text = numbered(200)
+    assert decide_tool_output(text) == to_tool_output(text)
+    rows = [{"id": i} for i in range(200)]
+    out = decide_tool_output(rows)
+    assert isinstance(out, Stored) and out.content == Structured(value=rows)
+    assert decide_tool_output(json.dumps(rows)) == to_tool_output(json.dumps(rows))
+
+
+def test_decide_is_total() -> None:
+    from pydantic import BaseModel
+
+    class Row(BaseModel):
+        name: str
+
+    assert decide_tool_output(Row(name="x")) == Inline(text='{"name":"x"}')
+    assert decide_tool_output((1, 2)) in (Inline(text="[1,2]"), Inline(text="(1, 2)"))
+    assert decide_tool_output({1, 2}) == Inline(text="{1, 2}")
+    assert decide_tool_output(float("nan")) == Inline(text="nan")

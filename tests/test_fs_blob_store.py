@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +26,7 @@ from actors.blobs.fs_store import (
     parse_blob_id,
 )
 from actors.blobs.line_index import LineIndex, count_lines
+from actors.blobs.pins import PinTable
 from actors.blobs.selectors import inspect_blob
 from actors.blobs.summary import history_text, referenced_blob_ids
 from messages.blobs import Structured, Text
@@ -196,7 +200,11 @@ def test_interrupted_store_is_invisible_and_swept(
 def test_startup_sweeps_leftover_temp_files(tmp_path: Path) -> None:
     blobs = tmp_path / "blobs"
     blobs.mkdir()
-    (blobs / ".tmp-abc123.txt").write_text("partial")
+    mine = blobs / f".tmp-{os.getpid()}-abc.txt"  # this process's, not being written
+    mine.write_text("partial")
+    legacy = blobs / ".tmp-abc123.txt"  # no pid in the name: swept once old enough
+    legacy.write_text("partial")
+    os.utime(legacy, (1.0, 1.0))
     orphan_index = blobs / f"{uuid.uuid4()}.lines"
     orphan_index.write_bytes(b"stale")
     foreign = blobs / "README"
@@ -204,6 +212,72 @@ def test_startup_sweeps_leftover_temp_files(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     assert sorted(p.name for p in blobs.iterdir()) == ["README"]
     assert store.blob_ids() == []
+
+
+def _exited_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return int(done.stdout)
+
+
+def test_sweep_leaves_temp_files_of_live_writers_alone(tmp_path: Path) -> None:
+    """Two processes (or instances) may share a blob directory: a sweep at one's
+    start must not delete the temp file the other is writing."""
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    dead = blobs / f".tmp-{_exited_pid()}-dead.txt"
+    dead.write_text("crashed writer")
+    fresh_legacy = blobs / ".tmp-nopid.txt"
+    fresh_legacy.write_text("unknown owner, young")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        live = blobs / f".tmp-{writer.pid}-live.json"
+        live.write_text("[1, 2")  # another process is half-way through a write
+        store = make_store(tmp_path)
+        assert sorted(p.name for p in blobs.iterdir()) == sorted([live.name, fresh_legacy.name])
+        # Past the grace, a pid is no proof of ownership any more (it may be reused).
+        assert store.sweep_temp(now=live.stat().st_mtime + store.temp_grace_s + 1) == 2
+        assert list(blobs.iterdir()) == []
+    finally:
+        writer.stdin.close()  # type: ignore[union-attr]
+        writer.wait(30)
+
+
+def test_a_sweep_never_removes_another_instances_write_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = make_store(tmp_path)
+    sweeper = make_store(tmp_path)  # a second instance on the same root, same process
+    entered, release = threading.Event(), threading.Event()
+    real_fdopen = os.fdopen
+
+    def slow_fdopen(fd: int, *args: object, **kwargs: object) -> object:
+        entered.set()
+        assert release.wait(30)
+        return real_fdopen(fd, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "fdopen", slow_fdopen)
+    result: list[uuid.UUID] = []
+    thread = threading.Thread(target=lambda: result.append(writer.store(Text(text="payload"))))
+    thread.start()
+    try:
+        assert entered.wait(30)
+        temps = [p for p in (tmp_path / "blobs").iterdir() if p.name.startswith(".tmp-")]
+        assert len(temps) == 1
+        assert sweeper.sweep_temp() == 0
+        assert temps[0].exists()
+    finally:
+        release.set()
+        thread.join(30)
+    monkeypatch.undo()
+    assert sweeper.load(result[0]) == Text(text="payload")
 
 
 # ------------------------------------------------------------------ line index
@@ -392,6 +466,95 @@ def test_retention_property(
     assert report.over_budget == (left > budget)
     if left > budget:  # only referenced blobs may be left over budget
         assert set(store.blob_ids()) <= referenced
+
+
+def test_collect_honours_the_store_pins_and_an_injected_table(tmp_path: Path) -> None:
+    pins = PinTable()
+    store = make_store(tmp_path, max_total_bytes=0, max_age_s=0, pins=pins)
+    assert store.pins is pins
+    a, b, c = (store.store(Text(text=f"blob {i}")) for i in range(3))
+    pins.pin("s1", [a])
+    other = PinTable()
+    other.pin("s2", [b])
+    report = store.collect(pins=other, now=10**12)
+    assert report.removed == (c,) and set(report.protected) == {a, b}
+    pins.release("s1")
+    assert store.collect(now=10**12).removed == (a, b)  # b was only pinned in `other`
+
+
+def test_a_pin_taken_while_collect_runs_still_protects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store(tmp_path, max_total_bytes=0)
+    blob_id = store.store(Text(text="referenced only after the scan started"))
+    real_scan = store._scan
+
+    def scan_then_pin() -> list[Any]:
+        entries = real_scan()
+        store.pins.pin("late", [blob_id])  # e.g. ReferenceBlobs handled meanwhile
+        return entries
+
+    monkeypatch.setattr(store, "_scan", scan_then_pin)
+    report = store.collect(now=10**12)
+    assert report.removed == () and report.protected == (blob_id,)
+    assert store.exists(blob_id)
+
+
+def test_pin_table_counts_sessions_per_blob() -> None:
+    pins = PinTable()
+    x, y = uuid.uuid4(), uuid.uuid4()
+    assert pins.pin("s1", [x, y, x]) == 2
+    assert pins.pin("s2", [x]) == 1
+    assert pins.pin("s3", []) == 0
+    assert (pins.pins, pins.sessions, pins.pinned()) == (3, 2, frozenset({x, y}))
+    assert pins.release("s1") == 2
+    assert pins.is_pinned(x) and not pins.is_pinned(y)
+    assert pins.release("s2") == 1 and pins.release("s2") == 0
+    assert pins.pinned() == frozenset() and pins.sessions == 0
+
+
+# ------------------------------------------------------------ parsed-JSON cache
+
+
+def test_structured_blobs_are_parsed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = make_store(tmp_path)
+    value = {"rows": [{"id": i, "name": f"n{i}"} for i in range(2000)]}
+    blob_id = store.store(Structured(value=value))
+    parses: list[int] = []
+    real_loads = json.loads
+
+    def counting_loads(text: str, *args: Any, **kwargs: Any) -> Any:
+        parses.append(len(text))
+        return real_loads(text, *args, **kwargs)
+
+    monkeypatch.setattr("actors.blobs.fs_store.json.loads", counting_loads)
+    for selector in (None, "key:rows", "pointer:/rows/1999/name", "key:nope"):
+        try:
+            inspect_blob(store, str(blob_id), selector)
+        except Exception:
+            pass
+    assert len(parses) == 1
+    assert store.load(blob_id) == Structured(value=value)
+    assert len(parses) == 1
+    assert store.delete(blob_id)
+    with pytest.raises(BlobNotFound):
+        store.load(blob_id)  # a cache never resurrects a removed blob
+
+
+def test_the_parsed_cache_is_bounded_by_bytes_and_checks_the_disk(tmp_path: Path) -> None:
+    store = make_store(tmp_path, parsed_cache_bytes=1_000)
+    small = [store.store(Structured(value=["x" * 100])) for _ in range(12)]  # ~106 bytes each
+    huge = store.store(Structured(value=["y" * 800]))  # more than half the budget: never cached
+    for blob_id in [*small, huge]:
+        store.load(blob_id)
+    assert store._parsed_bytes <= 1_000
+    assert huge not in store._parsed
+    assert small[0] not in store._parsed and small[-1] in store._parsed
+    other = make_store(tmp_path)  # e.g. another process's retention removes a cached blob
+    other.delete(small[-1])
+    with pytest.raises(BlobNotFound):
+        store.load(small[-1])
+    assert small[-1] not in store._parsed
 
 
 # ----------------------------------------------------------------- concurrency

@@ -1,63 +1,144 @@
 """The blob-store actor: one per runtime, disk work on the blocking lane.
 
-Large tool outputs reach it as :class:`~messages.blob_store.StoreToolOutput`;
-it classifies and summarises them and writes the blob (atomically, through
-:class:`~actors.blobs.fs_store.FsBlobStore`) on the blocking lane, never on a
-dispatcher thread, and answers with the text history keeps.
+It is the shared ``BlobStore`` of issue 6: :class:`~messages.blob_store.StoreBlob`,
+:class:`~messages.blob_store.LoadBlob` and :class:`~messages.blob_store.BlobExists`
+are answered with deferred replies once the blocking lane has done the disk
+work (through :class:`~actors.blobs.fs_store.FsBlobStore`, atomic writes), so
+a dispatcher thread never waits for the disk. Large tool outputs arrive as
+:class:`~messages.blob_store.StoreToolOutput`: classified, summarised and
+stored the same way, answered with the text history keeps.
 
-Retention never removes a blob a live session may still reference: every
-stored blob is pinned for its session until the session closes
-(:class:`~messages.blob_store.ReleaseSession`); retention runs on a timer and
+Retention never removes a blob a live session references. Pins live in a
+:class:`~actors.blobs.pins.PinTable` that is *not* this actor's state: by
+default it is the store's own table (``store.pins``), which the runtime owns
+and which therefore survives a crash and restart of this actor; a table can
+also be injected (``pins=``). A session pins every blob it stores and every
+blob its history text references, and releases them when it closes
+(:class:`~messages.blob_store.ReleaseSession`). Retention runs on a timer and
 whenever the store grows past its size limit.
+
+The ``inspect`` tool does not go through this actor: it reads the
+``FsBlobStore`` directly on its tool-pool thread (thread-safe, and not a
+dispatcher thread, so blocking there is fine).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
-from actors.blobs.fs_store import CollectReport, FsBlobStore
-from actors.blobs.summary import history_text, summarize, to_tool_output
+from actors.blobs.fs_store import (
+    BlobStoreError,
+    FsBlobStore,
+    InvalidBlobId,
+    parse_blob_id,
+)
+from actors.blobs.pins import PinTable
+from actors.blobs.summary import (
+    decide_tool_output,
+    history_text,
+    referenced_blob_ids,
+    to_tool_output,
+)
+from actors.core.future import PooledFuture
 from actors.core.pooled import PooledActor, handles
 from messages.blob_store import (
+    BlobExists,
     BlobStoreStats,
     CollectBlobs,
+    CollectReport,
     GetBlobStoreStats,
+    LoadBlob,
+    ReferenceBlobs,
     ReleaseSession,
+    StoreBlob,
     StoredOutput,
     StoreToolOutput,
 )
-from messages.blobs import BlobLimits, Inline, Stored, Text
+from messages.blobs import BlobLimits, Content, Inline, Stored, Text, ToolOutput
+
+__all__ = ["BlobStoreActor", "store_output"]
 
 
-def store_output(store: FsBlobStore, message: StoreToolOutput, limits: BlobLimits) -> StoredOutput:
-    """Classify, summarise and store one output (blocking; any thread)."""
+def _decide(message: StoreToolOutput, limits: BlobLimits) -> ToolOutput:
+    if message.tool_output is not None:
+        return decide_tool_output(message.tool_output, limits)
     if message.stored_summary is not None:
         converted = to_tool_output(message.output, limits)
         content = converted.content if isinstance(converted, Stored) else Text(text=message.output)
-        output: Inline | Stored = Stored(summary=message.stored_summary, content=content)
-    else:
-        output = to_tool_output(message.output, limits)
+        return decide_tool_output(Stored(summary=message.stored_summary, content=content), limits)
+    return decide_tool_output(message.output, limits)
+
+
+def store_output(
+    store: FsBlobStore,
+    message: StoreToolOutput,
+    limits: BlobLimits,
+    pins: PinTable | None = None,
+) -> StoredOutput:
+    """Classify, summarise and store one output (blocking; any thread).
+
+    The new blob, and every blob the resulting history text references, is
+    pinned for ``message.session_id`` in ``pins`` (default ``store.pins``)
+    before this returns, so the only unprotected moment is the instant
+    between the rename and the pin, which the store's grace period covers.
+    """
+    table = store.pins if pins is None else pins
+    output = _decide(message, limits)
     if isinstance(output, Inline):
+        table.pin(message.session_id, referenced_blob_ids([output.text]))
         return StoredOutput(history_text=output.text)
     blob_id = store.store(output.content)
-    summary = output.summary or summarize(output.content, limits)
-    return StoredOutput(
-        history_text=history_text(blob_id, summary),
-        blob_id=str(blob_id),
-        bytes_stored=len(message.output.encode("utf-8")),
+    text = history_text(blob_id, output.summary)
+    table.pin(message.session_id, {blob_id} | referenced_blob_ids([output.summary]))
+    try:
+        size = store.size(blob_id)
+    except BlobStoreError:
+        size = 0
+    return StoredOutput(history_text=text, blob_id=str(blob_id), bytes_stored=size)
+
+
+def _store_blob(
+    store: FsBlobStore, pins: PinTable, content: Content, session_id: str | None
+) -> uuid.UUID:
+    blob_id = store.store(content)
+    if session_id is not None:
+        pins.pin(session_id, (blob_id,))
+    return blob_id
+
+
+def _reference(pins: PinTable, message: ReferenceBlobs) -> int:
+    ids = referenced_blob_ids(message.texts)
+    for raw in message.blob_ids:
+        try:
+            ids.add(parse_blob_id(raw))
+        except InvalidBlobId:
+            continue
+    return pins.pin(message.session_id, ids)
+
+
+def _stats(store: FsBlobStore, pins: PinTable, stored: int) -> BlobStoreStats:
+    return BlobStoreStats(
+        blobs=len(store.blob_ids()),
+        total_bytes=store.total_bytes(),
+        pinned=pins.pins,
+        sessions=pins.sessions,
+        stored=stored,
     )
 
 
 class BlobStoreActor(PooledActor):
-    """Stores large outputs, pins them per session, collects the rest."""
+    """Stores, loads and collects blobs; pins them per session (see the module docs)."""
 
     def __init__(
         self,
         store: FsBlobStore,
         *,
         limits: BlobLimits | None = None,
+        pins: PinTable | None = None,
         collect_interval: float = 60.0,
         registry_name: str | None = None,
     ) -> None:
@@ -65,39 +146,161 @@ class BlobStoreActor(PooledActor):
         self.registry_name = registry_name
         self.store = store
         self.limits = limits or BlobLimits()
+        self.pins = pins if pins is not None else store.pins
+        """Retention protection; owned outside this actor so it survives restarts."""
         self.collect_interval = collect_interval
-        self._pins: dict[str, set[uuid.UUID]] = {}
         self._stored = 0
         self._collecting = False
         self._last_collect = 0.0
+        self._collect_waiters: list[PooledFuture[Any]] = []
+        self._busy: Counter[str] = Counter()
+        """Pinning work in flight per session (it pins on the blocking lane)."""
+        self._release_after: set[str] = set()
+        """Sessions released while pinning work was in flight: released again after it."""
 
     def on_start(self) -> None:
         self.send_after(self.collect_interval, CollectBlobs())
 
-    @handles(StoreToolOutput)
-    def _on_store(self, message: StoreToolOutput) -> None:
-        reply = self.defer_reply()
+    # -- pinning work and session release ------------------------------------------
 
-        def stored(result: StoredOutput) -> None:
-            if result.blob_id is not None:
-                self._pins.setdefault(message.session_id, set()).add(uuid.UUID(result.blob_id))
-                self._stored += 1
-                self._maybe_collect()
-            if reply is not None:
-                reply.try_set(result)
+    def _begin(self, session_id: str | None) -> None:
+        if session_id is not None:
+            self._busy[session_id] += 1
 
-        def failed(error: BaseException) -> None:
-            self.log.error("blob_store_failed", error=repr(error), call_id=message.call_id)
-            if reply is not None:
-                reply.try_set_exception(error)
-
-        self.run_blocking(
-            store_output, self.store, message, self.limits, then=stored, on_error=failed
-        )
+    def _end(self, session_id: str | None) -> None:
+        if session_id is None:
+            return
+        self._busy[session_id] -= 1
+        if self._busy[session_id] <= 0:
+            del self._busy[session_id]
+            if session_id in self._release_after:
+                # The session closed while this work ran; its late pins must go too.
+                self._release_after.discard(session_id)
+                self.pins.release(session_id)
 
     @handles(ReleaseSession)
     def _on_release(self, message: ReleaseSession) -> None:
-        self._pins.pop(message.session_id, None)
+        self.pins.release(message.session_id)
+        if self._busy.get(message.session_id):
+            self._release_after.add(message.session_id)
+
+    # -- the BlobStore interface -------------------------------------------------------
+
+    @handles(StoreBlob)
+    def _on_store_blob(self, message: StoreBlob) -> None:
+        reply = self.defer_reply()
+        session = message.session_id
+        self._begin(session)
+
+        def stored(blob_id: uuid.UUID) -> None:
+            self._end(session)
+            self._stored += 1
+            self._maybe_collect()
+            _answer(reply, blob_id)
+
+        def failed(error: BaseException) -> None:
+            self._end(session)
+            self.log.error("blob_store_failed", error=repr(error))
+            _fail(reply, error)
+
+        self.run_blocking(
+            _store_blob,
+            self.store,
+            self.pins,
+            message.content,
+            session,
+            then=stored,
+            on_error=failed,
+        )
+
+    @handles(LoadBlob)
+    def _on_load(self, message: LoadBlob) -> None:
+        reply = self.defer_reply()
+        blob_id = self._valid_id(message.blob_id, reply)
+        if blob_id is None or reply is None:
+            return
+        self.run_blocking(
+            self.store.load,
+            blob_id,
+            then=functools.partial(_answer, reply),
+            on_error=functools.partial(_fail, reply),
+        )
+
+    @handles(BlobExists)
+    def _on_exists(self, message: BlobExists) -> None:
+        reply = self.defer_reply()
+        blob_id = self._valid_id(message.blob_id, reply)
+        if blob_id is None or reply is None:
+            return
+        self.run_blocking(
+            self.store.exists,
+            blob_id,
+            then=functools.partial(_answer, reply),
+            on_error=functools.partial(_fail, reply),
+        )
+
+    def _valid_id(self, raw: str, reply: PooledFuture[Any] | None) -> uuid.UUID | None:
+        """The parsed id, or None after answering the asker with ``InvalidBlobId``.
+
+        Never raises: a tell with a bad id must not crash the actor.
+        """
+        try:
+            return parse_blob_id(raw)
+        except InvalidBlobId as exc:
+            if reply is None:
+                self.log.warning("blob_id_invalid", error=str(exc))
+            _fail(reply, exc)
+            return None
+
+    # -- tool outputs and references -----------------------------------------------------
+
+    @handles(StoreToolOutput)
+    def _on_store(self, message: StoreToolOutput) -> None:
+        reply = self.defer_reply()
+        session = message.session_id
+        self._begin(session)
+
+        def stored(result: StoredOutput) -> None:
+            self._end(session)
+            if result.blob_id is not None:
+                self._stored += 1
+                self._maybe_collect()
+            _answer(reply, result)
+
+        def failed(error: BaseException) -> None:
+            self._end(session)
+            self.log.error("blob_store_failed", error=repr(error), call_id=message.call_id)
+            _fail(reply, error)
+
+        self.run_blocking(
+            store_output,
+            self.store,
+            message,
+            self.limits,
+            self.pins,
+            then=stored,
+            on_error=failed,
+        )
+
+    @handles(ReferenceBlobs)
+    def _on_reference(self, message: ReferenceBlobs) -> None:
+        reply = self.defer_reply()
+        session = message.session_id
+        self._begin(session)
+
+        def done(added: int) -> None:
+            self._end(session)
+            _answer(reply, added)
+
+        def failed(error: BaseException) -> None:
+            self._end(session)
+            self.log.error("blob_reference_failed", error=repr(error))
+            _fail(reply, error)
+
+        # Scanning long texts is CPU work: off the dispatcher thread too.
+        self.run_blocking(_reference, self.pins, message, then=done, on_error=failed)
+
+    # -- retention -----------------------------------------------------------------------
 
     @handles(CollectBlobs)
     def _on_collect(self, _message: CollectBlobs) -> None:
@@ -112,38 +315,68 @@ class BlobStoreActor(PooledActor):
         if limit is not None and now - self._last_collect > 1.0:
             self._collect(None)
 
-    def _collect(self, reply: Any) -> None:
+    def _collect(self, reply: PooledFuture[Any] | None) -> None:
+        """Run one collection; an ask during a running one gets the *next* one's report.
+
+        A collection that started before the ask may have scanned before the
+        asker's change (a release, a new blob), so it is not an answer to "run
+        retention now"; one more run follows for everyone who asked meanwhile.
+        """
         if self._collecting:
             if reply is not None:
-                reply.try_set(None)
+                self._collect_waiters.append(reply)
             return
+        self._run_collect([] if reply is None else [reply])
+
+    def _run_collect(self, replies: list[PooledFuture[Any]]) -> None:
         self._collecting = True
         self._last_collect = time.monotonic()
-        pinned = frozenset().union(*self._pins.values()) if self._pins else frozenset()
+
+        def finished() -> None:
+            self._collecting = False
+            waiters, self._collect_waiters = self._collect_waiters, []
+            if waiters:
+                self._run_collect(waiters)
 
         def done(report: CollectReport) -> None:
-            self._collecting = False
             if report.removed:
                 self.log.info(
                     "blobs_collected", removed=len(report.removed), bytes=report.removed_bytes
                 )
-            if reply is not None:
-                reply.try_set(report)
+            for reply in replies:
+                _answer(reply, report)
+            finished()
 
         def failed(error: BaseException) -> None:
-            self._collecting = False
             self.log.warning("blob_collect_failed", error=repr(error))
-            if reply is not None:
-                reply.try_set_exception(error)
+            for reply in replies:
+                _fail(reply, error)
+            finished()
 
-        self.run_blocking(self.store.collect, pinned, then=done, on_error=failed)
+        # The store honours its own pins; an injected table is passed as well.
+        collect = functools.partial(self.store.collect, (), pins=self.pins)
+        self.run_blocking(collect, then=done, on_error=failed)
 
     @handles(GetBlobStoreStats)
-    def _on_stats(self, _message: GetBlobStoreStats) -> BlobStoreStats:
-        return BlobStoreStats(
-            blobs=len(self.store.blob_ids()),
-            total_bytes=self.store.total_bytes(),
-            pinned=sum(len(p) for p in self._pins.values()),
-            sessions=len(self._pins),
-            stored=self._stored,
+    def _on_stats(self, _message: GetBlobStoreStats) -> None:
+        reply = self.defer_reply()
+        if reply is None:
+            return
+        self.run_blocking(
+            _stats,
+            self.store,
+            self.pins,
+            self._stored,
+            then=functools.partial(_answer, reply),
+            on_error=functools.partial(_fail, reply),
         )
+
+
+def _answer(reply: PooledFuture[Any] | None, value: Any) -> None:
+    if reply is not None:
+        reply.try_set(value)
+
+
+def _fail(reply: PooledFuture[Any] | None, error: BaseException) -> None:
+    if reply is not None:
+        reply.try_set_exception(error)

@@ -6,7 +6,7 @@ through the ``[blob:<id>]`` reference in its history)::
     <root>/blobs/<id>.txt      Text content, the exact UTF-8 bytes
     <root>/blobs/<id>.json     Structured content, compact JSON
     <root>/blobs/<id>.lines    line index of a big text blob (a rebuildable cache)
-    <root>/blobs/.tmp-*        temp files of writes in progress (or interrupted)
+    <root>/blobs/.tmp-<pid>-*  temp files of writes in progress (or interrupted)
 
 Guarantees the blob-store actor builds on:
 
@@ -14,21 +14,37 @@ Guarantees the blob-store actor builds on:
   fsynced and ``os.replace``-d into place, so a blob is either absent or
   complete; a crash leaves at most a ``.tmp-*`` file, which
   :meth:`FsBlobStore.sweep_temp` (also run at construction) removes.
+* **Shared directories are safe.** A temp file's name carries the pid of the
+  process writing it, and the sweep removes only temp files that no live
+  writer can still own: this process's (unless a write of any instance in
+  this process is using it), those of dead processes, and any older than
+  ``temp_grace_s`` (a pid may be reused, and an unowned legacy name has no
+  pid). So a second process -- or a second instance -- on the same root never
+  pulls a temp file from under a write in progress.
 * **Ids are never raw paths.** Every public method accepts a ``uuid.UUID``
   or a ``str``, validates it with :func:`parse_blob_id` and only ever puts
   the canonical ``str(uuid.UUID(...))`` form into a path.
 * **Thread safety.** Any number of threads may call any method
   concurrently: each write has its own temp file, readers open files
   themselves, shared caches are lock-protected, and :meth:`collect` calls are
-  serialized. One root belongs to one ``FsBlobStore`` (one process): the
-  startup sweep removes every temp file it finds.
+  serialized.
+* **Retention never removes a pinned blob.** :attr:`FsBlobStore.pins` (a
+  :class:`~actors.blobs.pins.PinTable`) holds what live sessions reference;
+  :meth:`collect` honours it on its own, re-checking each blob just before
+  removing it, so a pin taken while a collection runs is honoured too.
 * **Cheap line ranges.** Text blobs of at least ``index_min_bytes`` get a
   sparse line index (:mod:`actors.blobs.line_index`) written next to them at
   store time and rebuilt if missing or stale, so :meth:`read_lines` seeks
   instead of scanning. Smaller blobs are indexed in memory on first use.
+* **Parsed JSON is cached.** Blobs are immutable, so :meth:`load` keeps the
+  parsed value of recently loaded structured blobs (an LRU bounded by their
+  stored bytes, ``parsed_cache_bytes``): ``inspect`` of a big JSON blob parses
+  it once, not on every call. Cached values are shared -- treat
+  ``Structured.value`` as read-only (as its docstring says).
 
-Blocking I/O: every method touches the disk; the actor must run them on the
-blocking lane.
+Blocking I/O: every method touches the disk. The blob-store actor runs them
+on the blocking lane; the ``inspect`` tool calls them directly from its
+tool-pool thread, which is not a dispatcher thread and may block.
 """
 
 from __future__ import annotations
@@ -50,7 +66,8 @@ import structlog
 import uuid_utils
 
 from actors.blobs.line_index import LineIndex
-from messages.base import Message
+from actors.blobs.pins import PinTable
+from messages.blob_store import CollectReport
 from messages.blobs import BlobKind, Content, Structured, Text
 
 log = structlog.get_logger(__name__)
@@ -67,6 +84,13 @@ ENCODING_ERRORS = "surrogatepass"
 """Lone surrogates (e.g. from ``os.fsdecode`` of odd file names) survive a round trip."""
 
 _INDEX_CACHE_SIZE = 32
+PARSED_CACHE_BYTES = 16 * 1024 * 1024
+"""Default bound of the parsed-JSON cache, in stored (compact JSON) bytes.
+
+Parsed JSON takes several times its text size in memory (~5-8x), so this is
+roughly 100 MB of RAM at most; a blob over half the bound is never cached."""
+TEMP_GRACE_S = 3600.0
+"""Temp files older than this are swept whoever wrote them (no write takes an hour)."""
 _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows; 0 elsewhere
 _KINDS: tuple[BlobKind, ...] = ("text", "structured")
 
@@ -124,21 +148,35 @@ def encode_content(content: Content) -> tuple[bytes, str]:
     raise TypeError(f"not blob content: {type(content).__name__}")
 
 
-class CollectReport(Message):
-    """What one :meth:`FsBlobStore.collect` run did.
+# Writes in progress in *this process*, across every FsBlobStore instance: the
+# sweep of one instance must not remove the temp file another one is writing.
+_INFLIGHT_LOCK = threading.Lock()
+_INFLIGHT_TEMPS: set[str] = set()
+"""Absolute paths of temp files being written."""
+_INFLIGHT_IDS: set[tuple[str, uuid.UUID]] = set()
+"""``(blobs_dir, id)`` of blobs being stored (their sidecar may precede the sweep)."""
 
-    ``protected`` lists referenced blobs that the age or size limit would
-    otherwise have removed; ``over_budget`` is true when the blobs left
-    (referenced or within the grace period) still exceed ``max_total_bytes``.
-    Sizes count blob files plus their line-index sidecars.
-    """
 
-    removed: tuple[uuid.UUID, ...] = ()
-    removed_bytes: int = 0
-    kept: int = 0
-    kept_bytes: int = 0
-    protected: tuple[uuid.UUID, ...] = ()
-    over_budget: bool = False
+def _temp_owner(name: str) -> int | None:
+    """The pid in a ``.tmp-<pid>-<hex><suffix>`` name (None: a legacy or foreign name)."""
+    pid, dash, _rest = name[len(TEMP_PREFIX) :].partition("-")
+    if not dash or not pid.isascii() or not pid.isdigit():
+        return None
+    value = int(pid)
+    return value if value > 0 else None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a reused pid counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return True  # cannot tell: keep its files
+    return True
 
 
 @dataclass(frozen=True)
@@ -158,6 +196,13 @@ class FsBlobStore:
     is not yet in any history -- between ``store`` returning the id and the
     summary entering history, the blob is referenced by nobody. ``fsync=False``
     skips the fsyncs (tests, throwaway stores); atomicity is kept.
+
+    ``pins`` is the retention protection of live sessions (a new, empty
+    :class:`PinTable` by default). It belongs to the store rather than to the
+    blob-store actor so it survives the actor's restarts: whoever owns the
+    store (the runtime) owns the pins. ``parsed_cache_bytes`` bounds the
+    parsed-JSON cache; ``temp_grace_s`` is the age after which the sweep
+    removes any temp file, even one whose writer's pid is alive.
     """
 
     def __init__(
@@ -169,6 +214,9 @@ class FsBlobStore:
         grace_s: float = 0.0,
         fsync: bool = True,
         index_min_bytes: int = INDEX_MIN_BYTES,
+        pins: PinTable | None = None,
+        parsed_cache_bytes: int = PARSED_CACHE_BYTES,
+        temp_grace_s: float = TEMP_GRACE_S,
     ) -> None:
         if max_total_bytes is not None and max_total_bytes < 0:
             raise ValueError("max_total_bytes must be >= 0")
@@ -176,19 +224,28 @@ class FsBlobStore:
             raise ValueError("max_age_s must be >= 0")
         if grace_s < 0:
             raise ValueError("grace_s must be >= 0")
+        if parsed_cache_bytes < 0:
+            raise ValueError("parsed_cache_bytes must be >= 0")
+        if temp_grace_s < 0:
+            raise ValueError("temp_grace_s must be >= 0")
         self.root = Path(root)
         self.blobs_dir = self.root / "blobs"
         self.max_total_bytes = max_total_bytes
         self.max_age_s = max_age_s
         self.grace_s = grace_s
+        self.temp_grace_s = temp_grace_s
+        self.pins = pins if pins is not None else PinTable()
+        """What live sessions reference: :meth:`collect` never removes these."""
         self._fsync = fsync
         self._index_min_bytes = index_min_bytes
         self._lock = threading.Lock()
         self._collect_lock = threading.Lock()
-        self._inflight_temps: set[str] = set()
-        self._inflight_ids: set[uuid.UUID] = set()
         self._indexes: OrderedDict[uuid.UUID, LineIndex] = OrderedDict()
+        self._parsed: OrderedDict[uuid.UUID, tuple[int, Structured]] = OrderedDict()
+        self._parsed_bytes = 0
+        self._parsed_cap = parsed_cache_bytes
         self.blobs_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_key = os.path.realpath(self.blobs_dir)
         self.sweep_temp()
 
     # ------------------------------------------------------------------ paths
@@ -215,8 +272,9 @@ class FsBlobStore:
         """
         data, suffix = encode_content(content)
         blob_id = new_blob_id()
-        with self._lock:
-            self._inflight_ids.add(blob_id)
+        busy = (self._dir_key, blob_id)
+        with _INFLIGHT_LOCK:
+            _INFLIGHT_IDS.add(busy)
         try:
             try:
                 self._write_atomic(self.blobs_dir / f"{blob_id}{suffix}", data, durable=self._fsync)
@@ -230,8 +288,8 @@ class FsBlobStore:
                 except OSError as exc:  # only a cache: a reader rebuilds it
                     log.warning("blob_line_index_not_saved", blob_id=str(blob_id), error=str(exc))
         finally:
-            with self._lock:
-                self._inflight_ids.discard(blob_id)
+            with _INFLIGHT_LOCK:
+                _INFLIGHT_IDS.discard(busy)
         return blob_id
 
     def _write_atomic(self, path: Path, data: bytes, *, durable: bool) -> None:
@@ -241,11 +299,13 @@ class FsBlobStore:
         failing cleanup) leaves it behind for :meth:`sweep_temp`.
         """
         # The name is registered *before* the file exists, so a concurrent
-        # sweep_temp can never see an unregistered temp file of ours.
-        name = f"{TEMP_PREFIX}{uuid.uuid4().hex}{path.suffix}"
+        # sweep_temp can never see an unregistered temp file of ours; the pid
+        # in it tells other processes' sweeps that a live process owns it.
+        name = f"{TEMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}{path.suffix}"
         tmp = self.blobs_dir / name
-        with self._lock:
-            self._inflight_temps.add(name)
+        busy = os.path.join(self._dir_key, name)
+        with _INFLIGHT_LOCK:
+            _INFLIGHT_TEMPS.add(busy)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666)
             try:
@@ -260,8 +320,8 @@ class FsBlobStore:
                     os.unlink(tmp)
                 raise
         finally:
-            with self._lock:
-                self._inflight_temps.discard(name)
+            with _INFLIGHT_LOCK:
+                _INFLIGHT_TEMPS.discard(busy)
         if durable:
             self._fsync_dir()
 
@@ -300,6 +360,9 @@ class FsBlobStore:
         and re-validating a large JSON document would double the cost.
         """
         key = parse_blob_id(blob_id)
+        cached = self._cached_structured(key)
+        if cached is not None:
+            return cached
         for kind in _KINDS:
             path = self.path_for(key, kind)
             try:
@@ -312,10 +375,52 @@ class FsBlobStore:
                 text = raw.decode(ENCODING, ENCODING_ERRORS)
                 if kind == "text":
                     return Text.model_construct(text=text)
-                return Structured.model_construct(value=json.loads(text))
+                content = Structured.model_construct(value=json.loads(text))
             except ValueError as exc:
                 raise BlobStoreError(f"blob {key} is corrupt: {exc}") from exc
+            self._cache_structured(key, len(raw), content)
+            return content
         raise BlobNotFound(f"no blob {key}")
+
+    def _cached_structured(self, blob_id: uuid.UUID) -> Structured | None:
+        """The cached parse of a structured blob that is still on disk, else None.
+
+        The file is stat-ed first: another process's collection may have
+        removed the blob, and a cache must not resurrect it.
+        """
+        with self._lock:
+            hit = self._parsed.get(blob_id)
+            if hit is not None:
+                self._parsed.move_to_end(blob_id)
+        if hit is None:
+            return None
+        size, content = hit
+        try:
+            if self.path_for(blob_id, "structured").stat().st_size == size:
+                return content
+        except OSError:
+            pass
+        self._forget_parsed(blob_id)
+        return None
+
+    def _cache_structured(self, blob_id: uuid.UUID, size: int, content: Structured) -> None:
+        if size > self._parsed_cap // 2:  # one huge blob must not flush everything else
+            return
+        with self._lock:
+            previous = self._parsed.pop(blob_id, None)
+            if previous is not None:
+                self._parsed_bytes -= previous[0]
+            self._parsed[blob_id] = (size, content)
+            self._parsed_bytes += size
+            while self._parsed_bytes > self._parsed_cap and self._parsed:
+                _, (dropped, _content) = self._parsed.popitem(last=False)
+                self._parsed_bytes -= dropped
+
+    def _forget_parsed(self, blob_id: uuid.UUID) -> None:
+        with self._lock:
+            previous = self._parsed.pop(blob_id, None)
+            if previous is not None:
+                self._parsed_bytes -= previous[0]
 
     def line_count(self, blob_id: uuid.UUID | str) -> int:
         """Number of lines of a text blob (see :mod:`actors.blobs.line_index`)."""
@@ -452,20 +557,35 @@ class FsBlobStore:
             self._index_path(key).unlink()
         with self._lock:
             self._indexes.pop(key, None)
+        self._forget_parsed(key)
         return removed
 
-    def collect(self, referenced: Collection[uuid.UUID], now: float | None = None) -> CollectReport:
-        """Apply retention; never remove a blob whose id is in ``referenced``.
+    def collect(
+        self,
+        referenced: Collection[uuid.UUID | str] = (),
+        now: float | None = None,
+        *,
+        pins: PinTable | None = None,
+    ) -> CollectReport:
+        """Apply retention; never remove a referenced or pinned blob.
 
-        ``referenced`` must hold every blob id referenced by a live session's
-        history (see :func:`actors.blobs.summary.referenced_blob_ids`). First
-        every unreferenced blob older than ``max_age_s`` goes; then, oldest
-        first, unreferenced blobs go until the total is at most
-        ``max_total_bytes``. Blobs younger than ``grace_s`` always stay. Age is
-        ``now - mtime`` (``now`` defaults to ``time.time()``; tests pass it).
+        Protected are the ids in ``referenced`` (e.g.
+        :func:`actors.blobs.summary.referenced_blob_ids` of live histories),
+        every blob pinned in :attr:`pins`, and in ``pins`` when another table
+        is passed. Pins are re-checked right before each removal, so a pin
+        taken while this runs still protects its blob. First every
+        unprotected blob older than ``max_age_s`` goes; then, oldest first,
+        unprotected blobs go until the total is at most ``max_total_bytes``.
+        Blobs younger than ``grace_s`` always stay. Age is ``now - mtime``
+        (``now`` defaults to ``time.time()``; tests pass it).
         """
         now = time.time() if now is None else now
         refs = {parse_blob_id(r) for r in referenced}
+        tables = [self.pins] if pins is None or pins is self.pins else [self.pins, pins]
+
+        def is_protected(blob_id: uuid.UUID) -> bool:
+            return blob_id in refs or any(table.is_pinned(blob_id) for table in tables)
+
         with self._collect_lock:
             entries = sorted(self._scan(), key=lambda e: (e.mtime, e.blob_id))
             removed: list[_Entry] = []
@@ -474,7 +594,7 @@ class FsBlobStore:
             for entry in entries:
                 age = now - entry.mtime
                 if self.max_age_s is not None and age > self.max_age_s:
-                    if entry.blob_id in refs:
+                    if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
                     elif age >= self.grace_s and self._remove(entry):
                         removed.append(entry)
@@ -485,7 +605,7 @@ class FsBlobStore:
                 for entry in list(kept):
                     if total <= self.max_total_bytes:
                         break
-                    if entry.blob_id in refs:
+                    if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
                     elif now - entry.mtime >= self.grace_s and self._remove(entry):
                         removed.append(entry)
@@ -523,29 +643,37 @@ class FsBlobStore:
             self._index_path(entry.blob_id).unlink()
         with self._lock:
             self._indexes.pop(entry.blob_id, None)
+        self._forget_parsed(entry.blob_id)
         return True
 
-    def sweep_temp(self) -> int:
+    def sweep_temp(self, now: float | None = None) -> int:
         """Remove leftovers of interrupted writes; return how many files went.
 
         Leftovers are ``.tmp-*`` files (a write that never reached its
-        rename) and line-index sidecars whose blob is gone. Writes in
-        progress in this instance are skipped, so sweeping is safe at any
-        time; called by the constructor.
+        rename) and line-index sidecars whose blob is gone. A temp file goes
+        when no live writer can own it: it is this process's and no write in
+        this process uses it, or its pid is dead, or it is older than
+        ``temp_grace_s`` (``now - mtime``; a reused pid or a name without a
+        pid). Safe at any time, from any number of processes sharing the
+        root; called by the constructor.
         """
+        now = time.time() if now is None else now
         swept = 0
         with os.scandir(self.blobs_dir) as it:
             names = [e.name for e in it if e.is_file(follow_symlinks=False)]
         # Snapshot the writes in progress only *after* listing: a write
         # registers its temp name before creating the file, so every temp file
         # in the listing that is still being written is in this snapshot.
-        with self._lock:
-            busy_temps = set(self._inflight_temps)
-            busy_ids = set(self._inflight_ids)
+        with _INFLIGHT_LOCK:
+            busy_temps = set(_INFLIGHT_TEMPS)
+            busy_ids = {blob_id for d, blob_id in _INFLIGHT_IDS if d == self._dir_key}
         present = set(names)
+        me = os.getpid()
         for name in names:
             if name.startswith(TEMP_PREFIX):
-                if name in busy_temps:
+                if os.path.join(self._dir_key, name) in busy_temps:
+                    continue
+                if not self._temp_removable(name, me, now):
                     continue
             elif name.endswith(INDEX_SUFFIX):
                 stem = name[: -len(INDEX_SUFFIX)]
@@ -566,3 +694,17 @@ class FsBlobStore:
         if swept:
             log.info("blob_temp_swept", files=swept)
         return swept
+
+    def _temp_removable(self, name: str, me: int, now: float) -> bool:
+        """No live writer can own this temp file (the caller checked this process's)."""
+        owner = _temp_owner(name)
+        if owner == me or self._temp_expired(name, now):
+            return True
+        return owner is not None and not _pid_alive(owner)
+
+    def _temp_expired(self, name: str, now: float) -> bool:
+        try:
+            mtime = (self.blobs_dir / name).stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return now - mtime >= self.temp_grace_s

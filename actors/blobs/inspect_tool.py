@@ -1,9 +1,16 @@
 """``inspect``: read exactly the part of a stored output the model needs.
 
 Registered automatically whenever a blob store is configured. It runs on a
-tool-pool thread and reads through the store's thread-safe reader (line
-index, no full rescans), so a 50-line range of a 100 MB blob costs
-milliseconds.
+tool-pool thread and reads the :class:`~actors.blobs.fs_store.FsBlobStore`
+directly (thread-safe; line index, no full rescans; parsed JSON cached), so a
+50-line range of a 100 MB blob costs milliseconds. Blocking there is fine: a
+tool-pool thread is not a dispatcher thread, and going through the blob-store
+actor would only add a hop.
+
+Its answer is an explicit ``Inline``: it is already capped (16 KB) and is the
+part the model asked for, so the worker must keep it inline rather than
+store it as a new blob and hand the model a summary of what it just asked to
+read.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from pydantic import Field
 
 from actors.blobs.selectors import InspectError, inspect_blob
 from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from messages.blobs import BlobLimits
+from messages.blobs import BlobLimits, Inline
 
 
 class InspectArgs(ToolArgs):
@@ -37,11 +44,11 @@ class Inspect(Tool[InspectArgs]):
     def __init__(self, limits: BlobLimits | None = None) -> None:
         self.limits = limits or BlobLimits()
 
-    def execute(self, args: InspectArgs, ctx: ToolContext) -> str:
+    def execute(self, args: InspectArgs, ctx: ToolContext) -> Inline:
         reader = ctx.services.blobs
         if reader is None:
             raise ToolError("No blob store is configured in this runtime; nothing to inspect.")
         try:
-            return inspect_blob(reader, args.blob_id, args.selector, self.limits)
+            return Inline(text=inspect_blob(reader, args.blob_id, args.selector, self.limits))
         except InspectError as exc:
             raise ToolError(str(exc)) from None

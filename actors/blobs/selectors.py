@@ -50,9 +50,11 @@ from actors.blobs.summary import (
     cut_utf8,
     describe_value,
     json_type_name,
+    plural,
     render_key,
     schema_lines,
     utf8_size,
+    with_article,
 )
 from messages.blobs import BlobKind, BlobLimits, Content, Text
 
@@ -68,8 +70,10 @@ MAX_LISTED_KEYS = 50
 MAX_OVERVIEW_KEYS = 200
 """Keys listed by the overview of an object."""
 
-_LINES_RE = re.compile(r"\s*(\d+)\s*-\s*(\d*)\s*")
-_SLICE_RE = re.compile(r"\s*(\d+)\s*\.\.\s*(\d*)\s*")
+# ASCII digits only: ``\d`` would accept e.g. fullwidth digits ("lines:１-2"), which
+# ``int()`` converts silently -- a selector the model can never see echoed back.
+_LINES_RE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]*)\s*", re.ASCII)
+_SLICE_RE = re.compile(r"\s*([0-9]+)\s*\.\.\s*([0-9]*)\s*", re.ASCII)
 _INDEX_RE = re.compile(r"0|[1-9][0-9]*")
 _BAD_ESCAPE_RE = re.compile(r"~(?![01])")
 
@@ -170,10 +174,9 @@ def parse_selector(selector: str | None) -> Selector:
         start = int(match.group(1))
         end = int(match.group(2)) if match.group(2) else None
         if start == 0 or end == 0:
-            fixed = f"lines:1-{end}" if end else "lines:1-"
             raise InspectError(
                 f"Line numbers start at 1, so {selector.strip()!r} is invalid; "
-                f"use e.g. {fixed} (1-based, inclusive)."
+                f"use e.g. {_zero_fix(start, end)} (1-based, inclusive)."
             )
         if end is not None and end < start:
             raise InspectError(
@@ -201,6 +204,18 @@ def parse_selector(selector: str | None) -> Selector:
     if kind == "pointer":
         return Pointer(arg, _pointer_tokens(arg, selector))
     raise InspectError(f"Unknown selector kind {kind!r} in {selector!r}. Use {SELECTOR_HELP}.")
+
+
+def _zero_fix(start: int, end: int | None) -> str:
+    """What to suggest for a line range with a 0 in it (one end is 0).
+
+    ``lines:0-5`` -> ``lines:1-5``; ``lines:0-`` / ``lines:0-0`` -> ``lines:1-``;
+    ``lines:3-0`` (a 0 end: probably an inverted ``0-3``) -> ``lines:1-3`` or
+    ``lines:3-``.
+    """
+    if start == 0:
+        return f"lines:1-{end}" if end else "lines:1-"
+    return f"lines:1-{start} or lines:{start}-"
 
 
 def _malformed(kind: str, selector: str) -> str:
@@ -334,7 +349,7 @@ _TEXT_INSTEAD = "use lines:N-M (1-based, inclusive) or lines:N- to read lines"
 
 def _inspect_text(reader: BlobReader, key: uuid.UUID, sel: Selector, limits: BlobLimits) -> str:
     n = reader.line_count(key)
-    desc = f"text ({n} lines)"
+    desc = f"text ({plural(n, 'line')})"
     if isinstance(sel, Overview):
         return _text_overview(reader, key, n, limits)
     if isinstance(sel, Slice):
@@ -349,7 +364,8 @@ def _inspect_text(reader: BlobReader, key: uuid.UUID, sel: Selector, limits: Blo
         first = max(1, n - 49)
         raise InspectError(
             f"lines:{sel.start}-{'' if sel.end is None else sel.end} starts past the end: the "
-            f"blob has {n} lines. Use a start between 1 and {n}, e.g. lines:{first}-{n}."
+            f"blob has {plural(n, 'line')}. Use a start between 1 and {n}, e.g. "
+            f"lines:{first}-{n}."
         )
     end = n if sel.end is None else min(sel.end, n)
     return _read_lines_capped(reader, key, sel.start, end, limits)
@@ -432,9 +448,9 @@ def _lines_hint(first: int, shown_last: int, last: int) -> str:
 
 def _describe_blob(value: JsonValue) -> str:
     if isinstance(value, list):
-        return f"a json_array ({len(value)} entries)"
+        return f"a json_array ({plural(len(value), 'entry', 'entries')})"
     if isinstance(value, dict):
-        return f"a json_object ({len(value)} keys)"
+        return f"a json_object ({plural(len(value), 'key')})"
     return f"a json_{json_type_name(value)}"
 
 
@@ -466,7 +482,7 @@ def _inspect_json(
             name = name.strip()  # "key: results" -- the model added a space
         if name not in value:
             raise InspectError(
-                f"Key {sel.name!r} not found. The object has {len(value)} keys: "
+                f"Key {sel.name!r} not found. The object has {plural(len(value), 'key')}: "
                 f"{_list_keys(value)}. Use key:NAME with one of them (the name is everything "
                 "after 'key:'), or pointer:/NAME/... for nested values."
             )
@@ -526,7 +542,7 @@ def _slice(array: list[JsonValue], sel: Slice, limits: BlobLimits) -> str:
         example = f"slice:{max(0, n - 10)}..{n}" if n else "no slice"
         raise InspectError(
             f"slice:{sel.start}..{'' if sel.stop is None else sel.stop} starts past the end: "
-            f"the array has {n} entries"
+            f"the array has {plural(n, 'entry', 'entries')}"
             + (
                 f" (indices 0..{n - 1}). Use e.g. {example}."
                 if n
@@ -581,20 +597,21 @@ def _resolve_pointer(value: JsonValue, sel: Pointer) -> JsonValue:
             if not _INDEX_RE.fullmatch(token):
                 raise InspectError(
                     f"{bad} {token!r} is not an array index at {where} (an "
-                    f"array of {len(current)} entries); use an integer from 0 to "
+                    f"array of {plural(len(current), 'entry', 'entries')}); use an integer "
+                    "from 0 to "
                     f"{max(0, len(current) - 1)} without leading zeros."
                 )
             index = int(token)
             if index >= len(current):
                 raise InspectError(
                     f"{bad} index {index} is out of range at {where}, an "
-                    f"array of {len(current)} entries"
+                    f"array of {plural(len(current), 'entry', 'entries')}"
                     + (f" (indices 0..{len(current) - 1})." if current else " (it is empty).")
                 )
             current = current[index]
         else:
             raise InspectError(
-                f"{bad} the value at {where} is a {json_type_name(current)}, "
+                f"{bad} the value at {where} is {with_article(json_type_name(current))}, "
                 f"which has no members; the pointer must end at {path or '(empty)'}."
             )
         path += "/" + escape_pointer_token(token)
@@ -623,11 +640,12 @@ def _render_capped(value: JsonValue, pointer: str, limits: BlobLimits) -> str:
     text = render_value(value)
     if isinstance(value, list):
         hint = (
-            f"the array has {len(value)} entries; read one with pointer:{pointer}/N "
+            f"the array has {plural(len(value), 'entry', 'entries')}; read one with "
+            f"pointer:{pointer}/N "
             f"(0..{len(value) - 1})"
         )
     elif isinstance(value, dict):
-        hint = f"the object has {len(value)} keys; read one with pointer:{pointer}/NAME"
+        hint = f"the object has {plural(len(value), 'key')}; read one with pointer:{pointer}/NAME"
     else:
         hint = (
             f"the value is {utf8_size(text)} bytes and only its beginning is shown; "

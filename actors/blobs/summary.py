@@ -2,9 +2,9 @@
 
 Pure functions, no I/O. The worker integration is::
 
-    output = to_tool_output(raw_value, limits)        # after post_tool_call hooks
+    output = decide_tool_output(raw_value, limits)    # after post_tool_call hooks
     if isinstance(output, Inline):
-        history = output.text
+        history = output.text                          # kept as is, whatever its size
     else:
         blob_id = store.store(output.content)          # via the blob-store actor
         history = history_text(blob_id, output.summary)
@@ -31,7 +31,9 @@ Decisions the spec leaves open:
   renders as ``json_array | 0 entries`` alone.
 * Object keys: strings, arrays and objects carry their size --
   ``name: string (12 chars)``, ``items: array (3 entries)``,
-  ``meta: object (2 keys)``; other values just their type. An empty object
+  ``meta: object (2 keys)``, singular for one (``1 key``); other values just
+  their type. (The headers keep the spec's fixed ``{N} lines`` /
+  ``{N} entries`` / ``{N} keys`` form.) An empty object
   renders as ``json_object | 0 keys`` alone.
 * Type names are JSON Schema's: ``string``, ``integer``, ``number``,
   ``boolean``, ``null``, ``array``, ``object``.
@@ -53,7 +55,7 @@ import re
 import uuid
 from collections.abc import Iterable
 
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 
 from actors.blobs.fs_store import ENCODING, ENCODING_ERRORS, parse_blob_id
 from actors.blobs.line_index import count_lines
@@ -143,14 +145,25 @@ def json_type_name(value: JsonValue) -> str:
     return "object"
 
 
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 key``, ``2 keys``, ``0 entries`` (``plural_form`` when not just ``+s``)."""
+    word = singular if count == 1 else (plural_form or singular + "s")
+    return f"{count} {word}"
+
+
+def with_article(word: str) -> str:
+    """``a string``, ``an integer``, ``an object`` (for type names in messages)."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def describe_value(value: JsonValue) -> str:
     """A value's type with its size: ``string (12 chars)``, ``array (3 entries)``."""
     if isinstance(value, str):
-        return f"string ({len(value)} chars)"
+        return f"string ({plural(len(value), 'char')})"
     if isinstance(value, list):
-        return f"array ({len(value)} entries)"
+        return f"array ({plural(len(value), 'entry', 'entries')})"
     if isinstance(value, dict):
-        return f"object ({len(value)} keys)"
+        return f"object ({plural(len(value), 'key')})"
     return json_type_name(value)
 
 
@@ -233,6 +246,50 @@ def to_tool_output(
     if fits_utf8(text, limits.inline_threshold):
         return Inline(text=text)
     return Stored(summary=summarize(structured, limits), content=structured)
+
+
+def decide_tool_output(value: object, limits: BlobLimits = DEFAULT_LIMITS) -> ToolOutput:
+    """The worker's decision for one tool result: keep it inline, or store it.
+
+    Returns ``Inline(text)`` -- history keeps ``text`` as it is -- or
+    ``Stored(summary, content)`` -- store ``content`` and put
+    ``history_text(id, summary)`` in history, ``summary`` being at most
+    ``summary_cap`` UTF-8 bytes. Total: never raises.
+
+    * an explicit :class:`Inline` stays inline *whatever its size*: the tool
+      decided (``inspect`` returns its capped answer this way, so it is not
+      stored again as a blob of a blob);
+    * an explicit :class:`Stored` is stored with its own content unchanged --
+      a ``Structured`` stays structured, even a scalar or a small one -- and
+      its own summary cut to the cap on a character boundary (``…`` marks
+      the cut); a blank summary is replaced by the computed one;
+    * a ``str`` or any JSON value goes through :func:`to_tool_output`
+      (threshold, JSON detection, computed summary);
+    * a pydantic model is dumped to JSON first; anything else that is not
+      JSON (tuples, sets, NaN, ...) is treated as its ``str()``.
+    """
+    if isinstance(value, Inline):
+        return value
+    if isinstance(value, Stored):
+        summary = value.summary
+        if not summary.strip():
+            summary = summarize(value.content, limits)
+        else:
+            summary = cut_utf8(summary, limits.summary_cap)
+        if summary == value.summary:
+            return value
+        return value.model_copy(update={"summary": summary})
+    if isinstance(value, BaseModel):
+        try:
+            value = value.model_dump(mode="json")
+        except Exception:  # a model that cannot be dumped is still an output
+            value = str(value)
+    if isinstance(value, str):
+        return to_tool_output(value, limits)
+    try:
+        return to_tool_output(value, limits)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return to_tool_output(str(value), limits)
 
 
 # ----------------------------------------------------------------- summaries

@@ -201,15 +201,14 @@ def observe(
     rel: str,
     *,
     hash_files: bool = True,
-    copy_to: int | None = None,
     expect_size: int | None = None,
 ) -> Observed:
     """The current real state of ``rel`` (never follows a symlink).
 
     A regular file is hashed (unless ``hash_files`` is False, or ``expect_size``
-    is given and differs -- then the content cannot match anyway); with
-    ``copy_to`` its bytes are also written to that descriptor in the same
-    pass, so the copy and the hash describe exactly the same bytes.
+    is given and differs -- then the content cannot match anyway); its
+    identity is that of the descriptor hashed, so hash and identity describe
+    the same file version.
     Raises :class:`PathChanged` when a parent is a file or a symlink.
     """
     parent_fd, name = cache.lookup_parent(rel)
@@ -246,8 +245,6 @@ def observe(
                 break
             digest.update(chunk)
             size += len(chunk)
-            if copy_to is not None:
-                write_all(copy_to, chunk)
     finally:
         os.close(fd)
     return Observed(

@@ -154,7 +154,10 @@ def apply_overlay(
     overlay_id = overlay.overlay_id
     if not overlay.has_writes:
         return ApplyResult(overlay_id=overlay_id)
-    entries = overlay.plan()
+    # A path the overlay created and deleted again is no change at all: it
+    # must not be checked either (its real parent may be a file the overlay
+    # deletes, which the check would report as a moved path).
+    entries = [e for e in overlay.plan() if not (e.final == "absent" and e.base.kind == "absent")]
     root = str(overlay.root)
     try:
         cache = DirCache(root)
@@ -345,7 +348,10 @@ def _compare(expected: FileBase, found: FileBase, final: str) -> ConflictKind | 
         return "created"
     if was == "file":
         if now == "file":
-            return None if found.sha256 == expected.sha256 else "modified"
+            # A base without a hash (the speculation saw only a prefix of a file
+            # that changed before its write) matches no content at all.
+            same = expected.sha256 is not None and found.sha256 == expected.sha256
+            return None if same else "modified"
         return {"absent": "deleted", "dir": "became_directory"}.get(now, "became_special")  # type: ignore[return-value]
     if was == "dir":
         if now == "dir":

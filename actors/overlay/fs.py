@@ -21,12 +21,31 @@ A path without an entry falls through to the real tree, unless an ancestor is
 a whiteout (then it is hidden). Listings, ``iter_files`` (and therefore
 ``glob`` and ``grep``) and ``stat`` merge both layers: overlay files and new
 directories appear, whited-out names disappear; sorting and ``SKIP_DIRS`` are
-those of ``WorkspaceFs``.
+those of ``WorkspaceFs``. A real symlink is classified by what its target is
+*in the union view* (a link to a directory the overlay deleted is a dangling
+link, i.e. a file entry; a dangling link whose target the overlay created as
+a directory is a directory), exactly as ``WorkspaceFs`` would classify it in
+a tree where the overlay's changes were applied.
 
 The first write, delete or mkdir of a path records its **base**: what the real
-path held at that moment (sha256, size, mtime of a file -- hashed in the same
-pass that copies it into the upper layer -- or "absent"/"dir"). Apply refuses
-to run when a real path no longer matches its base.
+path held (sha256, size, mtime of a file, or "absent"/"dir"). Apply refuses to
+run when a real path no longer matches its base. The base is what the
+speculation *saw*, not what was there when it got round to writing: the first
+read of a file through the overlay remembers the sha256 of the bytes it
+returned (or "absent" when there was no file), and a later first write or
+delete of that path takes that as its base. Otherwise a user edit landing
+between the speculation's read and its write would become the base, and
+apply would silently overwrite it with content computed from the stale read.
+A read that returned only a prefix (``limit``) remembers the file's identity
+(inode, size, mtime, ctime) instead; if the file still has that identity at
+the first write its current hash is the base, else the base stays
+"unknown content" and apply reports a conflict.
+
+A write never copies the original into the upper layer: the new content
+replaces it wholesale, so the original is only hashed. (Edits read the
+original through the overlay -- it falls through to the real file -- and
+write the result, so the size bound counts exactly the bytes the speculation
+wrote.)
 
 Scope and leaks
 ---------------
@@ -54,6 +73,7 @@ turns into a boundary.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
 import os
 import posixpath
@@ -70,7 +90,7 @@ from typing import Literal
 
 import structlog
 
-from actors.overlay._realfs import DirCache, PathChanged, kind_of, observe, write_all
+from actors.overlay._realfs import DirCache, Ident, PathChanged, kind_of, observe, write_all
 from actors.tools.fs import (
     SKIP_DIRS,
     DirEntry,
@@ -136,6 +156,31 @@ _HIDDEN = _Hidden()
 """Lookup result: no entry of its own, but an ancestor is a whiteout or a file."""
 
 _Entry = _File | _Dir | _Whiteout
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What the speculation saw at its first read of a real path (kept small:
+    grep may read thousands of files).
+
+    ``sha256`` is the hash of the whole content read (``kind == "absent"``:
+    the read found no file). A read cut short by ``limit`` has no hash; its
+    ``ident`` is the identity of the file at the read instead.
+    """
+
+    kind: Literal["file", "absent"]
+    sha256: str | None = None
+    size: int = 0
+    mtime_ns: int = 0
+    ident: Ident | None = None
+
+    def base(self) -> FileBase:
+        if self.kind == "absent":
+            return FileBase.absent()
+        return FileBase(kind="file", sha256=self.sha256, size=self.size, mtime_ns=self.mtime_ns)
+
+
+_ABSENT_SEEN = _Seen("absent")
 UnionKind = Literal["file", "dir", "other", "absent"]
 
 
@@ -177,8 +222,8 @@ class OverlayFs:
         self._lock = threading.RLock()
         self._entries: dict[str, _Entry] = {}
         self._children: dict[str, set[str]] = {}
-        self._below: dict[str, int] = {}
         self._bases: dict[str, FileBase] = {}
+        self._seen: dict[str, _Seen] = {}
         self._upper_names: dict[str, str] = {}
         self._name_counter = itertools.count(1)
         self._used = 0
@@ -409,7 +454,7 @@ class OverlayFs:
                 raise IsADirectory(f"{rel} is a directory")
             if entry is None:
                 try:
-                    return self.real.read_bytes(rel, limit)
+                    return self._read_real(rel, limit)
                 except NotADirectory:  # an overlay directory replaced a real file above it
                     raise NotFound(f"{rel}: no such file or directory") from None
             assert isinstance(entry, _File)
@@ -423,6 +468,42 @@ class OverlayFs:
             except OSError as exc:
                 raise _storage_error(exc, rel) from None
         raise NotFound(f"{rel}: no such file or directory")
+
+    def _read_real(self, rel: str, limit: int | None) -> bytes:
+        """Read the real file, remembering what was seen if it is the first read."""
+        with self._lock:
+            first = rel not in self._bases and rel not in self._seen
+        if not first:
+            return self.real.read_bytes(rel, limit)
+        # Identity *before* the read: if the file changes in between, the identity
+        # is the old one and a later write's check sees the change (a false
+        # conflict at worst, never a missed one).
+        try:
+            before: os.stat_result | None = os.lstat(os.path.join(self._root, rel))
+        except OSError:
+            before = None
+        try:
+            data = self.real.read_bytes(rel, limit)
+        except NotFound:
+            self._remember(rel, _ABSENT_SEEN)
+            raise
+        if before is None:  # created between the two calls: only a whole read is known
+            if limit is None:
+                self._remember(rel, _Seen("file", hashlib.sha256(data).hexdigest(), len(data)))
+        elif stat_mod.S_ISREG(before.st_mode):
+            if limit is None or len(data) < limit or len(data) == before.st_size:
+                seen = _Seen(
+                    "file", hashlib.sha256(data).hexdigest(), len(data), before.st_mtime_ns
+                )
+            else:  # only a prefix: the content seen is known by identity only
+                seen = _Seen("file", None, before.st_size, before.st_mtime_ns, Ident.of(before))
+            self._remember(rel, seen)
+        return data
+
+    def _remember(self, rel: str, seen: _Seen) -> None:
+        with self._lock:
+            if rel not in self._bases:
+                self._seen.setdefault(rel, seen)
 
     def list_dir(self, path: str) -> list[DirEntry]:
         rel = self.resolve(path)
@@ -479,11 +560,6 @@ class OverlayFs:
         yield from self._walk(base)
 
     def _walk(self, rel: str) -> Iterator[str]:
-        with self._lock:
-            untouched = rel not in self._entries and self._below.get(rel, 0) == 0
-        if untouched:
-            yield from self._real_walk(rel)
-            return
         files, dirs = self._walk_children(rel)
         for name in files:
             yield posixpath.join(rel, name) if rel else name
@@ -491,30 +567,35 @@ class OverlayFs:
             if walk_into and name not in SKIP_DIRS:
                 yield from self._walk(posixpath.join(rel, name) if rel else name)
 
-    def _real_walk(self, rel: str) -> Iterator[str]:
-        """``WorkspaceFs.iter_files`` for a subtree the overlay has not touched."""
-        start = os.path.join(self._root, rel) if rel else self._root
-        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            rel_dir = os.path.relpath(dirpath, self._root)
-            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-            for filename in sorted(filenames):
-                yield posixpath.join(rel_dir, filename) if rel_dir else filename
-
     def _walk_children(self, rel: str) -> tuple[list[str], list[tuple[str, bool]]]:
-        """Union children of ``rel`` classified as ``os.walk`` does (files, dirs)."""
+        """Union children of ``rel`` classified as ``os.walk`` does: ``(files, dirs)``.
+
+        ``dirs`` pairs each directory name with whether to walk into it
+        (``os.walk(followlinks=False)`` lists a symlink to a directory among
+        the directories but does not enter it). A real symlink is classified
+        by its target *in the union view* -- the real target may have been
+        deleted or created by the overlay -- except one leading outside the
+        workspace, which the overlay cannot change: that is classified by the
+        real target, as ``WorkspaceFs`` does.
+        """
         files: set[str] = set()
         dirs: dict[str, bool] = {}
         start = os.path.join(self._root, rel) if rel else self._root
+        with self._lock:
+            overlay_aware = bool(self._entries)
         try:
             with os.scandir(start) as it:
                 for item in it:
                     try:
-                        is_dir = item.is_dir()
+                        link = item.is_symlink()
+                        if link and overlay_aware:
+                            is_dir = self._link_is_dir(rel, item)
+                        else:
+                            is_dir = item.is_dir()
                     except OSError:
-                        is_dir = False
+                        link, is_dir = False, False
                     if is_dir:
-                        dirs[item.name] = not item.is_symlink()
+                        dirs[item.name] = not link
                     else:
                         files.add(item.name)
         except OSError:
@@ -532,6 +613,16 @@ class OverlayFs:
                     files.discard(name)
                     dirs[name] = True
         return sorted(files), sorted(dirs.items())
+
+    def _link_is_dir(self, rel: str, item: os.DirEntry[str]) -> bool:
+        """Whether the real symlink ``item`` in ``rel`` leads to a directory of the union."""
+        try:
+            target = self.stat(posixpath.join(rel, item.name) if rel else item.name)
+        except PathOutOfScope:
+            return item.is_dir()
+        except FsError:  # a loop, or a parent that is not a directory: os.walk says file
+            return False
+        return target is not None and target.kind == "dir"
 
     def exec_dir(self, path: str) -> str:
         rel = self.resolve(path)
@@ -586,7 +677,10 @@ class OverlayFs:
         upper_path = os.path.join(self._upper_str, name)
         registered = False
         try:
-            base = self._capture(rel, copy_to=upper_path) if first else None
+            # Hash only: the new content replaces the original wholesale, so
+            # copying it here would put up to the whole original file into the
+            # upper layer, unbounded by max_bytes.
+            base = self._first_base(rel) if first else None
             self._before_commit(rel)
             mtime_ns = self._write_upper(name, data, rel)
             with self._lock:
@@ -627,26 +721,36 @@ class OverlayFs:
             raise _storage_error(exc, rel) from None
         return mtime_ns
 
-    def _capture(self, rel: str, copy_to: str | None = None) -> FileBase:
-        """The real state of ``rel`` now; with ``copy_to`` a regular file is also copied there."""
-        fd: int | None = None
-        try:
-            if copy_to is not None:
-                fd = os.open(copy_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise _storage_error(exc, rel) from None
+    def _first_base(self, rel: str) -> FileBase:
+        """The base of ``rel`` at its first change: what the speculation saw of it.
+
+        A path read before is based on that read (see the module docs), so a
+        user edit between the read and this change is caught by apply; any
+        other path on its real state now.
+        """
+        with self._lock:
+            seen = self._seen.get(rel)
+        if seen is None:
+            return self._capture(rel)[0]
+        if seen.ident is None:
+            return seen.base()  # the hash of exactly the bytes the speculation read
+        now, ident = self._capture(rel)
+        if ident == seen.ident:
+            return now  # unchanged since the partial read: its content is what was read
+        log.info("overlay_base_changed_since_read", overlay=self.overlay_id, path=rel)
+        return seen.base()  # no hash: apply reports the change as a conflict
+
+    def _capture(self, rel: str) -> tuple[FileBase, Ident | None]:
+        """The real state of ``rel`` now (a regular file is hashed) and its identity."""
         try:
             with DirCache(self._root) as cache:
-                return observe(cache, rel, copy_to=fd).base
+                observed = observe(cache, rel)
         except PathChanged:
-            return FileBase.absent()  # an overlay directory replaced a real file above it
+            # An overlay directory replaced a real file above it.
+            return FileBase.absent(), None
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # writing the copy
-                raise _storage_error(exc, rel) from None
             raise _real_error(exc, rel) from None
-        finally:
-            if fd is not None:
-                os.close(fd)
+        return observed.base, observed.ident
 
     def delete(self, path: str) -> None:
         with self._operation():
@@ -661,7 +765,7 @@ class OverlayFs:
                     raise FsError(f"{rel}: directory not empty")
                 with self._lock:
                     first = rel not in self._bases
-                base = self._capture(rel) if first else None
+                base = self._first_base(rel) if first else None
                 with self._lock:
                     if base is not None:
                         self._bases.setdefault(rel, base)
@@ -723,10 +827,6 @@ class OverlayFs:
         if rel not in self._entries:
             parent, _, name = rel.rpartition("/")
             self._children.setdefault(parent, set()).add(name)
-            ancestor = rel
-            while ancestor:
-                ancestor = posixpath.dirname(ancestor)
-                self._below[ancestor] = self._below.get(ancestor, 0) + 1
         self._entries[rel] = entry
 
     # -- concurrency and lifetime -------------------------------------------------

@@ -39,8 +39,9 @@ class AlertSink(PooledActor):
 
     @handles(Alert)
     def _on_alert(self, alert: Alert) -> None:
-        getattr(self.log, _LOG_LEVEL[alert.level])(
-            "alert", text=alert.text, alert_session=alert.session, source=alert.source
+        # The sink itself belongs to no session; the alert's session is the one to log.
+        getattr(self.log.bind(session=alert.session), _LOG_LEVEL[alert.level])(
+            "alert", text=alert.text, source=alert.source
         )
         kept = self._kept.get(alert.session)
         if kept is None:

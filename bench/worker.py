@@ -147,10 +147,21 @@ def run(*, quick: bool = False, sessions: int | None = None) -> dict[str, float]
         open_s = time.perf_counter() - t_open
         t0 = time.perf_counter()
         futures = [s._worker.ask(Submit(text="go"), block=False) for s in opened]
-        outcomes = [f.get(timeout=300) for f in futures]
+        # Sample the thread count *while* the turns run (from this thread, which
+        # exists anyway): taken afterwards, it would miss any lazily started
+        # thread that has already gone idle or exited.
+        peak_threads = os_threads()
+        waiting = futures
+        deadline = time.monotonic() + 300
+        while waiting and time.monotonic() < deadline:
+            peak_threads = max(peak_threads, os_threads())
+            waiting = [f for f in waiting if not f.done()]
+            if waiting:
+                time.sleep(0.002)
+        outcomes = [f.get(timeout=max(0.1, deadline - time.monotonic())) for f in futures]
         wall = time.perf_counter() - t0
         completed = sum(1 for o in outcomes if o.status == "completed")
-        peak_threads = os_threads()
+        threads_after = os_threads()
         rss1 = rss_bytes()
         for s in opened:
             s.close()
@@ -163,7 +174,10 @@ def run(*, quick: bool = False, sessions: int | None = None) -> dict[str, float]
                 ["turns per second", many / wall],
                 ["completed", float(completed)],
                 ["RSS per session (KiB)", (rss1 - rss0) / many / 1024],
-                ["OS threads (before → during)", f"{threads0} → {peak_threads}"],
+                [
+                    "OS threads (before → peak during → after)",
+                    f"{threads0} → {peak_threads} → {threads_after}",
+                ],
             ],
         )
         metrics.update(

@@ -20,7 +20,7 @@ from messages.llm import Usage
 
 RunStatus = Literal[
     "completed",  # the model finished and the turn-end hooks said Finish
-    "cancelled",  # the user cancelled the run
+    "cancelled",  # the user cancelled the run, or the session closed under it
     "rejected",  # a hook or the interceptor cancelled the submit or a request
     "aborted",  # a hook returned Abort
     "paused",  # a hook paused the run (resume continues it)
@@ -29,6 +29,46 @@ RunStatus = Literal[
     "interrupted",  # a paused run was superseded by a new submit
     "boundary",  # speculation only: the run stopped at a gate boundary
 ]
+"""How a run ended.
+
+``on_abort`` hooks run exactly once for every run that *started* and ended
+early: ``cancelled``, ``aborted``, ``max_turns``, ``error``, ``interrupted``,
+and ``rejected`` by a ``pre_llm_request`` Cancel (the user message is already
+in history, so the run had started). A submit ``rejected`` at
+``on_prompt_submit`` never started -- nothing entered history -- so no
+``on_abort`` runs for it, just as none runs for a ``completed`` run.
+"""
+
+HookEventName = Literal[
+    "on_prompt_submit",
+    "pre_llm_request",
+    "pre_tool_call",
+    "post_tool_call",
+    "on_turn_end",
+    "on_abort",
+]
+
+HookFailureKind = Literal["raised", "timeout", "invalid_result", "condition", "invalid_arguments"]
+"""How a hook failed: it raised, it did not answer within its timeout, it
+returned a result its event does not allow, its ``when`` condition raised, or
+(pre_tool_call) it left arguments that are not a JSON object."""
+
+ErrorKind = Literal["hook", "llm", "input", "worker"]
+"""What made a run end with status ``error``."""
+
+
+class HookFailure(Message):
+    """Which hook failed, at which event, and how (the typed form of a hook error).
+
+    Callers branch on these fields (retry after a timeout, disable a broken
+    hook, tell the user which policy failed) instead of parsing ``error``.
+    """
+
+    event: HookEventName
+    hook: str
+    kind: HookFailureKind
+    message: str
+    """What went wrong, without the event and hook prefix."""
 
 
 class Submit(Message):
@@ -100,6 +140,11 @@ class TurnResult(Message):
     status: RunStatus
     items: tuple[Item, ...] = ()
     error: str | None = None
+    """For humans: why the run did not complete (also set for cancel/abort/reject)."""
+    error_kind: ErrorKind | None = None
+    """Set when ``status`` is ``error``: what failed (``hook``: see ``hook_failure``)."""
+    hook_failure: HookFailure | None = None
+    """The failed hook, when a hook failing or timing out ended the run."""
     turns: int = 0
     usage: Usage = Usage()
     boundary: dict[str, Any] | None = None

@@ -550,6 +550,29 @@ def test_the_same_path_twice_is_attached_once(fs: WorkspaceFs, ws: Path) -> None
     assert prepared.text == "@a.txt and again @a.txt"
 
 
+def test_one_path_in_different_spellings_is_attached_once(fs: WorkspaceFs, ws: Path) -> None:
+    (ws / "a.txt").write_text("A")
+    (ws / "src").mkdir()
+    (ws / "src" / "b.txt").write_text("B")
+    text = f"@a.txt @./a.txt @src/b.txt @src/../a.txt @{ws}/a.txt @./src//b.txt"
+    prepared = resolve_input(fs, parse_input(text))
+    # one message per file, under the spelling typed first
+    assert texts(prepared.stash) == ["[File: a.txt]\nA", "[File: src/b.txt]\nB"]
+    assert prepared.text == text  # every spelling resolved: all stay references
+    assert prepared.alerts == ()
+
+
+def test_a_missing_path_in_two_spellings_alerts_once(fs: WorkspaceFs, ws: Path) -> None:
+    prepared = resolve_input(fs, parse_input("@gone.txt and @./gone.txt"))
+    assert prepared.stash == ()
+    assert prepared.text == (
+        "[unresolved file ref: gone.txt] and [unresolved file ref: ./gone.txt]"
+    )
+    assert prepared.alerts == (
+        (AlertLevel.WARN, "file ref @gone.txt could not be resolved: not found", "file_ref"),
+    )
+
+
 def test_unresolved_references_alert_and_leave_a_placeholder(
     fs: WorkspaceFs, ws: Path, outside: Path
 ) -> None:

@@ -81,6 +81,19 @@ def test_several_references_in_order_and_a_repeat_attached_once(
         assert headers == ["[File: README.md]", "[Dir: docs/]"]
 
 
+def test_a_path_referenced_in_two_spellings_is_attached_once(
+    runtime: Runtime, workspace: Path
+) -> None:
+    model, seen = recorder()
+    with runtime.open_session(workspace=workspace, model=model) as s:
+        turn = s.submit("compare @src/app.py with @./src/app.py", timeout=WAIT)
+        systems = [i for i in turn.items if isinstance(i, SystemMessage)]
+        assert [i.text.split("\n", 1)[0] for i in systems] == ["[File: src/app.py]"]
+        assert turn.items[0].text == "compare @src/app.py with @./src/app.py"
+        assert s.alerts == ()
+        assert sum(isinstance(m, SystemMessage) for m in seen[0].messages) == 1
+
+
 def test_an_unresolved_reference_warns_and_leaves_a_placeholder(
     runtime: Runtime, workspace: Path
 ) -> None:

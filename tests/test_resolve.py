@@ -15,7 +15,14 @@ from pydantic import BaseModel
 from actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
-from actors.resolve import NOTHING_PENDING, PendingActions, Resolve, StandingHandler
+from actors.resolve import (
+    MAX_FORCED_ATTEMPTS,
+    MAX_REQUEUES,
+    NOTHING_PENDING,
+    PendingActions,
+    Resolve,
+    StandingHandler,
+)
 from actors.resolve.tool import ResolveArgs
 from actors.tools import (
     PENDING_STORE_UNAVAILABLE,
@@ -260,7 +267,7 @@ def test_an_ignored_forced_turn_is_requeued_at_most_three_times(
     seen: list[LlmRequest] = []
     replies = iter(
         [{"tool_calls": [call("batch_rename_preview")]}]
-        + [{"tool_calls": [call("list_directory")]}] * 4
+        + [{"tool_calls": [call("list_directory")]}] * 5
         + [{"text": "I will not resolve it."}]
     )
 
@@ -274,14 +281,16 @@ def test_an_ignored_forced_turn_is_requeued_at_most_three_times(
         turn = s.submit("go", timeout=WAIT)
         assert turn.status == "completed"
         forced = [r.tool_choice == NamedToolChoice(name="resolve") for r in seen]
-        assert forced == [False, True, True, True, False, False]
+        # the original forced turn plus MAX_REQUEUES (3) requeued ones, then no more forcing
+        assert MAX_REQUEUES == 3 and MAX_FORCED_ATTEMPTS == 4
+        assert forced == [False, True, True, True, True, False, False]
         # the reminder stays and resolve stays offered while the action is pending
         assert all(
             any("staged preview" in getattr(m, "text", "") for m in r.messages) for r in seen[1:]
         )
         assert len(s.pending_actions) == 1
         warns = [a for a in s.alerts if a.source == "resolve"]
-        assert len(warns) == 1 and warns[0].level == "warn" and "ignored 3" in warns[0].text
+        assert len(warns) == 1 and warns[0].level == "warn" and "ignored 4" in warns[0].text
 
 
 def test_a_provider_refusing_forced_choice_falls_back_without_a_loop(

@@ -308,18 +308,29 @@ def resolve_input(
     """Resolve every reference in ``segments`` into the worker's prepared input.
 
     References are resolved in order of first appearance, each path once (a
-    second mention would only double the context it costs). The stash holds
-    one system message per resolved reference, in that order; each
-    unresolved reference yields one Warn alert and, in the user text, the
-    ``[unresolved file ref: <path>]`` placeholder so the model is told too.
+    second mention would only double the context it costs). "The same path"
+    means the same workspace-relative path once normalised by the view, so
+    ``@a``, ``@./a`` and ``@/abs/ws/a`` are one file: it is attached once,
+    under the spelling first typed. The stash holds one system message per
+    resolved reference, in that order; each unresolved reference yields one
+    Warn alert and, in the user text, the ``[unresolved file ref: <path>]``
+    placeholder (for every spelling) so the model is told too.
     """
     stash: list[Item] = []
     alerts: list[tuple[AlertLevel, str, str]] = []
     unresolved: set[str] = set()
+    outcome: dict[tuple[bool, str], bool] = {}  # normalised path -> resolved?
     for path in file_refs(segments):
+        key = _dedupe_key(fs, path)
+        if key in outcome:
+            if not outcome[key]:
+                unresolved.add(path)  # same placeholder, no second alert
+            continue
         try:
             stash.append(resolve_file_ref(fs, path, cap=cap, dir_limit=dir_limit))
+            outcome[key] = True
         except ResolveError as exc:
+            outcome[key] = False
             unresolved.add(path)
             alerts.append((AlertLevel.WARN, alert_text(path, exc.reason), ALERT_SOURCE))
     return PreparedInput(
@@ -328,6 +339,18 @@ def resolve_input(
         stash=tuple(stash),
         alerts=tuple(alerts),
     )
+
+
+def _dedupe_key(fs: FsView, path: str) -> tuple[bool, str]:
+    """The workspace-relative form of ``path``, or the typed path if the view refuses it.
+
+    Refused paths (out of scope, unencodable) stay keyed by their spelling:
+    they resolve to nothing, so there is nothing to share.
+    """
+    try:
+        return (True, fs.resolve(path))
+    except (FsError, OSError, UnicodeError, ValueError):
+        return (False, path)
 
 
 def prepare_submit(

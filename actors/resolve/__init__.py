@@ -3,6 +3,7 @@
 from actors.resolve.interceptor import ResolveInterceptor
 from actors.resolve.pending import (
     MAX_FORCED_ATTEMPTS,
+    MAX_REQUEUES,
     PendingAction,
     PendingActions,
     StandingHandler,
@@ -12,6 +13,7 @@ from actors.resolve.tool import NOTHING_PENDING, Resolve
 
 __all__ = [
     "MAX_FORCED_ATTEMPTS",
+    "MAX_REQUEUES",
     "NOTHING_PENDING",
     "MultiEdit",
     "PendingAction",

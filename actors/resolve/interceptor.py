@@ -9,11 +9,18 @@ Before each LLM request (on the worker's thread, inline):
   newest preview first.
 
 After the answer: if a forced turn did not call ``resolve``, the directive is
-requeued -- at most :data:`~actors.resolve.pending.MAX_FORCED_ATTEMPTS` times;
+requeued -- at most :data:`~actors.resolve.pending.MAX_REQUEUES` times (so
+:data:`~actors.resolve.pending.MAX_FORCED_ATTEMPTS` forced turns in all);
 then forcing stops, the action stays pending with its reminder, and a Warn
 alert tells the user. If the provider rejects a forced tool choice, the
 request is sent once more with ``auto`` plus the reminder, and forcing is off
 for the session: the failing request is never replayed.
+
+A forced request that gets no answer at all -- a hook or the interceptor
+cancels it, the user cancels the run, the run ends otherwise, or the LLM
+fails for another reason than refusing the tool choice -- puts its directive
+back uncounted: the model never saw it, so the preview must still be forced
+on the next request.
 """
 
 from __future__ import annotations
@@ -71,8 +78,13 @@ class ResolveInterceptor(Interceptor):
         if self._alert is not None:
             self._alert(level, text, "resolve")
 
+    def _restore_forced(self) -> None:
+        forced, self._forced = self._forced, None
+        if forced is not None:
+            self.store.restore(forced[1])
+
     def pre_llm_request(self, ctx: LlmRequestContext) -> Continue:
-        self._forced = None
+        self._restore_forced()  # a forced request that was never answered
         if not self.store.offered():
             return Continue()
         if all(tool.name != RESOLVE for tool in ctx.tools):
@@ -97,13 +109,16 @@ class ResolveInterceptor(Interceptor):
             self._raise(
                 AlertLevel.WARN,
                 f"The model ignored {MAX_FORCED_ATTEMPTS} requests to resolve the preview "
-                f"{action.label!r}; it stays pending until it is applied or discarded.",
+                f"{action.label!r}; it is no longer forced and stays pending until it is "
+                "applied or discarded.",
             )
 
     def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
-        forced, self._forced = self._forced, None
+        forced = self._forced
         if forced is None or forced[0] is not ctx or not rejects_forced_choice(error):
+            self._restore_forced()  # the model never saw the forced request
             return None
+        self._forced = None
         self.store.forcing_supported = False
         self._raise(
             AlertLevel.INFO,
@@ -111,3 +126,7 @@ class ResolveInterceptor(Interceptor):
             "with a reminder instead.",
         )
         return RetryRequest(dataclasses.replace(ctx, tool_choice="auto"))
+
+    def on_run_end(self, status: str) -> None:
+        """The run ended (cancelled, rejected, failed...) with a forced request unanswered."""
+        self._restore_forced()

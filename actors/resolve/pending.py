@@ -22,8 +22,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_FORCED_ATTEMPTS = 3
-"""Forced turns the model may ignore before forcing stops (the action stays pending)."""
+MAX_REQUEUES = 3
+"""How often a directive is requeued after the model answered a forced turn without ``resolve``."""
+
+MAX_FORCED_ATTEMPTS = MAX_REQUEUES + 1
+"""Forced turns per action before forcing stops: the original one plus :data:`MAX_REQUEUES`.
+
+After that the action stays pending (still offered, still reminded), and
+the user gets one Warn alert.
+"""
 
 Callback = Callable[..., Any]
 
@@ -158,17 +165,42 @@ class PendingActions:
     def ignored(self, action: PendingAction) -> bool:
         """The model answered a forced turn without ``resolve``: requeue, at most 3 times.
 
-        Returns True when forcing has just stopped for this action.
+        The original forced turn plus :data:`MAX_REQUEUES` requeued ones: once
+        all of them were ignored, forcing stops for this action (it stays
+        pending). Returns True when forcing has just stopped.
         """
         with self._lock:
             if self._find(action.id) is None:
                 return False  # resolved meanwhile
             action.ignored += 1
-            if action.ignored >= MAX_FORCED_ATTEMPTS:
+            if action.ignored > MAX_REQUEUES:
                 action.forcing = False
                 return True
-            self._directives.append(action.id)
+            self._push_directive(action)
             return False
+
+    def restore(self, action: PendingAction) -> None:
+        """A forced request for ``action`` never got an answer: put its directive back.
+
+        The request was cancelled by a hook or the user, or failed for a
+        reason other than refusing the tool choice -- the model never saw it,
+        so it is not counted as ignored, and the directive goes back where it
+        was (newest first), not behind newer previews.
+        """
+        with self._lock:
+            if self._find(action.id) is None or not action.forcing:
+                return  # resolved meanwhile, or forcing stopped
+            if action.id not in self._directives:
+                self._push_directive(action)
+
+    def _push_directive(self, action: PendingAction) -> None:
+        """Queue ``action``'s directive below the directives of newer actions (lock held)."""
+        order = {a.id: i for i, a in enumerate(self._actions)}
+        mine = order.get(action.id, len(order))
+        position = len(self._directives)
+        while position > 0 and order.get(self._directives[position - 1], -1) > mine:
+            position -= 1
+        self._directives.insert(position, action.id)
 
     def requeue(self, action: PendingAction) -> None:
         """Put an action back (its apply raised): pending again, forced again."""
@@ -177,7 +209,8 @@ class PendingActions:
                 self._actions.append(action)
             action.forcing = True
             action.ignored = 0
-            self._directives.append(action.id)
+            if action.id not in self._directives:
+                self._push_directive(action)
 
     # -- the resolve tool's side ---------------------------------------------------------------
 

@@ -3,28 +3,51 @@
 ``multi_edit`` (and ``edit`` with ``preview: true``) computes every replacement,
 records each file's content hash, shows a diff, and stages a pending action.
 Applying first re-reads every file: if any changed since the preview, nothing
-is written and the error names the stale files; otherwise each file is
-written atomically.
+is written and the error names the stale files. Otherwise the apply is
+all-or-nothing across files, in two phases:
+
+1. *stage*: every file's new content is written to a temporary file next to
+   its target. A failure here (a directory that became a file, a full disk,
+   no permission) leaves every target untouched;
+2. *replace*: each target is replaced atomically. If one replace fails
+   midway, the targets already replaced are restored from the originals
+   read in the stale check, so the workspace is as before and a retry is
+   not "stale".
+
+The temporaries are removed either way. (``FsView`` has no rename, so the
+replace is the view's own atomic write of the staged content; the staging
+pass is what proves every target directory writable before any target
+changes.)
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import posixpath
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from pydantic import Field
 
 from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from actors.tools.builtin.files import apply_edit, decode_text
+from actors.tools.fs import FsView
 
 DIFF_CAP = 12_000
+
+log = structlog.get_logger(__name__)
 
 
 class StalePreview(ToolError):
     """A file changed between the preview and the apply."""
+
+
+class ApplyFailed(ToolError):
+    """Writing the files failed; says whether the workspace was left unchanged."""
 
 
 @dataclass(frozen=True)
@@ -81,24 +104,81 @@ def stage(ctx: ToolContext, edits: Sequence[EditSpec]) -> tuple[list[StagedFile]
     return staged, diff
 
 
+def _stage_name(path: str) -> str:
+    """A hidden temporary next to ``path`` (same directory, so the same filesystem)."""
+    parent, name = posixpath.split(path)
+    return posixpath.join(parent, f".{name[:64]}.fore-stage-{secrets.token_hex(6)}")
+
+
 def apply_staged(ctx: ToolContext, staged: Sequence[StagedFile]) -> str:
-    """Write the staged files, or nothing if any of them changed since the preview."""
+    """Write all the staged files or none of them (see the module docs)."""
+    fs = ctx.fs
+    originals: dict[str, bytes] = {}
     stale = []
     for item in staged:
-        st = ctx.fs.stat(item.path)
-        if st is None or st.kind != "file" or sha256(ctx.fs.read_bytes(item.path)) != item.sha256:
+        st = fs.stat(item.path)
+        data = fs.read_bytes(item.path) if st is not None and st.kind == "file" else None
+        if data is None or sha256(data) != item.sha256:
             stale.append(item.path)
+        else:
+            originals[item.path] = data
     if stale:
         raise StalePreview(
             f"Preview is stale: {', '.join(stale)} changed since the preview; nothing was written. "
             "Discard it and preview again."
         )
-    for item in staged:
-        ctx.fs.write_bytes(item.path, item.new_text.encode("utf-8"))
+    contents = [(item, item.new_text.encode("utf-8")) for item in staged]
+    temps: list[str] = []
+    try:
+        for item, data in contents:
+            temp = _stage_name(item.path)
+            try:
+                fs.write_bytes(temp, data)
+            except Exception as exc:
+                raise ApplyFailed(
+                    f"Could not stage {item.path} ({exc}); no file was changed."
+                ) from exc
+            temps.append(temp)
+        _replace_all(fs, contents, originals)
+    finally:
+        for temp in temps:
+            try:
+                fs.delete(temp)
+            except Exception as exc:  # best effort: a hidden leftover, never a target
+                log.warning("preview_stage_cleanup_failed", path=temp, error=repr(exc))
     total = sum(f.replacements for f in staged)
     return (
         f"Applied {total} replacements in {len(staged)} files: {', '.join(f.path for f in staged)}."
     )
+
+
+def _replace_all(
+    fs: FsView, contents: Sequence[tuple[StagedFile, bytes]], originals: Mapping[str, bytes]
+) -> None:
+    """Replace every target; on a failure restore the ones already replaced."""
+    replaced: list[str] = []
+    for item, data in contents:
+        try:
+            fs.write_bytes(item.path, data)
+        except Exception as exc:
+            not_restored = []
+            for path in reversed(replaced):
+                try:
+                    fs.write_bytes(path, originals[path])
+                except Exception as undo:
+                    log.error("preview_rollback_failed", path=path, error=repr(undo))
+                    not_restored.append(path)
+            if not_restored:
+                raise ApplyFailed(
+                    f"Writing {item.path} failed ({exc}) and restoring "
+                    f"{', '.join(not_restored)} failed too: those files hold the new "
+                    "content, the others are unchanged."
+                ) from exc
+            raise ApplyFailed(
+                f"Writing {item.path} failed ({exc}); the files written before it were "
+                "restored, so no file was changed."
+            ) from exc
+        replaced.append(item.path)
 
 
 def queue_preview(ctx: ToolContext, staged: list[StagedFile], diff: str, tool: str) -> str:

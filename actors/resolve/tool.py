@@ -4,11 +4,16 @@ Offered to the model only while something is pending or a standing handler is
 installed (the resolve interceptor adds it to the request). Exclusive, so two
 ``resolve`` calls in one answer run one after the other and each consumes at
 most one action.
+
+A callback that raises never loses the action: after a failed ``apply`` or
+``reject`` it is pending again (directive and reminder pushed again, as the
+seed says for apply), so the model can retry or choose differently.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
@@ -64,7 +69,7 @@ class Resolve(Tool[ResolveArgs]):
         target: PendingAction | StandingHandler,
         args: ResolveArgs,
         *,
-        requeue: Any,
+        requeue: Callable[[], None] | None,
     ) -> str:
         details = {
             "action": args.action,
@@ -86,7 +91,16 @@ class Resolve(Tool[ResolveArgs]):
                 {"result": result_text(outcome), "resolve": details}, ensure_ascii=False
             )
         if target.reject is not None:
-            outcome = call_with_reason(target.reject, args.reason, args.extra)
+            try:
+                outcome = call_with_reason(target.reject, args.reason, args.extra)
+            except Exception as exc:
+                if requeue is not None:
+                    requeue()  # not discarded: it stays pending
+                    raise ToolError(
+                        f"Discard failed: {exc}. The preview {target.label!r} is still "
+                        "pending; call resolve again to apply or discard it."
+                    ) from None
+                raise ToolError(f"Discard failed: {exc}") from None
             if outcome is not None:
                 return json.dumps(
                     {"result": result_text(outcome), "resolve": details}, ensure_ascii=False

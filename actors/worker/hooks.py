@@ -15,7 +15,11 @@ on_abort           :class:`AbortContext`         (ignored)
 
 Hooks of one event run in order: higher ``priority`` first, then registration
 order. A hook may have a ``when`` condition (and tool hooks a ``tools``
-pattern) that decides whether it applies. Propagation: ``Continue`` (and
+pattern) that decides whether it applies. The condition is user code too: it
+is evaluated by :func:`run_hook` inside the hook's blocking-lane call, under
+the hook's deadline, and a condition that raises or hangs is a hook error like
+any other. (The ``tools`` pattern is Fore's own ``fnmatch`` and is checked
+inline.) Propagation: ``Continue`` (and
 ``Finish``, the neutral turn-end result) runs the next hook; any other result
 stops the chain for that call or event (``Skip``
 skips the call, ``Abort`` ends the run, ``Pause`` / ``Paused`` pause it).
@@ -24,7 +28,18 @@ Returning ``None`` means the event's neutral result (``Continue`` / ``Finish``).
 Hooks are user code: the worker runs each one on the blocking lane with a
 timeout, never on a dispatcher thread. A hook that raises, times out or
 returns a result its event does not allow is a :class:`HookError` naming the
-event and the hook.
+event and the hook (its :meth:`HookError.failure` is the typed
+:class:`~messages.session.HookFailure` a ``TurnResult`` carries).
+
+Inputs are mutable only where the seed says so: a pre_tool_call hook may
+rewrite ``arguments`` but not the call's id or tool name (a renamed id would
+leave the model's call without a result and a result without a call), and a
+post_tool_call hook may rewrite ``result`` only. The identity fields raise
+``AttributeError`` when assigned.
+
+``on_abort`` runs exactly once for every run that started and ended early
+(see :data:`~messages.session.RunStatus`); a submit cancelled at
+``on_prompt_submit`` never started, so it gets none.
 
 :func:`advance` is the chain's pure step function; the worker drives it.
 """
@@ -35,12 +50,14 @@ import fnmatch
 import itertools
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from messages.conversation import Item, Segment, ToolCall
 from messages.llm import ToolChoice
+from messages.session import HookFailure, HookFailureKind
 from messages.tools import ToolDefinition
 
 # -- results ------------------------------------------------------------------------
@@ -177,9 +194,42 @@ class ToolMeta:
     turn: int
 
 
+class _ReadOnlyFields:
+    """Fields named in ``_read_only`` can be set once (by ``__init__``), never again.
+
+    The worker pairs every call with its result by id; a hook that could
+    rename the id or the tool would break that pairing, so only the fields a
+    hook is meant to edit stay assignable.
+    """
+
+    _read_only: ClassVar[frozenset[str]] = frozenset()
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in self._read_only and key in self.__dict__:
+            raise AttributeError(
+                f"{type(self).__name__}.{key} is read-only: hooks may not change it"
+            )
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: str) -> None:
+        if key in self._read_only:
+            raise AttributeError(
+                f"{type(self).__name__}.{key} is read-only: hooks may not delete it"
+            )
+        object.__delattr__(self, key)
+
+
 @dataclass
-class ToolCallContext:
-    """pre_tool_call: ``arguments`` is a private copy the hook may rewrite."""
+class ToolCallContext(_ReadOnlyFields):
+    """pre_tool_call: ``arguments`` is a private copy the hook may rewrite.
+
+    Everything else is read-only: the call that runs is built from the
+    model's own id and tool name plus these arguments.
+    """
+
+    _read_only: ClassVar[frozenset[str]] = frozenset(
+        {"session_id", "purpose", "call_id", "name", "meta", "tool"}
+    )
 
     session_id: str
     purpose: str
@@ -191,6 +241,7 @@ class ToolCallContext:
     """The tool object (for state access), ``None`` for an unknown tool."""
 
     def to_call(self) -> ToolCall:
+        """The call to run: the original id and name with the (possibly rewritten) arguments."""
         return ToolCall(id=self.call_id, name=self.name, arguments=self.arguments)
 
 
@@ -203,8 +254,16 @@ class ToolOutcome:
 
 
 @dataclass
-class PostToolCallContext:
-    """post_tool_call: the call and its (rewritable) result."""
+class PostToolCallContext(_ReadOnlyFields):
+    """post_tool_call: the call and its (rewritable) result; the rest is read-only.
+
+    ``arguments`` are the ones the call ran with (a copy: editing them
+    changes nothing).
+    """
+
+    _read_only: ClassVar[frozenset[str]] = frozenset(
+        {"session_id", "purpose", "call_id", "name", "outcome", "meta", "tool"}
+    )
 
     session_id: str
     purpose: str
@@ -242,16 +301,35 @@ class AbortContext:
 
 
 class HookError(Exception):
-    """A hook failed; names the event and the hook."""
+    """A hook failed; names the event, the hook and how (``kind``)."""
 
-    def __init__(self, event: HookEvent, hook: str, message: str) -> None:
+    kind: HookFailureKind = "raised"
+
+    def __init__(
+        self, event: HookEvent, hook: str, message: str, *, kind: HookFailureKind | None = None
+    ) -> None:
         super().__init__(f"{event.value} hook {hook!r}: {message}")
         self.event = event
         self.hook = hook
+        self.message = message
+        if kind is not None:
+            self.kind = kind
+
+    def failure(self) -> HookFailure:
+        """The typed form a ``TurnResult`` carries (callers branch on it, not on text)."""
+        return HookFailure(
+            event=self.event.value, hook=self.hook, kind=self.kind, message=self.message
+        )
 
 
 class HookTimeout(HookError):
-    """A hook ran longer than its timeout."""
+    """A hook (or its ``when`` condition) ran longer than its timeout."""
+
+    kind: HookFailureKind = "timeout"
+
+
+class ConditionError(Exception):
+    """A hook's ``when`` condition raised (raised by :func:`run_hook`)."""
 
 
 # -- registry ------------------------------------------------------------------------
@@ -272,12 +350,17 @@ class HookSpec:
     timeout: float | None = None
     seq: int = 0
 
-    def applies(self, ctx: Any) -> bool:
+    def matches(self, ctx: Any) -> bool:
+        """The ``tools`` pattern only (Fore's own code: cheap, safe on any thread)."""
         if self.tools is not None:
             name = getattr(ctx, "name", None)
             if name is None or not fnmatch.fnmatchcase(name, self.tools):
                 return False
-        return self.when is None or bool(self.when(ctx))
+        return True
+
+    def applies(self, ctx: Any) -> bool:
+        """Pattern and ``when`` condition; the condition is user code (blocking lane only)."""
+        return self.matches(ctx) and (self.when is None or bool(self.when(ctx)))
 
 
 _seq = itertools.count()
@@ -407,19 +490,49 @@ class ChainState:
     ran: list[str] = field(default_factory=list)
 
 
-def next_hook(state: ChainState) -> HookSpec | None:
-    """The next hook to run, skipping those whose condition does not apply.
+class _NotApplicable:
+    """What :func:`run_hook` answers when the hook's condition says it does not apply."""
 
-    A condition that raises is a :class:`HookError` (recorded in the state).
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_APPLICABLE"
+
+
+NOT_APPLICABLE: Any = _NotApplicable()
+
+
+def run_hook(spec: HookSpec, ctx: Any) -> Any:
+    """Call one hook on the blocking lane: its ``when`` condition first, then the hook.
+
+    The condition is user code, so it belongs here -- under the hook's
+    deadline, off the dispatcher -- not in the worker's chain step. Returns
+    :data:`NOT_APPLICABLE` when the condition is false; a condition that
+    raises becomes :class:`ConditionError`.
     """
+    if spec.when is not None:
+        try:
+            applies = bool(spec.when(ctx))
+        except Exception as exc:
+            raise ConditionError(f"condition raised {exc!r}") from exc
+        if not applies:
+            return NOT_APPLICABLE
+    return spec.fn(ctx)
+
+
+def raised_error(event: HookEvent, hook: str, exc: BaseException) -> HookError:
+    """The typed error for a hook (or its condition) that raised ``exc``."""
+    if isinstance(exc, ConditionError):
+        return HookError(event, hook, str(exc), kind="condition")
+    return HookError(event, hook, f"raised {type(exc).__name__}: {exc}")
+
+
+def next_hook(state: ChainState) -> HookSpec | None:
+    """The next hook whose ``tools`` pattern matches (its condition runs with it)."""
     while state.index < len(state.specs):
         spec = state.specs[state.index]
-        try:
-            if spec.applies(state.ctx):
-                return spec
-        except Exception as exc:
-            state.error = HookError(state.event, spec.name, f"condition raised {exc!r}")
-            return None
+        if spec.matches(state.ctx):
+            return spec
         state.index += 1
     return None
 
@@ -430,7 +543,11 @@ def advance(state: ChainState, spec: HookSpec, result: Any) -> bool:
     ``None`` counts as the event's neutral result. A result the event does not
     allow is a :class:`HookError`. On a stopping result, ``state.outcome`` is
     it and ``state.stopped_at`` the hook's index (resume continues after it).
+    :data:`NOT_APPLICABLE` (the hook's condition was false) just moves on.
     """
+    if result is NOT_APPLICABLE:
+        state.index += 1
+        return True
     state.ran.append(spec.name)
     if state.event is HookEvent.ON_ABORT:
         state.index += 1
@@ -440,7 +557,10 @@ def advance(state: ChainState, spec: HookSpec, result: Any) -> bool:
     if not isinstance(result, ALLOWED[state.event]):
         allowed = ", ".join(t.__name__ for t in ALLOWED[state.event])
         state.error = HookError(
-            state.event, spec.name, f"returned {result!r}; {state.event.value} allows {allowed}"
+            state.event,
+            spec.name,
+            f"returned {result!r}; {state.event.value} allows {allowed}",
+            kind="invalid_result",
         )
         return False
     state.index += 1
@@ -454,3 +574,100 @@ def advance(state: ChainState, spec: HookSpec, result: Any) -> bool:
 def final_outcome(state: ChainState) -> Any:
     """The chain's result once it has stopped or run out of hooks."""
     return state.outcome if state.outcome is not None else NEUTRAL[state.event]
+
+
+# -- chains without an actor -------------------------------------------------------------
+
+
+class DetachedChain:
+    """Runs one event's remaining hooks when no actor is left to drive them.
+
+    A worker that is stopping (its session closed) or has crashed still owes
+    its run's ``on_abort`` hooks, but it will receive no more messages. This
+    runs them the same way the worker would -- in order, each on the blocking
+    lane with its own deadline on the runtime's timer -- chaining from one
+    hook's completion to the next; nothing waits on any thread. Failures and
+    timeouts are logged; results are ignored (``on_abort`` has none).
+    """
+
+    def __init__(
+        self,
+        event: HookEvent,
+        specs: Sequence[HookSpec],
+        ctx: Any,
+        *,
+        lane: Any,
+        timer: Any,
+        default_timeout: float,
+        log: Any,
+    ) -> None:
+        self.event = event
+        self.specs = tuple(specs)
+        self.ctx = ctx
+        self.lane = lane
+        self.timer = timer
+        self.default_timeout = default_timeout
+        self.log = log
+        self.ran: list[str] = []
+        self._index = 0
+        self._token: object | None = None
+        self._timer_handle: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._next()
+
+    def _next(self) -> None:
+        with self._lock:
+            while self._index < len(self.specs) and not self.specs[self._index].matches(self.ctx):
+                self._index += 1
+            if self._index >= len(self.specs):
+                return
+            spec = self.specs[self._index]
+            token = self._token = object()
+        timeout = spec.timeout or self.default_timeout
+        try:
+            handle = self.timer.call_later(timeout, self._timed_out, token, spec, timeout)
+            with self._lock:
+                if self._token is token:  # else it timed out already
+                    self._timer_handle = handle
+            future = self.lane.submit(run_hook, spec, self.ctx)
+        except RuntimeError as exc:  # the runtime is shutting down: nothing can run them
+            self.log.warning(
+                "detached_hooks_not_run", event=self.event.value, hook=spec.name, error=repr(exc)
+            )
+            return
+        future.add_done_callback(lambda f: self._answered(token, spec, f))
+
+    def _settle(self, token: object) -> bool:
+        with self._lock:
+            if token is not self._token:
+                return False
+            self._token = None
+            self._index += 1
+            handle, self._timer_handle = self._timer_handle, None
+        if handle is not None:
+            handle.cancel()
+        return True
+
+    def _answered(self, token: object, spec: HookSpec, future: Future[Any]) -> None:
+        if not self._settle(token):
+            return
+        error: BaseException | None
+        if future.cancelled():
+            error = RuntimeError("the blocking lane dropped it")
+        else:
+            error = future.exception()
+        if error is not None:
+            failure = raised_error(self.event, spec.name, error)
+            self.log.warning("detached_hook_failed", error=str(failure))
+        elif future.result() is not NOT_APPLICABLE:
+            self.ran.append(spec.name)
+        self._next()
+
+    def _timed_out(self, token: object, spec: HookSpec, timeout: float) -> None:
+        if not self._settle(token):
+            return
+        failure = HookTimeout(self.event, spec.name, f"did not answer within {timeout:g}s")
+        self.log.warning("detached_hook_failed", error=str(failure))
+        self._next()

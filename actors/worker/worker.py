@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from pykka import ActorDeadError
 
 from actors.blobs.summary import truncated_fallback
@@ -35,12 +36,14 @@ from actors.core.timer import TimerHandle
 from actors.speculation.fork import snapshot_version
 from actors.tools.base import ToolRegistry, ToolServices
 from actors.worker.hooks import (
+    NOT_APPLICABLE,
     Abort,
     AbortContext,
     Cancel,
     ChainState,
     Continue,
     ContinueWithMessages,
+    DetachedChain,
     HookError,
     HookEvent,
     Hooks,
@@ -59,12 +62,14 @@ from actors.worker.hooks import (
     advance,
     final_outcome,
     next_hook,
+    raised_error,
+    run_hook,
 )
 from actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
 from actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from messages.alerts import Alert, AlertLevel
 from messages.blob_store import StoredOutput, StoreToolOutput
-from messages.blobs import BlobLimits, Text
+from messages.blobs import BlobLimits, Inline, Stored, Text
 from messages.conversation import (
     AssistantMessage,
     FileRef,
@@ -90,8 +95,10 @@ from messages.session import (
     AddTool,
     AlertRaised,
     CancelRun,
+    ErrorKind,
     GetHistory,
     GetRunState,
+    HookFailure,
     ItemAdded,
     LlmRetried,
     PauseRun,
@@ -128,8 +135,39 @@ def _may_exceed(text: str, threshold: int) -> bool:
     return len(text) * 4 > threshold and len(text.encode("utf-8")) > threshold
 
 
+def _needs_store(item: _Call, threshold: int) -> bool:
+    """Whether ``item``'s output goes to the blob store.
+
+    A tool that returned a ``ToolOutput`` itself decided: ``Inline`` stays in
+    history whatever its size (``inspect``'s capped answers -- storing them
+    again would hand the model a summary of what it asked to read), ``Stored``
+    is stored whatever its size. Plain values are stored past the threshold.
+    """
+    assert item.result is not None
+    if isinstance(item.explicit, Inline):
+        return False
+    if isinstance(item.explicit, Stored):
+        return True
+    return _may_exceed(item.result.output, threshold)
+
+
 def _fits(text: str, threshold: int) -> bool:
     return not _may_exceed(text, threshold)
+
+
+def _arguments_problem(ctx: ToolCallContext) -> str | None:
+    """Why the arguments a pre_tool_call hook left cannot be sent to a tool, if they cannot.
+
+    Checked after each hook so the error names the hook that broke them,
+    and so a bad value is a typed hook error instead of a crash of the worker.
+    """
+    try:
+        ToolCall(id=ctx.call_id, name=ctx.name, arguments=ctx.arguments)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "arguments"
+        return f"left invalid arguments ({where}: {first['msg']})"
+    return None
 
 
 class WorkerBusy(RuntimeError):
@@ -172,9 +210,15 @@ class _Call:
     call: ToolCall
     ctx: ToolCallContext
     status: str = "pending"  # pending | approved | skipped | running | done | removed
+    executed: ToolCall | None = None
+    """What runs: the model's id and name with the arguments the pre hooks left."""
     result: ToolResult | None = None
     outcome: str = ""
     stored_summary: str | None = None
+    explicit: Inline | Stored | None = None
+    """The ToolOutput the tool returned itself: it decides inline vs stored, not the size."""
+    post_done: bool = False
+    """The result passed its post_tool_call hooks (or is synthetic and needs none)."""
     committed: bool = False
 
 
@@ -189,6 +233,8 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     llm_request_id: str | None = None
     llm_ctx: LlmRequestContext | None = None
+    sent_history_len: int = 0
+    """Length of history when ``llm_ctx`` was sent (what came after is its answer)."""
     llm_retried: bool = False
     assistant_index: int | None = None
     calls: list[_Call] = field(default_factory=list)
@@ -198,6 +244,15 @@ class _Run:
     pause_requested: str | None = None
     boundary: dict[str, Any] | None = None
     aborted: bool = False
+    """on_abort has started for this run (it runs once)."""
+    abort_status: RunStatus = "aborted"
+    abort_error: str | None = None
+    error_kind: ErrorKind | None = None
+    hook_failure: HookFailure | None = None
+    successor: tuple[_Run, Submit] | None = None
+    """A submit that interrupted this paused run; it starts once this run has ended."""
+    cancel_reason: str | None = None
+    """Cancelled while queued behind an interrupted run: it ends without starting."""
     ended: bool = False
 
 
@@ -222,6 +277,7 @@ class Worker(PooledActor):
         self.session_id = config.session_id
         self.state = config.state
         self._run: _Run | None = None
+        self._chain_run: _ChainRun | None = None
         self._chain_token: object | None = None
         self._chain_timer: TimerHandle | None = None
 
@@ -234,19 +290,72 @@ class Worker(PooledActor):
             self._emit(ItemAdded(session_id=self.config.session_id, run_id=None, item=item))
 
     def on_stop(self) -> None:
+        """The session closed under a run: cancel it; its on_abort hooks still run once."""
         run = self._run
-        if run is not None and not run.ended:
-            self._cancel_inflight(run, "session closed")
+        if run is None or run.ended:
+            return
+        successor, run.successor = run.successor, None
+        if run.aborted:  # already ending: keep the status it is ending with
+            status, error = run.abort_status, run.abort_error
+        else:
+            status, error = "cancelled", "session closed"
             self._close_open_calls(run, "Cancelled: the session closed")
-            self._complete(run, "cancelled", "session closed")
+        self._abort_detached(run, status, error or status)
+        self._cancel_inflight(run, "session closed")
+        self._complete(run, status, error)
+        if successor is not None:  # queued behind the run; it never started
+            self._complete(successor[0], "cancelled", "session closed")
 
     def on_failure(self, *exc_info: Any) -> None:
         run = self._run
-        if run is not None:
+        if run is not None and not run.ended:
+            reason = f"the session's worker failed: {exc_info[1]!r}"
+            self._abort_detached(run, "error", reason)
             self._cancel_inflight(run, "worker failed")
-            error = RuntimeError(f"the session's worker failed: {exc_info[1]!r}")
             if run.reply is not None:
-                run.reply.try_set_exception(error)
+                run.reply.try_set_exception(RuntimeError(reason))
+            if run.successor is not None and run.successor[0].reply is not None:
+                run.successor[0].reply.try_set_exception(RuntimeError(reason))
+
+    def _abort_detached(self, run: _Run, status: RunStatus, reason: str) -> None:
+        """Run what is left of ``run``'s on_abort when no message will reach this actor again.
+
+        If on_abort has not started, it starts now (the interceptor inline,
+        the hooks detached). If its chain is under way, the hook in flight
+        finishes on its own and the hooks after it run detached: each hook
+        runs exactly once either way.
+        """
+        hooks = self.config.hooks
+        chain = self._chain_run
+        if run.aborted:
+            if chain is None or chain.run is not run or chain.state.event is not HookEvent.ON_ABORT:
+                return
+            specs = chain.state.specs[chain.state.index + 1 :]
+            ctx = chain.state.ctx
+        else:
+            run.aborted = True
+            run.abort_status, run.abort_error = status, reason
+            ctx = AbortContext(
+                session_id=self.config.session_id,
+                purpose=self.config.purpose,
+                reason=reason,
+                status=status,
+            )
+            try:
+                self.config.interceptor.on_abort(ctx)
+            except Exception:
+                self.log.exception("interceptor_on_abort_failed")
+            specs = hooks.chain(HookEvent.ON_ABORT)
+        if specs:
+            DetachedChain(
+                HookEvent.ON_ABORT,
+                specs,
+                ctx,
+                lane=self.system.blocking,
+                timer=self.system.timer,
+                default_timeout=hooks.default_timeout,
+                log=self.log,
+            ).start()
 
     # -- subscription and queries ------------------------------------------------
 
@@ -265,7 +374,7 @@ class Worker(PooledActor):
         current = self._run
         if current is not None and not current.ended:
             raise WorkerBusy(f"session {self.config.session_id} is busy with run {current.run_id}")
-        if not message.continue_calls:
+        if not message.continue_calls and not message.continue_turn:
             for item in message.items:
                 self._append(None, item)
             return None
@@ -277,6 +386,14 @@ class Worker(PooledActor):
             max_turns=self.config.max_turns,
         )
         self._run = run
+        if not message.continue_calls:
+            # A speculation stopped by a budget, ending in tool results: the turn
+            # goes on with an LLM request on the history as it now is.
+            for item in message.items:
+                self._append(run, item)
+            self._emit(RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=""))
+            self._llm_turn(run)
+            return run.run_id
         items = list(message.items)
         extra = tuple(message.continue_calls)
         last = max(
@@ -354,17 +471,28 @@ class Worker(PooledActor):
     @handles(Submit)
     def _on_submit(self, message: Submit) -> None:
         current = self._run
-        if current is not None and not current.ended:
-            if current.phase != "paused":
-                raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
-            self._interrupt(current)
+        if current is not None and not current.ended and current.phase != "paused":
+            raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
         run = _Run(
             run_id=f"run-{uuid.uuid4().hex[:12]}",
             start_len=len(self.state.history),
             max_turns=message.max_turns or self.config.max_turns,
             reply=self.defer_reply(),
         )
+        if current is not None and not current.ended:
+            # The paused run ends first (its on_abort included); this one starts after.
+            self._interrupt(current, (run, message))
+            return
+        self._begin(run, message)
+
+    def _begin(self, run: _Run, message: Submit) -> None:
+        run.start_len = len(self.state.history)
         self._run = run
+        if run.cancel_reason is not None:
+            # Cancelled while it waited for the run it interrupted: it never started,
+            # so (like a submit rejected at on_prompt_submit) it gets no on_abort.
+            self._complete(run, "cancelled", run.cancel_reason)
+            return
         run.phase = "preparing"
         preparer = self.config.preparer
         segments = submit_segments(message)
@@ -376,7 +504,9 @@ class Worker(PooledActor):
                 preparer,
                 message,
                 then=lambda prepared: self._prepared(run, prepared),
-                on_error=lambda exc: self._fail(run, f"preparing the input failed: {exc!r}"),
+                on_error=lambda exc: self._fail(
+                    run, f"preparing the input failed: {exc!r}", kind="input"
+                ),
             )
 
     def _prepared(self, run: _Run, prepared: PreparedInput) -> None:
@@ -406,10 +536,11 @@ class Worker(PooledActor):
         def done(state: ChainState) -> None:
             if state.error is not None:
                 interceptor.on_submit_cancelled()
-                self._fail(run, str(state.error))
+                self._hook_failed(run, state.error)
                 return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
+                # The run never started (nothing entered history): no on_abort.
                 interceptor.on_submit_cancelled()
                 self._complete(run, "rejected", outcome.reason or "submit cancelled by a hook")
                 return
@@ -454,17 +585,20 @@ class Worker(PooledActor):
         )
         verdict = config.interceptor.pre_llm_request(ctx)
         if isinstance(verdict, Cancel):
-            self._complete(run, "rejected", verdict.reason or "request cancelled")
+            # The user message is in history: the run started, so on_abort runs.
+            self._finish(run, "rejected", verdict.reason or "request cancelled", abort=True)
             return
         run.phase = "pre_llm_request"
 
         def done(state: ChainState) -> None:
             if state.error is not None:
-                self._fail(run, str(state.error))
+                self._hook_failed(run, state.error)
                 return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
-                self._complete(run, "rejected", outcome.reason or "request cancelled by a hook")
+                self._finish(
+                    run, "rejected", outcome.reason or "request cancelled by a hook", abort=True
+                )
                 return
             self._send(run, ctx, validate=bool(state.ran))
 
@@ -475,6 +609,7 @@ class Worker(PooledActor):
         rid = f"{run.run_id}-{run.turns}-{next(_ids)}"
         run.llm_request_id = rid
         run.llm_ctx = ctx
+        run.sent_history_len = len(self.state.history)
         run.phase = "streaming"
         # Without hooks every part is already a validated, frozen message, and
         # re-validating the whole history on every turn would cost O(history);
@@ -489,6 +624,7 @@ class Worker(PooledActor):
                 messages=tuple(ctx.messages),
                 tools=tuple(ctx.tools),
                 tool_choice=ctx.tool_choice,
+                stream_tool_deltas=False,  # LlmCompleted carries the assembled calls
                 model=self.config.model,
                 reply_to=self.actor_ref,
             )
@@ -543,6 +679,7 @@ class Worker(PooledActor):
             self._send(run, retry.ctx)
             return
         self.alert(AlertLevel.ERROR, f"LLM request failed ({error.kind}): {error.message}", "llm")
+        run.error_kind = "llm"
         self._finish(run, "error", f"LLM {error.kind} error: {error.message}", abort=True)
 
     @handles(LlmCompleted)
@@ -644,7 +781,7 @@ class Worker(PooledActor):
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
         if state.error is not None:
-            self._abort_calls(run, "error", str(state.error))
+            self._hook_failed(run, state.error)
             return
         outcome = final_outcome(state)
         if self.config.strict_tool_hooks and not isinstance(outcome, Continue):
@@ -670,12 +807,25 @@ class Worker(PooledActor):
             return
         else:
             item.status = "approved"
+            item.executed = self._executed_call(item)
         run.index = index + 1
         self._pre_tools(run, None)
+
+    @staticmethod
+    def _executed_call(item: _Call) -> ToolCall:
+        """The call to run: never the hooks' id or name (read-only), only their arguments.
+
+        The hooks' arguments were validated as each hook answered; unchanged
+        arguments need no new message.
+        """
+        if item.ctx.arguments == item.call.arguments:
+            return item.call
+        return ToolCall(id=item.call.id, name=item.call.name, arguments=item.ctx.arguments)
 
     def _skip(self, item: _Call, reason: str) -> None:
         item.status = "skipped"
         item.outcome = "skipped"
+        item.post_done = True  # synthetic: nothing for post hooks to check
         item.result = ToolResult(
             call_id=item.call.id,
             name=item.call.name,
@@ -700,7 +850,7 @@ class Worker(PooledActor):
             RunToolBatch(
                 batch_id=batch_id,
                 session_id=self.config.session_id,
-                calls=tuple(item.ctx.to_call() for item in approved),
+                calls=tuple(item.executed or item.call for item in approved),
                 call_timeout=config.call_timeout,
                 max_concurrency=config.tool_concurrency,
                 tools=config.tools,
@@ -757,6 +907,7 @@ class Worker(PooledActor):
             item.result = finished.result
             item.outcome = finished.outcome
             item.stored_summary = finished.stored_summary
+            item.explicit = finished.explicit
         for item in running[len(message.results) :]:  # never happens; be total anyway
             self._close_call(item, "Cancelled: no result was reported")
         self._post_tools(run)
@@ -772,7 +923,7 @@ class Worker(PooledActor):
             return
         while run.index < len(run.calls):
             item = run.calls[run.index]
-            if item.status != "done" or item.result is None:
+            if item.status != "done" or item.result is None or item.post_done:
                 run.index += 1
                 continue
             ctx = PostToolCallContext(
@@ -788,7 +939,7 @@ class Worker(PooledActor):
             )
             verdict = self.config.interceptor.post_tool_call(ctx)
             if isinstance(verdict, Abort):
-                self._apply_post(item, ctx)
+                self._apply_post(item, ctx)  # the aborting party saw (and may mask) it
                 self._abort_calls(run, "aborted", verdict.reason or "aborted by policy")
                 return
             run.phase = "post_tool_call"
@@ -800,10 +951,13 @@ class Worker(PooledActor):
                 ctx: PostToolCallContext = ctx,
                 index: int = index,
             ) -> None:
-                self._apply_post(item, ctx)
                 if state.error is not None:
-                    self._abort_calls(run, "error", str(state.error))
+                    # A post hook failed on this result: it is withheld, never committed raw.
+                    self._hook_failed(run, state.error)
                     return
+                # Continue, or Abort: the aborting hook saw this result and may have
+                # masked it; the results after it never passed their hooks (withheld).
+                self._apply_post(item, ctx)
                 outcome = final_outcome(state)
                 if isinstance(outcome, Abort):
                     self._abort_calls(
@@ -819,11 +973,14 @@ class Worker(PooledActor):
 
     def _apply_post(self, item: _Call, ctx: PostToolCallContext) -> None:
         assert item.result is not None
+        item.post_done = True
         if ctx.result.output != item.result.output or ctx.result.is_error != item.result.is_error:
             item.result = item.result.model_copy(
                 update={"output": ctx.result.output, "is_error": ctx.result.is_error}
             )
-            item.stored_summary = None  # the tool's own summary no longer describes it
+            # The tool's own summary and inline/stored choice no longer describe it.
+            item.stored_summary = None
+            item.explicit = None
 
     def _convert(self, run: _Run) -> None:
         """Store large outputs in the blob store; history keeps their summaries.
@@ -840,7 +997,7 @@ class Worker(PooledActor):
             and not c.committed
             and c.status != "removed"
             and store is not None
-            and _may_exceed(c.result.output, threshold)
+            and _needs_store(c, threshold)
         ]
         if not pending:
             self._commit(run)
@@ -860,6 +1017,7 @@ class Worker(PooledActor):
                 call_id=item.call.id,
                 output=item.result.output,
                 stored_summary=item.stored_summary,
+                tool_output=item.explicit,
             )
             self.ask_then(
                 store,
@@ -931,7 +1089,7 @@ class Worker(PooledActor):
 
         def done(state: ChainState) -> None:
             if state.error is not None:
-                self._fail(run, str(state.error))
+                self._hook_failed(run, state.error)
                 return
             outcome = final_outcome(state)
             if isinstance(outcome, ContinueWithMessages):
@@ -956,7 +1114,7 @@ class Worker(PooledActor):
     @handles(PauseRun)
     def _on_pause(self, message: PauseRun) -> bool:
         run = self._run
-        if run is None or run.ended or run.phase == "paused":
+        if run is None or run.ended or run.aborted or run.phase == "paused":
             return False
         run.pause_requested = message.reason
         return True
@@ -995,10 +1153,16 @@ class Worker(PooledActor):
         else:
             self._turn_end_hooks(run, point[2], point[1])
 
-    def _interrupt(self, run: _Run) -> None:
-        """A new submit supersedes a paused run: close its open calls."""
+    def _interrupt(self, run: _Run, successor: tuple[_Run, Submit]) -> None:
+        """A new submit supersedes a paused run: close its open calls, end it, then start.
+
+        The paused run ends like any interrupted run -- its on_abort hooks run
+        once, and its TurnFinished comes after them -- and only then does the
+        new submit start, so the two runs' hooks and items never interleave.
+        """
+        run.successor = successor
         self._close_open_calls(run, "Interrupted by user")
-        self._complete(run, "interrupted", "superseded by a new submit")
+        self._finish(run, "interrupted", "superseded by a new submit", abort=True)
 
     # -- cancel, abort, failure -----------------------------------------------------------------
 
@@ -1006,6 +1170,13 @@ class Worker(PooledActor):
     def _on_cancel(self, message: CancelRun) -> bool:
         run = self._run
         if run is None or run.ended:
+            return False
+        if run.aborted:
+            # Already ending (its on_abort hooks are running, each with a deadline):
+            # nothing left to cancel but a submit queued behind it.
+            if run.successor is not None and run.successor[0].cancel_reason is None:
+                run.successor[0].cancel_reason = message.reason
+                return True
             return False
         self._cancel_inflight(run, message.reason)
         self._close_open_calls(run, f"Cancelled: {message.reason}")
@@ -1039,17 +1210,31 @@ class Worker(PooledActor):
     def _close_call(self, item: _Call, text: str) -> None:
         item.status = "done"
         item.outcome = "cancelled"
+        item.post_done = True  # synthetic: nothing for post hooks to check
         item.result = ToolResult(
             call_id=item.call.id, name=item.call.name, output=text, is_error=True
         )
 
-    def _close_open_calls(self, run: _Run, text: str) -> None:
-        """Give every call of the current answer a result and commit them."""
+    def _close_open_calls(self, run: _Run, text: str, withheld: str | None = None) -> None:
+        """Give every call of the current answer a result and commit them.
+
+        Calls that never ran (or are still running) get ``text``. A call that
+        ran but whose result has not passed its post_tool_call hooks gets
+        ``withheld`` instead -- those hooks are where results are masked and
+        checked, so a raw result must never reach history around them.
+        """
+        if withheld is None:
+            withheld = (
+                f"{text} (the call ran, but its result was withheld: the run ended before "
+                "its post_tool_call hooks had passed it)"
+            )
         for item in run.calls:
             if item.status == "removed":
                 continue
             if item.result is None or item.status == "running":
                 self._close_call(item, text)
+            elif not item.post_done and not item.committed:
+                self._close_call(item, withheld)
             if not item.committed:
                 item.committed = True
                 assert item.result is not None
@@ -1064,19 +1249,28 @@ class Worker(PooledActor):
         run.calls = []
 
     def _abort_calls(self, run: _Run, status: RunStatus, reason: str) -> None:
-        if status == "error":
-            self.alert(AlertLevel.ERROR, reason, "hooks")
         self._cancel_inflight(run, reason)
-        prefix = "Aborted" if status == "aborted" else "Not run"
-        self._close_open_calls(run, f"{prefix}: {reason}")
+        self._close_open_calls(run, f"Aborted: {reason}")
         self._finish(run, status, reason, abort=True)
 
-    def _fail(self, run: _Run, error: str) -> None:
+    def _hook_failed(self, run: _Run, error: HookError) -> None:
+        self._fail(run, str(error), kind="hook", failure=error.failure())
+
+    def _fail(
+        self,
+        run: _Run,
+        error: str,
+        *,
+        kind: ErrorKind = "worker",
+        failure: HookFailure | None = None,
+    ) -> None:
         if run.ended:
             return
+        run.error_kind = kind
+        run.hook_failure = failure
         self._cancel_inflight(run, error)
-        self._close_open_calls(run, f"Not run: {error}")
-        self.alert(AlertLevel.ERROR, error, "worker")
+        self._close_open_calls(run, f"Not run: {error}", withheld=f"Aborted: {error}")
+        self.alert(AlertLevel.ERROR, error, "hooks" if kind == "hook" else "worker")
         self._finish(run, "error", error, abort=True)
 
     def _boundary(self, run: _Run, index: int, reason: str, tool: str) -> None:
@@ -1110,6 +1304,7 @@ class Worker(PooledActor):
             self._complete(run, status, error)
             return
         run.aborted = True
+        run.abort_status, run.abort_error = status, error
         run.phase = "on_abort"
         ctx = AbortContext(
             session_id=self.config.session_id,
@@ -1130,16 +1325,29 @@ class Worker(PooledActor):
         self._chain(run, HookEvent.ON_ABORT, ctx, done, abort_chain=True)
 
     def _snapshot(self, run: _Run) -> ForkSnapshot:
-        """What the main request sent (system prompt, tools, model) plus history."""
-        assert run.llm_ctx is not None
-        tools = tuple(run.llm_ctx.tools)
+        """What the last main request actually sent, plus the answer it got.
+
+        Forks (suggestion, speculation, pipelined) replay this prefix byte for
+        byte so the provider's prefix cache hits. It is taken from the request
+        as sent -- after the interceptors and ``pre_llm_request`` hooks edited
+        their copy -- not rebuilt from history, which may differ from it.
+        """
+        ctx = run.llm_ctx
+        assert ctx is not None
+        sent = list(ctx.messages)
+        system: str | None = None
+        first = sent[0] if sent else None
+        if self.config.system_prompt and isinstance(first, SystemMessage):
+            system = first.text
+            sent.pop(0)
+        tools = tuple(ctx.tools)
         return ForkSnapshot(
             session_id=self.config.session_id,
-            version=snapshot_version(self.config.system_prompt, tools),
-            system_prompt=self.config.system_prompt,
+            version=snapshot_version(system, tools),
+            system_prompt=system,
             tools=tools,
-            model_name=run.llm_ctx.model_name,
-            history=tuple(self.state.history),
+            model_name=ctx.model_name,
+            history=(*sent, *self.state.history[run.sent_history_len :]),
         )
 
     def _result(self, run: _Run, status: RunStatus, error: str | None) -> TurnResult:
@@ -1149,6 +1357,8 @@ class Worker(PooledActor):
             status=status,
             items=tuple(self.state.history[run.start_len :]),
             error=error,
+            error_kind=run.error_kind if status == "error" else None,
+            hook_failure=run.hook_failure if status == "error" else None,
             turns=run.turns,
             usage=run.usage,
             boundary=run.boundary,
@@ -1175,6 +1385,9 @@ class Worker(PooledActor):
             reply.try_set(result)
         if self._run is run:
             self._run = None
+        successor, run.successor = run.successor, None
+        if successor is not None:
+            self._begin(*successor)
 
     # -- running hook chains ---------------------------------------------------------------------
 
@@ -1203,19 +1416,26 @@ class Worker(PooledActor):
         state = chain.state
         spec = next_hook(state)
         if spec is None:
-            chain.done(state)
+            self._chain_done(chain)
             return
         chain.spec = spec
         chain.token = token = object()
+        self._chain_run = chain
         self._chain_token = token
         timeout = spec.timeout or self.config.hooks.default_timeout
         self._chain_timer = self.call_after(timeout, self._hook_timed_out, chain, token, timeout)
         self.run_blocking(
-            spec.fn,
+            run_hook,  # the hook's condition, then the hook: user code, under the deadline
+            spec,
             state.ctx,
             then=lambda result: self._hook_answered(chain, token, result),
             on_error=lambda exc: self._hook_raised(chain, token, exc),
         )
+
+    def _chain_done(self, chain: _ChainRun) -> None:
+        if self._chain_run is chain:
+            self._chain_run = None  # only a chain in flight is kept (see _abort_detached)
+        chain.done(chain.state)
 
     def _hook_current(self, token: object) -> bool:
         if token is not self._chain_token:
@@ -1230,19 +1450,31 @@ class Worker(PooledActor):
         if not self._hook_current(token):
             return
         assert chain.spec is not None
-        if advance(chain.state, chain.spec, result):
+        state = chain.state
+        go_on = advance(state, chain.spec, result)
+        if (
+            state.event is HookEvent.PRE_TOOL_CALL
+            and result is not NOT_APPLICABLE
+            and state.error is None
+            and not isinstance(state.outcome, Skip | Abort)  # the call will (or may) run
+        ):
+            problem = _arguments_problem(state.ctx)
+            if problem is not None:
+                state.error = HookError(
+                    state.event, chain.spec.name, problem, kind="invalid_arguments"
+                )
+                go_on = False
+        if go_on:
             self._chain_step(chain)
         else:
-            chain.done(chain.state)
+            self._chain_done(chain)
 
     def _hook_raised(self, chain: _ChainRun, token: object, exc: BaseException) -> None:
         if not self._hook_current(token):
             return
         assert chain.spec is not None
-        chain.state.error = HookError(
-            chain.state.event, chain.spec.name, f"raised {type(exc).__name__}: {exc}"
-        )
-        chain.done(chain.state)
+        chain.state.error = raised_error(chain.state.event, chain.spec.name, exc)
+        self._chain_done(chain)
 
     def _hook_timed_out(self, chain: _ChainRun, token: object, timeout: float) -> None:
         if token is not self._chain_token:
@@ -1253,4 +1485,4 @@ class Worker(PooledActor):
         chain.state.error = HookTimeout(
             chain.state.event, chain.spec.name, f"did not answer within {timeout:g}s"
         )
-        chain.done(chain.state)
+        self._chain_done(chain)

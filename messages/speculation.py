@@ -10,12 +10,28 @@ from pydantic import Field
 from messages.base import ControlMessage, Message
 from messages.conversation import Item, Segment, ToolCall
 from messages.gate import ApprovalMode
+from messages.llm import Usage
 from messages.session import EventBase, TurnResult
 from messages.tools import ToolDefinition
 
 
 class SpeculationConfig(Message):
-    """A session's suggestion/speculation settings (the seed's constants are the defaults)."""
+    """A session's suggestion/speculation settings (the seed's constants are the defaults).
+
+    **The fast model.** Suggestion, speculation and pipelined requests use the
+    session's fast model when one is configured -- ``open_session(fast_model=...)``
+    (another provider object, sent with its own name) and/or ``fast_model_name``
+    here (a model name on the same endpoint); with neither, the main model and
+    the name the main request used. The trade-off: a fork reuses the main
+    request's prefix byte for byte (system prompt, tools, history) so that the
+    provider's prefix cache hits, but prefix caches are per model -- a fork sent
+    to a *different* model cannot hit the main model's cache and pays for the
+    whole prompt once. Forks on the fast model still share that prefix with
+    each other (suggestion, speculation turns, pipelined suggestion), so they
+    hit the fast model's cache from the second request on. A fast model pays off
+    when its lower price and latency outweigh one uncached prompt per answer;
+    for short histories or a cheap main model, leave it unset.
+    """
 
     enabled: bool = False
     """Generate suggestions and speculate on them (off unless asked for)."""
@@ -24,12 +40,23 @@ class SpeculationConfig(Message):
     approval_mode: ApprovalMode = ApprovalMode.DEFAULT
     max_turns: int = Field(default=20, ge=1)
     max_messages: int = Field(default=100, ge=2)
+    """Items a speculation's transcript may hold; more ends it at a boundary."""
     suggestion_delay_ms: int = Field(default=300, ge=0)
+    """A ready suggestion is shown (``SuggestionReady``, ``s.suggestion``) this much later."""
     accept_debounce_ms: int = Field(default=100, ge=0)
+    """A Tab this soon after the previous accept is ignored (a double press).
+
+    Only Tab is debounced: submitting the suggestion's text is an explicit
+    request, so it always runs (through the accept path when it can)."""
     max_history: int = Field(default=40, ge=2)
     token_budget: int | None = Field(default=200_000, ge=1)
+    """Tokens one speculation may spend (summed from each LLM completion's usage)."""
     time_budget_s: float | None = Field(default=300.0, gt=0)
+    """Seconds one speculation may run; then it stops at its next safe point (a boundary)."""
     overlay_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    fast_model_name: str = ""
+    """The fast model's wire name (see the class docs); empty: the fast model
+    object's own name, or the main request's model name."""
 
 
 class ForkSnapshot(Message):
@@ -74,8 +101,10 @@ class SuggestionReady(EventBase):
 
 
 SpeculationState = Literal[
-    "idle", "running", "completed", "boundary", "failed", "aborted", "accepted"
+    "idle", "running", "completed", "boundary", "failed", "aborted", "accepted", "stale"
 ]
+"""``stale``: the session's tools or system prompt changed after the snapshot
+the speculation forked from, so its requests no longer match the main one."""
 
 
 class SpeculationStatus(Message):
@@ -93,6 +122,10 @@ class SpeculationStatus(Message):
     boundary_tool: str | None = None
     boundary_reason: str | None = None
     next_suggestion: str | None = None
+    accepting: bool = False
+    """Tab was pressed and the accept is in progress (waiting for the run, or applying)."""
+    reason: str | None = None
+    """Why it was aborted, went stale or failed."""
 
 
 class SpeculationProgress(EventBase):
@@ -104,7 +137,7 @@ class SpeculationProgress(EventBase):
     detail: str = ""
 
 
-SpeculationOutcome = Literal["accepted", "aborted", "boundary", "failed", "conflict"]
+SpeculationOutcome = Literal["accepted", "aborted", "boundary", "failed", "conflict", "stale"]
 
 
 class SpeculationFinished(EventBase):
@@ -128,6 +161,10 @@ class SpeculationFinished(EventBase):
     """Aborts: from the abort request to the run cancelled (LLM stream and tool calls)."""
     cleanup_latency_s: float | None = None
     """Aborts: from the abort request to the overlay removed."""
+    abort_steps: tuple[tuple[str, float], ...] = ()
+    """Aborts: each cleanup step and when it happened (``time.monotonic()``), in order:
+    ``abort_requested``, ``worker_stopped``, ``tools_cancelled`` / ``llm_cancelled``
+    (either order), ``overlay_removed``."""
 
 
 # -- control -----------------------------------------------------------------------
@@ -169,7 +206,9 @@ class GetSpeculation(Message):
 class AcceptResult(Message):
     """What a Tab did."""
 
-    outcome: Literal["accepted", "boundary", "conflict", "no_suggestion", "debounced", "failed"]
+    outcome: Literal[
+        "accepted", "boundary", "conflict", "stale", "no_suggestion", "debounced", "failed"
+    ]
     suggestion: str | None = None
     files_applied: tuple[str, ...] = ()
     items_inserted: int = 0
@@ -220,7 +259,8 @@ class SpeculationResult(Message):
     tokens: int = 0
     started_at: float = 0.0
     completed_at: float | None = None
-    next_suggestion: str | None = None
+    files_written: int = 0
+    """Files the speculation changed in its overlay (written or deleted)."""
     apply_started: float | None = None
     """``time.monotonic()`` when the speculator began applying (same process)."""
 
@@ -232,9 +272,11 @@ class SpeculationDone(Message):
 
 
 class OverlayRemoved(Message):
-    """A speculator's overlay is gone (after an abort or a failure)."""
+    """A speculation's overlay is gone (its worker stopped first; see ``steps``)."""
 
     speculation_id: str
+    steps: tuple[tuple[str, float], ...] = ()
+    """The cleanup's steps and their ``time.monotonic()``, in order."""
 
 
 class InsertItems(Message):
@@ -242,8 +284,34 @@ class InsertItems(Message):
 
     With ``continue_calls``, the last assistant message of ``items`` gets these
     calls back (they stopped the speculation at a boundary) and the worker runs
-    them through the normal flow, continuing the turn (answered when it ends).
+    them through the normal flow, continuing the turn. With ``continue_turn``
+    (a speculation stopped by a budget or its turn limit, ending with tool
+    results and no final answer) the worker continues the turn with an LLM
+    request on the history as it now is, exactly as if the run had never
+    stopped. Either way the answer is the continuation's run id (its end is
+    its ``TurnFinished`` event); without either, ``None``.
     """
 
     items: tuple[Item, ...]
     continue_calls: tuple[ToolCall, ...] = ()
+    continue_turn: bool = False
+
+
+# -- inside a speculation (speculator, its metered model, its reaper) ---------------
+
+
+class SpeculationUsage(Message):
+    """One of a speculation's LLM requests completed with this usage."""
+
+    request_id: str
+    usage: Usage
+
+
+class StreamsIdle(Message):
+    """No LLM stream of the speculation is in flight (the answer to ``when_idle``)."""
+
+
+class WorkerExited(Message):
+    """The speculation's worker has exited (after its ``on_stop``, unless killed)."""
+
+    killed: bool = False

@@ -180,7 +180,13 @@ class Session:
         timeout: float = 60.0,
         max_turns: int | None = None,
     ) -> TurnResult:
-        """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds)."""
+        """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds).
+
+        Submitting exactly the current suggestion takes the accept path (the
+        speculation's work is applied instead of being redone); it is never
+        debounced -- only Tab is -- because typing and sending the text is an
+        explicit request, not a double key press.
+        """
         frozen = tuple(segments) if segments is not None else None
         if self._speculation and self._supervisor is not None:
             # Through the session supervisor: submitting exactly the suggestion
@@ -209,7 +215,12 @@ class Session:
 
     @property
     def suggestion(self) -> str | None:
-        """The suggestion currently on offer, if any."""
+        """The suggestion currently shown, if any.
+
+        ``None`` until its display delay has passed (the ``SuggestionReady``
+        event): what the user cannot see yet is not on offer, and Tab before
+        then answers ``no_suggestion``.
+        """
         if self._supervisor is None:
             return None
         _status, text = self._supervisor.ask(GetSpeculation(), timeout=10)
@@ -273,8 +284,14 @@ class Session:
         return self._events.drain()
 
     def add_tool(self, tool: Tool[Any]) -> None:
-        """Offer one more tool to this session's model (names must stay unique)."""
-        self._worker.ask(AddTool(tool=tool), timeout=10)
+        """Offer one more tool to this session's model (names must stay unique).
+
+        With a session supervisor the change goes through it: the tools are
+        part of every fork's cache-safe prefix, so a tool change makes the
+        current speculation stale (it is aborted) before the worker gets it.
+        """
+        target = self._supervisor if self._supervisor is not None else self._worker
+        target.ask(AddTool(tool=tool), timeout=10)
 
     # -- closing -------------------------------------------------------------------
 

@@ -8,42 +8,66 @@ speculation state, all of it per session -- nothing is process-global:
   worker's :class:`~messages.speculation.SnapshotTaken` becomes the session's
   fork snapshot, and (from the second answer on, not in plan mode) one model
   call predicts the next input -- unless the last answer says "type X to ...";
-* the suggestion is shown (a :class:`SuggestionReady` event) after the display
-  delay, and a :class:`~actors.speculation.speculator.Speculator` starts at once;
+* the suggestion is shown (a :class:`SuggestionReady` event, and only then
+  ``s.suggestion``) after the display delay, and a
+  :class:`~actors.speculation.speculator.Speculator` starts at once;
 * a :class:`Keystroke` that is not a prefix of the suggestion, a different
-  submit, or closing the session aborts the speculation (control lane);
+  submit, or closing the session aborts the speculation (control lane) and
+  cancels a suggestion request still in flight;
 * Tab (:class:`AcceptSuggestion`, or submitting exactly the suggestion) takes
   the accept path: overlay applied first, then the items inserted into the
   worker's history, then the pipelined suggestion becomes current;
 * a crashing speculator fails only its speculation (info alert).
+
+**Versions, not counters.** Three numbers keep late answers from doing harm:
+
+* ``_epoch`` changes whenever the user's input context changes (a main turn
+  ended, the user typed or submitted, an accept began). A suggestion request
+  remembers its epoch and is cancelled when the epoch moves, so a late reply is
+  never shown; a pipelined suggestion that arrives after its accept becomes
+  current only if nothing happened since that accept. A suggestion made *during*
+  an accept (a normal run's answer says "type yes ...") belongs to the newest
+  epoch and is kept.
+* ``_config_gen`` changes when the session's tools change (``AddTool`` comes
+  through here). A speculation records it when it starts; a fork snapshot
+  records it when it is taken. A snapshot older than the tools is stale: no
+  speculation starts on it, a running one is aborted as ``stale``, and an
+  accept checks both the generation and the snapshot version before using a
+  speculation's work.
+* each speculation detaches from ``_current`` the moment its accept begins,
+  so typing while Tab waits can no longer abort what is being accepted, and
+  each speculation reports exactly one :class:`SpeculationFinished`.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pykka import ActorDeadError
 
 from actors.core.future import PooledFuture
 from actors.core.pooled import handles
+from actors.core.timer import TimerHandle
 from actors.overlay.store import OverlayStore
 from actors.speculation.fork import assistant_answers, extend, last_answer
 from actors.speculation.speculator import SpeculationSetup, Speculator, new_speculation_id
 from actors.speculation.suggest import suggestion_from_reply, suggestion_request
 from actors.speculation.suggestion_filter import filter_suggestion
 from actors.speculation.suggestion_prompt import extract_type_hint
+from actors.tools.base import ToolRegistry
 from actors.worker.worker import WorkerConfig
 from messages.alerts import AlertLevel
-from messages.conversation import UserMessage
+from messages.conversation import AssistantMessage, Item, UserMessage
 from messages.gate import ApprovalMode
-from messages.llm import LlmCompleted, LlmFailed
+from messages.llm import CancelLlmRequest, LlmCancelled, LlmCompleted, LlmFailed, LlmRetrying
 from messages.runtime import ChildExited, ChildSpec, RestartType
 from messages.session import (
+    AddTool,
     EventBase,
     Submit,
     Subscribe,
@@ -65,8 +89,10 @@ from messages.speculation import (
     SpeculationConfig,
     SpeculationDone,
     SpeculationFinished,
+    SpeculationOutcome,
     SpeculationProgress,
     SpeculationResult,
+    SpeculationState,
     SpeculationStatus,
     SubmitPrompt,
     Suggestion,
@@ -77,20 +103,49 @@ from supervision.supervisor import Supervisor
 
 _seq = itertools.count(1)
 
+Phase = Literal["offered", "accepting", "aborting", "accepted", "ended"]
+"""Where a speculation is in the supervisor's eyes.
 
-@dataclass
+``offered``: its suggestion is current (typing aborts it); ``accepting``: Tab
+was pressed (detached: nothing aborts it any more); ``aborting``: the abort is
+under way (telemetry follows once its overlay is gone); ``accepted`` /
+``ended``: nothing left to do but forget it.
+"""
+
+
+@dataclass(eq=False)
 class _Speculation:
     id: str
     child_id: str
     suggestion: Suggestion
     snapshot: ForkSnapshot
+    config_gen: int
     started_at: float
-    state: str = "running"
+    state: SpeculationState = "running"
+    phase: Phase = "offered"
     result: SpeculationResult | None = None
     handle: Any = None
+    accept_epoch: int | None = None
+    accepted_snapshot: ForkSnapshot | None = None
     abort_requested: float | None = None
     abort_reason: str | None = None
     cancel_latency: float | None = None
+    reason: str | None = None
+    next_suggestion: str | None = None
+    pipelined_request: str | None = None
+    reported: bool = False
+    exited: bool = False
+    overlay_removed: bool = False
+
+
+@dataclass(frozen=True)
+class _SuggestionRequest:
+    request_id: str
+    epoch: int
+    snapshot: ForkSnapshot
+
+
+Answer = Callable[[AcceptResult], None]
 
 
 class SessionSupervisor(Supervisor):
@@ -120,17 +175,23 @@ class SessionSupervisor(Supervisor):
         self.overlays = overlays
         self.workspace = workspace
         self.fast_model = fast_model
+        self._tools: ToolRegistry = worker_config.tools
+        """The session's tools as this supervisor last forwarded them (speculations run these)."""
         self._fork: ForkSnapshot | None = None
+        self._fork_gen = 0
+        self._config_gen = 0
+        self._epoch = 0
         self._suggestion: Suggestion | None = None
-        self._suggestion_request: str | None = None
+        self._shown = False
+        self._show_timer: TimerHandle | None = None
+        self._suggestion_request: _SuggestionRequest | None = None
         self._current: _Speculation | None = None
+        self._specs: dict[str, _Speculation] = {}
+        self._status_spec: _Speculation | None = None
         self._last_status = SpeculationStatus()
         self._subscribers: list[Any] = []
-        self._aborting: dict[str, _Speculation] = {}
-        self._continuations: dict[str, Any] = {}
-        self._accepting = 0
-        """Accepts in progress: a suggestion arriving meanwhile is stale and dropped."""
-        self._last_accept = 0.0
+        self._continuations: dict[str, Callable[[TurnResult], None]] = {}
+        self._last_accept = float("-inf")
         self._worker = self._children["worker"].handle
 
     def on_start(self) -> None:
@@ -138,7 +199,9 @@ class SessionSupervisor(Supervisor):
         self._worker.tell(Subscribe(address=self.actor_ref))  # kept until the worker runs
 
     def on_stop(self) -> None:
-        self._abort("session closed")
+        self._invalidate("session closed")
+        for spec in list(self._specs.values()):
+            self._cancel_pipelined(spec, "session closed")
         super().on_stop()
 
     # -- subscribers (the session's event stream) -------------------------------------
@@ -159,28 +222,47 @@ class SessionSupervisor(Supervisor):
             except ActorDeadError:
                 self._subscribers.remove(subscriber)
 
+    # -- the fork model ---------------------------------------------------------------------
+
+    def _fork_model(self) -> tuple[Any, str]:
+        """The provider object and wire name of suggestion, speculation and pipelined requests.
+
+        The fast model when configured -- its object and its name (a provider
+        sends ``request.model_name`` when set, so the name matters as much as
+        the object); otherwise the main model, under the main request's name.
+        """
+        fast = self.fast_model
+        name = self.spec_config.fast_model_name
+        if not name and fast is not None:
+            name = str(getattr(fast, "name", "") or "")
+        return (fast if fast is not None else self.worker_config.model), name
+
     # -- events from the worker -----------------------------------------------------------
 
     @handles(EventBase)
     def _on_worker_event(self, _event: EventBase) -> None:
-        """Only snapshots matter here; the session's own subscription gets the rest."""
+        """Only snapshots and turn ends matter here (the session subscribes to the rest)."""
 
     @handles(SnapshotTaken)
     def _on_snapshot(self, event: SnapshotTaken) -> None:
-        old = self._fork
-        self._fork = event.snapshot
+        snapshot = event.snapshot
+        self._fork = snapshot
+        self._fork_gen = self._config_gen
         current = self._current
-        if (
-            current is not None
-            and old is not None
-            and current.snapshot.version != event.snapshot.version
-        ):
-            self._abort("the session's system prompt or tools changed")
+        if current is not None:
+            stale = current.snapshot.version != snapshot.version
+            reason = (
+                "the session's system prompt or tools changed"
+                if stale
+                else "superseded by a new main turn"
+            )
+            self._abort(current, reason, stale=stale)
+        self._invalidate("a new main turn ended")
         if not self.spec_config.enabled or self.spec_config.approval_mode is ApprovalMode.PLAN:
             return
-        if assistant_answers(event.snapshot.history) < 2:
+        if assistant_answers(snapshot.history) < 2:
             return  # suggestions start from the second answer
-        self._suggest(event.snapshot)
+        self._suggest(snapshot)
 
     @handles(TurnFinished)
     def _on_turn_finished(self, event: TurnFinished) -> None:
@@ -188,6 +270,53 @@ class SessionSupervisor(Supervisor):
         waiting = self._continuations.pop(event.result.run_id, None)
         if waiting is not None:
             waiting(event.result)
+
+    # -- tools -------------------------------------------------------------------------------
+
+    @handles(AddTool)
+    def _on_add_tool(self, message: AddTool) -> None:
+        """A tool change makes every older snapshot stale; the worker gets the tool after."""
+        reply = self.defer_reply()
+        self._tools = self._tools.with_tool(message.tool)  # a duplicate name fails the ask here
+        self._config_gen += 1
+        if self._current is not None:
+            self._abort(self._current, "the session's tools changed", stale=True)
+
+        def done(answer: Any) -> None:
+            if reply is not None:
+                reply.try_set(answer)
+
+        def failed(error: BaseException) -> None:
+            if reply is not None:
+                reply.try_set_exception(error)
+
+        self.ask_then(self._worker, message, then=done, on_error=failed, timeout=30.0)
+
+    # -- suggestions ---------------------------------------------------------------------------
+
+    def _invalidate(self, reason: str) -> None:
+        """The input context changed: what was offered for the old one goes (see module docs)."""
+        self._epoch += 1
+        request = self._suggestion_request
+        if request is not None:
+            self._suggestion_request = None
+            self._cancel_request(request.request_id, reason)
+        self._clear_suggestion()
+        if self._current is not None:
+            self._abort(self._current, reason)
+
+    def _clear_suggestion(self) -> None:
+        self._suggestion = None
+        self._shown = False
+        if self._show_timer is not None:
+            self._show_timer.cancel()
+            self._show_timer = None
+
+    def _cancel_request(self, request_id: str, reason: str) -> None:
+        try:
+            self.worker_config.gateway.tell(CancelLlmRequest(request_id=request_id, reason=reason))
+        except ActorDeadError:
+            pass
 
     def _suggest(self, snapshot: ForkSnapshot) -> None:
         hint = extract_type_hint(last_answer(snapshot.history))
@@ -197,78 +326,134 @@ class SessionSupervisor(Supervisor):
                 self._set_suggestion(verdict.text, "hint", snapshot)
                 return
         request_id = f"{self.session_id}-suggest-{next(_seq)}"
-        self._suggestion_request = request_id
+        model, model_name = self._fork_model()
         request = suggestion_request(
             snapshot,
             max_history=self.spec_config.max_history,
             request_id=request_id,
             purpose="suggestion",
-            model=self.fast_model or self.worker_config.model,
+            model=model,
+            model_name=model_name,
             reply_to=self.actor_ref,
         )
+        self._suggestion_request = _SuggestionRequest(request_id, self._epoch, snapshot)
         self.worker_config.gateway.tell(request)
 
     @handles(LlmCompleted)
-    def _on_suggestion_reply(self, message: LlmCompleted) -> None:
-        if message.request_id != self._suggestion_request or self._fork is None:
+    def _on_llm_completed(self, message: LlmCompleted) -> None:
+        request = self._suggestion_request
+        if request is not None and message.request_id == request.request_id:
+            self._suggestion_request = None
+            if request.epoch != self._epoch:
+                return
+            verdict = suggestion_from_reply(message.message.text)
+            if not verdict.accepted:
+                self.log.debug("suggestion_rejected", reason=str(verdict.reason), text=verdict.text)
+                return
+            self._set_suggestion(verdict.text, "model", request.snapshot)
             return
-        self._suggestion_request = None
-        verdict = suggestion_from_reply(message.message.text)
-        if not verdict.accepted:
-            self.log.debug("suggestion_rejected", reason=str(verdict.reason), text=verdict.text)
-            return
-        self._set_suggestion(verdict.text, "model", self._fork)
+        spec = self._pipelined_owner(message.request_id)
+        if spec is not None:
+            self._on_pipelined(spec, message)
+        # Anything else is a late reply to a request we cancelled: ignored.
 
     @handles(LlmFailed)
-    def _on_suggestion_failed(self, message: LlmFailed) -> None:
-        if message.request_id == self._suggestion_request:
-            self._suggestion_request = None
-            self.log.info("suggestion_failed", error=message.error.message)
+    def _on_llm_failed(self, message: LlmFailed) -> None:
+        self._request_ended(message.request_id, message.error.message)
 
-    def _set_suggestion(self, text: str, source: SuggestionSource, snapshot: ForkSnapshot) -> None:
-        if self._accepting and source != "pipelined":
-            # The user pressed Tab meanwhile: the accept changes the history this
-            # suggestion was made for, and it must not abort what is accepted.
-            self.log.debug("suggestion_dropped_during_accept", text=text)
+    @handles(LlmCancelled)
+    def _on_llm_cancelled(self, message: LlmCancelled) -> None:
+        self._request_ended(message.request_id, message.reason)
+
+    @handles(LlmRetrying)
+    def _on_llm_retrying(self, message: LlmRetrying) -> None:
+        """A suggestion request is retried by the gateway; nothing to do until it ends."""
+
+    def _request_ended(self, request_id: str, why: str) -> None:
+        request = self._suggestion_request
+        if request is not None and request.request_id == request_id:
+            self._suggestion_request = None
+            self.log.info("suggestion_failed", error=why)
             return
+        spec = self._pipelined_owner(request_id)
+        if spec is not None:
+            spec.pipelined_request = None
+            self.log.info("pipelined_suggestion_failed", speculation=spec.id, error=why)
+            self._forget(spec)
+
+    def _set_suggestion(
+        self,
+        text: str,
+        source: SuggestionSource,
+        snapshot: ForkSnapshot,
+        *,
+        show_now: bool = False,
+    ) -> None:
+        self._clear_suggestion()
         suggestion = Suggestion(
             id=f"sug-{next(_seq)}", text=text, source=source, snapshot_version=snapshot.version
         )
         self._suggestion = suggestion
         delay = self.spec_config.suggestion_delay_ms / 1000.0
-        self.call_after(delay, self._show, suggestion)
+        if show_now or delay <= 0:
+            self._show(suggestion)
+        else:
+            self._show_timer = self.call_after(delay, self._show, suggestion)
         if self.spec_config.speculate:
             self._start_speculation(suggestion, snapshot)
 
     def _show(self, suggestion: Suggestion) -> None:
-        if self._suggestion is suggestion:
+        if self._suggestion is suggestion and not self._shown:
+            self._shown = True
+            self._show_timer = None
             self._emit(SuggestionReady(session_id=self.session_id or "", suggestion=suggestion))
 
     # -- speculation ------------------------------------------------------------------------
 
+    def _stale_reason(self, snapshot: ForkSnapshot, config_gen: int) -> str | None:
+        """Why work forked from ``snapshot`` no longer matches the main request, if it does not."""
+        if config_gen != self._config_gen:
+            return "the session's tools changed after the snapshot"
+        fork = self._fork
+        if fork is not None and fork.version != snapshot.version:
+            return "the session's system prompt or tools changed"
+        return None
+
     def _start_speculation(self, suggestion: Suggestion, snapshot: ForkSnapshot) -> None:
-        self._abort("superseded by a new suggestion")
+        if self._current is not None:
+            self._abort(self._current, "superseded by a new suggestion")
+        stale = self._stale_reason(snapshot, self._fork_gen)
+        if stale is not None:
+            self.log.info("speculation_not_started", reason=stale, suggestion=suggestion.text)
+            self._status_spec = None
+            self._last_status = SpeculationStatus(
+                state="stale", suggestion=suggestion.text, reason=stale
+            )
+            return
         spec_id = new_speculation_id()
         child_id = f"speculator:{spec_id}"
+        model, model_name = self._fork_model()
         setup = SpeculationSetup(
             speculation_id=spec_id,
             suggestion=suggestion,
             snapshot=snapshot,
             config=self.spec_config,
             main=self.worker_config,
+            tools=self._tools,
             overlays=self.overlays,
             supervisor=self.actor_ref,
-            fast_model=self.fast_model,
+            model=model,
+            model_name=model_name,
             workspace=self.workspace,
         )
-        current = _Speculation(
+        spec = _Speculation(
             id=spec_id,
             child_id=child_id,
             suggestion=suggestion,
             snapshot=snapshot,
+            config_gen=self._config_gen,
             started_at=time.time(),
         )
-        self._current = current
         child = self._add(
             ChildSpec(
                 id=child_id,
@@ -279,10 +464,13 @@ class SessionSupervisor(Supervisor):
         )
         if not self._start_child(child):
             self._children.pop(child_id, None)
-            self._current = None
+            child.handle.close("failed to start")
+            self._alert(AlertLevel.INFO, f"speculation {spec_id} failed to start")
             return
-        current.handle = child.handle
-        self._last_status = self._status_of(current)
+        spec.handle = child.handle
+        self._specs[spec_id] = spec
+        self._current = spec
+        self._status_spec = spec
 
     @handles(SpeculationProgress)
     def _on_progress(self, event: SpeculationProgress) -> None:
@@ -291,97 +479,201 @@ class SessionSupervisor(Supervisor):
     @handles(SpeculationDone)
     def _on_done(self, message: SpeculationDone) -> None:
         result = message.result
-        aborting = self._aborting.get(result.speculation_id)
-        if aborting is not None and aborting.abort_requested is not None:
-            aborting.result = result
-            aborting.cancel_latency = time.monotonic() - aborting.abort_requested
+        spec = self._specs.get(result.speculation_id)
+        if spec is None:
             return
-        current = self._current
-        if current is None or current.id != result.speculation_id:
+        spec.result = result
+        if spec.phase == "aborting":
+            if spec.abort_requested is not None and spec.cancel_latency is None:
+                spec.cancel_latency = time.monotonic() - spec.abort_requested
             return
-        current.state = result.state
-        current.result = result
-        self._last_status = self._status_of(current)
-        if result.state in ("aborted", "failed"):
-            self._telemetry(current, result.state, reason=result.error)
-            self._current = None
-            if result.state == "failed":
-                self._alert(AlertLevel.INFO, f"speculation {current.id} failed: {result.error}")
+        if spec.phase not in ("offered", "accepting"):
+            return
+        spec.state = result.state
+        if result.state == "failed":
+            spec.reason = result.error
+            self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {result.error}")
+            if spec.phase == "offered":  # an accepting one is reported by its accept
+                if spec is self._current:
+                    self._current = None
+                spec.phase = "ended"
+                self._report(spec, "failed", reason=result.error)
+        elif result.state == "completed":
+            self._ask_pipelined(spec)
 
     @handles(OverlayRemoved)
     def _on_overlay_removed(self, message: OverlayRemoved) -> None:
-        aborted = self._aborting.pop(message.speculation_id, None)
-        if aborted is None or aborted.abort_requested is None:
+        spec = self._specs.get(message.speculation_id)
+        if spec is None:
             return
-        self._telemetry(
-            aborted,
-            "aborted",
-            reason=aborted.abort_reason,
-            cancel_latency=aborted.cancel_latency,
-            cleanup_latency=time.monotonic() - aborted.abort_requested,
-        )
+        spec.overlay_removed = True
+        if spec.phase == "aborting":
+            spec.phase = "ended"
+            requested = spec.abort_requested
+            self._report(
+                spec,
+                "stale" if spec.state == "stale" else "aborted",
+                reason=spec.abort_reason,
+                cancel_latency=spec.cancel_latency,
+                cleanup_latency=None if requested is None else time.monotonic() - requested,
+                steps=message.steps,
+            )
+        self._forget(spec)
+
+    def _forget(self, spec: _Speculation) -> None:
+        """Drop a speculation that has nothing left to report or deliver.
+
+        Its pipelined suggestion may still be on the way after its speculator
+        and overlay are long gone (Tab came first): it is kept until that ends.
+        """
+        if spec.exited and spec.overlay_removed and spec.pipelined_request is None:
+            self._specs.pop(spec.id, None)
 
     def _on_unexpected_exit(self, child: Any, message: ChildExited) -> None:
-        current = self._current
-        if current is not None and child.spec.id == current.child_id:
-            # A crashing speculator fails its speculation only; it is not restarted.
-            self._children.pop(child.spec.id, None)
-            child.handle.close("speculation failed")
-            if message.failed:
-                current.state = "failed"
-                self._last_status = self._status_of(current)
-                self._telemetry(current, "failed", reason=message.error)
-                self._alert(AlertLevel.INFO, f"speculation {current.id} failed: {message.error}")
-                self._current = None
+        spec = next((s for s in self._specs.values() if s.child_id == child.spec.id), None)
+        if spec is None:
+            super()._on_unexpected_exit(child, message)
             return
-        super()._on_unexpected_exit(child, message)
+        # A speculator is never restarted; its reaper removes the overlay.
+        self._children.pop(child.spec.id, None)
+        child.handle.close("speculation ended")
+        spec.exited = True
+        if message.failed:
+            self.log.warning("speculator_failed", speculation=spec.id, error=message.error)
+            self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {message.error}")
+            if spec is self._current:
+                self._current = None
+            if spec.phase in ("offered", "accepting"):
+                spec.phase = "ended"
+                spec.state = "failed"
+                spec.reason = message.error
+                self._report(spec, "failed", reason=message.error)
+        self._forget(spec)
 
     @handles(Keystroke)
     def _on_keystroke(self, message: Keystroke) -> None:
         suggestion = self._suggestion
         if message.text and suggestion is not None and suggestion.text.startswith(message.text):
             return  # still typing the suggestion itself
-        self._suggestion = None
-        self._abort("user typed")
+        self._invalidate("user typed")
 
     @handles(AbortSpeculation)
     def _on_abort(self, message: AbortSpeculation) -> None:
-        self._abort(message.reason)
+        self._invalidate(message.reason)
 
-    def _abort(self, reason: str) -> None:
-        """Abort the current speculation; telemetry follows once its overlay is gone."""
-        current = self._current
-        if current is None:
-            return
-        self._current = None
-        current.abort_requested = time.monotonic()
-        current.abort_reason = reason
-        if current.result is not None:
-            current.cancel_latency = 0.0  # it had finished: nothing left to cancel
-        current.state = "aborted"
-        self._last_status = self._status_of(current).model_copy(update={"state": "aborted"})
-        self._aborting[current.id] = current
+    def _abort(self, spec: _Speculation, reason: str, *, stale: bool = False) -> None:
+        """Abort an offered speculation; telemetry follows once its overlay is gone."""
+        if spec is self._current:
+            self._current = None
+        if spec.phase != "offered":
+            return  # being accepted (detached), or already ending
+        spec.phase = "aborting"
+        spec.state = "stale" if stale else "aborted"
+        spec.reason = reason
+        spec.abort_reason = reason
+        spec.abort_requested = time.monotonic()
+        if spec.result is not None:
+            spec.cancel_latency = 0.0  # it had finished: nothing left to cancel
+        self._cancel_pipelined(spec, reason)
         try:
-            current.handle.tell(AbortSpeculation(reason=reason))
+            spec.handle.tell(AbortSpeculation(reason=reason))
         except ActorDeadError:
-            self._aborting.pop(current.id, None)
-            self._telemetry(current, "aborted", reason=reason)
+            spec.phase = "ended"
+            self._report(spec, "stale" if stale else "aborted", reason=reason)
+
+    # -- the pipelined suggestion ---------------------------------------------------------------
+
+    def _ask_pipelined(self, spec: _Speculation) -> None:
+        """After a completed speculation: predict the input after that (Tab-Tab-Tab).
+
+        Asked here, not by the speculator, so that the speculation is complete
+        -- and Tab applies it -- without waiting for this reply; it is
+        delivered whenever it comes (see :meth:`_on_pipelined`).
+        """
+        result = spec.result
+        if result is None or spec.pipelined_request is not None:
+            return
+        user = UserMessage(text=spec.suggestion.text)
+        snapshot = extend(
+            spec.snapshot, [user, *[i for i in result.items if not isinstance(i, UserMessage)]]
+        )
+        request_id = f"{spec.id}-pipelined"
+        model, model_name = self._fork_model()
+        request = suggestion_request(
+            snapshot,
+            max_history=self.spec_config.max_history,
+            request_id=request_id,
+            purpose="pipelined",
+            model=model,
+            model_name=model_name,
+            reply_to=self.actor_ref,
+        )
+        spec.pipelined_request = request_id
+        self.worker_config.gateway.tell(request)
+
+    def _pipelined_owner(self, request_id: str) -> _Speculation | None:
+        for spec in self._specs.values():
+            if spec.pipelined_request == request_id:
+                return spec
+        return None
+
+    def _cancel_pipelined(self, spec: _Speculation, reason: str) -> None:
+        if spec.pipelined_request is not None:
+            self._cancel_request(spec.pipelined_request, reason)
+            spec.pipelined_request = None
+            self._forget(spec)
+
+    def _on_pipelined(self, spec: _Speculation, message: LlmCompleted) -> None:
+        spec.pipelined_request = None
+        self._forget(spec)
+        verdict = suggestion_from_reply(message.message.text)
+        if not verdict.accepted:
+            self.log.debug("pipelined_rejected", reason=str(verdict.reason), text=verdict.text)
+            return
+        spec.next_suggestion = verdict.text
+        # Tab came first: the pipelined suggestion becomes current now -- unless
+        # the user has done anything since (typed, submitted, a turn ended).
+        if (
+            spec.phase == "accepted"
+            and spec.accepted_snapshot is not None
+            and spec.accept_epoch == self._epoch
+            and self._suggestion is None
+        ):
+            self._set_suggestion(verdict.text, "pipelined", spec.accepted_snapshot)
 
     # -- accept ----------------------------------------------------------------------------
 
     @handles(AcceptSuggestion)
     def _on_accept(self, message: AcceptSuggestion) -> None:
-        self._accept(self.defer_reply(), message.wait_continuation)
+        reply = self.defer_reply()
+        now = time.monotonic()
+        if now - self._last_accept < self.spec_config.accept_debounce_ms / 1000.0:
+            _answer(reply, AcceptResult(outcome="debounced"))
+            return
+        suggestion = self._suggestion if self._shown else None
+        if suggestion is None:  # nothing is shown: there is nothing to Tab into
+            _answer(reply, AcceptResult(outcome="no_suggestion"))
+            return
+        self._last_accept = now
+        self._accept(suggestion, lambda result: _answer(reply, result), message.wait_continuation)
 
     @handles(SubmitPrompt)
     def _on_submit_prompt(self, message: SubmitPrompt) -> None:
         reply = self.defer_reply()
         suggestion = self._suggestion
         if suggestion is not None and message.segments is None and message.text == suggestion.text:
-            self._accept(reply, True, as_turn=True)
+            # Typing the suggestion and pressing Enter is an explicit request, not a
+            # double press: it is never debounced, and its answer is a turn.
+            self._last_accept = time.monotonic()
+            session_id = self.session_id or ""
+
+            def as_turn(result: AcceptResult) -> None:
+                if reply is not None:
+                    reply.try_set(result.turn or _as_turn(session_id, result))
+
+            self._accept(suggestion, as_turn, True)
             return
-        self._suggestion = None
-        self._abort("the user submitted something else")
+        self._invalidate("the user submitted something else")
         self._forward_submit(
             Submit(text=message.text, segments=message.segments, max_turns=message.max_turns), reply
         )
@@ -397,57 +689,39 @@ class SessionSupervisor(Supervisor):
 
         self.ask_then(self._worker, submit, then=done, on_error=failed, timeout=3600.0)
 
-    def _accept(
-        self, reply: PooledFuture[Any] | None, wait: bool, *, as_turn: bool = False
-    ) -> None:
+    def _accept(self, suggestion: Suggestion, answer: Answer, wait: bool) -> None:
         tab_at = time.time()
         started = time.monotonic()
-        suggestion = self._suggestion
-        self._accepting += 1
-        answered = [False]
-
-        def answer(result: AcceptResult) -> None:
-            if not answered[0]:
-                answered[0] = True
-                self._accepting -= 1
-            if reply is None:
-                return
-            if as_turn:
-                reply.try_set(result.turn or _as_turn(self.session_id or "", result))
-            else:
-                reply.try_set(result)
-
-        if time.monotonic() - self._last_accept < self.spec_config.accept_debounce_ms / 1000.0:
-            answer(AcceptResult(outcome="debounced"))
-            return
-        self._last_accept = time.monotonic()
-        if suggestion is None:
-            answer(AcceptResult(outcome="no_suggestion"))
-            return
-        self._suggestion = None
         current = self._current
-        if current is None or current.suggestion is not suggestion:
+        spec = current if current is not None and current.suggestion is suggestion else None
+        # Detach first: from now on a keystroke cannot abort what is being accepted.
+        self._current = None
+        self._invalidate("the suggestion was accepted")
+        if spec is None:
             self._submit_normally(suggestion, answer, "accepted")
             return
-
-        finished_before_tab = current.result is not None
+        stale = self._stale_reason(spec.snapshot, spec.config_gen)
+        if stale is not None:
+            self._abort(spec, stale, stale=True)
+            self._submit_normally(suggestion, answer, "stale")
+            return
+        spec.phase = "accepting"
+        spec.accept_epoch = self._epoch
+        self._status_spec = spec
 
         def speculated(result: SpeculationResult) -> None:
-            self._current = None
-            if finished_before_tab:
-                result = result.model_copy(update={"apply_started": None})
-            self._last_status = self._status_of(current, result)
+            spec.result = result
             if result.conflicts:
+                spec.phase = "ended"
                 self._alert(AlertLevel.WARN, result.conflict_summary or "the speculation conflicts")
-                self._telemetry(current, "conflict", reason=", ".join(result.conflicts))
+                self._report(spec, "conflict", reason=", ".join(result.conflicts))
                 self._submit_normally(suggestion, answer, "conflict", conflicts=result.conflicts)
                 return
             if result.state not in ("completed", "boundary"):
-                self._telemetry(current, "failed", reason=result.error)
-                self._submit_normally(suggestion, answer, "failed")
+                self._accept_failed(spec, suggestion, answer, result.error or result.state)
                 return
             self._insert(
-                current,
+                spec,
                 suggestion=suggestion,
                 result=result,
                 tab_at=tab_at,
@@ -457,36 +731,52 @@ class SessionSupervisor(Supervisor):
             )
 
         def failed(error: BaseException) -> None:
-            self._current = None
-            self._telemetry(current, "failed", reason=repr(error))
-            self._submit_normally(suggestion, answer, "failed")
+            self._accept_failed(spec, suggestion, answer, repr(error))
 
+        budget = self.spec_config.time_budget_s or 600.0
         self.ask_then(
-            current.handle, AcceptSpeculation(), then=speculated, on_error=failed, timeout=3600.0
+            spec.handle,
+            AcceptSpeculation(),
+            then=speculated,
+            on_error=failed,
+            timeout=budget + 120.0,
         )
+
+    def _accept_failed(
+        self, spec: _Speculation, suggestion: Suggestion, answer: Answer, reason: str
+    ) -> None:
+        spec.phase = "ended"
+        spec.state = "failed"
+        spec.reason = reason
+        self._report(spec, "failed", reason=reason)
+        self._submit_normally(suggestion, answer, "failed")
 
     def _insert(
         self,
-        current: _Speculation,
+        spec: _Speculation,
         *,
         suggestion: Suggestion,
         result: SpeculationResult,
         tab_at: float,
         started: float,
         wait: bool,
-        answer: Any,
+        answer: Answer,
     ) -> None:
         """Insert the accepted transcript (the overlay is already applied)."""
         items = (UserMessage(text=suggestion.text), *result.items[1:]) if result.items else ()
         boundary = result.state == "boundary"
+        continue_calls = result.boundary_calls if boundary else ()
+        # A budget or the turn limit stopped it between turns (its transcript
+        # ends with tool results, or with no answer at all): the real worker
+        # picks the turn up where it stopped, through the normal flow.
+        continue_turn = boundary and not continue_calls and not _ends_with_answer(items)
         completed = result.completed_at or time.time()
         saved = max(0.0, min(completed, tab_at) - result.started_at)
-        outcome = "boundary" if boundary else "accepted"
-        self._telemetry(current, outcome, result=result)
-        if result.next_suggestion and not boundary:
-            self._set_suggestion(
-                result.next_suggestion, "pipelined", extend(current.snapshot, items)
-            )
+        outcome: Literal["accepted", "boundary"] = "boundary" if boundary else "accepted"
+        # Tab pressed while the speculation still ran: the accept itself starts
+        # when the speculator could apply; the wait is reported separately.
+        begin = max(started, result.apply_started or started)
+        waited = begin - started
 
         def report(latency: float, turn: TurnResult | None) -> None:
             answer(
@@ -501,18 +791,24 @@ class SessionSupervisor(Supervisor):
                     time_saved_s=saved,
                     accept_latency_s=latency,
                     waited_s=waited,
-                    next_suggestion=result.next_suggestion,
+                    next_suggestion=spec.next_suggestion,
                     turn=turn,
                 )
             )
 
-        # Tab pressed while the speculation still ran: the accept itself starts
-        # when the speculator could apply; the wait is reported separately.
-        begin = max(started, result.apply_started or started)
-        waited = begin - started
-
         def inserted(run_id: str | None) -> None:
             latency = time.monotonic() - begin  # files applied and history inserted
+            spec.phase = "accepted"
+            spec.state = "accepted"
+            self._report(spec, outcome, result=result)
+            if not boundary:
+                accepted = extend(spec.snapshot, items)
+                spec.accepted_snapshot = accepted
+                if self._fork is not None and self._fork.version == accepted.version:
+                    self._fork = accepted  # the worker's history now ends like this
+                nxt = spec.next_suggestion
+                if nxt and spec.accept_epoch == self._epoch and self._suggestion is None:
+                    self._set_suggestion(nxt, "pipelined", accepted, show_now=True)
             if run_id is not None and wait:
                 self._continuations[run_id] = lambda turn: report(latency, turn)
             else:
@@ -520,12 +816,14 @@ class SessionSupervisor(Supervisor):
 
         def failed(error: BaseException) -> None:
             self._alert(AlertLevel.ERROR, f"inserting the accepted speculation failed: {error}")
+            spec.phase = "ended"
+            self._report(spec, "failed", reason=f"insert failed: {error!r}")
             answer(AcceptResult(outcome="failed", suggestion=suggestion.text))
 
         self.ask_then(
             self._worker,
             InsertItems(
-                items=tuple(items), continue_calls=result.boundary_calls if boundary else ()
+                items=tuple(items), continue_calls=continue_calls, continue_turn=continue_turn
             ),
             then=inserted,
             on_error=failed,
@@ -535,8 +833,8 @@ class SessionSupervisor(Supervisor):
     def _submit_normally(
         self,
         suggestion: Suggestion,
-        answer: Any,
-        outcome: str,
+        answer: Answer,
+        outcome: Literal["accepted", "conflict", "stale", "failed"],
         *,
         conflicts: Sequence[str] = (),
     ) -> None:
@@ -565,60 +863,67 @@ class SessionSupervisor(Supervisor):
 
     @handles(GetSpeculation)
     def _on_get(self, _message: GetSpeculation) -> tuple[SpeculationStatus, str | None]:
-        current = self._current
-        status = self._status_of(current) if current is not None else self._last_status
-        return status, (self._suggestion.text if self._suggestion is not None else None)
+        spec = self._status_spec
+        status = self._status_of(spec) if spec is not None else self._last_status
+        shown = self._suggestion if self._shown else None
+        return status, (shown.text if shown is not None else None)
 
-    def _status_of(
-        self, current: _Speculation, result: SpeculationResult | None = None
-    ) -> SpeculationStatus:
-        result = result or current.result
+    def _status_of(self, spec: _Speculation) -> SpeculationStatus:
+        result = spec.result
         return SpeculationStatus(
-            speculation_id=current.id,
-            state=current.state,
-            suggestion=current.suggestion.text,
+            speculation_id=spec.id,
+            state=spec.state,
+            suggestion=spec.suggestion.text,
             turns=result.turns if result else 0,
             tool_calls=result.tool_calls if result else 0,
-            files_written=len(result.applied) if result else 0,
+            files_written=result.files_written if result else 0,
             tokens=result.tokens if result else 0,
-            started_at=current.started_at,
+            started_at=spec.started_at,
             completed_at=result.completed_at if result else None,
             boundary_tool=result.boundary_tool if result else None,
             boundary_reason=result.boundary_reason if result else None,
-            next_suggestion=result.next_suggestion if result else None,
+            next_suggestion=spec.next_suggestion,
+            accepting=spec.phase == "accepting",
+            reason=spec.reason,
         )
 
-    def _telemetry(
+    def _report(
         self,
-        current: _Speculation,
-        outcome: str,
+        spec: _Speculation,
+        outcome: SpeculationOutcome,
         *,
         result: SpeculationResult | None = None,
         reason: str | None = None,
         cancel_latency: float | None = None,
         cleanup_latency: float | None = None,
+        steps: tuple[tuple[str, float], ...] = (),
     ) -> None:
-        result = result or current.result
+        """The speculation's one telemetry event (typed event and structlog)."""
+        if spec.reported:
+            return
+        spec.reported = True
+        result = result or spec.result
         event = SpeculationFinished(
             session_id=self.session_id or "",
-            speculation_id=current.id,
+            speculation_id=spec.id,
             outcome=outcome,
             state=(result.state if result is not None else "running"),
-            suggestion=current.suggestion.text,
+            suggestion=spec.suggestion.text,
             turns=result.turns if result else 0,
             tool_calls=result.tool_calls if result else 0,
-            files_written=len(result.applied) if result else 0,
+            files_written=result.files_written if result else 0,
             tokens=result.tokens if result else 0,
-            duration_s=time.time() - current.started_at,
+            duration_s=time.time() - spec.started_at,
             boundary_tool=result.boundary_tool if result else None,
             boundary_reason=result.boundary_reason if result else None,
             reason=reason,
             cancel_latency_s=cancel_latency,
             cleanup_latency_s=cleanup_latency,
+            abort_steps=steps,
         )
         self.log.info(
             "speculation_finished",
-            speculation=current.id,
+            speculation=spec.id,
             outcome=outcome,
             turns=event.turns,
             tool_calls=event.tool_calls,
@@ -629,6 +934,17 @@ class SessionSupervisor(Supervisor):
             reason=reason,
         )
         self._emit(event)
+
+
+def _answer(reply: PooledFuture[Any] | None, result: AcceptResult) -> None:
+    if reply is not None:
+        reply.try_set(result)
+
+
+def _ends_with_answer(items: Sequence[Item]) -> bool:
+    """Whether a transcript ends with a final assistant answer (text, no calls)."""
+    last = items[-1] if items else None
+    return isinstance(last, AssistantMessage) and not last.tool_calls
 
 
 def _as_turn(session_id: str, result: AcceptResult) -> TurnResult:

@@ -6,9 +6,11 @@ Replies are tagged by purpose (``main`` / ``suggestion`` / ``speculation`` /
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import psutil
@@ -25,7 +27,7 @@ from actors.worker.state import pairing_problems
 from messages.conversation import AssistantMessage, SystemMessage, ToolResult, UserMessage
 from messages.gate import ApprovalMode
 from messages.llm import LlmRequest
-from messages.session import ItemAdded, Subscribe
+from messages.session import EventBase, ItemAdded, Subscribe
 from messages.speculation import SpeculationConfig, SpeculationFinished, SuggestionReady
 from supervision import Runtime
 
@@ -34,7 +36,9 @@ MAIN = {"when": {"purpose": "main"}}
 
 
 def spec(**fields: Any) -> SpeculationConfig:
+    """Speculation on, and suggestions shown at once (the display delay has its own test)."""
     fields.setdefault("enabled", True)
+    fields.setdefault("suggestion_delay_ms", 0)
     return SpeculationConfig(**fields)
 
 
@@ -68,6 +72,87 @@ def settled(s: Any) -> str:
     """Wait until the current speculation has finished (any end state)."""
     wait_until(lambda: s.speculation.state in ("completed", "boundary", "failed", "aborted"))
     return str(s.speculation.state)
+
+
+def next_suggestion(s: Any, text: str) -> None:
+    """Wait for the speculation's pipelined suggestion (it never delays completion)."""
+    wait_until(lambda: s.speculation.next_suggestion == text)
+
+
+def tails() -> list[psutil.Process]:
+    """This process's live ``tail`` descendants (a speculative ``tail -f``)."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "tail" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+class Boom(EventBase):
+    """Sent by a test to a speculator whose event handler it made buggy: a real crash, on cue."""
+
+
+DEFAULTS: dict[str, Any] = {
+    "main": "ok",
+    "suggestion": '{"suggestion": null}',
+    "speculation": "Done.",
+    "pipelined": '{"suggestion": null}',
+}
+
+
+class Replies:
+    """A FunctionModel answering by purpose, in order; a test can hold a purpose's next reply.
+
+    Each reply is a string, a script-shaped mapping, or ``fn(request)`` returning
+    one; a purpose with no replies left gets its default. ``hold(purpose)``
+    returns an Event: the next request of that purpose is answered only once
+    the test sets it (event order instead of sleeps). Leaving the ``with``
+    block releases everything still held.
+    """
+
+    def __init__(self, **replies: list[Any]) -> None:
+        self.queues = {purpose: list(items) for purpose, items in replies.items()}
+        self.requests: list[LlmRequest] = []
+        self.gates: dict[str, threading.Event] = {}
+        self.held: list[threading.Event] = []
+        self.lock = threading.Lock()
+        self.model = FunctionModel(self._decide)
+
+    def __enter__(self) -> Replies:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for gate in self.held:
+            gate.set()
+
+    def hold(self, purpose: str) -> threading.Event:
+        gate = threading.Event()
+        with self.lock:
+            self.gates[purpose] = gate
+            self.held.append(gate)
+        return gate
+
+    def seen(self, purpose: str) -> list[LlmRequest]:
+        with self.lock:
+            return [r for r in self.requests if r.purpose == purpose]
+
+    def _decide(self, request: LlmRequest) -> Any:
+        with self.lock:
+            self.requests.append(request)
+            queue = self.queues.get(request.purpose, [])
+            reply = queue.pop(0) if queue else DEFAULTS[request.purpose]
+            gate = self.gates.pop(request.purpose, None)
+        if gate is not None:
+            gate.wait(WAIT)
+        return reply(request) if callable(reply) else reply
 
 
 def overlay_dirs(rt: Runtime) -> list[Path]:
@@ -204,6 +289,7 @@ def test_tab_applies_files_before_history_and_cleans_the_overlay(
         s.submit("what is x?", timeout=WAIT)
         assert settled(s) == "completed"
         assert (ws / "app.py").read_text() == "x = 1\n"  # nothing real before Tab
+        next_suggestion(s, "run the tests")
         seen: list[tuple[str, str]] = []
         with runtime.system.activated():
             probe = FileProbe.start(ws / "app.py", seen)
@@ -258,9 +344,11 @@ def test_tab_tab_tab_follows_pipelined_suggestions(runtime: Runtime, ws: Path) -
         s.submit("hi", timeout=WAIT)
         s.submit("what is x?", timeout=WAIT)
         settled(s)
+        next_suggestion(s, "run the tests")
         first = s.accept(timeout=WAIT)
         assert first.outcome == "accepted" and first.next_suggestion == "run the tests"
         assert settled(s) == "completed"
+        next_suggestion(s, "commit it")
         time.sleep(0.11)  # past the 100 ms accept debounce
         second = s.accept(timeout=WAIT)
         assert second.outcome == "accepted" and second.suggestion == "run the tests"
@@ -406,15 +494,6 @@ def test_typing_kills_a_speculative_tools_process(runtime: Runtime, ws: Path) ->
         suggestion("follow the notes"),
         speculated("", call("shell", command="tail -f notes.txt")),
     ]
-
-    def tails() -> list[psutil.Process]:
-        return [
-            p
-            for p in psutil.Process().children(recursive=True)
-            if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE
-            and "tail" in " ".join(p.cmdline())
-        ]
 
     with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=spec()) as s:
         s.submit("hi", timeout=WAIT)

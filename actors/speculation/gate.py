@@ -7,26 +7,55 @@ stops the speculation. A shell command sees the real tree, so once a write
 is pending -- in the overlay, or earlier in the same batch -- any shell call
 is a boundary (its view would be stale). A write that would overflow the
 overlay's size bound is a boundary too.
+
+It also pins what every request of the speculation sends to the fork
+snapshot's tools: the worker would otherwise describe the tools of whatever
+registry it was given, and the cache-safe prefix (system prompt, tools,
+history -- byte for byte the main request's) would silently differ from the
+main request the moment the session's tools or an interceptor's edits did.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from actors.gate.tool_gate import evaluate_tool_call
-from actors.worker.hooks import Abort, Continue, PostToolCallContext, ToolCallContext
+from actors.worker.hooks import (
+    Abort,
+    Cancel,
+    Continue,
+    LlmRequestContext,
+    PostToolCallContext,
+    ToolCallContext,
+)
 from actors.worker.interceptor import Boundary, Interceptor
 from messages.gate import ApprovalMode, GateAction
+from messages.tools import ToolDefinition
 
 
 class SpeculationGate(Interceptor):
-    def __init__(self, mode: ApprovalMode, overlay: Any, workspace: Path) -> None:
+    def __init__(
+        self,
+        mode: ApprovalMode,
+        overlay: Any,
+        workspace: Path,
+        *,
+        tools: Sequence[ToolDefinition] | None = None,
+    ) -> None:
         self.mode = mode
         self.overlay = overlay
         self.workspace = workspace
+        self.tools = None if tools is None else tuple(tools)
+        """The fork snapshot's tool definitions, sent verbatim (None: leave the request's)."""
         self._batch_writes = False
         self.decisions: list[tuple[str, str, str]] = []
+
+    def pre_llm_request(self, ctx: LlmRequestContext) -> Continue | Cancel:
+        if self.tools is not None:
+            ctx.tools = list(self.tools)
+        return Continue()
 
     def pre_tool_call(self, ctx: ToolCallContext) -> Continue | Boundary:
         if ctx.meta.index == 0:

@@ -6,16 +6,27 @@ It is the real agent loop -- a :class:`~actors.worker.worker.Worker` with purpos
 * its filesystem view is a fresh copy-on-write overlay (one per speculation);
 * its interceptor is the speculation gate: read tools run, writes go to the
   overlay only in auto-edit/yolo, everything else stops the run at a boundary;
+  the gate also pins every request's tools to the fork snapshot's;
 * the session's ``pre_tool_call`` hooks also run, and any answer but Continue
   is a boundary -- speculation never bypasses permission policy;
-* its history is the session's fork snapshot (cache-safe prefix);
-* turns, transcript length, tokens and time are budgeted.
+* its history is the session's fork snapshot (cache-safe prefix), its model
+  the session's fast model when one is configured (model object *and* name);
+* turns, transcript length, tokens and time are budgeted: the turn limit is
+  the worker's own; the others pause the run at its next safe point (before
+  the next LLM request), which ends the speculation at a boundary with the
+  budget's name as the reason. Tokens are counted from each completed
+  request's usage (:class:`~actors.speculation.metered.MeteredModel`), not at
+  the run's end, when it would be too late to stop anything.
 
-When the run ends the transcript is checked (every call has exactly one
-result) and, after a completed speculation, a pipelined suggestion is asked
-for. On accept the overlay is applied (conflict-checked, all or nothing) and
-the transcript handed to the session supervisor; on abort the worker's run is
-cancelled (LLM stream and tools) and only then is the overlay removed.
+A speculation is *completed* as soon as its transcript is done and checked
+(every call has exactly one result): the pipelined suggestion is the session
+supervisor's business and never delays an accept. On accept the overlay is
+applied (conflict-checked, all or nothing) and the transcript handed to the
+session supervisor. Whatever the end -- accepted, aborted, failed, or a crash
+of this actor -- the worker and the overlay go to one
+:class:`~actors.speculation.reaper.SpeculationReaper`, which stops the worker
+on its control lane (cancelling the LLM stream and the tool calls), confirms
+the cancellations and only then removes the overlay.
 """
 
 from __future__ import annotations
@@ -30,20 +41,21 @@ from pykka import ActorDeadError
 
 from actors.core.future import PooledFuture
 from actors.core.pooled import PooledActor, handles
+from actors.core.timer import TimerHandle
 from actors.overlay.actor import OverlayActor
 from actors.overlay.fs import OverlayFs
 from actors.overlay.store import OverlayStore
 from actors.resolve.pending import PendingActions
-from actors.speculation.fork import extend, fork_prefix, trim_history
+from actors.speculation.fork import fork_prefix, trim_history
 from actors.speculation.gate import SpeculationGate
-from actors.speculation.suggest import suggestion_from_reply, suggestion_request
-from actors.tools.base import ToolServices
+from actors.speculation.metered import MeteredModel
+from actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
+from actors.tools.base import ToolRegistry, ToolServices
 from actors.worker.hooks import HookEvent, HooksView
 from actors.worker.state import SessionState, pairing_problems
 from actors.worker.worker import Worker, WorkerConfig
-from messages.conversation import ToolCall, UserMessage
-from messages.llm import CancelLlmRequest, LlmCompleted, LlmFailed
-from messages.overlay import ApplyOverlay, ApplyResult, ConflictReport, DiscardOverlay
+from messages.conversation import ToolCall
+from messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from messages.runtime import StopNow
 from messages.session import (
     EventBase,
@@ -58,12 +70,12 @@ from messages.speculation import (
     AbortSpeculation,
     AcceptSpeculation,
     ForkSnapshot,
-    OverlayRemoved,
     SpeculationConfig,
     SpeculationDone,
     SpeculationProgress,
     SpeculationResult,
     SpeculationState,
+    SpeculationUsage,
     Suggestion,
 )
 
@@ -77,10 +89,16 @@ class SpeculationSetup:
     snapshot: ForkSnapshot
     config: SpeculationConfig
     main: WorkerConfig
-    """The session's main worker configuration (model, tools, hooks, services)."""
+    """The session's main worker configuration (gateway, pool, hooks, services)."""
+    tools: ToolRegistry
+    """The session's tools when the speculation started (they execute its calls;
+    what the requests *describe* is always ``snapshot.tools``)."""
     overlays: OverlayStore
     supervisor: Any
-    fast_model: Any = None
+    model: Any
+    """The provider object for the speculation's requests (the fast model, or the main one)."""
+    model_name: str = ""
+    """The wire name to send (empty: the snapshot's, i.e. the main request's)."""
     workspace: Path = field(default_factory=Path)
 
 
@@ -102,23 +120,36 @@ class Speculator(PooledActor):
         self.turns = 0
         self.tool_calls = 0
         self.tokens = 0
+        self.files_written = 0
         self.transcript_items = 0
-        self.next_suggestion: str | None = None
         self._waiting: list[PooledFuture[Any] | None] = []
-        self._pipelined_request: str | None = None
         self._abort_reason: str | None = None
+        self._steps: Steps = []
+        self._limit: str | None = None
+        self._pause_pending = False
         self._worker: Any = None
         self._overlay_actor: Any = None
-        self._budget_timer: Any = None
+        self._model: MeteredModel | None = None
+        self._budget_timer: TimerHandle | None = None
         self._finished = False
+        self._applying = False
+        self._reaped = False
         self.overlay: OverlayFs | None = None
 
     # -- start ------------------------------------------------------------------
 
     def on_start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self._reap()  # whatever was started must not outlive us
+            raise
+
+    def _start(self) -> None:
         setup = self.setup
         main = setup.main
         config = setup.config
+        snapshot = setup.snapshot
         self._overlay_actor, self.overlay = OverlayActor.for_store(
             setup.overlays,
             main.fs,
@@ -126,22 +157,25 @@ class Speculator(PooledActor):
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
         )
-        state = SessionState(history=list(trim_history(setup.snapshot.history, config.max_history)))
+        self._model = MeteredModel(setup.model, self.actor_ref)
+        state = SessionState(history=list(trim_history(snapshot.history, config.max_history)))
         worker_config = WorkerConfig(
             session_id=main.session_id,
-            model=setup.fast_model or main.model,
+            model=self._model,
             gateway=main.gateway,
             tool_pool=main.tool_pool,
             fs=self.overlay,
-            tools=main.tools,
+            tools=setup.tools,
             hooks=HooksView(
                 main.hooks, frozenset({HookEvent.PRE_TOOL_CALL, HookEvent.POST_TOOL_CALL})
             ),  # type: ignore[arg-type]
-            interceptor=SpeculationGate(config.approval_mode, self.overlay, setup.workspace),
+            interceptor=SpeculationGate(
+                config.approval_mode, self.overlay, setup.workspace, tools=snapshot.tools
+            ),
             state=state,
             services=ToolServices(blobs=main.services.blobs, pending_actions=PendingActions()),
-            model_name=setup.snapshot.model_name,
-            system_prompt=setup.snapshot.system_prompt,
+            model_name=setup.model_name or snapshot.model_name,
+            system_prompt=snapshot.system_prompt,
             purpose="speculation",
             max_turns=config.max_turns,
             call_timeout=main.call_timeout,
@@ -155,7 +189,7 @@ class Speculator(PooledActor):
         self._worker.tell(Subscribe(address=self.actor_ref))
         if config.time_budget_s is not None:
             self._budget_timer = self.call_after(
-                config.time_budget_s, self._over_budget, "time budget"
+                config.time_budget_s, self._reach_limit, "time budget"
             )
         self.ask_then(
             self._worker,
@@ -166,59 +200,60 @@ class Speculator(PooledActor):
         )
 
     def on_stop(self) -> None:
-        self._teardown()
+        self._reap()
 
     def on_failure(self, *exc_info: Any) -> None:
-        self._teardown()
+        # A crash fails only this speculation: an accept waiting for it learns
+        # at once (it runs the prompt normally), and the reaper still stops the
+        # worker in order -- LLM stream and tools cancelled -- before the
+        # overlay goes. kill() would skip the worker's on_stop and leak both.
+        error = RuntimeError(f"the speculator crashed: {exc_info[1]!r}")
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if waiter is not None:
+                waiter.try_set_exception(error)
+        self._reap()
 
-    def _teardown(self) -> None:
-        """Last-resort cleanup that never blocks: kill the worker, drop the overlay.
-
-        The orderly paths (accept, abort) have already stopped the worker and
-        removed the overlay by message; this covers a crash. The removal runs
-        on the blocking lane, where it waits for any tool still writing.
-        """
+    def _reap(self) -> None:
+        """Hand the worker and the overlay to a reaper (once); it removes the overlay last."""
+        if self._reaped:
+            return
+        self._reaped = True
         if self._budget_timer is not None:
             self._budget_timer.cancel()
-        for ref in (self._worker, self._overlay_actor):
-            actor = ref._actor_weakref() if ref is not None else None
-            if isinstance(actor, PooledActor):
-                actor.kill()
-        overlay = self.overlay
-        if overlay is not None and not overlay.removed:
-            self.system.blocking.submit(overlay.remove, 30.0)
-
-    def _cleanup_then_stop(self) -> None:
-        """Orderly end: the worker stops first (no tool may still write), then the overlay goes."""
-        if self._worker is not None:
-            try:
-                self._worker.tell(StopNow())
-            except ActorDeadError:
-                pass
-
-        def removed(_answer: Any) -> None:
-            try:
-                self.setup.supervisor.tell(OverlayRemoved(speculation_id=self.setup.speculation_id))
-            except ActorDeadError:
-                pass
-            self.stop()
-
-        self.ask_then(
-            self._overlay_actor,
-            DiscardOverlay(timeout=30.0),
-            then=removed,
-            on_error=lambda _e: self.stop(),
-            timeout=60.0,
+        setup = self.setup
+        order = ReapOrder(
+            speculation_id=setup.speculation_id,
+            session_id=self.session_id or "",
+            worker=self._worker,
+            overlay_actor=self._overlay_actor,
+            overlay=self.overlay,
+            tool_pool=setup.main.tool_pool,
+            model=self._model,
+            supervisor=setup.supervisor,
+            steps=list(self._steps),
         )
+        try:
+            SpeculationReaper.start(order)
+        except Exception as exc:  # the system is shutting down: no waiting is possible
+            self.log.warning("speculation_reaper_failed", error=repr(exc))
+            for ref in (self._worker, self._overlay_actor):  # their on_stop cleans up
+                if ref is not None:
+                    try:
+                        ref.tell(StopNow())
+                    except ActorDeadError:
+                        pass
 
-    # -- progress -------------------------------------------------------------------
+    # -- progress and budgets ---------------------------------------------------------
 
     @handles(EventBase)
     def _on_event(self, event: EventBase) -> None:
+        if self._pause_pending:
+            self._request_pause()
         if isinstance(event, ItemAdded) and event.run_id is not None:
             self.transcript_items += 1
             if self.transcript_items > self.setup.config.max_messages:
-                self._over_budget("message limit")
+                self._reach_limit("message limit")
         elif isinstance(event, ToolStarted):
             self.tool_calls += 1
         else:
@@ -227,11 +262,18 @@ class Speculator(PooledActor):
             event.kind, getattr(event, "name", "") or type(getattr(event, "item", None)).__name__
         )
 
+    @handles(SpeculationUsage)
+    def _on_usage(self, message: SpeculationUsage) -> None:
+        self.tokens += message.usage.total_tokens
+        budget = self.setup.config.token_budget
+        if budget is not None and self.tokens > budget:
+            self._reach_limit("token budget")
+
     def _report_progress(self, inner: str, detail: str) -> None:
         try:
             self.setup.supervisor.tell(
                 SpeculationProgress(
-                    session_id=self.session_id,
+                    session_id=self.session_id or "",
                     speculation_id=self.setup.speculation_id,
                     inner=inner,
                     detail=detail,
@@ -240,31 +282,54 @@ class Speculator(PooledActor):
         except ActorDeadError:
             pass
 
-    def _over_budget(self, what: str) -> None:
-        if self.state == "running" and self._worker is not None:
-            self._worker.tell(PauseRun(reason=f"speculation {what} reached"))
+    def _reach_limit(self, what: str) -> None:
+        """A budget is spent: stop at the next safe point; the reason names the budget."""
+        if self._finished or self._limit is not None:
+            return
+        self._limit = f"speculation {what} reached"
+        self.log.info("speculation_limit", speculation=self.setup.speculation_id, limit=what)
+        self._report_progress("limit", self._limit)
+        self._request_pause()
+
+    def _request_pause(self) -> None:
+        self._pause_pending = False
+        if self._finished or self._worker is None or self._limit is None:
+            return
+
+        def answered(accepted: bool) -> None:
+            # Refused when the run has not started yet (our Submit is still
+            # queued): ask again on its next event, so the limit is never lost.
+            if not accepted and not self._finished:
+                self._pause_pending = True
+
+        self.ask_then(
+            self._worker,
+            PauseRun(reason=self._limit),
+            then=answered,
+            on_error=lambda _error: None,
+            timeout=30.0,
+        )
 
     # -- the run's end ----------------------------------------------------------------
 
     def _run_ended(self, result: TurnResult) -> None:
-        if self._budget_timer is not None:
-            self._budget_timer.cancel()
+        if self._finished:
+            return
         self.turns = result.turns
-        self.tokens = result.usage.total_tokens
+        self.tokens = max(self.tokens, result.usage.total_tokens)
         items = result.items
-        problems = pairing_problems(items)
         status = result.status
         if self._abort_reason is not None or status == "cancelled":
             self._finish("aborted", items=(), error=self._abort_reason or "cancelled")
             return
+        problems = pairing_problems(items)
         if problems:
             self._finish(
                 "failed", items=(), error="transcript check failed: " + "; ".join(problems)
             )
             return
         if status == "completed":
-            self.items = items
-            self._ask_pipelined()
+            self._finish("completed", items=items)
             return
         if status == "boundary" and result.boundary is not None:
             self.boundary_calls = tuple(
@@ -276,11 +341,10 @@ class Speculator(PooledActor):
             return
         if status in ("paused", "max_turns"):
             self.boundary_tool = None
-            self.boundary_reason = (
-                "speculation turn limit reached"
-                if status == "max_turns"
-                else result.error or "budget reached"
-            )
+            if status == "max_turns":
+                self.boundary_reason = "speculation turn limit reached"
+            else:
+                self.boundary_reason = self._limit or result.error or "budget reached"
             self._finish("boundary", items=items)
             return
         self._finish("failed", items=(), error=result.error or status)
@@ -291,66 +355,38 @@ class Speculator(PooledActor):
             return
         self._finish("failed", items=(), error=f"the speculation's worker failed: {error!r}")
 
-    def _ask_pipelined(self) -> None:
-        """After a completed speculation: predict the input after that (Tab-Tab-Tab)."""
-        setup = self.setup
-        user = UserMessage(text=setup.suggestion.text)
-        snapshot = extend(
-            setup.snapshot, [user, *[i for i in self.items if not isinstance(i, UserMessage)]]
-        )
-        request_id = f"{setup.speculation_id}-pipelined"
-        self._pipelined_request = request_id
-        request = suggestion_request(
-            snapshot,
-            max_history=setup.config.max_history,
-            request_id=request_id,
-            purpose="pipelined",
-            model=setup.fast_model or setup.main.model,
-            reply_to=self.actor_ref,
-        )
-        setup.main.gateway.tell(request)
-
-    @handles(LlmCompleted)
-    def _on_pipelined(self, message: LlmCompleted) -> None:
-        if message.request_id != self._pipelined_request:
-            return
-        self._pipelined_request = None
-        self.tokens += message.usage.total_tokens
-        verdict = suggestion_from_reply(message.message.text)
-        self.next_suggestion = verdict.text if verdict.accepted else None
-        self._finish("completed", items=self.items)
-
-    @handles(LlmFailed)
-    def _on_pipelined_failed(self, message: LlmFailed) -> None:
-        if message.request_id != self._pipelined_request:
-            return
-        self._pipelined_request = None
-        self._finish("completed", items=self.items)
-
     def _finish(
         self, state: SpeculationState, *, items: tuple[Any, ...], error: str | None = None
     ) -> None:
         if self._finished:
             return
         self._finished = True
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
         self.state = state
         self.items = items
         self.error = error
         self.completed_at = time.time()
+        if self.overlay is not None:
+            files, whiteouts, _dirs = self.overlay.counts()
+            self.files_written = files + whiteouts
         try:
             self.setup.supervisor.tell(SpeculationDone(result=self._result()))
         except ActorDeadError:
             pass
+        waiting, self._waiting = self._waiting, []
         if state in ("aborted", "failed"):
-            for waiter in self._waiting:
+            for waiter in waiting:
                 if waiter is not None:
                     waiter.try_set(self._result())
-            self._waiting = []
-            self._cleanup_then_stop()
+            self._reap_and_stop()
             return
-        waiting, self._waiting = self._waiting, []
         for waiter in waiting:
             self._apply(waiter)
+
+    def _reap_and_stop(self) -> None:
+        self._reap()
+        self.stop()
 
     def _result(self, **update: Any) -> SpeculationResult:
         return SpeculationResult(
@@ -364,9 +400,9 @@ class Speculator(PooledActor):
             turns=self.turns,
             tool_calls=self.tool_calls,
             tokens=self.tokens,
+            files_written=self.files_written,
             started_at=self.started_at,
             completed_at=self.completed_at,
-            next_suggestion=self.next_suggestion,
             **update,
         )
 
@@ -383,9 +419,13 @@ class Speculator(PooledActor):
     def _apply(self, reply: PooledFuture[Any] | None) -> None:
         if self.state not in ("completed", "boundary"):
             if reply is not None:
-                reply.try_set(self._result())
+                reply.try_set(self._result())  # aborted or failed: the caller runs it normally
             return
-
+        if self._reaped or self._applying:  # one accept per speculation (the supervisor's rule)
+            if reply is not None:
+                reply.try_set_exception(RuntimeError("this speculation is already being accepted"))
+            return
+        self._applying = True
         apply_started = time.monotonic()
 
         def applied(answer: ApplyResult | ConflictReport) -> None:
@@ -399,14 +439,14 @@ class Speculator(PooledActor):
                 result = self._result(applied=answer.paths, apply_started=apply_started)
             if reply is not None:
                 reply.try_set(result)
-            self._cleanup_then_stop()
+            self._reap_and_stop()
 
         def failed(error: BaseException) -> None:
             if reply is not None:
                 reply.try_set(
                     self._result(state="failed", error=f"applying the overlay failed: {error}")
                 )
-            self._cleanup_then_stop()
+            self._reap_and_stop()
 
         self.ask_then(
             self._overlay_actor, ApplyOverlay(), then=applied, on_error=failed, timeout=60.0
@@ -416,29 +456,25 @@ class Speculator(PooledActor):
 
     @handles(AbortSpeculation)
     def _on_abort(self, message: AbortSpeculation) -> bool:
+        if not self._steps:
+            self._steps.append(("abort_requested", time.monotonic()))
         if self._finished:
-            if self.state in ("completed", "boundary"):  # finished, never accepted
-                self._cleanup_then_stop()
+            if self.state in ("completed", "boundary") and not self._applying:
+                self._reap_and_stop()  # finished, never accepted
             return False
         self._abort_reason = message.reason
-        if self._pipelined_request is not None:
-            try:
-                self.setup.main.gateway.tell(CancelLlmRequest(request_id=self._pipelined_request))
-            except ActorDeadError:
-                pass
-            self._pipelined_request = None
+        # StopNow, not CancelRun: our Submit may still be queued behind it
+        # (control mail overtakes it), and a cancel of a run that has not
+        # started would be lost. Stopping cancels whatever is in flight (LLM
+        # stream, tool calls) in the worker's on_stop and answers a queued
+        # Submit with ActorDeadError; either way the run's end comes back here,
+        # and the reaper then confirms the cancellations before the overlay goes.
+        try:
+            if self._worker is None:
+                raise ActorDeadError("the speculation's worker never started")
+            self._worker.tell(StopNow())
+        except ActorDeadError:
             self._finish("aborted", items=(), error=message.reason)
-            return True
-        if self._worker is not None:
-            # StopNow, not CancelRun: our Submit may still be queued behind it
-            # (control mail overtakes it), and a cancel of a run that has not
-            # started would be lost. Stopping cancels whatever is in flight
-            # (LLM stream, tool calls) and answers a queued Submit with
-            # ActorDeadError; either way the run's end comes back here.
-            try:
-                self._worker.tell(StopNow())
-            except ActorDeadError:
-                self._finish("aborted", items=(), error=message.reason)
         return True
 
 

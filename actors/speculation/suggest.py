@@ -5,6 +5,11 @@ trimmed history, then one user message carrying the suggestion prompt. The
 tools stay in the request (same prefix as the main request) but
 ``tool_choice`` is ``none``. The answer is JSON ``{"suggestion": ...}``,
 parsed leniently and then filtered by the seed's rules.
+
+The request goes to the model the caller resolved (the session's fast model
+when configured) under that model's wire name: a provider uses
+``request.model_name`` when it is set, so leaving the snapshot's (main) name
+there would silently send every fork to the main model.
 """
 
 from __future__ import annotations
@@ -30,15 +35,20 @@ def suggestion_request(
     request_id: str,
     purpose: Purpose,
     model: Any,
+    model_name: str,
     reply_to: Any,
 ) -> LlmRequest:
-    """The fork request asking for the next input."""
+    """The fork request asking for the next input.
+
+    ``model_name`` is the wire name to send; empty means the snapshot's (the
+    main request's) name.
+    """
     messages = [*fork_prefix(snapshot, max_history), UserMessage(text=SUGGESTION_PROMPT)]
     return LlmRequest.model_construct(
         request_id=request_id,
         session_id=snapshot.session_id,
         purpose=purpose,
-        model_name=snapshot.model_name,
+        model_name=model_name or snapshot.model_name,
         messages=tuple(messages),
         tools=snapshot.tools,
         tool_choice="none" if snapshot.tools else "auto",

@@ -1,0 +1,286 @@
+"""Accepting a speculation: Tab while it runs, typing while Tab waits, the pipelined
+suggestion arriving late, continuing after a limit boundary, suggestions made during an
+accept, and submitting the suggestion inside the accept debounce.
+
+Real sessions on a FunctionModel whose replies a test can hold (``Replies.hold``):
+ordering comes from events the test releases, never from sleeps or timings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.llm import ScriptedModel
+from actors.worker.state import pairing_problems
+from messages.conversation import ToolResult
+from messages.gate import ApprovalMode
+from messages.llm import LlmRequest
+from messages.speculation import AcceptResult, SpeculationFinished
+from supervision import Runtime
+from tests.test_speculation import (
+    TWO_TURNS,
+    WAIT,
+    Replies,
+    bump_script,
+    call,
+    main_reply,
+    overlay_dirs,
+    settled,
+    spec,
+    wait_until,
+)
+
+MAIN = ["Hello.", "x is 1. Shall I bump it?"]
+SUGGEST = ['{"suggestion": "bump x to 2"}']
+EDIT = {
+    "text": "",
+    "tool_calls": [call("edit", path="app.py", old_string="x = 1", new_string="x = 2")],
+}
+
+
+def last_text(request: LlmRequest) -> str:
+    return str(getattr(request.messages[-1], "text", ""))
+
+
+def bump(request: LlmRequest) -> Any:
+    """The speculation of "bump x to 2": edit, then say so."""
+    if isinstance(request.messages[-1], ToolResult):
+        return "Bumped x to 2."
+    return EDIT
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    rt = Runtime(name="spec-accept-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    try:
+        yield rt
+    finally:
+        assert rt.close(timeout=30)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("alpha\n")
+    return tmp_path
+
+
+def accept_in_background(s: Any) -> tuple[threading.Thread, list[AcceptResult]]:
+    results: list[AcceptResult] = []
+    thread = threading.Thread(target=lambda: results.append(s.accept(timeout=WAIT)))
+    thread.start()
+    return thread, results
+
+
+def finished(events: list[Any]) -> list[SpeculationFinished]:
+    return [e for e in events if isinstance(e, SpeculationFinished)]
+
+
+def test_tab_while_the_speculation_runs_waits_then_applies(runtime: Runtime, ws: Path) -> None:
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(main=MAIN, suggestion=SUGGEST, speculation=[bump, bump]) as replies:
+        first_turn = replies.hold("speculation")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(replies.seen("speculation")) == 1)
+            thread, results = accept_in_background(s)
+            wait_until(lambda: s.speculation.accepting)  # Tab is waiting for the run
+            assert s.speculation.state == "running"
+            assert (ws / "app.py").read_text() == "x = 1\n"
+            first_turn.set()
+            thread.join(WAIT)
+            (result,) = results
+            assert result.outcome == "accepted"
+            assert result.files_applied == ("app.py",)
+            assert (ws / "app.py").read_text() == "x = 2\n"
+            assert s.history[-1].text == "Bumped x to 2."
+            assert s.speculation.state == "accepted"
+            assert not s.speculation.accepting
+            assert not [r for r in replies.seen("main") if last_text(r) == "bump x to 2"]
+
+
+def test_typing_while_tab_waits_does_not_abort_the_accepted_speculation(
+    runtime: Runtime, ws: Path
+) -> None:
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(main=MAIN, suggestion=SUGGEST, speculation=[bump, bump]) as replies:
+        first_turn = replies.hold("speculation")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(replies.seen("speculation")) == 1)
+            s.drain_events()
+            thread, results = accept_in_background(s)
+            wait_until(lambda: s.speculation.accepting)
+            s.keystroke("something else entirely")  # the user types while Tab waits
+            first_turn.set()
+            thread.join(WAIT)
+            (result,) = results
+            assert result.outcome == "accepted"
+            assert (ws / "app.py").read_text() == "x = 2\n"
+            wait_until(lambda: overlay_dirs(runtime) == [])
+            reports = finished(s.drain_events())
+            assert [r.outcome for r in reports] == ["accepted"]  # exactly one, not "failed"
+            # the prompt did not also run normally
+            assert not [r for r in replies.seen("main") if last_text(r) == "bump x to 2"]
+            prompts = [i for i in s.history if getattr(i, "text", "") == "bump x to 2"]
+            assert len(prompts) == 1  # inserted once
+
+
+def test_completion_does_not_wait_for_the_pipelined_suggestion(runtime: Runtime, ws: Path) -> None:
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(
+        main=MAIN,
+        suggestion=SUGGEST,
+        speculation=[bump, bump, "All tests pass."],
+        pipelined=['{"suggestion": "run the tests"}'],
+    ) as replies:
+        slow_pipelined = replies.hold("pipelined")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            # the transcript is done: completed, although the pipelined reply is held
+            assert settled(s) == "completed"
+            wait_until(lambda: len(replies.seen("pipelined")) == 1)
+            assert s.speculation.next_suggestion is None
+            result = s.accept(timeout=WAIT)  # applies at once
+            assert result.outcome == "accepted" and result.next_suggestion is None
+            assert (ws / "app.py").read_text() == "x = 2\n"
+            assert s.speculation.state == "accepted"
+            assert s.suggestion is None
+            # the accepted speculation is cleaned up (speculator and overlay gone) first
+            wait_until(lambda: overlay_dirs(runtime) == [])
+            assert s.speculation.state == "accepted"  # a round trip through the supervisor
+            slow_pipelined.set()  # it arrives after the accept: it becomes current then ...
+            wait_until(lambda: s.suggestion == "run the tests")
+            # ... and is speculated too (Tab-Tab-Tab goes on)
+            wait_until(
+                lambda: any(last_text(r) == "run the tests" for r in replies.seen("speculation"))
+            )
+            assert settled(s) == "completed"
+            assert s.speculation.suggestion == "run the tests"
+
+
+def test_a_late_pipelined_suggestion_is_dropped_once_the_user_typed(
+    runtime: Runtime, ws: Path
+) -> None:
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(
+        main=MAIN,
+        suggestion=SUGGEST,
+        speculation=[bump, bump],
+        pipelined=['{"suggestion": "run the tests"}'],
+    ) as replies:
+        slow_pipelined = replies.hold("pipelined")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            settled(s)
+            wait_until(lambda: len(replies.seen("pipelined")) == 1)
+            assert s.accept(timeout=WAIT).outcome == "accepted"
+            s.keystroke("my own next step")
+            slow_pipelined.set()
+            # a later marker: a normal turn's end, after which the late reply is long handled
+            s.submit("my own next step", timeout=WAIT)
+            assert s.suggestion is None
+            speculated = [last_text(r) for r in replies.seen("speculation")]
+            assert "run the tests" not in speculated
+
+
+# -- boundaries that stopped between turns --
+
+
+@pytest.mark.parametrize("limit", ["turn limit", "message limit"])
+def test_tab_on_a_limit_boundary_continues_the_turn(runtime: Runtime, ws: Path, limit: str) -> None:
+    config = (
+        spec(max_turns=1)
+        if limit == "turn limit"
+        else spec(max_messages=2)  # user + call + result = 3 items
+    )
+    looks = {"text": "", "tool_calls": [call("list_directory")]}
+    with (
+        Replies(
+            main=[*MAIN, "Listed: app.py and notes.txt."],
+            suggestion=['{"suggestion": "list the files"}'],
+            speculation=[looks, looks, looks],
+        ) as replies,
+        runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+    ):
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "boundary"
+        assert limit in (s.speculation.boundary_reason or "")
+        result = s.accept(timeout=WAIT)
+        assert result.outcome == "boundary"
+        assert isinstance(result.items[-1], ToolResult)  # it stopped between turns
+        # the real worker continued the turn through the normal flow
+        assert result.turn is not None and result.turn.status == "completed"
+        history = s.history
+        assert history[-1].text == "Listed: app.py and notes.txt."
+        assert pairing_problems(history) == []
+        continued = replies.seen("main")[-1]
+        assert isinstance(continued.messages[-1], ToolResult)  # no new user message
+
+
+# -- suggestions made while an accept runs --
+
+
+@pytest.mark.parametrize("how", ["no speculation", "conflict"])
+def test_a_type_hint_after_a_normal_or_conflict_run_is_offered(
+    runtime: Runtime, ws: Path, how: str
+) -> None:
+    hinted = main_reply("x is 5 already. Type `yes` to keep it.")
+    if how == "no speculation":
+        script = [*TWO_TURNS, {"when": {"purpose": "suggestion"}, "text": SUGGEST[0]}, hinted]
+        config = spec(speculate=False)
+    else:
+        script = bump_script(hinted)
+        config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=config) as s:
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        wait_until(lambda: s.suggestion == "bump x to 2")
+        if how == "conflict":
+            settled(s)
+            (ws / "app.py").write_text("x = 5\n")
+        result = s.accept(timeout=WAIT)
+        assert result.outcome == ("accepted" if how == "no speculation" else "conflict")
+        assert result.turn is not None and result.turn.items[-1].text == hinted["text"]
+        # the hint in the normal run's answer is the next suggestion
+        wait_until(lambda: s.suggestion == "yes")
+
+
+def test_submitting_the_suggestion_inside_the_accept_debounce_runs_it(
+    runtime: Runtime, ws: Path
+) -> None:
+    """The debounce swallows a double Tab; an explicit submit is never a double press.
+
+    Tab-Tab within the debounce: the second is ``debounced``. Submitting the
+    (pipelined) suggestion's text at that moment takes the accept path.
+    """
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT, accept_debounce_ms=3_600_000)
+    with (
+        Replies(
+            main=MAIN,
+            suggestion=SUGGEST,
+            speculation=[bump, bump, "Tests pass."],
+            pipelined=['{"suggestion": "run the tests"}'],
+        ) as replies,
+        runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+    ):
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        settled(s)
+        wait_until(lambda: s.speculation.next_suggestion == "run the tests")
+        assert s.accept(timeout=WAIT).outcome == "accepted"
+        assert s.suggestion == "run the tests"
+        assert s.accept(timeout=WAIT).outcome == "debounced"
+        turn = s.submit("run the tests", timeout=WAIT)
+        assert turn.status == "completed" and turn.error is None
+        assert turn.items[-1].text == "Tests pass."

@@ -3,7 +3,7 @@
 The pooled actor runtime (``PooledActor``, ``ActorSystem``), the session's
 worker with its hooks and interceptor, the tool pool and the built-in tools,
 the LLM gateway and models, the blob store, file references, previews and
-``resolve``, the overlay, the speculation gate and the alert sink.
+``resolve``, the overlay, the speculation gate, the speculator and the alert sink.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from actors.alerts import AlertSink
 from actors.blobs.actor import BlobStoreActor
 from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore, InvalidBlobId
 from actors.blobs.inspect_tool import Inspect
+from actors.blobs.pins import PinTable
 from actors.blobs.selectors import InspectError, inspect_blob
-from actors.blobs.summary import history_text, summarize, to_tool_output
+from actors.blobs.summary import decide_tool_output, history_text, summarize, to_tool_output
 from actors.core import (
     ActorCrashed,
     ActorExit,
@@ -42,6 +43,17 @@ from actors.llm import (
     ScriptedModel,
     Timeouts,
 )
+from actors.overlay import (
+    ApplyFailed,
+    OverlayActor,
+    OverlayClosed,
+    OverlayFs,
+    OverlayFull,
+    OverlayStore,
+    apply_overlay,
+    recover,
+    sweep_dead,
+)
 from actors.resolve import (
     MultiEdit,
     PendingAction,
@@ -51,7 +63,13 @@ from actors.resolve import (
     StalePreview,
     StandingHandler,
 )
+from actors.resolve.pending import MAX_REQUEUES
+from actors.speculation.fork import fork_prefix, snapshot_version, trim_history
+from actors.speculation.gate import SpeculationGate
+from actors.speculation.reaper import SpeculationReaper
+from actors.speculation.speculator import Speculator
 from actors.speculation.suggestion_filter import filter_suggestion, parse_suggestion_reply
+from actors.speculation.suggestion_prompt import extract_type_hint
 from actors.tools import (
     CancelToken,
     Edit,
@@ -78,10 +96,12 @@ from actors.tools import (
     default_registry,
     invoke_tool,
 )
+from actors.tools.runner import RunnerSaturated
 from actors.worker.hooks import (
     Abort,
     AbortContext,
     Cancel,
+    ConditionError,
     Continue,
     ContinueWithMessages,
     Finish,
@@ -116,12 +136,14 @@ from actors.worker.testing import RecordingHook, ScriptedHook
 from actors.worker.worker import Worker, WorkerBusy, WorkerConfig
 
 __all__ = [
+    "MAX_REQUEUES",
     "Abort",
     "AbortContext",
     "ActorCrashed",
     "ActorExit",
     "ActorSystem",
     "AlertSink",
+    "ApplyFailed",
     "AskTimeout",
     "BlobNotFound",
     "BlobStoreActor",
@@ -129,6 +151,7 @@ __all__ = [
     "Boundary",
     "Cancel",
     "CancelToken",
+    "ConditionError",
     "Continue",
     "ContinueWith",
     "ContinueWithMessages",
@@ -160,11 +183,17 @@ __all__ = [
     "OnPromptSubmitResult",
     "OnTurnEndResult",
     "OpenAICompatible",
+    "OverlayActor",
+    "OverlayClosed",
+    "OverlayFs",
+    "OverlayFull",
+    "OverlayStore",
     "PathOutOfScope",
     "Pause",
     "Paused",
     "PendingAction",
     "PendingActions",
+    "PinTable",
     "PooledActor",
     "PooledFuture",
     "PostToolCallContext",
@@ -179,11 +208,15 @@ __all__ = [
     "ResolveInterceptor",
     "RetryPolicy",
     "RetryRequest",
+    "RunnerSaturated",
     "ScriptedHook",
     "ScriptedModel",
     "SessionState",
     "Shell",
     "Skip",
+    "SpeculationGate",
+    "SpeculationReaper",
+    "Speculator",
     "StalePreview",
     "StandingHandler",
     "ThreadRunner",
@@ -204,13 +237,17 @@ __all__ = [
     "WorkerConfig",
     "WorkspaceFs",
     "WriteFile",
+    "apply_overlay",
     "builtin_tools",
     "classify_shell_command",
     "configure_logging",
+    "decide_tool_output",
     "default_registry",
     "evaluate_tool_call",
+    "extract_type_hint",
     "file_refs",
     "filter_suggestion",
+    "fork_prefix",
     "handles",
     "history_text",
     "inspect_blob",
@@ -219,11 +256,15 @@ __all__ = [
     "parse_input",
     "parse_suggestion_reply",
     "prepare_submit",
+    "recover",
     "render_user_text",
     "resolve_file_ref",
     "resolve_input",
     "shutdown_default_system",
+    "snapshot_version",
     "stop_now",
     "summarize",
+    "sweep_dead",
     "to_tool_output",
+    "trim_history",
 ]

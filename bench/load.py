@@ -33,14 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from actors.core import PooledActor, handles
 from actors.llm import OpenAICompatible, RetryPolicy
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
-from bench._common import percentile, table
+from bench._common import console, percentile, table
 from bench.workload import USER_PROMPTS, make_workspace, script
 from messages.gate import ApprovalMode
 from messages.session import EventBase, Subscribe, TurnResult
@@ -55,8 +54,6 @@ from messages.speculation import (
     SuggestionReady,
 )
 from supervision import Runtime
-
-console = Console(highlight=False)
 
 
 @dataclass
@@ -132,7 +129,10 @@ class SimUser(PooledActor):
 
     def on_start(self) -> None:
         self.session.supervisor.tell(Subscribe(address=self.actor_ref))
-        self.call_after(self.rng.uniform(0, 0.2), self._type)
+        # Users arrive spread over one mean think time (a ramp-up), as they
+        # would in steady state; a burst of every session's first prompt in
+        # the same instant measures the stampede, not the runtime.
+        self.call_after(self.rng.uniform(0, max(0.2, self.options.think_ms / 1000.0)), self._type)
 
     # -- one round -----------------------------------------------------------------
 
@@ -229,7 +229,7 @@ class SimUser(PooledActor):
             recorder.speculations.add(event.speculation_id)
             recorder.outcomes[event.outcome] = recorder.outcomes.get(event.outcome, 0) + 1
             recorder.states[event.state] = recorder.states.get(event.state, 0) + 1
-            if event.outcome in ("aborted", "failed", "conflict"):
+            if event.outcome in ("aborted", "failed", "conflict", "stale"):
                 recorder.wasted_tokens += event.tokens
             if event.outcome == "aborted" and event.cancel_latency_s is not None:
                 recorder.abort_cancel_s.append(event.cancel_latency_s)
@@ -493,7 +493,18 @@ def report_json(report: LoadReport, compare: LoadReport | None) -> str:
         data["no_speculation"] = asdict(compare)
         on, off = report.main_turn_ms["p99"], compare.main_turn_ms["p99"]
         data["main_turn_p99_ratio"] = on / off if off else None
-    return json.dumps(data, indent=2, allow_nan=False, default=str).replace("NaN", "null")
+    return json.dumps(_finite(data), indent=2, allow_nan=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    """The report with every NaN (a quantile of no samples) as ``null``: strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def plot(path: Path, samples: dict[str, list[float]]) -> None:

@@ -87,6 +87,22 @@ def _writable(path: str) -> Path:
     return target
 
 
+def _log_level_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--log-level``: the runtime's structlog events on stderr.
+
+    The commands report what matters themselves (events, tables, one error
+    line), so by default only what is worse than the expected is logged; the
+    bench's conflict alerts, for one, are part of its workload.
+    """
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error", "critical"),
+        default=os.environ.get("FORE_LOG_LEVEL", default).lower(),
+        help=f"runtime log events on stderr at or above this level (default {default}, "
+        "or FORE_LOG_LEVEL)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -154,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", type=_writable, metavar="PATH.png", help="latency histograms (needs matplotlib)"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _log_level_flag(bench, "error")
 
     run = sub.add_parser(
         "run",
@@ -181,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_non_negative, default=600.0, help="seconds for the turn (default 600)"
     )
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
+    _log_level_flag(run, "critical")
 
     sub.add_parser(
         "mock-llm",
@@ -203,6 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        from actors.core.logs import configure_logging
+
+        try:
+            configure_logging(level=args.log_level, force=True)
+        except ValueError as exc:  # a bad FORE_LOG_LEVEL
+            raise UsageError(f"{PROG}: {exc}") from None
         if args.command == "bench":
             return _bench(args)
         if args.command == "run":
@@ -221,8 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     if args.name is not None:
+        from bench._common import BenchFailed
+
         module = importlib.import_module(f"bench.{args.name}")
-        module.run(quick=args.quick)
+        try:
+            module.run(quick=args.quick)
+        except BenchFailed as exc:
+            sys.stderr.write(f"{PROG} bench {args.name}: FAILED: {exc}\n")
+            return EXIT_FAILED
         return EXIT_OK
     if args.plot is not None:
         try:

@@ -66,6 +66,7 @@ from actors.resolve import (
 from actors.resolve.pending import MAX_REQUEUES
 from actors.speculation.fork import fork_prefix, snapshot_version, trim_history
 from actors.speculation.gate import SpeculationGate
+from actors.speculation.governor import LoadGovernor, LoadProbe
 from actors.speculation.reaper import SpeculationReaper
 from actors.speculation.speculator import Speculator
 from actors.speculation.suggestion_filter import filter_suggestion, parse_suggestion_reply
@@ -179,6 +180,8 @@ __all__ = [
     "LlmGateway",
     "LlmLoop",
     "LlmRequestContext",
+    "LoadGovernor",
+    "LoadProbe",
     "MultiEdit",
     "OnPromptSubmitResult",
     "OnTurnEndResult",

@@ -36,9 +36,10 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from actors.core import PooledActor, handles
-from actors.llm import OpenAICompatible, RetryPolicy
+from actors.llm import OpenAICompatible, RetryPolicy, evloop
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
+from actors.speculation.governor import LoadGovernor
 from bench._common import console, percentile, table
 from bench.workload import USER_PROMPTS, make_workspace, script
 from messages.gate import ApprovalMode
@@ -50,6 +51,7 @@ from messages.speculation import (
     SpeculationConfig,
     SpeculationFinished,
     SpeculationProgress,
+    SpeculationSkipped,
     SubmitPrompt,
     SuggestionReady,
 )
@@ -62,11 +64,18 @@ class LoadOptions:
     turns: int = 4
     duration: float = 100.0
     accept_p: float = 0.7
-    think_ms: float = 5000.0
+    think_ms: float = 10_000.0
+    """Mean time a user reads an answer before acting (exponential, capped at 5x).
+
+    Ten seconds is a quick reader of a coding agent's answer; at 5 s the 200
+    default sessions keep this 2-core machine saturated (see the issue note).
+    """
     edit_p: float = 0.05
     ttft_ms: float = 40.0
     tokens_per_s: float = 400.0
     speculation: bool = True
+    governor: bool = True
+    """Speculate only with headroom (the runtime's default); off: speculate always."""
     seed: int = 1
     progress: bool = True
 
@@ -90,6 +99,7 @@ class Recorder:
     tab_waited_s: list[float] = field(default_factory=list)
     accepts: dict[str, int] = field(default_factory=dict)
     wasted_tokens: int = 0
+    skipped: int = 0
     errors: list[str] = field(default_factory=list)
 
     def add(self, name: str, value: float) -> None:
@@ -194,10 +204,13 @@ class SimUser(PooledActor):
         self.rounds += 1
         with self.recorder.lock:
             self.recorder.rounds += 1
-        if self.rounds >= self.options.turns or time.monotonic() >= self.deadline:
+        think = self._think()
+        # A user who would still be thinking at the deadline leaves now: the
+        # run's wall time is bounded by ``duration`` plus the rounds in flight.
+        if self.rounds >= self.options.turns or time.monotonic() + think >= self.deadline:
             self._finish()
             return
-        self.call_after(self._think(), self._decide)
+        self.call_after(think, self._decide)
 
     def _error(self, error: BaseException) -> None:
         with self.recorder.lock:
@@ -236,6 +249,11 @@ class SimUser(PooledActor):
             if event.outcome == "aborted" and event.cleanup_latency_s is not None:
                 recorder.abort_cleanup_s.append(event.cleanup_latency_s)
 
+    @handles(SpeculationSkipped)
+    def _on_skipped(self, _event: SpeculationSkipped) -> None:
+        with self.recorder.lock:
+            self.recorder.skipped += 1
+
     @handles(EventBase)
     def _on_other(self, _event: EventBase) -> None:
         """Other session events are of no interest to the simulated user."""
@@ -248,6 +266,7 @@ class LoadReport:
     turns: int
     suggestions: int
     speculations_started: int
+    speculations_skipped: int
     speculations: dict[str, int]
     speculation_states: dict[str, int]
     accepts: dict[str, int]
@@ -288,10 +307,18 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     process = psutil.Process()
     try:
         threads_before = {t.ident for t in threading.enumerate()}
+        # libuv's process-wide signal pipe is made by the first event loop of
+        # the process and lives as long as it: part of the process, not of a run.
+        evloop.new_event_loop().close()
         fds_before = process.num_fds()
         rss_before = process.memory_info().rss
         started = time.monotonic()
-        rt = Runtime(name="bench", overlay_root=root / "overlays", blob_dir=root / "blobs")
+        rt = Runtime(
+            name="bench",
+            overlay_root=root / "overlays",
+            blob_dir=root / "blobs",
+            speculation_governor=LoadGovernor(enabled=options.governor),
+        )
         model = OpenAICompatible(
             base_url=server.base_url,
             api_key="bench",
@@ -391,6 +418,7 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             turns=recorder.rounds,
             suggestions=recorder.suggestions,
             speculations_started=len(recorder.speculations),
+            speculations_skipped=recorder.skipped,
             speculations=dict(sorted(recorder.outcomes.items())),
             speculation_states=dict(sorted(recorder.states.items())),
             accepts=dict(sorted(recorder.accepts.items())),
@@ -433,6 +461,7 @@ def print_report(report: LoadReport, compare: LoadReport | None = None) -> None:
         [
             ["suggestions shown", report.suggestions],
             ["speculations started", report.speculations_started],
+            ["suggestions not speculated (no headroom)", report.speculations_skipped],
             [
                 "speculations reached: completed / boundary / failed / still running",
                 " / ".join(

@@ -84,6 +84,9 @@ class CancelLlmRequest(ControlMessage):
 
     request_id: str
     reason: str = "cancelled"
+    purpose: Purpose | None = None
+    """The request's purpose, when the sender knows it: the gateway then tells
+    only the lane that request went to (see :class:`~actors.llm.gateway.LlmGateway`)."""
 
 
 class LlmTextDelta(Message):
@@ -154,12 +157,15 @@ LlmEvent = Annotated[
 
 
 class GatewayStats(Message):
+    """Counters of one LLM loop, or of a gateway's lanes summed (``lanes`` of them)."""
+
     in_flight: int
     started: int
     completed: int
     failed: int
     cancelled: int
     retries: int
+    lanes: int = 1
 
 
 class GetGatewayStats(Message):

@@ -101,10 +101,20 @@ class SuggestionReady(EventBase):
 
 
 SpeculationState = Literal[
-    "idle", "running", "completed", "boundary", "failed", "aborted", "accepted", "stale"
+    "idle",
+    "running",
+    "completed",
+    "boundary",
+    "failed",
+    "aborted",
+    "accepted",
+    "stale",
+    "skipped",
 ]
 """``stale``: the session's tools or system prompt changed after the snapshot
-the speculation forked from, so its requests no longer match the main one."""
+the speculation forked from, so its requests no longer match the main one.
+``skipped``: the suggestion was offered but not speculated -- the runtime had
+no headroom for it (:class:`~actors.speculation.governor.LoadGovernor`)."""
 
 
 class SpeculationStatus(Message):
@@ -207,8 +217,17 @@ class AcceptResult(Message):
     """What a Tab did."""
 
     outcome: Literal[
-        "accepted", "boundary", "conflict", "stale", "no_suggestion", "debounced", "failed"
+        "accepted",
+        "boundary",
+        "conflict",
+        "stale",
+        "submitted",
+        "no_suggestion",
+        "debounced",
+        "failed",
     ]
+    """``submitted``: nothing was speculated for the suggestion (speculation off,
+    or no headroom), so Tab ran it as a normal turn (in ``turn``)."""
     suggestion: str | None = None
     files_applied: tuple[str, ...] = ()
     items_inserted: int = 0
@@ -315,3 +334,23 @@ class WorkerExited(Message):
     """The speculation's worker has exited (after its ``on_stop``, unless killed)."""
 
     killed: bool = False
+
+
+class SpeculationSkipped(EventBase):
+    """A suggestion was offered without speculating on it (telemetry), and why.
+
+    Tab on it runs it as a normal turn.
+    """
+
+    suggestion: str
+    reason: str
+
+
+class LoadSample(Message):
+    """A load probe's sample in flight: when it was sent (``time.monotonic()``).
+
+    How late it reaches the probe actor is how long an actor waits for a
+    dispatcher thread (:class:`~actors.speculation.governor.LoadProbe`).
+    """
+
+    sent: float

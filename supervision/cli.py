@@ -143,8 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--think-ms",
         type=_non_negative,
-        default=5000.0,
-        help="mean think time in ms (exponential, capped at 5x; default 5000)",
+        default=10_000.0,
+        help="mean time a user reads an answer, in ms (exponential, capped at 5x; default 10000)",
     )
     bench.add_argument(
         "--edit-p",
@@ -163,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--compare", action="store_true", help="run with and without speculation; print the ratio"
+    )
+    bench.add_argument(
+        "--no-governor",
+        action="store_true",
+        help="speculate on every suggestion, even without headroom (no load shedding)",
     )
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     bench.add_argument("--json", type=_writable, metavar="PATH", help="write the JSON report here")
@@ -273,6 +278,7 @@ def _bench(args: argparse.Namespace) -> int:
         ttft_ms=args.ttft_ms,
         tokens_per_s=args.tokens_per_s,
         speculation=not args.no_speculation,
+        governor=not args.no_governor,
         seed=args.seed,
         progress=not args.no_progress,
     )

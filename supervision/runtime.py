@@ -10,7 +10,7 @@ order and then stops every runtime thread, so nothing outlives it::
     ├── alert_sink       AlertSink     (every user-facing warning and error)
     ├── blob_store       BlobStoreActor (disk: FsBlobStore, owned here)
     ├── tool_pool        ToolPool      (threads: ThreadRunner, owned here)
-    ├── llm_gateway      LlmGateway    (thread: LlmLoop, owned here)
+    ├── llm_gateway      LlmGateway    (threads: two LlmLoops, main and background)
     └── sessions         Supervisor    (one_for_one)
         └── session:<id> Supervisor    (one_for_one)
             └── worker   Worker
@@ -36,6 +36,7 @@ from actors.alerts import AlertSink
 from actors.blobs.actor import BlobStoreActor
 from actors.blobs.fs_store import FsBlobStore
 from actors.blobs.inspect_tool import Inspect
+from actors.core import tuning
 from actors.core.logs import configure_logging
 from actors.core.system import ActorSystem
 from actors.filerefs.interceptor import FileRefInterceptor
@@ -44,6 +45,7 @@ from actors.llm.gateway import LlmGateway
 from actors.llm.loop import LlmLoop
 from actors.overlay.store import OverlayStore
 from actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
+from actors.speculation.governor import LoadGovernor, LoadProbe
 from actors.tools.base import Tool, ToolRegistry, ToolServices
 from actors.tools.builtin import builtin_tools
 from actors.tools.fs import WorkspaceFs
@@ -98,9 +100,12 @@ class Runtime:
         overlay_root: str | os.PathLike[str] | None = None,
         log_level: str | None = None,
         log_json: bool | None = None,
+        tune_process: bool = True,
+        speculation_governor: LoadGovernor | None = None,
     ) -> None:
         configure_logging(level=log_level, json=log_json)
         self.name = name
+        self._tuned = False
         self.system = ActorSystem(
             name=name,
             dispatcher_threads=dispatcher_threads,
@@ -109,6 +114,9 @@ class Runtime:
         )
         self.runner = ThreadRunner(name=f"{name}-tool")
         self.llm_loop = LlmLoop(name=f"{name}-llm")
+        # Suggestions and speculation stream on a loop of their own, so the
+        # user's main turns never queue behind them (actors.llm.gateway).
+        self.llm_background_loop = LlmLoop(name=f"{name}-llm-bg")
         self._sessions: dict[str, Session] = {}
         self._closed = False
         self.overlays = OverlayStore(overlay_root)
@@ -161,7 +169,10 @@ class Runtime:
             )
         )
         self.llm_gateway = self.start_child(
-            ChildSpec(id="llm_gateway", start=lambda: LlmGateway.start(self.llm_loop))
+            ChildSpec(
+                id="llm_gateway",
+                start=lambda: LlmGateway.start(self.llm_loop, background=self.llm_background_loop),
+            )
         )
         self.sessions_supervisor = self.start_child(
             ChildSpec(
@@ -171,6 +182,19 @@ class Runtime:
                 start=lambda: Supervisor.start("sessions", max_restarts=1000, period=10.0),
             )
         )
+        # Speculation runs only while the runtime has headroom: sampled
+        # scheduling waits of the actors and the foreground LLM loop.
+        self.speculation_governor = speculation_governor or LoadGovernor()
+        self._load_probe = LoadProbe(
+            self.speculation_governor,
+            self.system,
+            loops=(self.llm_loop.call_soon_threadsafe,),
+        )
+        # GC and GIL settings for a long-running, allocation-heavy host
+        # (actors.core.tuning); undone on close.
+        if tune_process:
+            tuning.tune()
+            self._tuned = True
 
     # -- context manager ----------------------------------------------------
 
@@ -293,6 +317,7 @@ class Runtime:
                         workspace=workspace_path,
                         fast_model=fast_model,
                         worker_spec=ChildSpec(id="worker", start=lambda: Worker.start(config)),
+                        governor=self.speculation_governor,
                     ),
                 )
             ),
@@ -369,6 +394,7 @@ class Runtime:
         self._closed = True
         deadline = time.monotonic() + timeout
         clean = True
+        self._load_probe.close()
         try:
             self.root.stop(timeout=max(0.1, deadline - time.monotonic()))
         except Exception as exc:
@@ -376,11 +402,14 @@ class Runtime:
             log.warning("runtime_tree_shutdown_incomplete", error=repr(exc))
         clean = self.system.shutdown(max(0.5, deadline - time.monotonic())) and clean
         clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
+        clean = self.llm_background_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
         self._sessions.clear()
         if self._owned_blob_dir is not None:
             shutil.rmtree(self._owned_blob_dir, ignore_errors=True)
         self._drop_empty_overlay_dir()
+        if self._tuned:
+            tuning.untune()
         return clean
 
     def _drop_empty_overlay_dir(self) -> None:

@@ -55,6 +55,7 @@ from actors.core.pooled import handles
 from actors.core.timer import TimerHandle
 from actors.overlay.store import OverlayStore
 from actors.speculation.fork import assistant_answers, extend, last_answer
+from actors.speculation.governor import LoadGovernor
 from actors.speculation.speculator import SpeculationSetup, Speculator, new_speculation_id
 from actors.speculation.suggest import suggestion_from_reply, suggestion_request
 from actors.speculation.suggestion_filter import filter_suggestion
@@ -64,7 +65,14 @@ from actors.worker.worker import WorkerConfig
 from messages.alerts import AlertLevel
 from messages.conversation import AssistantMessage, Item, UserMessage
 from messages.gate import ApprovalMode
-from messages.llm import CancelLlmRequest, LlmCancelled, LlmCompleted, LlmFailed, LlmRetrying
+from messages.llm import (
+    CancelLlmRequest,
+    LlmCancelled,
+    LlmCompleted,
+    LlmFailed,
+    LlmRetrying,
+    Purpose,
+)
 from messages.runtime import ChildExited, ChildSpec, RestartType
 from messages.session import (
     AddTool,
@@ -92,6 +100,7 @@ from messages.speculation import (
     SpeculationOutcome,
     SpeculationProgress,
     SpeculationResult,
+    SpeculationSkipped,
     SpeculationState,
     SpeculationStatus,
     SubmitPrompt,
@@ -136,6 +145,8 @@ class _Speculation:
     reported: bool = False
     exited: bool = False
     overlay_removed: bool = False
+    holds_slot: bool = False
+    """It holds one of the governor's slots until its run ends."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,7 @@ class SessionSupervisor(Supervisor):
         workspace: Path,
         fast_model: Any = None,
         worker_spec: ChildSpec,
+        governor: LoadGovernor | None = None,
     ) -> None:
         super().__init__(
             sup_id,
@@ -175,6 +187,8 @@ class SessionSupervisor(Supervisor):
         self.overlays = overlays
         self.workspace = workspace
         self.fast_model = fast_model
+        self.governor = governor
+        """Runtime-wide admission control: speculate only with headroom (None: always)."""
         self._tools: ToolRegistry = worker_config.tools
         """The session's tools as this supervisor last forwarded them (speculations run these)."""
         self._fork: ForkSnapshot | None = None
@@ -300,7 +314,7 @@ class SessionSupervisor(Supervisor):
         request = self._suggestion_request
         if request is not None:
             self._suggestion_request = None
-            self._cancel_request(request.request_id, reason)
+            self._cancel_request(request.request_id, reason, "suggestion")
         self._clear_suggestion()
         if self._current is not None:
             self._abort(self._current, reason)
@@ -312,9 +326,11 @@ class SessionSupervisor(Supervisor):
             self._show_timer.cancel()
             self._show_timer = None
 
-    def _cancel_request(self, request_id: str, reason: str) -> None:
+    def _cancel_request(self, request_id: str, reason: str, purpose: Purpose) -> None:
         try:
-            self.worker_config.gateway.tell(CancelLlmRequest(request_id=request_id, reason=reason))
+            self.worker_config.gateway.tell(
+                CancelLlmRequest(request_id=request_id, reason=reason, purpose=purpose)
+            )
         except ActorDeadError:
             pass
 
@@ -430,6 +446,19 @@ class SessionSupervisor(Supervisor):
                 state="stale", suggestion=suggestion.text, reason=stale
             )
             return
+        refused = self.governor.try_admit() if self.governor is not None else None
+        if refused is not None:
+            self.log.info("speculation_skipped", reason=refused, suggestion=suggestion.text)
+            self._status_spec = None
+            self._last_status = SpeculationStatus(
+                state="skipped", suggestion=suggestion.text, reason=refused
+            )
+            self._emit(
+                SpeculationSkipped(
+                    session_id=self.session_id or "", suggestion=suggestion.text, reason=refused
+                )
+            )
+            return
         spec_id = new_speculation_id()
         child_id = f"speculator:{spec_id}"
         model, model_name = self._fork_model()
@@ -453,6 +482,7 @@ class SessionSupervisor(Supervisor):
             snapshot=snapshot,
             config_gen=self._config_gen,
             started_at=time.time(),
+            holds_slot=self.governor is not None,
         )
         child = self._add(
             ChildSpec(
@@ -463,6 +493,7 @@ class SessionSupervisor(Supervisor):
             )
         )
         if not self._start_child(child):
+            self._release_slot(spec)
             self._children.pop(child_id, None)
             child.handle.close("failed to start")
             self._alert(AlertLevel.INFO, f"speculation {spec_id} failed to start")
@@ -476,12 +507,19 @@ class SessionSupervisor(Supervisor):
     def _on_progress(self, event: SpeculationProgress) -> None:
         self._emit(event)
 
+    def _release_slot(self, spec: _Speculation) -> None:
+        """Its run is over (done, aborted or gone): the governor's slot is free."""
+        if spec.holds_slot and self.governor is not None:
+            spec.holds_slot = False
+            self.governor.release()
+
     @handles(SpeculationDone)
     def _on_done(self, message: SpeculationDone) -> None:
         result = message.result
         spec = self._specs.get(result.speculation_id)
         if spec is None:
             return
+        self._release_slot(spec)
         spec.result = result
         if spec.phase == "aborting":
             if spec.abort_requested is not None and spec.cancel_latency is None:
@@ -507,6 +545,7 @@ class SessionSupervisor(Supervisor):
         if spec is None:
             return
         spec.overlay_removed = True
+        self._release_slot(spec)
         if spec.phase == "aborting":
             spec.phase = "ended"
             requested = spec.abort_requested
@@ -538,6 +577,7 @@ class SessionSupervisor(Supervisor):
         self._children.pop(child.spec.id, None)
         child.handle.close("speculation ended")
         spec.exited = True
+        self._release_slot(spec)
         if message.failed:
             self.log.warning("speculator_failed", speculation=spec.id, error=message.error)
             self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {message.error}")
@@ -619,7 +659,7 @@ class SessionSupervisor(Supervisor):
 
     def _cancel_pipelined(self, spec: _Speculation, reason: str) -> None:
         if spec.pipelined_request is not None:
-            self._cancel_request(spec.pipelined_request, reason)
+            self._cancel_request(spec.pipelined_request, reason, "pipelined")
             spec.pipelined_request = None
             self._forget(spec)
 
@@ -697,8 +737,8 @@ class SessionSupervisor(Supervisor):
         # Detach first: from now on a keystroke cannot abort what is being accepted.
         self._current = None
         self._invalidate("the suggestion was accepted")
-        if spec is None:
-            self._submit_normally(suggestion, answer, "accepted")
+        if spec is None:  # nothing was speculated for it: Tab is a normal turn
+            self._submit_normally(suggestion, answer, "submitted")
             return
         stale = self._stale_reason(spec.snapshot, spec.config_gen)
         if stale is not None:
@@ -834,7 +874,7 @@ class SessionSupervisor(Supervisor):
         self,
         suggestion: Suggestion,
         answer: Answer,
-        outcome: Literal["accepted", "conflict", "stale", "failed"],
+        outcome: Literal["submitted", "conflict", "stale", "failed"],
         *,
         conflicts: Sequence[str] = (),
     ) -> None:

@@ -61,7 +61,13 @@ def check_report(report: dict[str, Any], sessions: int) -> None:
         "tab_waited_ms",
     ):
         assert set(report[name]) == QUANTILES, name
-    for name in ("suggestions", "speculations_started", "wasted_tokens", "peak_threads"):
+    for name in (
+        "suggestions",
+        "speculations_started",
+        "speculations_skipped",
+        "wasted_tokens",
+        "peak_threads",
+    ):
         assert isinstance(report[name], int), name
     assert report["peak_fds"] > 0
     assert report["rss_per_session_kib"] >= 0
@@ -77,7 +83,8 @@ def check_report(report: dict[str, Any], sessions: int) -> None:
     assert report["errors"] == []
 
 
-BENCH = ("bench", "--sessions", "3", "--turns", "3", "--no-progress")
+# Every suggestion is speculated (no load shedding), so the counts below are certain.
+BENCH = ("bench", "--sessions", "3", "--turns", "3", "--no-progress", "--no-governor")
 
 
 def test_bench_tab_every_time_accepts_speculations(tmp_path: Path) -> None:
@@ -98,6 +105,7 @@ def test_bench_tab_every_time_accepts_speculations(tmp_path: Path) -> None:
     assert report["accept_latency_ms"]["count"] == accepted
     assert report["accept_latency_ms"]["p99"] >= report["accept_latency_ms"]["p50"] > 0
     assert report["speculations"].get("aborted", 0) == 0  # nobody typed over a suggestion
+    assert report["speculations_skipped"] == 0  # --no-governor: every suggestion speculated
 
 
 def test_bench_typing_every_time_aborts_and_compares(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
 from actors.speculation.fork import trim_history
+from actors.speculation.governor import LoadGovernor
 from actors.speculation.speculator import Speculator
 from actors.worker.hooks import Continue, Hooks, Skip, ToolCallContext
 from actors.worker.state import pairing_problems
@@ -164,7 +165,12 @@ def overlay_dirs(rt: Runtime) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="spec-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    rt = Runtime(
+        name="spec-test",
+        overlay_root=tmp_path_factory.mktemp("overlays"),
+        # Every speculation these tests ask for must run: no load shedding.
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
         yield rt
     finally:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from actors.llm import ScriptedModel
+from actors.speculation.governor import LoadGovernor
 from actors.worker.state import pairing_problems
 from messages.conversation import ToolResult
 from messages.gate import ApprovalMode
@@ -56,7 +57,12 @@ def bump(request: LlmRequest) -> Any:
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="spec-accept-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    rt = Runtime(
+        name="spec-accept-test",
+        overlay_root=tmp_path_factory.mktemp("overlays"),
+        # Every speculation these tests ask for must run: no load shedding.
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
         yield rt
     finally:
@@ -250,7 +256,7 @@ def test_a_type_hint_after_a_normal_or_conflict_run_is_offered(
             settled(s)
             (ws / "app.py").write_text("x = 5\n")
         result = s.accept(timeout=WAIT)
-        assert result.outcome == ("accepted" if how == "no speculation" else "conflict")
+        assert result.outcome == ("submitted" if how == "no speculation" else "conflict")
         assert result.turn is not None and result.turn.items[-1].text == hinted["text"]
         # the hint in the normal run's answer is the next suggestion
         wait_until(lambda: s.suggestion == "yes")

@@ -21,6 +21,7 @@ import pytest
 from actors.llm import OpenAICompatible, ScriptedModel
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
+from actors.speculation.governor import LoadGovernor
 from actors.speculation.speculator import Speculator
 from actors.tools.base import FunctionTool, ToolArgs, ToolContext
 from messages.gate import ApprovalMode
@@ -49,7 +50,12 @@ TOOLS_BEFORE_OVERLAY = ("abort_requested", "worker_stopped")
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="spec-cleanup-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    rt = Runtime(
+        name="spec-cleanup-test",
+        overlay_root=tmp_path_factory.mktemp("overlays"),
+        # Every speculation these tests ask for must run: no load shedding.
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
         yield rt
     finally:

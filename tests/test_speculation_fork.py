@@ -15,6 +15,7 @@ import pytest
 from actors.llm import OpenAICompatible
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
+from actors.speculation.governor import LoadGovernor
 from actors.tools.base import FunctionTool, ToolArgs, ToolContext
 from messages.gate import ApprovalMode
 from messages.speculation import SpeculationFinished
@@ -37,7 +38,12 @@ SUGGEST = ['{"suggestion": "bump x to 2"}']
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="spec-fork-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    rt = Runtime(
+        name="spec-fork-test",
+        overlay_root=tmp_path_factory.mktemp("overlays"),
+        # Every speculation these tests ask for must run: no load shedding.
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
         yield rt
     finally:

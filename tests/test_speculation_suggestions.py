@@ -17,6 +17,7 @@ import pytest
 from actors.llm import OpenAICompatible, ScriptedModel
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
+from actors.speculation.governor import LoadGovernor
 from messages.session import TurnFinished
 from messages.speculation import SuggestionReady
 from supervision import Runtime
@@ -32,7 +33,12 @@ from tests.test_speculation import (
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="spec-suggest-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    rt = Runtime(
+        name="spec-suggest-test",
+        overlay_root=tmp_path_factory.mktemp("overlays"),
+        # Every speculation these tests ask for must run: no load shedding.
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
         yield rt
     finally:

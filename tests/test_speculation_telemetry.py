@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from actors.llm import ScriptedModel, llm_error
+from actors.speculation.governor import LoadGovernor
 from actors.worker.state import pairing_problems
 from messages.conversation import ToolResult
 from messages.gate import ApprovalMode
@@ -37,7 +38,12 @@ from tests.test_speculation import (
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="spec-telemetry-test", overlay_root=tmp_path_factory.mktemp("overlays"))
+    rt = Runtime(
+        name="spec-telemetry-test",
+        overlay_root=tmp_path_factory.mktemp("overlays"),
+        # Every speculation these tests ask for must run: no load shedding.
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
         yield rt
     finally:

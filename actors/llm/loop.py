@@ -38,8 +38,10 @@ import httpx
 import structlog
 from pykka import ActorDeadError
 
+from actors.llm import evloop
 from actors.llm.errors import LlmException
 from actors.llm.models import ChatModel, RetryPolicy
+from actors.llm.netio import FastAsyncTransport, env_proxies
 from messages.llm import (
     GatewayStats,
     LlmCancelled,
@@ -133,7 +135,7 @@ class LlmLoop:
         client_shards: int = 64,
         retry_budget: RetryBudget | None = None,
     ) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = evloop.new_event_loop()
         self._coalesce_s = max(0.0, coalesce_ms / 1000.0)
         self._ready = threading.Event()
         self._clients: list[httpx.AsyncClient] = []
@@ -165,13 +167,19 @@ class LlmLoop:
         # per client, and a context is safe to share.
         per_shard = max(1, self._max_connections // self._shards)
         tls = httpx.create_ssl_context()
+        limits = httpx.Limits(
+            max_connections=per_shard, max_keepalive_connections=min(per_shard, 64)
+        )
+        # HTTP on aiohttp under httpx's API (see actors.llm.netio), unless the
+        # environment configures a proxy: then httpx's own transports, which
+        # know how to reach one.
+        fast = not env_proxies()
         self._clients = [
             httpx.AsyncClient(
                 verify=tls,
-                limits=httpx.Limits(
-                    max_connections=per_shard, max_keepalive_connections=min(per_shard, 64)
-                ),
+                limits=limits,
                 timeout=httpx.Timeout(30.0),
+                transport=FastAsyncTransport(verify=tls, limits=limits) if fast else None,
             )
             for _ in range(self._shards)
         ]
@@ -220,6 +228,15 @@ class LlmLoop:
 
     def in_flight(self) -> int:
         return len(self._tasks)
+
+    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread (from any thread; a no-op once closed)."""
+        if self._closed:
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # closed between the check and the call
+            pass
 
     def stats(self) -> GatewayStats:
         return GatewayStats(

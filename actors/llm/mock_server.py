@@ -116,6 +116,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from actors.llm import evloop
 from actors.llm.script import (
     ScriptCursor,
     ScriptError,
@@ -860,7 +861,7 @@ class MockLlmApp:
             record = self._new_record(request.headers, body if isinstance(body, dict) else None)
             if request.client is not None:
                 record.peer = f"{request.client.host}:{request.client.port}"
-            response = await self._respond(record, request.headers, body, receive)
+            response = await self._respond(record, request.headers, body, receive, len(raw))
             if record.outcome != "in_progress":
                 self._finish(record)
             elif record.stream:
@@ -873,7 +874,7 @@ class MockLlmApp:
                 self._finish(record)
 
     async def _respond(
-        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any
+        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any, size: int
     ) -> Response:
         problem = _validate_body(body)
         if problem is not None:
@@ -948,7 +949,9 @@ class MockLlmApp:
             ttft_ms=ttft_ms,
             tokens_per_s=tokens_per_s,
             args_chunk_chars=args_chunk,
-            prompt_tokens=max(1, len(_dumps(messages)) // 4),
+            # ~4 bytes per token, estimated from the body as sent (re-encoding
+            # the messages would cost the server O(history) per request).
+            prompt_tokens=max(1, size // 4),
             bad_args_tool=_first_tool_name(body)
             if fault is not None and fault.kind == "bad_tool_args"
             else None,
@@ -1329,7 +1332,7 @@ def _uvicorn_config(app: MockLlmApp, log_level: str) -> uvicorn.Config:
         app.asgi,
         host="127.0.0.1",
         port=0,
-        loop="asyncio",
+        loop="none",  # we create it (actors.llm.evloop: uvloop when installed)
         http="auto",  # httptools when installed, else h11
         lifespan="off",
         log_config=None,  # never reconfigure the host process's logging
@@ -1459,7 +1462,7 @@ class MockLlmServer:
 
         def run() -> None:
             try:
-                asyncio.run(server.serve(sockets=[sock]))
+                evloop.run(server.serve(sockets=[sock]))
             except BaseException as exc:  # reported by start()
                 self._thread_error = exc
             finally:
@@ -2013,7 +2016,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(f"{PORT_LINE_PREFIX} port={port} base_url=http://127.0.0.1:{port}/v1\n")
     sys.stdout.flush()
     try:
-        asyncio.run(_serve_until_signal(server, sock))
+        evloop.run(_serve_until_signal(server, sock))
     except KeyboardInterrupt:
         pass
     finally:

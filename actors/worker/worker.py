@@ -1191,7 +1191,9 @@ class Worker(PooledActor):
         if run.llm_request_id is not None:
             try:
                 self.config.gateway.tell(
-                    CancelLlmRequest(request_id=run.llm_request_id, reason=reason)
+                    CancelLlmRequest(
+                        request_id=run.llm_request_id, reason=reason, purpose=self.config.purpose
+                    )
                 )
             except ActorDeadError:
                 pass

@@ -163,18 +163,25 @@ def overlay_dirs(rt: Runtime) -> list[Path]:
     return [p for p in process.iterdir() if p != rt.overlays.journal_dir]
 
 
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+def speculation_runtime(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Runtime]:
+    """A runtime for speculation tests (module fixtures ``yield from`` it).
+
+    Every speculation a test asks for must run, so the load governor is off.
+    """
     rt = Runtime(
-        name="spec-test",
+        name=name,
         overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
         speculation_governor=LoadGovernor(enabled=False),
     )
     try:
         yield rt
     finally:
         assert rt.close(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    yield from speculation_runtime(tmp_path_factory, "spec-test")
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from actors.llm import ScriptedModel
-from actors.speculation.governor import LoadGovernor
 from actors.worker.state import pairing_problems
 from messages.conversation import ToolResult
 from messages.gate import ApprovalMode
@@ -33,6 +32,7 @@ from tests.test_speculation import (
     overlay_dirs,
     settled,
     spec,
+    speculation_runtime,
     wait_until,
 )
 
@@ -57,16 +57,7 @@ def bump(request: LlmRequest) -> Any:
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="spec-accept-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
+    yield from speculation_runtime(tmp_path_factory, "spec-accept-test")
 
 
 @pytest.fixture

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from actors.speculation.governor import LoadGovernor
 from messages.speculation import SpeculationProgress
 from supervision import Runtime
-from tests.test_speculation import WAIT, Replies, call, settled, spec
+from tests.test_speculation import WAIT, Replies, call, settled, spec, speculation_runtime
 
 MAIN = ["Hello.", "x is 1. Shall I look around?"]
 SUGGEST = ['{"suggestion": "look around"}']
@@ -27,16 +26,7 @@ LOOKING = [LOOK] * 10  # never a final answer: only a budget ends it
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="spec-budget-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
+    yield from speculation_runtime(tmp_path_factory, "spec-budget-test")
 
 
 @pytest.fixture

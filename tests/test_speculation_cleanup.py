@@ -21,7 +21,6 @@ import pytest
 from actors.llm import OpenAICompatible, ScriptedModel
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
-from actors.speculation.governor import LoadGovernor
 from actors.speculation.speculator import Speculator
 from actors.tools.base import FunctionTool, ToolArgs, ToolContext
 from messages.gate import ApprovalMode
@@ -39,6 +38,7 @@ from tests.test_speculation import (
     overlay_dirs,
     spec,
     speculated,
+    speculation_runtime,
     suggestion,
     tails,
     wait_until,
@@ -50,16 +50,7 @@ TOOLS_BEFORE_OVERLAY = ("abort_requested", "worker_stopped")
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="spec-cleanup-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
+    yield from speculation_runtime(tmp_path_factory, "spec-cleanup-test")
 
 
 @pytest.fixture

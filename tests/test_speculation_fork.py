@@ -15,7 +15,6 @@ import pytest
 from actors.llm import OpenAICompatible
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
-from actors.speculation.governor import LoadGovernor
 from actors.tools.base import FunctionTool, ToolArgs, ToolContext
 from messages.gate import ApprovalMode
 from messages.speculation import SpeculationFinished
@@ -29,6 +28,7 @@ from tests.test_speculation import (
     overlay_dirs,
     settled,
     spec,
+    speculation_runtime,
     wait_until,
 )
 
@@ -38,16 +38,7 @@ SUGGEST = ['{"suggestion": "bump x to 2"}']
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="spec-fork-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
+    yield from speculation_runtime(tmp_path_factory, "spec-fork-test")
 
 
 @pytest.fixture

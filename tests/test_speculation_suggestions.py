@@ -17,7 +17,6 @@ import pytest
 from actors.llm import OpenAICompatible, ScriptedModel
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
-from actors.speculation.governor import LoadGovernor
 from messages.session import TurnFinished
 from messages.speculation import SuggestionReady
 from supervision import Runtime
@@ -26,6 +25,7 @@ from tests.test_speculation import (
     WAIT,
     main_reply,
     spec,
+    speculation_runtime,
     suggestion,
     wait_until,
 )
@@ -33,16 +33,7 @@ from tests.test_speculation import (
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="spec-suggest-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
+    yield from speculation_runtime(tmp_path_factory, "spec-suggest-test")
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from actors.llm import ScriptedModel, llm_error
-from actors.speculation.governor import LoadGovernor
 from actors.worker.state import pairing_problems
 from messages.conversation import ToolResult
 from messages.gate import ApprovalMode
@@ -31,6 +30,7 @@ from tests.test_speculation import (
     settled,
     spec,
     speculated,
+    speculation_runtime,
     suggestion,
     wait_until,
 )
@@ -38,16 +38,7 @@ from tests.test_speculation import (
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="spec-telemetry-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        # Every speculation these tests ask for must run: no load shedding.
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
+    yield from speculation_runtime(tmp_path_factory, "spec-telemetry-test")
 
 
 @pytest.fixture

@@ -342,17 +342,23 @@ class SessionSupervisor(Supervisor):
                 self._set_suggestion(verdict.text, "hint", snapshot)
                 return
         request_id = f"{self.session_id}-suggest-{next(_seq)}"
+        self._suggestion_request = _SuggestionRequest(request_id, self._epoch, snapshot)
+        self._ask_for_suggestion(snapshot, request_id, "suggestion")
+
+    def _ask_for_suggestion(
+        self, snapshot: ForkSnapshot, request_id: str, purpose: Purpose
+    ) -> None:
+        """One suggestion request on the fork's prefix (the fast model when configured)."""
         model, model_name = self._fork_model()
         request = suggestion_request(
             snapshot,
             max_history=self.spec_config.max_history,
             request_id=request_id,
-            purpose="suggestion",
+            purpose=purpose,
             model=model,
             model_name=model_name,
             reply_to=self.actor_ref,
         )
-        self._suggestion_request = _SuggestionRequest(request_id, self._epoch, snapshot)
         self.worker_config.gateway.tell(request)
 
     @handles(LlmCompleted)
@@ -638,18 +644,8 @@ class SessionSupervisor(Supervisor):
             spec.snapshot, [user, *[i for i in result.items if not isinstance(i, UserMessage)]]
         )
         request_id = f"{spec.id}-pipelined"
-        model, model_name = self._fork_model()
-        request = suggestion_request(
-            snapshot,
-            max_history=self.spec_config.max_history,
-            request_id=request_id,
-            purpose="pipelined",
-            model=model,
-            model_name=model_name,
-            reply_to=self.actor_ref,
-        )
         spec.pipelined_request = request_id
-        self.worker_config.gateway.tell(request)
+        self._ask_for_suggestion(snapshot, request_id, "pipelined")
 
     def _pipelined_owner(self, request_id: str) -> _Speculation | None:
         for spec in self._specs.values():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import random
 import threading
 import time
@@ -477,7 +478,10 @@ class _DeltaCoalescer:
         self._deliver = deliver
         self._deliver_tools = deliver if deliver_tools is None else deliver and deliver_tools
         self._parts: list[str] = []
-        self._last = 0.0
+        # Nothing sent yet: the first delta goes out at once. (Not 0.0: the
+        # loop's clock is monotonic time since boot, which on a freshly
+        # booted machine is shorter than a long window.)
+        self._last = -math.inf
         self._handle: asyncio.TimerHandle | None = None
 
     def __call__(self, event: Any) -> None:

@@ -5,13 +5,15 @@ to the tool itself. Measured in one run:
 
 * the classifier over the whole corpus (:mod:`bench.shell_corpus`): each
   command classified several times, its median taken, then the median and p99
-  over commands;
+  over commands; the same over the corpus's ``${...}`` operand group alone
+  (those operands are re-read as bash may read them, a few extra parses);
 * the gate's added cost per call: ``evaluate_tool_call`` on a read tool and on
   a shell call, each timed side by side with a baseline (a function call doing
   a bare dict lookup), in interleaved rounds; the ratio is printed;
 * the same shell call with a session directory inside a git repository (when
-  git is installed): the git-config probe reads the repository's config files
-  and its index (for submodules) on every such call.
+  git is installed): the git-config probe reads the repository's config files,
+  lists its hooks directory and reads its index (for submodules) on every
+  such call.
 
 Run with ``python -m bench.shell`` (``--quick`` for a short run).
 """
@@ -33,7 +35,7 @@ from rich.table import Table
 
 from actors.gate.shell import classify_shell_command
 from actors.gate.tool_gate import evaluate_tool_call
-from bench.shell_corpus import CORPUS
+from bench.shell_corpus import CORPUS, EXPANSION_OPERANDS
 
 _TABLE = {"read_file": "allow", "shell": "boundary"}
 
@@ -48,10 +50,10 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def _classifier_costs(repeats: int) -> list[float]:
+def _classifier_costs(repeats: int, corpus: list[tuple[str, str]] = CORPUS) -> list[float]:
     """Median microseconds per corpus command."""
     costs: list[float] = []
-    for command, _ in CORPUS:
+    for command, _ in corpus:
         samples: list[float] = []
         for _ in range(repeats):
             start = time.perf_counter_ns()
@@ -90,6 +92,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
     for command, _ in CORPUS:  # warm-up: parser creation, caches, imports
         classify_shell_command(command)
     costs = _classifier_costs(repeats)
+    operand_costs = _classifier_costs(repeats, EXPANSION_OPERANDS)
 
     read_args: dict[str, object] = {"path": "src/app.py", "offset": 0, "limit": 100}
     shell_args: dict[str, object] = {"command": "git status"}
@@ -119,6 +122,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
         "classify_median_us": statistics.median(costs),
         "classify_p99_us": _percentile(costs, 0.99),
         "classify_max_us": max(costs),
+        "classify_operands_median_us": statistics.median(operand_costs),
+        "classify_operands_p99_us": _percentile(operand_costs, 0.99),
         "gate_read_us": read_gate / 1000,
         "gate_read_baseline_us": read_base / 1000,
         "gate_read_added_us": (read_gate - read_base) / 1000,
@@ -164,6 +169,13 @@ def _print(metrics: dict[str, float], *, quick: bool) -> None:
     table.add_row("classify median / command", f"{metrics['classify_median_us']:.1f} µs", "", "")
     table.add_row("classify p99 / command", f"{metrics['classify_p99_us']:.1f} µs", "", "")
     table.add_row("classify max / command", f"{metrics['classify_max_us']:.1f} µs", "", "")
+    table.add_row(
+        "classify ${...} operands median / p99",
+        f"{metrics['classify_operands_median_us']:.1f} / "
+        f"{metrics['classify_operands_p99_us']:.1f} µs",
+        f"{metrics['classify_median_us']:.1f} / {metrics['classify_p99_us']:.1f} µs",
+        f"{metrics['classify_operands_median_us'] / metrics['classify_median_us']:.1f}×",
+    )
     table.add_row(
         "gate: read_file call",
         f"{metrics['gate_read_us']:.2f} µs",

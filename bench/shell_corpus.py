@@ -122,6 +122,10 @@ _READ_ONLY_COMPOSITIONS: list[tuple[str, str]] = [
     ("grep -c x a b c | sort -t: -k2 -n", R),
     ("ls > /dev/null -la", R),
     ("ls 2>&1 src", R),
+    ("ls 2>&1-", R),
+    ("ls >&2-", R),
+    ("ls >& 2-", R),
+    ("ls >&2x", W),
     ("grep foo 2>/dev/null file", R),
     ("cat <<EOF -n\nx\nEOF", R),
     ("cat <<'EOF' -n\n$(rm x)\nEOF", R),
@@ -319,6 +323,69 @@ _SUBSTITUTIONS: list[tuple[str, str]] = [
     ('echo $"translated"', U),
     ("echo $(< file)", U),
     ('grep -r "$(cat pattern.txt)" .', U),
+]
+
+# Command and process substitutions hidden in ${...} operands (the fuzzer's
+# holes: bash ran the inner command while the classifier said read-only).
+EXPANSION_OPERANDS: list[tuple[str, str]] = [
+    # the #, ##, %, %% patterns: tree-sitter leaves them as an opaque "regex"
+    ("echo ${PWD%$(touch M)}", W),
+    ("echo ${PWD%%$(touch M)}", W),
+    ("echo ${HOME#$(touch M)}", W),
+    ("echo ${HOME##$(touch M)}", W),
+    ("ls ${PWD%`touch M`}", W),
+    ("grep x ${HOME%`touch M`}", W),
+    ("echo ${HOME#[`touch M`]}", W),
+    ("echo ${PWD%$(ls)}", U),
+    ("echo ${PWD#$[1+1]}", U),
+    # process substitution in a pattern
+    ("echo ${PWD##<(touch M)}", W),
+    ("echo ${PWD%>(touch M)}", W),
+    ("echo ${x:-<(touch M)}", W),
+    # case modification ^ ^^ , ,,
+    ("echo ${HOME^$(touch M)}", W),
+    ("echo ${HOME^^`touch M`}", W),
+    ("echo ${HOME,$(touch M)}", W),
+    ("echo ${HOME,,$(touch M)}", W),
+    ("echo ${PWD,`touch M`}", W),
+    # substitution / // /# /%
+    ("echo ${PWD/$(touch M)/x}", W),
+    ("echo ${PWD//`touch M`/x}", W),
+    ("echo ${PWD/#$(touch M)}", W),
+    ('echo "${PWD/%`touch M`}"', W),
+    # nested expansions inside a pattern
+    ("echo ${HOME#${x:-$(touch M)}}", W),
+    ("echo ${x#${y@P}}", U),
+    # here-strings and here-documents
+    ("cat <<< ${PWD%$(touch M)}", W),
+    ('cat <<< "${PWD##$(touch M)}"', W),
+    ("cat <<EOF\n${PWD%$(touch M)}\nEOF", W),
+    ("cat <<EOF\n${x:-'$(touch M)'}\nEOF", W),
+    # single quotes and $'...' are literal inside a double-quoted ${x:-...}
+    ("echo \"${x:-'$(touch M)'}\"", W),
+    ("echo \"${HOME:+'$(touch M)'}\"", W),
+    ("echo \"${x-'$(touch M)'}\"", W),
+    ("echo \"${HOME+'`touch M`'}\"", W),
+    ("echo \"${x:-$'$(touch M)'}\"", W),
+    ("echo \"${@-'`touch M`']}\"", W),
+    ("echo \"${PWD#'$(touch M)'}\"", W),
+    ("echo \"${HOME##*'$(touch M)'}\"", W),
+    ("echo \"${x:-'$(ls)'}\"", U),
+    ('echo "${x:-`rm y`}"', W),
+    # outside double quotes the quotes quote; still doubt, never read-only
+    ("echo ${PWD%'$(touch M)'}", W),
+    ("echo ${x:-'$(touch M)'}", W),
+    # everyday patterns stay read-only
+    ("echo ${f%.*}", R),
+    ("echo ${f%.$ext}", R),
+    ('echo "${f##*/}"', R),
+    ("echo ${f#./}", R),
+    ("echo ${path//./_}", R),
+    ("echo ${name^^}", R),
+    ("echo ${name,,}", R),
+    ("echo \"${x:-'default'}\"", R),
+    ('echo "${x:-$HOME}"', R),
+    ("cat <<EOF\n${f%.py} ${HOME#/}\nEOF", R),
 ]
 
 _STRUCTURE: list[tuple[str, str]] = [
@@ -594,6 +661,12 @@ _GIT_READ: list[tuple[str, str]] = [
     ("git log --oneline | head -5", R),
     ("git diff | grep -c '^+'", R),
     ("git status && git diff --stat", R),
+    # global options that only make git do less
+    ("git --no-pager log", R),
+    ("git -P log --oneline", R),
+    ("git --no-pager diff --stat", R),
+    ("git --no-pager -P show HEAD", R),
+    ("git --no-optional-locks status", R),
 ]
 
 _GIT_NOT_READ: list[tuple[str, str]] = [
@@ -661,8 +734,14 @@ _GIT_NOT_READ: list[tuple[str, str]] = [
     ("git -c core.pager=rm log", U),
     ("git -C /other log", U),
     ("git --config-env=core.pager=X log", U),
-    ("git --no-pager log", U),
     ("git -p log", U),
+    ("git --paginate log", U),
+    ("git --no-pager", U),
+    ("git --no-pager -c core.pager=x log", U),
+    ("git -P commit -m x", W),
+    ("git --no-pager branch new", W),
+    ("git --no-pager log --output=x", W),
+    ("git -P log --ext-diff", U),
     ("git --git-dir=/x/.git log", U),
     ("git --work-tree=/x status", U),
     ("git --exec-path=/x log", U),
@@ -700,6 +779,7 @@ CORPUS: list[tuple[str, str]] = [
     *_WRITE_ROOTS,
     *_REDIRECTIONS,
     *_SUBSTITUTIONS,
+    *EXPANSION_OPERANDS,
     *_STRUCTURE,
     *_FIND,
     *_SED,

@@ -129,6 +129,10 @@ def _compose(leaves: st.SearchStrategy[str], *, substitution: bool) -> st.Search
         ]
         if substitution:
             forms.append(children.map(lambda c: f"echo $( {c} )"))
+            # Hidden in ${...} operands: an opaque pattern, and single quotes
+            # that are literal inside double quotes.
+            forms.append(children.map(lambda c: f"echo ${{PWD%$( {c} )}}"))
+            forms.append(children.map(lambda c: f"echo \"${{x:-'$( {c} )'}}\""))
         return st.one_of(*forms)
 
     return st.recursive(leaves, extend, max_leaves=6)

@@ -19,7 +19,7 @@ from messages.gate import ApprovalMode, GateAction, GateDecision
 
 MODES = [mode.value for mode in ApprovalMode]
 READ_TOOLS = ["read_file", "grep", "glob", "list_directory", "inspect"]
-WRITE_TOOLS = ["edit", "write_file"]
+WRITE_TOOLS = ["edit", "write_file", "multi_edit"]
 NETWORK_TOOLS = ["web_fetch", "web_search"]
 INTERACTIVE_TOOLS = [
     "agent",
@@ -43,6 +43,7 @@ SAMPLE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "inspect": {"blob": "0190-abc", "query": ["lines", 10]},
     "edit": {"path": "a.py", "old_string": "x", "new_string": "y", "replace_all": False},
     "write_file": {"path": "a.py", "content": "print(1)\n"},
+    "multi_edit": {"edits": [{"path": "a.py", "old_string": "x", "new_string": "y"}]},
     "shell": {"command": "ls -la"},
 }
 
@@ -82,6 +83,61 @@ def test_unknown_approval_mode_names_the_allowed_values() -> None:
         evaluate_tool_call("read_file", {}, "autoedit")
     for mode in MODES:
         assert repr(mode) in str(info.value)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tool", ["edit", "multi_edit"])
+@pytest.mark.parametrize("preview", [True, "true", 1, None, "no"])
+def test_a_preview_is_a_boundary_in_every_mode(tool: str, mode: str, preview: object) -> None:
+    # A staged preview waits for the user's resolve; inside a speculation it
+    # would land in the speculation's own pending-action store and be lost.
+    # Anything but False is a boundary: pydantic coerces "true" and 1 to True,
+    # and the gate does not second-guess the tool's coercion rules.
+    arguments = {**SAMPLE_ARGUMENTS[tool], "preview": preview}
+    decision = evaluate_tool_call(tool, arguments, mode)
+    assert decision.action is GateAction.BOUNDARY
+    assert "preview" in decision.reason
+    assert "resolve" in decision.reason
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tool", ["edit", "multi_edit"])
+def test_preview_false_is_an_ordinary_write(tool: str, mode: str) -> None:
+    arguments = {**SAMPLE_ARGUMENTS[tool], "preview": False}
+    assert evaluate_tool_call(tool, arguments, mode).action is _expected(tool, mode)
+
+
+def test_gate_knows_every_tool_argument_that_stages_a_preview() -> None:
+    # The gate's field name must be the tools' own: a renamed field would let
+    # previews through. Every built-in tool with a preview field is a write tool.
+    from actors.gate.tool_gate import PREVIEW_ARGUMENT, WRITE_TOOLS
+    from actors.resolve.preview import MultiEdit
+    from actors.tools.builtin import builtin_tools
+
+    tools = [*builtin_tools(), MultiEdit()]
+    staging = {tool.name for tool in tools if PREVIEW_ARGUMENT in tool.args_model.model_fields}
+    assert staging == {"edit", "multi_edit"}
+    assert staging <= WRITE_TOOLS
+    names = {tool.name for tool in tools}
+    assert names >= WRITE_TOOLS
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("arguments", [None, ["path", "a.py"], "a.py"])
+def test_write_tool_arguments_that_are_not_a_mapping_are_a_boundary(
+    arguments: object, mode: str
+) -> None:
+    decision = evaluate_tool_call("edit", arguments, mode)  # type: ignore[arg-type]
+    assert decision.action is GateAction.BOUNDARY
+    assert decision.reason.strip()
+
+
+@pytest.mark.parametrize("name", [None, 3, ["read_file"]])
+def test_a_tool_name_that_is_not_a_string_is_a_boundary(name: object) -> None:
+    decision = evaluate_tool_call(name, {}, "yolo")  # type: ignore[arg-type]
+    assert decision.action is GateAction.BOUNDARY
+    assert decision.tool == repr(name)
+    assert "not a string" in decision.reason
 
 
 def test_redirect_reason_mentions_the_overlay() -> None:
@@ -239,7 +295,9 @@ _JSON = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from([*ALL_TOOLS, "shell"]),
-    st.dictionaries(st.sampled_from(["command", "path", "cwd", "content", "x"]), _JSON),
+    st.dictionaries(
+        st.sampled_from(["command", "path", "cwd", "content", "preview", "edits", "x"]), _JSON
+    ),
     st.sampled_from(MODES),
     st.booleans(),
 )

@@ -8,8 +8,11 @@ but one the agent (or an earlier speculation) wrote to can. So before a
 speculative git command may run, the local config files are read -- with a
 small tolerant reader of our own; running ``git config`` to ask would itself run
 git in that repository -- and any key that names a program makes the command
-``unknown``. Anything the reader is unsure about is doubt, and doubt is
-``unknown`` too.
+``unknown``. So does any executable hook in the git directory (``git status``
+runs ``post-index-change`` when it refreshes the index), and a log format with
+a signature placeholder (``format.pretty = %G?`` runs gpg from ``git log``), and
+a partial clone's promisor remote (reading a missing object fetches it).
+Anything the reader is unsure about is doubt, and doubt is ``unknown`` too.
 
 ``git status`` and ``git diff`` also run git inside every populated submodule
 -- every gitlink of the index, whether ``.gitmodules`` lists it or not -- and
@@ -102,6 +105,18 @@ PROGRAM_KEYS: tuple[str, ...] = (
 )
 """Config keys (lower-cased, ``fnmatch`` patterns) that name programs or other config."""
 
+NETWORK_KEYS: tuple[str, ...] = (
+    "extensions.partialclone",
+    "remote.*.promisor",
+    "remote.*.partialclonefilter",
+)
+"""Keys of a partial clone: ``git log -p`` or ``git show`` there fetch missing objects
+from the remote (network access and writes to the object store)."""
+
+FORMAT_KEYS: tuple[str, ...] = ("format.pretty", "pretty.*")
+"""Keys whose value is a log format: one with a signature placeholder (``%G?``) makes a
+plain ``git log``/``git show`` run gpg, like ``log.showSignature``."""
+
 LAYOUT_KEYS: tuple[str, ...] = ("core.splitindex",)
 """Keys that change where git finds what the probe reads: doubt whatever their value."""
 
@@ -112,7 +127,11 @@ def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 
 _PROGRAM_KEY = _any_of(PROGRAM_KEYS)
+_NETWORK_KEY = _any_of(NETWORK_KEYS)
+_FORMAT_KEY = _any_of(FORMAT_KEYS)
 _LAYOUT_KEY = _any_of(LAYOUT_KEYS)
+_SIGNATURE_PLACEHOLDER = re.compile(r"%G|%\(\*?signature")
+_MAX_HOOK_ENTRIES = 256
 
 _SECTION = re.compile(r'\[\s*([A-Za-z0-9.-]+)\s*(?:"((?:[^"\\\n]|\\.)*)"\s*)?\]')
 _KEY = re.compile(r"([A-Za-z][A-Za-z0-9-]*)\s*(?:$|[=#;])")
@@ -161,11 +180,17 @@ def _probe(gitdir: str, worktree: str | None) -> str | None:
             raise _Doubt("the repository has too many submodules to check")
         own, modules = _config_files(gitdir)
         entries = [entry for path in own for entry in _config_entries(path)]
-        module_keys = [key for path in modules for key, _value in _config_entries(path)]
-        for key in [*(key for key, _value in entries), *module_keys]:
-            if _PROGRAM_KEY.match(key):
-                owner = f"of the submodule {where!r}" if where else "of the repository"
-                return f"the git config {owner} sets {key}, which can run a program"
+        module_entries = [entry for path in modules for entry in _config_entries(path)]
+        owner = f"of the submodule {where!r}" if where else "of the repository"
+        for key, value in [*entries, *module_entries]:
+            problem = _risky_setting(key, value)
+            if problem is not None:
+                return f"the git config {owner} sets {key}, which {problem}"
+        directories = {*_git_directories(gitdir), *(os.path.dirname(path) for path in modules)}
+        for directory in sorted(directories):
+            hook = _executable_hook(directory)
+            if hook is not None:
+                return f"the git directory {owner} has an executable hook {hook!r}, which can run"
         settings = dict(entries)
         _check_layout(entries, gitdir, worktree)
         if worktree is None:
@@ -176,6 +201,46 @@ def _probe(gitdir: str, worktree: str | None) -> str | None:
             if sub_gitdir is not None:
                 label = f"{where}/{rel}" if where else rel
                 pending.append((sub_gitdir, os.path.join(worktree, rel), label))
+    return None
+
+
+def _risky_setting(key: str, value: str | None) -> str | None:
+    """What a config entry makes "read-only" git do, or ``None`` when it is harmless."""
+    if _PROGRAM_KEY.match(key):
+        return "can run a program"
+    if _NETWORK_KEY.match(key):
+        return "makes reading commands fetch from a remote"
+    if _FORMAT_KEY.match(key) and value is not None and _SIGNATURE_PLACEHOLDER.search(value):
+        return "has a signature placeholder that runs gpg"
+    return None
+
+
+def _executable_hook(directory: str) -> str | None:
+    """The name of an executable hook in ``directory/hooks``, or ``None``.
+
+    ``git status``, ``git diff`` and ``git describe --dirty`` refresh the index
+    and run ``post-index-change``; other hooks (``reference-transaction``,
+    ``fsmonitor-watchman`` ...) run from other paths of "read-only" commands.
+    Rather than track which command runs which hook, any executable file there
+    is doubt. Git runs a hook only under its exact name, so ``*.sample`` files
+    (executable in git's default template) never run.
+    """
+    hooks = os.path.join(directory, "hooks")
+    try:
+        mode = os.stat(hooks).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISDIR(mode):
+        return None  # git looks for hooks/<name> and finds nothing
+    names = os.listdir(hooks)
+    if len(names) > _MAX_HOOK_ENTRIES:
+        raise _Doubt(f"{hooks!r} holds too many files to check")
+    for name in sorted(names):
+        if name.endswith(".sample"):
+            continue
+        path = os.path.join(hooks, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return name
     return None
 
 
@@ -250,13 +315,19 @@ def _gitdir_from_file(dotgit: str) -> str:
     return os.path.normpath(gitdir)
 
 
-def _config_files(gitdir: str) -> tuple[list[str], list[str]]:
-    """The repository's own config files, and those of its absorbed submodules."""
+def _git_directories(gitdir: str) -> list[str]:
+    """The git directory and, for a linked worktree, its common directory (hooks live there)."""
     directories = [gitdir]
     commondir = os.path.join(gitdir, "commondir")
     if os.path.isfile(commondir):
         target = _read_text(commondir).strip()
         directories.append(os.path.normpath(os.path.join(gitdir, target)))
+    return directories
+
+
+def _config_files(gitdir: str) -> tuple[list[str], list[str]]:
+    """The repository's own config files, and those of its absorbed submodules."""
+    directories = _git_directories(gitdir)
     own = [
         os.path.join(directory, name)
         for directory in directories

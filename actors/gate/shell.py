@@ -15,10 +15,16 @@ wherever they appear (arguments, assignments, redirect targets, here-doc
 bodies, inside double quotes). Because tree-sitter is not bash, the walker also
 refuses input on which the two could disagree: control characters, unusual
 whitespace, characters inside a word that bash would treat specially, and a
-backslash-newline that changes how the command parses.
+backslash-newline that changes how the command parses. Text tree-sitter leaves
+unparsed but bash expands -- the pattern of ``${x#...}``/``${x%...}``/
+``${x/...}``/``${x^...}``, and quotes that are literal inside a double-quoted
+``${x:-'...'}`` -- is doubt when it could hold a substitution, and is re-read
+as bash may read it so that a write in there is still a write.
 
-Every call is bounded: the input length, the tree size, the walk's depth and
-the number of nodes visited are capped, and hitting a cap is doubt.
+Every call is bounded: the input length, the tree size, the walk's depth, the
+number of nodes visited and the number of command strings parsed (nested
+scripts and re-read text) are capped, and hitting a cap is doubt -- so the
+cost of a hostile command is bounded by construction, not by a timer.
 """
 
 from __future__ import annotations
@@ -53,7 +59,10 @@ MAX_COMMAND_CHARS = 32_768
 MAX_TREE_NODES = 20_000
 MAX_DEPTH = 150
 MAX_VISITS = 20_000
-MAX_NESTED_SOURCES = 16
+MAX_NESTED_SOURCES = 32
+"""Command strings classified per call: the command, ``bash -c``/``eval`` scripts, and
+the re-readings of here-document text and ``${...}`` operands (each at most
+:data:`MAX_COMMAND_CHARS` long), so the total parsing work is bounded too."""
 
 _SHELL_CLASS: dict[Severity, ShellClass] = {
     Severity.READ_ONLY: "read-only",
@@ -101,10 +110,28 @@ _BACKQUOTE_ESCAPE = re.compile(r"\\([\\`$])")
 _GAP = re.compile(rb"(?:[ \t\n]|\\\n)*")
 _CONTINUATION = re.compile(r"(?<!\\)((?:\\\\)*)\\\r?\n")
 _HIDDEN_EXPANSION = re.compile(r"(?<!\\)(?:\\\\)*(?:`|\$[({\[A-Za-z0-9_@*#?$!-])")
+_SUBSTITUTION_TEXT = re.compile(r"\$[(\[]|`|[<>]\(")
+"""Text that may hold a command or process substitution (or ``$[...]`` arithmetic)."""
+_EXPANDABLE_TEXT = re.compile(r"[$`]|[<>]\(")
+_SIMPLE_OPERAND = re.compile(
+    r"(?:[^$`\\'\"<>]|[<>](?!\()"
+    r"|\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|[0-9@*#?$!-]))*"
+)
+"""A ``${...}`` operand with nothing but literal text and plain ``$name`` expansions."""
+_OPAQUE_TYPES = frozenset({"raw_string", "ansi_c_string", "word", "number", "brace_expression"})
+"""Nodes inside ``${...}`` whose text tree-sitter does not parse further (``regex``, the
+other one, is re-read wherever it appears)."""
+_OWN_CHECK_TYPES = frozenset(
+    {"command_substitution", "process_substitution", "expansion", "arithmetic_expansion", "regex"}
+)
 
 
 class _Abort(Exception):
     """A walk limit was hit: the command is too large or too deep to be sure."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -128,8 +155,10 @@ class _Context:
     def enter(self) -> None:
         self.depth += 1
         self.visits += 1
-        if self.depth > MAX_DEPTH or self.visits > MAX_VISITS:
-            raise _Abort
+        if self.depth > MAX_DEPTH:
+            raise _Abort("the command is nested too deeply to check")
+        if self.visits > MAX_VISITS:
+            raise _Abort("the command has too many parts to check")
 
 
 _READ_ONLY = read_only("the command only reads")
@@ -169,8 +198,10 @@ def explain_shell_command(command: str, cwd: str | os.PathLike[str] | None = Non
     context = _Context()
     try:
         verdict = _classify_source(command, context)
-    except (_Abort, RecursionError):
-        return unknown("the command is too large or too deeply nested to check")
+    except _Abort as exc:
+        return unknown(exc.reason)
+    except RecursionError:
+        return unknown("the command is nested too deeply to check")
     if verdict.severity is Severity.READ_ONLY and context.git_reads:
         if context.directory_changes:
             return unknown("git runs after a change of directory; its config was not checked")
@@ -184,7 +215,7 @@ def explain_shell_command(command: str, cwd: str | os.PathLike[str] | None = Non
 def _classify_source(source: str, context: _Context) -> Verdict:
     context.sources += 1
     if context.sources > MAX_NESTED_SOURCES:
-        raise _Abort
+        raise _Abort("the command holds too many nested command strings to check")
     refusal = _refuse_text(source)
     if refusal is not None:
         return refusal
@@ -224,7 +255,7 @@ def _classify_tree(tree: tree_sitter.Tree, source: bytes, context: _Context) -> 
     if root.has_error:
         return unknown("the command does not parse as bash")
     if root.descendant_count > MAX_TREE_NODES:
-        raise _Abort
+        raise _Abort("the command has too many parts to check")
     if not _covered(root, source):
         return unknown("part of the command is missing from its parse tree")
     return _statement(root, context)
@@ -479,7 +510,8 @@ def _redirect_target(operator: str, target: str | None) -> Verdict:
     if operator == "<":
         return _READ_ONLY
     if operator in (">&", "<&"):
-        if target is not None and (target.isdigit() or target == "-"):
+        # ``2>&1`` duplicates, ``>&-`` closes, ``>&2-`` moves a descriptor: no file.
+        if target is not None and (target.removesuffix("-").isdigit() or target == "-"):
             return _READ_ONLY
         if operator == ">&" and target in _SAFE_SINKS:
             return _READ_ONLY
@@ -672,7 +704,11 @@ def _word(node: tree_sitter.Node, context: _Context) -> _Word:
     elif kind == "brace_expression":
         word = _Word(_READ_ONLY, None)
     elif kind == "regex":
-        word = _Word(_READ_ONLY, _text(node))
+        # A ${x#pattern} operand (or a [[ =~ ]] regex): tree-sitter leaves it
+        # unparsed, but bash expands it -- command substitutions included.
+        text = _text(node)
+        verdict = _opaque(text, context)
+        word = _Word(verdict, text if verdict.severity is Severity.READ_ONLY else None)
     else:
         word = _Word(_generic(node, context, f"{kind.replace('_', ' ')} is not checked"), None)
     context.depth -= 1
@@ -788,10 +824,78 @@ def _expansion(node: tree_sitter.Node, context: _Context) -> Verdict:
         return _READ_ONLY
     if inner[0].type not in _VARIABLE_TYPES:
         return _generic(node, context, f"the ${{...}} form with {inner[0].type!r} is not checked")
-    verdict = _READ_ONLY
+    verdict = _substitution_floor(node)
     for child in inner[1:]:
         if child.is_named:
-            verdict = worst(verdict, _word(child, context).verdict)
+            verdict = worst(verdict, _word(child, context).verdict, _operand(child, context))
         elif child.type not in _EXPANSION_OPERATORS:
             return _generic(node, context, f"the ${{...}} operator {child.type!r} is not checked")
+    return verdict
+
+
+def _substitution_floor(node: tree_sitter.Node) -> Verdict:
+    """Doubt for any ``${...}`` whose text could hold a command or process substitution.
+
+    The walk below may miss one: tree-sitter leaves the ``#``/``%``/``/``/``^``/``,``
+    operands unparsed, and reads quotes that are literal in a double-quoted
+    ``${x:-'...'}`` or a here-document as quoting. Whatever the tree says, a
+    ``$(``, ``$[``, backquote, ``<(`` or ``>(`` anywhere in the text is doubt.
+    """
+    if _SUBSTITUTION_TEXT.search(_text(node)) is None:
+        return _READ_ONLY
+    return unknown("a command or process substitution inside ${...} is not checked")
+
+
+def _operand(node: tree_sitter.Node, context: _Context) -> Verdict:
+    """The unparsed text of a ``${...}`` operand, read as bash may read it.
+
+    Nested substitutions and expansions are checked where they are walked;
+    everything else under ``node`` that tree-sitter left as text is re-read.
+    """
+    verdict = _READ_ONLY
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        context.enter()
+        context.depth -= 1
+        if current.type in _OPAQUE_TYPES:
+            verdict = worst(verdict, _opaque(_text(current), context))
+        elif current.type not in _OWN_CHECK_TYPES:
+            stack.extend(current.named_children)
+    return verdict
+
+
+def _opaque(text: str, context: _Context) -> Verdict:
+    """Text bash expands but tree-sitter left unparsed: a ``${...}`` operand.
+
+    Literal text and plain ``$name`` expansions are harmless. Anything else is
+    re-read both ways bash may read it -- quoted, with single quotes literal
+    (as in a double-quoted ``${x:-'...'}`` or an unquoted here-document), and
+    as an unquoted word -- and both readings must be read-only; a substitution
+    is doubt whatever the readings say, and a reading that writes makes the
+    operand a write. The quoted reading is a double-quoted string when the
+    text holds no ``"`` (the two expand alike then, and tree-sitter parses
+    strings more fully than here-document bodies), else a here-document.
+    """
+    if _EXPANDABLE_TEXT.search(text) is None or _SIMPLE_OPERAND.fullmatch(text):
+        return _READ_ONLY
+    verdict = _READ_ONLY
+    if _SUBSTITUTION_TEXT.search(text) is not None:
+        verdict = unknown("a command or process substitution inside ${...} is not checked")
+    quoted = f'echo "{text}"' if '"' not in text else _synthetic_heredoc(text)
+    for source in (quoted, f"echo {text}"):
+        if verdict.severity is Severity.WRITE:
+            break
+        if source in context.reparsed:
+            verdict = worst(verdict, unknown("an expansion inside ${...} is not checked"))
+            continue
+        context.reparsed.add(source)
+        try:
+            reading = _classify_source(source, context)
+        finally:
+            context.reparsed.discard(source)
+        if reading.severity is not Severity.READ_ONLY:
+            verdict = worst(
+                verdict, Verdict(reading.severity, f"inside ${{...}}: {reading.reason}")
+            )
     return verdict

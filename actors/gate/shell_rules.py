@@ -936,10 +936,17 @@ _GIT_SPECIAL: dict[str, Callable[[Sequence[str]], Verdict]] = {
 }
 
 
+GIT_SAFE_GLOBAL_OPTIONS: frozenset[str] = frozenset({"-P", "--no-pager", "--no-optional-locks"})
+"""Options before the git subcommand that only make git do less: no pager, no index refresh."""
+
+
 def _git_rule(args: Sequence[str]) -> Verdict:
-    if not args:
+    index = 0
+    while index < len(args) and args[index] in GIT_SAFE_GLOBAL_OPTIONS:
+        index += 1
+    if index >= len(args):
         return unknown("git without a subcommand")
-    subcommand, rest = args[0], args[1:]
+    subcommand, rest = args[index], args[index + 1 :]
     if subcommand.startswith("-"):
         return unknown(f"git option {subcommand!r} before the subcommand")
     special = _GIT_SPECIAL.get(subcommand)

@@ -7,6 +7,10 @@ into the speculation overlay; ``boundary`` -- stop the speculation before this
 call and wait for the user. Anything the gate does not know is a boundary: a new
 or custom (MCP) tool could do anything.
 
+An edit with ``preview: true`` is a boundary in every mode: it stages a
+pending action for the user's ``resolve``, which a speculation's throwaway
+store would lose.
+
 The gate is a pure function of the call: it reads ``arguments`` and never
 changes them (the speculator rewrites paths into the overlay itself).
 """
@@ -24,8 +28,15 @@ from messages.gate import ApprovalMode, GateAction, GateDecision
 READ_TOOLS: frozenset[str] = frozenset({"read_file", "grep", "glob", "list_directory", "inspect"})
 """Tools that only read (their paths resolve through the overlay); ``inspect`` reads blobs."""
 
-WRITE_TOOLS: frozenset[str] = frozenset({"edit", "write_file"})
+WRITE_TOOLS: frozenset[str] = frozenset({"edit", "write_file", "multi_edit"})
 """Tools whose writes can be redirected into the overlay."""
+
+PREVIEW_ARGUMENT = "preview"
+"""The write tools' argument that stages the edit as a pending action instead of writing.
+
+A staged preview waits for the user's ``resolve``; staged in a speculation it
+would land in the speculation's throwaway pending-action store and be lost on
+accept, so such a call is a boundary in every approval mode."""
 
 NETWORK_TOOLS: frozenset[str] = frozenset({"web_fetch", "web_search"})
 
@@ -78,13 +89,24 @@ def evaluate_tool_call(
     speculation sees, so every shell call is then a boundary.
     """
     mode = parse_approval_mode(approval_mode)
+    tool = name if isinstance(name, str) else repr(name)
 
     def decide(action: GateAction, reason: str) -> GateDecision:
-        return GateDecision(action=action, reason=reason, tool=name)
+        return GateDecision(action=action, reason=reason, tool=tool)
 
+    if not isinstance(name, str):
+        return decide(GateAction.BOUNDARY, f"the tool name {tool} is not a string")
     if name in READ_TOOLS:
         return decide(GateAction.ALLOW, f"{name} only reads")
     if name in WRITE_TOOLS:
+        if not isinstance(arguments, Mapping):
+            return decide(GateAction.BOUNDARY, f"the {name} arguments are not a mapping")
+        if arguments.get(PREVIEW_ARGUMENT, False) is not False:
+            return decide(
+                GateAction.BOUNDARY,
+                f"{name} with {PREVIEW_ARGUMENT} stages a pending action that needs the "
+                "user's resolve; a speculation would lose it",
+            )
         if mode in _EDIT_MODES:
             return decide(
                 GateAction.REDIRECT,

@@ -99,12 +99,32 @@ class StoredOutput(Message):
 class ReferenceBlobs(Message):
     """Pin, for ``session_id``, every blob these history texts reference.
 
-    Send it whenever text enters a history without passing through
-    :class:`StoreToolOutput` -- items inserted from an accepted speculation, a
-    restored or forked history, a user message quoting ``[blob:<id>]`` -- so
-    retention keeps what the history still shows. ``blob_ids`` pins ids given
-    directly (invalid ones are ignored and logged). A tell; an ask is
-    answered with the number of new pins.
+    Retention never removes a blob a live session's history references; a
+    pin is how the store knows. :class:`StoreToolOutput` pins what it
+    stores, so **this message is for every other way text enters a
+    history**. The contract for its senders (the worker, and any future
+    restore or fork path):
+
+    * **what**: ``ReferenceBlobs(session_id=<the history's session>,
+      texts=(<the item's text>, ...))`` -- the full texts; the store finds
+      every ``[blob:<uuid>]`` in them (anywhere, not only at the start).
+      ``blob_ids`` pins ids given directly (invalid ones are ignored and
+      logged). Texts without a reference pin nothing, so a sender may send
+      every appended text or only those containing ``[blob:``.
+    * **when**: as soon as the item is appended to the history -- a user
+      message (a pasted or typed ``[blob:<id>]``), a system message (a
+      ``[File: ...]`` attachment whose file quotes one), items inserted from
+      an accepted speculation, a restored or forked history. Not batched to
+      the end of the turn: a blob of a closed session is protected by
+      nothing else, and the next collection may run at any moment.
+    * **how**: a tell (an ask is answered with the number of new pins). The
+      sender's tells must precede the session's :class:`ReleaseSession`; the
+      runtime stops the worker before it sends that, so anything the worker
+      told is pinned first and then released with the session.
+
+    The pins last until :class:`ReleaseSession` for ``session_id``; a blob
+    stays while *any* session pins it, so a blob created by session A and
+    referenced by session B survives A's close.
     """
 
     session_id: str
@@ -140,7 +160,7 @@ class CollectReport(Message):
     ``protected`` lists referenced (or pinned) blobs that the age or size
     limit would otherwise have removed; ``over_budget`` is true when the blobs left
     (referenced or within the grace period) still exceed ``max_total_bytes``.
-    Sizes count blob files plus their line-index sidecars.
+    Sizes count blob files plus their index sidecars (``.lines``, ``.jidx``).
     """
 
     removed: tuple[uuid.UUID, ...] = ()

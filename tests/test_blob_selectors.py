@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import JsonValue
 
 from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore
+from actors.blobs.json_index import JsonIndex
 from actors.blobs.selectors import BlobReader, InspectError, inspect_blob, parse_selector
 from actors.blobs.summary import utf8_size
 from messages.blobs import BlobKind, BlobLimits, Content, Structured, Text
@@ -25,6 +27,8 @@ class MemoryReader:
     def __init__(self) -> None:
         self.blobs: dict[uuid.UUID, Content] = {}
         self.fail = False
+        self.reads: list[int] = []
+        """Bytes returned by each read_range call (reads are bounded, whatever the blob)."""
 
     def add(self, content: Content) -> str:
         blob_id = uuid.uuid4()
@@ -53,10 +57,31 @@ class MemoryReader:
         assert isinstance(text, Text)
         return len(_lines_of(text.text))
 
-    def read_lines(self, blob_id: uuid.UUID, start: int, stop: int) -> str:
+    def _bytes(self, blob_id: uuid.UUID) -> bytes:
+        content = self.load(blob_id)
+        if isinstance(content, Text):
+            return content.text.encode("utf-8", "surrogatepass")
+        return json.dumps(content.value, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def line_offsets(self, blob_id: uuid.UUID, lines: Sequence[int]) -> list[int]:
         text = self.load(blob_id)
         assert isinstance(text, Text)
-        return "".join(_lines_of(text.text)[start:stop])
+        starts = [0]
+        for line in _lines_of(text.text):
+            starts.append(starts[-1] + len(line.encode("utf-8", "surrogatepass")))
+        return [starts[min(line, len(starts) - 1)] for line in lines]
+
+    def read_range(self, blob_id: uuid.UUID, start: int, stop: int) -> bytes:
+        self.reads.append(max(0, min(stop, len(self._bytes(blob_id))) - start))
+        return self._bytes(blob_id)[start:stop]
+
+    def json_index(self, blob_id: uuid.UUID) -> JsonIndex | None:
+        self.load(blob_id)
+        return None  # always parsed whole; the indexed path runs on FsBlobStore
+
+    def json_part(self, blob_id: uuid.UUID, start: int, stop: int) -> JsonValue:
+        value: JsonValue = json.loads(self._bytes(blob_id)[start:stop])
+        return value
 
 
 def _lines_of(text: str) -> list[str]:

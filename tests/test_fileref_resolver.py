@@ -8,6 +8,7 @@ nothing from outside the workspace is ever attached.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import posixpath
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.filerefs.resolver import (
+    DEFAULT_SCAN_LIMIT,
     ResolveError,
     ResolveErrorKind,
     prepare_submit,
@@ -241,30 +243,71 @@ def test_binary_content_is_refused(fs: WorkspaceFs, ws: Path, data: bytes) -> No
 def test_invalid_sequence_at_the_cut_is_binary(
     fs: WorkspaceFs, ws: Path, sequence: bytes, invalid_after: int
 ) -> None:
-    # The cap falls inside an impossible sequence: once the shown bytes
-    # prove no character can start that way, it is invalid UTF-8, not an
-    # incomplete character. Fewer shown bytes are still a valid beginning
-    # (``ED`` alone may become ``ED 9F BF``), and bytes past the cap are not
-    # judged, so the file is text there.
+    # The judged window (here: the cap, scan_limit=0) ends inside an
+    # impossible sequence: once the judged bytes prove no character can
+    # start that way, it is invalid UTF-8, not an incomplete character.
+    # Fewer judged bytes are still a valid beginning (``ED`` alone may become
+    # ``ED 9F BF``), and bytes past the window are not judged, so the file is
+    # text there. (With the default scan window the whole sequence is judged:
+    # see test_bytes_past_the_cap_are_judged_up_to_the_scan_limit.)
     cap = 10
     for keep in range(1, len(sequence)):
         (ws / "bad").write_bytes(b"a" * (cap - keep) + sequence + b"zzz")
+        assert error_of(fs, "bad", cap=cap).kind is ResolveErrorKind.BINARY, keep
         if keep >= invalid_after:
-            assert error_of(fs, "bad", cap=cap).kind is ResolveErrorKind.BINARY, keep
+            assert error_of(fs, "bad", cap=cap, scan_limit=0).kind is ResolveErrorKind.BINARY
         else:
             body = split_message(
-                resolve_file_ref(fs, "bad", cap=cap).text,
+                resolve_file_ref(fs, "bad", cap=cap, scan_limit=0).text,
                 "bad",
                 total=cap - keep + len(sequence) + 3,
             )
             assert body == "a" * (cap - keep)
 
 
-def test_only_shown_bytes_decide_binary(fs: WorkspaceFs, ws: Path) -> None:
-    # Garbage past the cap is never shown, so it does not make the file binary.
+def test_only_the_scan_window_decides_binary(fs: WorkspaceFs, ws: Path) -> None:
+    # Bytes past the judged window (cap or scan_limit, whichever is larger)
+    # are not judged; inside it, garbage refuses the file even when not shown.
     (ws / "f").write_bytes(b"a" * 8 + b"\x00\xff")
-    assert resolve_file_ref(fs, "f", cap=8).text == "[File: f]\naaaaaaaa" + MARKER.format(total=10)
-    assert error_of(fs, "f", cap=9).kind is ResolveErrorKind.BINARY
+    assert resolve_file_ref(fs, "f", cap=8, scan_limit=0).text == (
+        "[File: f]\naaaaaaaa" + MARKER.format(total=10)
+    )
+    assert error_of(fs, "f", cap=9, scan_limit=0).kind is ResolveErrorKind.BINARY
+    assert error_of(fs, "f", cap=8).kind is ResolveErrorKind.BINARY  # default window: judged
+    assert resolve_file_ref(fs, "f", cap=4, scan_limit=8).text.startswith("[File: f]\naaaa\n")
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"\x00", b"\xff", b"\xc3(", b"\xed\xa0\x80"],
+    ids=["nul", "ff", "bad-continuation", "surrogate"],
+)
+def test_bytes_past_the_cap_are_judged_up_to_the_scan_limit(
+    fs: WorkspaceFs, ws: Path, garbage: bytes
+) -> None:
+    # Audit G8: a text head on a binary file used to be attached as "text"
+    # because only the first 16 KB (the shown part) were judged.
+    (ws / "mixed.bin").write_bytes(b"x" * 20_000 + garbage + b"y" * 100)
+    error = error_of(fs, "mixed.bin")
+    assert error.kind is ResolveErrorKind.BINARY and error.reason == "binary file"
+    # The same garbage just past the scan window is not judged (documented).
+    (ws / "late.txt").write_bytes(b"x" * DEFAULT_SCAN_LIMIT + garbage)
+    body = split_message(
+        resolve_file_ref(fs, "late.txt").text, "late.txt", total=DEFAULT_SCAN_LIMIT + len(garbage)
+    )
+    assert body == "x" * 16_384
+
+
+def test_a_valid_character_cut_by_the_scan_window_is_text(fs: WorkspaceFs, ws: Path) -> None:
+    data = ("é" * 20).encode()
+    (ws / "t.txt").write_bytes(data)
+    for scan_limit in range(len(data) + 1):
+        body = split_message(
+            resolve_file_ref(fs, "t.txt", cap=6, scan_limit=scan_limit).text,
+            "t.txt",
+            total=len(data),
+        )
+        assert body == "ééé"
 
 
 class RecordingFs:
@@ -298,20 +341,26 @@ class RecordingFs:
 def test_reads_only_the_cap_plus_one_byte_and_takes_total_from_stat(
     fs: WorkspaceFs, ws: Path
 ) -> None:
-    (ws / "huge.txt").write_bytes(b"z" * 1_000_000)
+    (ws / "huge.txt").write_bytes(b"z" * 3_000_000)
     view = RecordingFs(fs)
     assert isinstance(view, FsView)
-    text = resolve_file_ref(view, "huge.txt", cap=100).text
+    text = resolve_file_ref(view, "huge.txt", cap=100, scan_limit=0).text
     assert view.reads == [("huge.txt", 101)]
-    assert text == "[File: huge.txt]\n" + "z" * 100 + MARKER.format(total=1_000_000)
+    assert text == "[File: huge.txt]\n" + "z" * 100 + MARKER.format(total=3_000_000)
+    # By default one read covers the scan window too -- and never the whole file.
+    assert resolve_file_ref(view, "huge.txt", cap=100).text == text
+    assert view.reads[1:] == [("huge.txt", DEFAULT_SCAN_LIMIT + 1)]
 
 
 def test_total_is_never_below_what_was_read(fs: WorkspaceFs, ws: Path) -> None:
     # stat is stale (the file grew after it): the total still covers the read.
     (ws / "grew.txt").write_bytes(b"q" * 50)
     stale = RecordingFs(fs, stat_size=3)
-    assert resolve_file_ref(stale, "grew.txt", cap=10).text.endswith(
+    assert resolve_file_ref(stale, "grew.txt", cap=10, scan_limit=0).text.endswith(
         "[...truncated, 11 bytes total — use read_file for the rest]"
+    )
+    assert resolve_file_ref(stale, "grew.txt", cap=10).text.endswith(  # the read saw it all
+        "[...truncated, 50 bytes total — use read_file for the rest]"
     )
     # stat says bigger than what is there (it shrank): not truncated.
     shrunk = RecordingFs(fs, stat_size=10_000)
@@ -383,6 +432,108 @@ def test_symlink_inside_to_inside_resolves(fs: WorkspaceFs, ws: Path) -> None:
     assert resolve_file_ref(fs, "dir_link/f.txt").text == "[File: dir_link/f.txt]\ninside"
     assert resolve_file_ref(fs, "real/up").text == "[File: real/up]\ninside"
     assert resolve_file_ref(fs, "dir_link/").text == "[Dir: dir_link/]\nf.txt\nup"
+
+
+class SwappingFs:
+    """A real view whose ``resolve`` or ``stat`` (the resolver's checks) swaps the tree after.
+
+    The resolver checks (resolve, stat) and then opens (read_bytes,
+    list_dir); ``swap`` runs between the two, once, as an attacker racing
+    the submit would.
+    """
+
+    def __init__(self, inner: WorkspaceFs, when: str, swap: Callable[[], None]) -> None:
+        self.inner = inner
+        self.when = when
+        self.swap = swap
+        self.swapped = False
+
+    def _fire(self, step: str) -> None:
+        if step == self.when and not self.swapped:
+            self.swapped = True
+            self.swap()
+
+    def resolve(self, path: str) -> str:
+        result = self.inner.resolve(path)
+        self._fire("resolve")
+        return result
+
+    def stat(self, path: str) -> FileStat | None:
+        info = self.inner.stat(path)
+        self._fire("stat")
+        return info
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("when", ["resolve", "stat"])
+@pytest.mark.parametrize("what", ["file", "parent", "dir"])
+def test_a_symlink_swapped_in_between_check_and_open_is_never_followed(
+    fs: WorkspaceFs, ws: Path, outside: Path, when: str, what: str
+) -> None:
+    (ws / "d").mkdir()
+    (ws / "d" / "secret.txt").write_text("inside")
+    (outside / "dir_only_outside").mkdir()
+
+    def swap() -> None:
+        if what == "file":
+            (ws / "d" / "secret.txt").unlink()
+            (ws / "d" / "secret.txt").symlink_to(outside / "secret.txt")
+        else:
+            (ws / "d" / "secret.txt").unlink()
+            (ws / "d").rmdir()
+            (ws / "d").symlink_to(outside)
+
+    path = "d/" if what == "dir" else "d/secret.txt"
+    view = SwappingFs(fs, when, swap)
+    try:
+        outcome = resolve_file_ref(view, path).text
+    except ResolveError as error:
+        outcome = str(error)
+        assert error.kind in (ResolveErrorKind.OUT_OF_SCOPE, ResolveErrorKind.IO), error
+    assert view.swapped, "the swap must have happened between the check and the open"
+    assert SENTINEL not in outcome and "dir_only_outside" not in outcome
+    # The swapped path really leads outside now: a naive open would have read it.
+    assert SENTINEL in (ws / "d" / "secret.txt").read_text()
+    prepared = resolve_input(fs, [FileRef(path=path)])  # and checked afresh it is refused
+    assert prepared.stash == () and len(prepared.alerts) == 1
+
+
+def test_a_racing_swap_never_leaks_outside_content(
+    fs: WorkspaceFs, ws: Path, outside: Path
+) -> None:
+    """A thread flips a file between a real file and a symlink to outside while we resolve."""
+    target = ws / "flip.txt"
+    target.write_text("inside")
+    stop = threading.Event()
+
+    def flipper() -> None:
+        staged = ws / ".flip-link"
+        while not stop.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
+            staged.symlink_to(outside / "secret.txt")
+            os.replace(staged, target)  # atomically a symlink to outside
+            staged.write_text("inside")
+            os.replace(staged, target)  # atomically a file again
+
+    thread = threading.Thread(target=flipper, daemon=True)
+    thread.start()
+    outcomes: set[str] = set()
+    try:
+        for _ in range(300):
+            try:
+                outcomes.add(resolve_file_ref(fs, "flip.txt").text)
+            except ResolveError as error:
+                assert SENTINEL not in str(error)
+                outcomes.add(error.kind.value)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert all(SENTINEL not in outcome for outcome in outcomes)
+    assert outcomes <= {"[File: flip.txt]\ninside", "io", "out_of_scope", "not_found"}
 
 
 def test_fifo_is_an_io_error_and_does_not_hang(fs: WorkspaceFs, ws: Path) -> None:
@@ -513,6 +664,30 @@ def test_directory_listing_is_capped_with_a_marker(fs: WorkspaceFs, ws: Path) ->
     assert (
         resolve_file_ref(fs, "big", dir_limit=0).text == "[Dir: big]\n… 137 more entries not shown"
     )
+
+
+def test_directory_listing_is_byte_capped_too(fs: WorkspaceFs, ws: Path) -> None:
+    # Audit G11: 100 long names (~22 KB) used to exceed the 16 KB cap.
+    long = ws / "long"
+    long.mkdir()
+    names = [f"{index:03}-" + "n" * 216 for index in range(100)]  # 220 bytes each
+    for name in names:
+        (long / name).write_text("")
+    text = resolve_file_ref(fs, "long").text
+    header = "[Dir: long]\n"
+    listing = text.removeprefix(header)
+    assert len(listing.encode()) <= 16_384
+    *shown, marker = listing.split("\n")
+    assert shown == names[: len(shown)] and len(shown) == 74
+    assert marker == f"… {100 - len(shown)} more entries not shown"
+    # A small cap: whole names only, and the marker always fits.
+    small = resolve_file_ref(fs, "long", cap=500).text.removeprefix(header)
+    assert len(small.encode()) <= 500 and small.split("\n") == [
+        *names[:2],
+        "… 98 more entries not shown",
+    ]
+    assert resolve_file_ref(fs, "long", cap=10).text == header + "… 100 more entries not shown"
+    assert resolve_file_ref(fs, "long", cap=10**6).text.count("\n") == 100  # no marker
 
 
 def test_empty_directory_and_the_root(fs: WorkspaceFs, ws: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.filerefs.tokenizer import (
@@ -164,6 +164,7 @@ def _source_form(segment: Segment) -> str:
     return "@" + segment.path if isinstance(segment, FileRef) else segment.text
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(_ANY_TEXT)
 def test_parse_never_raises_and_is_canonical(text: str) -> None:
     segments = parse_input(text)
@@ -176,6 +177,7 @@ def test_parse_never_raises_and_is_canonical(text: str) -> None:
             assert isinstance(segment, FileRef)
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(_NO_QUOTE_TEXT)
 def test_render_inverts_parse_without_quotes(text: str) -> None:
     # Without a '"' every reference is unquoted, so its source is "@" + path
@@ -185,6 +187,7 @@ def test_render_inverts_parse_without_quotes(text: str) -> None:
     assert render_user_text(segments) == text
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(_ANY_TEXT)
 def test_rendered_text_is_a_fixed_point(text: str) -> None:
     # In general a quoted reference is re-spelt canonically (``@"abc"`` becomes
@@ -195,6 +198,7 @@ def test_rendered_text_is_a_fixed_point(text: str) -> None:
     assert render_user_text(parse_input(rendered)) == rendered
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(_ANY_TEXT)
 def test_spans_tile_the_input(text: str) -> None:
     spans = segment_spans(text)
@@ -239,6 +243,7 @@ def _segments_with_paths(draw: st.DrawFn) -> tuple[list[Segment], list[str]]:
     return segments, paths
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(_segments_with_paths())
 def test_rendered_paths_parse_back(case: tuple[list[Segment], list[str]]) -> None:
     segments, paths = case
@@ -246,6 +251,7 @@ def test_rendered_paths_parse_back(case: tuple[list[Segment], list[str]]) -> Non
     assert [s.path for s in reparsed if isinstance(s, FileRef)] == paths
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(_segments_with_paths())
 def test_unresolved_refs_become_placeholders(case: tuple[list[Segment], list[str]]) -> None:
     segments, paths = case
@@ -254,6 +260,7 @@ def test_unresolved_refs_become_placeholders(case: tuple[list[Segment], list[str
         assert UNRESOLVED_TEMPLATE.format(path=path) in text
 
 
+@settings(deadline=None)  # no timing asserts: the machine may be loaded
 @given(st.lists(_PATHS, max_size=8))
 def test_file_refs_dedupe_in_order(paths: list[str]) -> None:
     segments = [F(p) for p in paths]

@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from actors.core import PooledActor
+from actors.filerefs.interceptor import FileRefInterceptor
 from actors.llm import FunctionModel, ScriptedModel
 from actors.worker.hooks import Cancel, Continue, Hooks, PromptContext
-from actors.worker.interceptor import Interceptor
+from actors.worker.interceptor import ContinueWith, Interceptor, Interceptors
+from actors.worker.state import SessionState
 from messages.alerts import Alert, AlertLevel, GetAlerts
 from messages.conversation import FileRef, SystemMessage, TextSegment, UserMessage
 from messages.llm import LlmRequest
@@ -141,6 +143,47 @@ def test_a_cancelled_submit_leaves_no_stale_attachment(runtime: Runtime, workspa
         assert [type(i).__name__ for i in turn.items] == ["UserMessage", "AssistantMessage"]
         assert not any(isinstance(i, SystemMessage) for i in s.history)
         assert len(seen) == 1 and len(seen[0].messages) == 1
+
+
+class Veto(Interceptor):
+    """A trusted interceptor that cancels every submit (ahead of the file-ref one)."""
+
+    def on_prompt_submit(self, message: UserMessage) -> Cancel:
+        return Cancel("vetoed")
+
+
+def test_a_cancel_drops_the_stash_at_cancel_time() -> None:
+    """Audit G12: the cancel hook itself must drop the stash -- not the end of the run,
+    not the next submit overwriting it. Here the veto comes before the file-ref
+    interceptor could drain the stash, so only ``on_submit_cancelled`` can drop it."""
+    state = SessionState()
+    attached = SystemMessage(text="[File: a.txt]\nA")
+    state.stash = [attached]
+    chain = Interceptors([Veto(), FileRefInterceptor(state)])
+    verdict = chain.on_prompt_submit(UserMessage(text="see @a.txt"))
+    assert isinstance(verdict, Cancel)
+    assert state.stash == []  # dropped at cancel time, before anything else runs
+    # The public-hook path: drained into the verdict, then cancelled -- nothing is left.
+    state.stash = [attached]
+    fileref = FileRefInterceptor(state)
+    drained = fileref.on_prompt_submit(UserMessage(text="see @a.txt"))
+    assert isinstance(drained, ContinueWith) and list(drained.items) == [attached]
+    fileref.on_submit_cancelled()
+    assert state.stash == []
+    assert isinstance(fileref.on_prompt_submit(UserMessage(text="next")), Continue)
+
+
+def test_a_cancelled_submit_leaves_an_empty_stash_before_the_next_submit(
+    runtime: Runtime, workspace: Path
+) -> None:
+    hooks = Hooks()
+    hooks.on_prompt_submit(lambda ctx: Cancel("not now"))
+    model, seen = recorder()
+    with runtime.open_session(workspace=workspace, model=model, hooks=hooks) as s:
+        turn = s.submit("secret @src/app.py", timeout=WAIT)
+        assert turn.status == "rejected" and seen == []
+        assert s._state.stash == []  # observable before any next submit
+        assert not any(isinstance(i, SystemMessage) for i in s.history)
 
 
 def test_attachments_stay_in_history_for_later_turns(runtime: Runtime, workspace: Path) -> None:

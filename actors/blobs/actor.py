@@ -30,6 +30,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
+import structlog
+
 from actors.blobs.fs_store import (
     BlobStoreError,
     FsBlobStore,
@@ -61,6 +63,8 @@ from messages.blob_store import (
 from messages.blobs import BlobLimits, Content, Inline, Stored, Text, ToolOutput
 
 __all__ = ["BlobStoreActor", "store_output"]
+
+log = structlog.get_logger(__name__)
 
 
 def _decide(message: StoreToolOutput, limits: BlobLimits) -> ToolOutput:
@@ -111,12 +115,13 @@ def _store_blob(
 
 
 def _reference(pins: PinTable, message: ReferenceBlobs) -> int:
+    """Pin what ``message`` references (see its docstring); returns the new pins."""
     ids = referenced_blob_ids(message.texts)
     for raw in message.blob_ids:
         try:
             ids.add(parse_blob_id(raw))
         except InvalidBlobId:
-            continue
+            log.warning("blob_reference_invalid_id", session=message.session_id, blob_id=raw[:80])
     return pins.pin(message.session_id, ids)
 
 

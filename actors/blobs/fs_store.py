@@ -6,6 +6,7 @@ through the ``[blob:<id>]`` reference in its history)::
     <root>/blobs/<id>.txt      Text content, the exact UTF-8 bytes
     <root>/blobs/<id>.json     Structured content, compact JSON
     <root>/blobs/<id>.lines    line index of a big text blob (a rebuildable cache)
+    <root>/blobs/<id>.jidx     top-level index of a big JSON blob (a rebuildable cache)
     <root>/blobs/.tmp-<pid>-*  temp files of writes in progress (or interrupted)
 
 Guarantees the blob-store actor builds on:
@@ -36,11 +37,19 @@ Guarantees the blob-store actor builds on:
   sparse line index (:mod:`actors.blobs.line_index`) written next to them at
   store time and rebuilt if missing or stale, so :meth:`read_lines` seeks
   instead of scanning. Smaller blobs are indexed in memory on first use.
-* **Parsed JSON is cached.** Blobs are immutable, so :meth:`load` keeps the
-  parsed value of recently loaded structured blobs (an LRU bounded by their
-  stored bytes, ``parsed_cache_bytes``): ``inspect`` of a big JSON blob parses
-  it once, not on every call. Cached values are shared -- treat
-  ``Structured.value`` as read-only (as its docstring says).
+* **Cheap long lines.** :meth:`line_offsets` and :meth:`read_range` give
+  byte positions and bounded byte windows, so ``inspect`` of a 100 MB
+  single-line blob reads 16 KB, not the line (twice).
+* **Parsed JSON is cached; big JSON is indexed.** Blobs are immutable, so
+  :meth:`load` keeps the parsed value of recently loaded structured blobs (an
+  LRU bounded by their stored bytes, ``parsed_cache_bytes``; a blob over half
+  the bound is never cached, so one blob cannot flush the rest). A structured
+  array or object of at least ``json_index_min_bytes`` (by default that same
+  half bound: exactly the blobs the cache refuses) gets a top-level index
+  (:mod:`actors.blobs.json_index`), so ``inspect`` parses only the entries it
+  shows (:meth:`json_index`, :meth:`json_part`, whose parses share the LRU).
+  Cached values are shared -- treat ``Structured.value`` as read-only (as its
+  docstring says).
 
 Blocking I/O: every method touches the disk. The blob-store actor runs them
 on the blocking lane; the ``inspect`` tool calls them directly from its
@@ -57,24 +66,31 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import structlog
 import uuid_utils
+from pydantic import JsonValue
 
+from actors.blobs.json_index import JsonIndex, encode_indexed
 from actors.blobs.line_index import LineIndex
 from actors.blobs.pins import PinTable
 from messages.blob_store import CollectReport
 from messages.blobs import BlobKind, Content, Structured, Text
+
+_PartKey = uuid.UUID | tuple[uuid.UUID, int, int]
+"""A parsed-JSON cache key: a blob id (the whole blob), or a blob id and a byte span."""
 
 log = structlog.get_logger(__name__)
 
 TEXT_SUFFIX = ".txt"
 JSON_SUFFIX = ".json"
 INDEX_SUFFIX = ".lines"
+JSON_INDEX_SUFFIX = ".jidx"
+_SIDECARS = (INDEX_SUFFIX, JSON_INDEX_SUFFIX)
 TEMP_PREFIX = ".tmp-"
 INDEX_MIN_BYTES = 64 * 1024
 """Text blobs at least this big get a persistent line-index sidecar."""
@@ -201,8 +217,10 @@ class FsBlobStore:
     :class:`PinTable` by default). It belongs to the store rather than to the
     blob-store actor so it survives the actor's restarts: whoever owns the
     store (the runtime) owns the pins. ``parsed_cache_bytes`` bounds the
-    parsed-JSON cache; ``temp_grace_s`` is the age after which the sweep
-    removes any temp file, even one whose writer's pid is alive.
+    parsed-JSON cache; ``json_index_min_bytes`` (default: half of it) is the
+    size from which structured blobs get a top-level index; ``temp_grace_s``
+    is the age after which the sweep removes any temp file, even one whose
+    writer's pid is alive.
     """
 
     def __init__(
@@ -217,6 +235,7 @@ class FsBlobStore:
         pins: PinTable | None = None,
         parsed_cache_bytes: int = PARSED_CACHE_BYTES,
         temp_grace_s: float = TEMP_GRACE_S,
+        json_index_min_bytes: int | None = None,
     ) -> None:
         if max_total_bytes is not None and max_total_bytes < 0:
             raise ValueError("max_total_bytes must be >= 0")
@@ -241,9 +260,13 @@ class FsBlobStore:
         self._lock = threading.Lock()
         self._collect_lock = threading.Lock()
         self._indexes: OrderedDict[uuid.UUID, LineIndex] = OrderedDict()
-        self._parsed: OrderedDict[uuid.UUID, tuple[int, Structured]] = OrderedDict()
+        self._parsed: OrderedDict[_PartKey, tuple[int, JsonValue]] = OrderedDict()
         self._parsed_bytes = 0
         self._parsed_cap = parsed_cache_bytes
+        self._json_index_min = (
+            parsed_cache_bytes // 2 if json_index_min_bytes is None else json_index_min_bytes
+        )
+        self._json_indexes: OrderedDict[uuid.UUID, tuple[int, JsonIndex | None]] = OrderedDict()
         self.blobs_dir.mkdir(parents=True, exist_ok=True)
         self._dir_key = os.path.realpath(self.blobs_dir)
         self.sweep_temp()
@@ -254,6 +277,9 @@ class FsBlobStore:
         """Where a blob of ``kind`` with this id lives (whether or not it exists)."""
         suffix = TEXT_SUFFIX if kind == "text" else JSON_SUFFIX
         return self.blobs_dir / f"{parse_blob_id(blob_id)}{suffix}"
+
+    def _json_index_path(self, blob_id: uuid.UUID) -> Path:
+        return self.blobs_dir / f"{blob_id}{JSON_INDEX_SUFFIX}"
 
     def _find(self, blob_id: uuid.UUID) -> tuple[Path, BlobKind]:
         for kind in _KINDS:
@@ -287,6 +313,8 @@ class FsBlobStore:
                     self._save_index(blob_id, index)
                 except OSError as exc:  # only a cache: a reader rebuilds it
                     log.warning("blob_line_index_not_saved", blob_id=str(blob_id), error=str(exc))
+            elif isinstance(content, Structured) and len(data) >= self._json_index_min:
+                self._index_json(blob_id, content.value, data)
         finally:
             with _INFLIGHT_LOCK:
                 _INFLIGHT_IDS.discard(busy)
@@ -360,9 +388,9 @@ class FsBlobStore:
         and re-validating a large JSON document would double the cost.
         """
         key = parse_blob_id(blob_id)
-        cached = self._cached_structured(key)
+        cached = self._cached_part(key)
         if cached is not None:
-            return cached
+            return Structured.model_construct(value=cached[0])
         for kind in _KINDS:
             path = self.path_for(key, kind)
             try:
@@ -378,49 +406,159 @@ class FsBlobStore:
                 content = Structured.model_construct(value=json.loads(text))
             except ValueError as exc:
                 raise BlobStoreError(f"blob {key} is corrupt: {exc}") from exc
-            self._cache_structured(key, len(raw), content)
+            self._cache_part(key, len(raw), content.value)
             return content
         raise BlobNotFound(f"no blob {key}")
 
-    def _cached_structured(self, blob_id: uuid.UUID) -> Structured | None:
-        """The cached parse of a structured blob that is still on disk, else None.
+    def _cached_part(
+        self, blob_id: uuid.UUID, span: tuple[int, int] | None = None
+    ) -> tuple[JsonValue] | None:
+        """A cached parse (of the whole blob, or of the bytes ``span``) of a blob still on disk.
 
         The file is stat-ed first: another process's collection may have
-        removed the blob, and a cache must not resurrect it.
+        removed the blob, and a cache must not resurrect it. (A 1-tuple, so
+        a cached ``null`` is not a miss; None is a miss.)
         """
+        key: _PartKey = blob_id if span is None else (blob_id, *span)
         with self._lock:
-            hit = self._parsed.get(blob_id)
+            hit = self._parsed.get(key)
             if hit is not None:
-                self._parsed.move_to_end(blob_id)
+                self._parsed.move_to_end(key)
         if hit is None:
             return None
-        size, content = hit
         try:
-            if self.path_for(blob_id, "structured").stat().st_size == size:
-                return content
+            st = self.path_for(blob_id, "structured").stat()
+            if span is not None or st.st_size == hit[0]:
+                return (hit[1],)
         except OSError:
             pass
         self._forget_parsed(blob_id)
         return None
 
-    def _cache_structured(self, blob_id: uuid.UUID, size: int, content: Structured) -> None:
+    def _cache_part(self, key: _PartKey, size: int, value: JsonValue) -> None:
         if size > self._parsed_cap // 2:  # one huge blob must not flush everything else
             return
         with self._lock:
-            previous = self._parsed.pop(blob_id, None)
+            previous = self._parsed.pop(key, None)
             if previous is not None:
                 self._parsed_bytes -= previous[0]
-            self._parsed[blob_id] = (size, content)
+            self._parsed[key] = (size, value)
             self._parsed_bytes += size
             while self._parsed_bytes > self._parsed_cap and self._parsed:
-                _, (dropped, _content) = self._parsed.popitem(last=False)
+                _, (dropped, _value) = self._parsed.popitem(last=False)
                 self._parsed_bytes -= dropped
 
     def _forget_parsed(self, blob_id: uuid.UUID) -> None:
         with self._lock:
-            previous = self._parsed.pop(blob_id, None)
-            if previous is not None:
-                self._parsed_bytes -= previous[0]
+            for key in [
+                k for k in self._parsed if (k[0] if isinstance(k, tuple) else k) == blob_id
+            ]:
+                self._parsed_bytes -= self._parsed.pop(key)[0]
+            self._json_indexes.pop(blob_id, None)
+
+    # ------------------------------------------------------------ big JSON blobs
+
+    def _index_json(self, blob_id: uuid.UUID, value: JsonValue, data: bytes) -> JsonIndex | None:
+        """Build (and save) the top-level index of a structured blob whose bytes are ``data``."""
+        built = encode_indexed(value)
+        index = None
+        if built is not None:
+            if built[0] == data:
+                index = built[1]
+                try:
+                    self._write_atomic(
+                        self._json_index_path(blob_id), index.to_bytes(), durable=False
+                    )
+                except OSError as exc:  # only a cache: a reader rebuilds it
+                    log.warning("blob_json_index_not_saved", blob_id=str(blob_id), error=str(exc))
+            else:  # not our compact encoding (written by something else): no offsets to trust
+                log.warning("blob_json_index_mismatch", blob_id=str(blob_id))
+        self._cache_json_index(blob_id, len(data), index)
+        return index
+
+    def _cache_json_index(self, blob_id: uuid.UUID, size: int, index: JsonIndex | None) -> None:
+        with self._lock:
+            self._json_indexes[blob_id] = (size, index)
+            self._json_indexes.move_to_end(blob_id)
+            while len(self._json_indexes) > _INDEX_CACHE_SIZE:
+                self._json_indexes.popitem(last=False)
+
+    def json_index(self, blob_id: uuid.UUID | str) -> JsonIndex | None:
+        """The top-level index of a big structured array/object; None for any other blob.
+
+        Memory cache, then the sidecar, then a rebuild (one full parse) for
+        a blob that should have one; each is checked against the blob's
+        size. :class:`BlobNotFound` if absent, :class:`BlobKindError` for text.
+        """
+        key = parse_blob_id(blob_id)
+        path = self.path_for(key, "structured")
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            if self.path_for(key, "text").exists():
+                raise BlobKindError(f"blob {key} is text, not structured") from None
+            raise BlobNotFound(f"no blob {key}") from None
+        except OSError as exc:
+            raise BlobStoreError(f"could not read blob {key}: {exc}") from exc
+        with self._lock:
+            hit = self._json_indexes.get(key)
+            if hit is not None:
+                self._json_indexes.move_to_end(key)
+        if hit is not None and hit[0] == size:
+            return hit[1]
+        if size < self._json_index_min:
+            return None
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            index = JsonIndex.from_bytes(self._json_index_path(key).read_bytes())
+            if index.size == size:
+                self._cache_json_index(key, size, index)
+                return index
+        try:
+            raw = path.read_bytes()
+            value = json.loads(raw.decode(ENCODING, ENCODING_ERRORS))
+        except FileNotFoundError:
+            raise BlobNotFound(f"no blob {key}") from None
+        except OSError as exc:
+            raise BlobStoreError(f"could not read blob {key}: {exc}") from exc
+        except ValueError as exc:
+            raise BlobStoreError(f"blob {key} is corrupt: {exc}") from exc
+        log.info("blob_json_index_rebuilt", blob_id=str(key), size=size)
+        return self._index_json(key, value, raw)
+
+    def json_part(self, blob_id: uuid.UUID | str, start: int, stop: int) -> JsonValue:
+        """The parsed JSON value stored in bytes ``start..stop`` of a structured blob.
+
+        For one entry or member value located with :meth:`json_index`;
+        parses share the LRU of :meth:`load` (keyed by blob and span).
+        """
+        key = parse_blob_id(blob_id)
+        cached = self._cached_part(key, (start, stop))
+        if cached is not None:
+            return cached[0]
+        raw = self.read_range(key, start, stop)
+        try:
+            value: JsonValue = json.loads(raw.decode(ENCODING, ENCODING_ERRORS))
+        except ValueError as exc:
+            raise BlobStoreError(f"blob {key} is corrupt at bytes {start}..{stop}: {exc}") from exc
+        self._cache_part((key, start, stop), len(raw), value)
+        return value
+
+    def read_range(self, blob_id: uuid.UUID | str, start: int, stop: int) -> bytes:
+        """Bytes ``start..stop`` (0-based, end-exclusive, clamped) of a blob of either kind."""
+        if start < 0 or stop < 0:
+            raise ValueError("byte offsets must be non-negative")
+        key = parse_blob_id(blob_id)
+        path, _ = self._find(key)
+        if stop <= start:
+            return b""
+        try:
+            with path.open("rb") as fh:
+                fh.seek(start)
+                return fh.read(stop - start)
+        except FileNotFoundError:
+            raise BlobNotFound(f"no blob {key}") from None
+        except OSError as exc:
+            raise BlobStoreError(f"could not read blob {key}: {exc}") from exc
 
     def line_count(self, blob_id: uuid.UUID | str) -> int:
         """Number of lines of a text blob (see :mod:`actors.blobs.line_index`)."""
@@ -441,6 +579,16 @@ class FsBlobStore:
         with self._open_text(parse_blob_id(blob_id)) as (fh, index):
             raw = index.read_range(fh, start, stop)
         return raw.decode(ENCODING, ENCODING_ERRORS)
+
+    def line_offsets(self, blob_id: uuid.UUID | str, lines: Sequence[int]) -> list[int]:
+        """Byte offset where each 0-based line starts (the blob's size past the last line).
+
+        A seek and at most ``stride - 1`` skipped lines per entry, read in
+        bounded pieces: very long lines cost a read, never their size in
+        memory (:meth:`LineIndex.offset_of`). Text blobs only.
+        """
+        with self._open_text(parse_blob_id(blob_id)) as (fh, index):
+            return [index.offset_of(fh, line) for line in lines]
 
     @contextlib.contextmanager
     def _open_text(self, blob_id: uuid.UUID) -> Iterator[tuple[IO[bytes], LineIndex]]:
@@ -531,9 +679,13 @@ class FsBlobStore:
                 except FileNotFoundError:
                     continue
                 size = st.st_size
-                if ext == TEXT_SUFFIX[1:]:
-                    with contextlib.suppress(OSError):
-                        size += self._index_path(blob_id).stat().st_size
+                sidecar = (
+                    self._index_path(blob_id)
+                    if ext == TEXT_SUFFIX[1:]
+                    else self._json_index_path(blob_id)
+                )
+                with contextlib.suppress(OSError):
+                    size += sidecar.stat().st_size
                 entries.append(_Entry(blob_id, Path(entry.path), size, st.st_mtime))
         return entries
 
@@ -553,8 +705,9 @@ class FsBlobStore:
             with contextlib.suppress(FileNotFoundError):
                 self.path_for(key, kind).unlink()
                 removed = True
-        with contextlib.suppress(FileNotFoundError):
-            self._index_path(key).unlink()
+        for sidecar in (self._index_path(key), self._json_index_path(key)):
+            with contextlib.suppress(FileNotFoundError):
+                sidecar.unlink()
         with self._lock:
             self._indexes.pop(key, None)
         self._forget_parsed(key)
@@ -639,8 +792,9 @@ class FsBlobStore:
         except OSError as exc:
             log.warning("blob_remove_failed", blob_id=str(entry.blob_id), error=str(exc))
             return False
-        with contextlib.suppress(OSError):
-            self._index_path(entry.blob_id).unlink()
+        for sidecar in (self._index_path(entry.blob_id), self._json_index_path(entry.blob_id)):
+            with contextlib.suppress(OSError):
+                sidecar.unlink()
         with self._lock:
             self._indexes.pop(entry.blob_id, None)
         self._forget_parsed(entry.blob_id)
@@ -675,16 +829,17 @@ class FsBlobStore:
                     continue
                 if not self._temp_removable(name, me, now):
                     continue
-            elif name.endswith(INDEX_SUFFIX):
-                stem = name[: -len(INDEX_SUFFIX)]
-                if f"{stem}{TEXT_SUFFIX}" in present:
+            elif name.endswith(_SIDECARS):
+                stem, _dot, ext = name.rpartition(".")
+                owner = TEXT_SUFFIX if f".{ext}" == INDEX_SUFFIX else JSON_SUFFIX
+                if f"{stem}{owner}" in present:
                     continue
                 try:
                     if uuid.UUID(stem) in busy_ids or str(uuid.UUID(stem)) != stem:
                         continue
                 except ValueError:
                     continue
-                if (self.blobs_dir / f"{stem}{TEXT_SUFFIX}").exists():
+                if (self.blobs_dir / f"{stem}{owner}").exists():
                     continue
             else:
                 continue

@@ -2,10 +2,11 @@
 
 Registered automatically whenever a blob store is configured. It runs on a
 tool-pool thread and reads the :class:`~actors.blobs.fs_store.FsBlobStore`
-directly (thread-safe; line index, no full rescans; parsed JSON cached), so a
-50-line range of a 100 MB blob costs milliseconds. Blocking there is fine: a
-tool-pool thread is not a dispatcher thread, and going through the blob-store
-actor would only add a hop.
+directly (thread-safe; line index, bounded byte windows for long lines, a
+top-level index for big JSON, parsed JSON cached), so a 50-line range of a
+100 MB blob costs milliseconds and no call reads or parses a whole big blob.
+Blocking there is fine: a tool-pool thread is not a dispatcher thread, and
+going through the blob-store actor would only add a hop.
 
 Its answer is an explicit ``Inline``: it is already capped (16 KB) and is the
 part the model asked for, so the worker must keep it inline rather than
@@ -27,9 +28,11 @@ class InspectArgs(ToolArgs):
     selector: str | None = Field(
         default=None,
         description=(
-            "Omit for an overview. Text: 'lines:N-M' or 'lines:N-' (1-based, inclusive). "
-            "Arrays: 'slice:N..M' (0-based, end-exclusive). Objects: 'key:NAME'. "
-            "Nested values: 'pointer:/a/0/b' (JSON Pointer)."
+            "Omit for an overview. Text: 'lines:N-M' or 'lines:N-' (1-based, inclusive); "
+            "'bytes:N..M' or 'bytes:N..' (0-based byte offsets, end-exclusive) reads part of "
+            "a line too long to show whole -- the output's truncation marker names the exact "
+            "selector to read on with. Arrays: 'slice:N..M' (0-based, end-exclusive). "
+            "Objects: 'key:NAME'. Nested values: 'pointer:/a/0/b' (JSON Pointer)."
         ),
     )
 

@@ -35,6 +35,9 @@ from typing import IO
 INDEX_STRIDE = 128
 """Default distance (in lines) between two indexed lines."""
 
+SKIP_CHUNK = 64 * 1024
+"""Bytes read at a time while skipping a line: a 100 MB line is never held in memory."""
+
 _MAGIC = b"FORELIX1"
 _HEADER = struct.Struct("<8sQQQ")
 _NL = 0x0A
@@ -139,9 +142,32 @@ class LineIndex:
         stop = min(stop, self.line_count)
         if start >= stop:
             return b""
-        anchor = start // self.stride
-        fh.seek(self.offsets[anchor])
+        fh.seek(self.offset_of(fh, start))
         readline = fh.readline
-        for _ in range(start - anchor * self.stride):
-            readline()
         return b"".join(readline() for _ in range(stop - start))
+
+    def offset_of(self, fh: IO[bytes], line: int) -> int:
+        """Byte offset where line ``line`` (0-based) starts; ``size`` past the last line.
+
+        A seek to the nearest indexed line, then at most ``stride - 1``
+        skipped lines, each read in :data:`SKIP_CHUNK` pieces: the cost of a
+        very long skipped line is a read, never its size in memory. Leaves
+        ``fh`` anywhere.
+        """
+        if line < 0:
+            raise ValueError("line numbers must be non-negative")
+        if line >= self.line_count:
+            return self.size
+        anchor = line // self.stride
+        pos = self.offsets[anchor]
+        if line == anchor * self.stride:
+            return pos
+        fh.seek(pos)
+        readline = fh.readline
+        for _ in range(line - anchor * self.stride):
+            while True:
+                chunk = readline(SKIP_CHUNK)
+                pos += len(chunk)
+                if not chunk or chunk[-1] == _NL:
+                    break
+        return pos

@@ -10,6 +10,8 @@ Selectors::
     (none)          overview: type, size in bytes, line/entry/key count, a preview
     lines:N-M       text: lines N..M, 1-based, inclusive, M clamped to the end
     lines:N-        text: line N to the end
+    bytes:N..M      text: bytes N..M-1 (0-based, end-exclusive, clamped): parts of long lines
+    bytes:N..       text: byte N to the end
     slice:N..M      array: entries N..M-1 (0-based, end-exclusive, M clamped), as JSON
     slice:N..       array: entry N to the end
     key:NAME        object: the value of NAME (everything after "key:" is the name)
@@ -19,15 +21,29 @@ Outputs:
 
 * ``lines`` returns the exact original text of the lines, terminators
   (``\\n`` / ``\\r\\n``) included, so ``lines:1-N`` of an N-line text is the
-  text itself.
+  text itself. A line too long for the cap shows its beginning, and the
+  marker names the ``bytes:`` selector that reads on *within* the line:
+  every byte of a 100 MB single-line blob is reachable, 16 KB at a time.
+* ``bytes`` returns the text of that byte range, both ends moved inward to
+  the nearest character boundary (a multi-byte character is never split).
 * ``slice`` returns a JSON array with one compact element per line, so
   ``json.loads`` of it equals Python's ``array[N:M]``.
 * ``key`` / ``pointer`` return a string value as its raw text and any other
   value as JSON (arrays one element per line, objects one member per line).
 * Every output is capped at ``limits.inspect_output_cap`` UTF-8 bytes,
-  marker included. Line and slice outputs are cut after the last whole
-  line/entry that fits, and the marker names the exact selector that reads
-  on; other outputs are cut on a character boundary.
+  marker included. Line, slice, array and object outputs are cut after the
+  last whole line/entry/member that fits (never inside a number), and the
+  marker names the exact selector that reads on; a single line, entry or
+  string too big for the cap shows its beginning, cut on a character
+  boundary, with a marker that says so.
+
+Cost: nothing here reads or parses a whole big blob per call. Line ranges
+seek through the store's line index and read at most about the cap
+(:meth:`~actors.blobs.fs_store.FsBlobStore.line_offsets`,
+:meth:`~actors.blobs.fs_store.FsBlobStore.read_range`); big JSON arrays and
+objects are read through their top-level index
+(:mod:`actors.blobs.json_index`), parsing only the entries shown; smaller
+JSON blobs come parsed from the store's cache.
 
 A slice or line range that *starts* past the end is an error (it tells the
 model the real size) rather than an empty answer.
@@ -38,18 +54,35 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from itertools import islice
+from typing import Literal, Protocol
 
 from pydantic import JsonValue
 
-from actors.blobs.fs_store import BlobNotFound, BlobStoreError, InvalidBlobId, parse_blob_id
+from actors.blobs.fs_store import (
+    ENCODING,
+    ENCODING_ERRORS,
+    BlobNotFound,
+    BlobStoreError,
+    InvalidBlobId,
+    parse_blob_id,
+)
+from actors.blobs.json_index import (
+    SHAPED_MEMBERS,
+    JsonIndex,
+    Shape,
+    describe_shape,
+    json_type_name,
+    split_group,
+    value_shape,
+)
 from actors.blobs.summary import (
     DEFAULT_LIMITS,
     compact_json,
     cut_utf8,
-    describe_value,
-    json_type_name,
     plural,
     render_key,
     schema_lines,
@@ -59,16 +92,21 @@ from actors.blobs.summary import (
 from messages.blobs import BlobKind, BlobLimits, Content, Text
 
 SELECTOR_HELP = (
-    "lines:N-M or lines:N- (text, 1-based, inclusive), slice:N..M or slice:N.. "
+    "lines:N-M or lines:N- (text, 1-based, inclusive), bytes:N..M or bytes:N.. (text, "
+    "0-based byte offsets, end-exclusive: parts of very long lines), slice:N..M or slice:N.. "
     "(arrays, 0-based, end-exclusive), key:NAME (objects) or pointer:/a/0/b "
     "(JSON Pointer into nested values); omit the selector for an overview"
 )
 PREVIEW_WIDTH = 300
 """Characters shown per preview line in the overview."""
+_PREVIEW_BYTES = PREVIEW_WIDTH * 4 + 4
+"""Bytes read per preview line: enough for PREVIEW_WIDTH + 1 characters of any width."""
+_BATCH_BYTES = 64 * 1024
+"""Bytes read at a time while rendering entries of an indexed JSON blob."""
 MAX_LISTED_KEYS = 50
 """Keys listed by an unknown-key / bad-pointer error."""
-MAX_OVERVIEW_KEYS = 200
-"""Keys listed by the overview of an object."""
+MAX_OVERVIEW_KEYS = SHAPED_MEMBERS
+"""Keys listed by the overview of an object (the shapes a JSON index keeps)."""
 
 # ASCII digits only: ``\d`` would accept e.g. fullwidth digits ("lines:１-2"), which
 # ``int()`` converts silently -- a selector the model can never see echoed back.
@@ -90,11 +128,17 @@ class BlobReader(Protocol):
     """What ``inspect`` needs from a blob store (``FsBlobStore`` implements it).
 
     Every method raises ``BlobNotFound`` for a missing blob (other
-    ``BlobStoreError`` s for I/O trouble). Line numbers are 0-based and
-    ranges half-open. ``line_count`` and ``read_lines`` are only called for
-    text blobs and must not rescan the blob (``FsBlobStore`` keeps a line
-    index); ``read_lines`` keeps line terminators and clamps ``stop`` to the
-    line count.
+    ``BlobStoreError`` s for I/O trouble). Line numbers are 0-based, byte
+    offsets are offsets into the stored UTF-8 bytes, ranges are half-open.
+
+    * ``line_count`` and ``line_offsets`` are only called for text blobs and
+      must not rescan the blob (``FsBlobStore`` keeps a line index);
+      ``line_offsets`` gives where each line starts, the size for a line
+      past the last;
+    * ``read_range`` reads stored bytes, clamped to the blob's size;
+    * ``json_index`` is the top-level index of a big structured blob, or
+      ``None`` (then ``load`` gives the parsed value); ``json_part`` parses
+      the bytes of one entry or member value located with it.
     """
 
     def kind(self, blob_id: uuid.UUID) -> BlobKind: ...
@@ -103,9 +147,15 @@ class BlobReader(Protocol):
 
     def line_count(self, blob_id: uuid.UUID) -> int: ...
 
-    def read_lines(self, blob_id: uuid.UUID, start: int, stop: int) -> str: ...
+    def line_offsets(self, blob_id: uuid.UUID, lines: Sequence[int]) -> list[int]: ...
+
+    def read_range(self, blob_id: uuid.UUID, start: int, stop: int) -> bytes: ...
 
     def load(self, blob_id: uuid.UUID) -> Content: ...
+
+    def json_index(self, blob_id: uuid.UUID) -> JsonIndex | None: ...
+
+    def json_part(self, blob_id: uuid.UUID, start: int, stop: int) -> JsonValue: ...
 
 
 # ------------------------------------------------------------------ selectors
@@ -122,6 +172,14 @@ class Lines:
 
     start: int
     end: int | None
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """``bytes:N..M`` / ``bytes:N..``: 0-based byte ``start``, exclusive ``stop``."""
+
+    start: int
+    stop: int | None
 
 
 @dataclass(frozen=True)
@@ -147,7 +205,7 @@ class Pointer:
     tokens: tuple[str, ...]
 
 
-Selector = Overview | Lines | Slice | Key | Pointer
+Selector = Overview | Lines | Bytes | Slice | Key | Pointer
 
 
 def parse_selector(selector: str | None) -> Selector:
@@ -162,7 +220,7 @@ def parse_selector(selector: str | None) -> Selector:
     kind, colon, arg = selector.partition(":")
     kind = kind.strip().lower()
     if not colon:
-        if kind in ("lines", "slice", "key", "pointer"):
+        if kind in ("lines", "bytes", "slice", "key", "pointer"):
             raise InspectError(_malformed(kind, selector))
         raise InspectError(
             f"Malformed selector {selector!r}: a selector is KIND:ARGUMENT. Use {SELECTOR_HELP}."
@@ -184,19 +242,19 @@ def parse_selector(selector: str | None) -> Selector:
                 f"start line; use lines:{end}-{start}."
             )
         return Lines(start, end)
-    if kind == "slice":
+    if kind in ("slice", "bytes"):
         match = _SLICE_RE.fullmatch(arg)
         if match is None:
             raise InspectError(_malformed(kind, selector))
         start = int(match.group(1))
         stop = int(match.group(2)) if match.group(2) else None
         if stop is not None and stop <= start:
-            fix = f"slice:{stop}..{start}" if stop < start else f"slice:{start}..{start + 1}"
+            fix = f"{kind}:{stop}..{start}" if stop < start else f"{kind}:{start}..{start + 1}"
             raise InspectError(
                 f"Empty or inverted range {selector.strip()!r}: the end is exclusive and must be "
                 f"greater than the start; use e.g. {fix}."
             )
-        return Slice(start, stop)
+        return Slice(start, stop) if kind == "slice" else Bytes(start, stop)
     if kind == "key":
         if not arg:
             raise InspectError(_malformed(kind, selector))
@@ -224,6 +282,8 @@ def _malformed(kind: str, selector: str) -> str:
         "(from line N to the end)",
         "slice": "use slice:N..M (0-based, end-exclusive, e.g. slice:0..10) or slice:N.. "
         "(from entry N to the end)",
+        "bytes": "use bytes:N..M (0-based byte offsets, end-exclusive, e.g. bytes:0..4000) or "
+        "bytes:N.. (from byte N to the end)",
         "key": "put the key after the colon, e.g. key:results (omit the selector to list keys)",
         "pointer": "use a JSON Pointer such as pointer:/results/0/name",
     }[kind]
@@ -295,16 +355,24 @@ def inspect_blob(
         kind = reader.kind(key)
         if kind == "text":
             return _inspect_text(reader, key, sel, limits)
-        content = reader.load(key)
-        if isinstance(content, Text):  # a reader that changed its mind; be robust
-            raise BlobStoreError("blob kind changed while reading")
-        return _inspect_json(reader, key, content.value, sel, limits)
+        index = reader.json_index(key)
+        root: TopLevel | JsonValue
+        if index is not None:
+            root = IndexedTop(reader, key, index)
+        else:
+            content = reader.load(key)
+            if isinstance(content, Text):  # a reader that changed its mind; be robust
+                raise BlobStoreError("blob kind changed while reading")
+            value = content.value
+            root = MemoryTop(value) if isinstance(value, list | dict) else value
+        return _inspect_json(reader, key, root, sel, limits)
     except BlobNotFound:
         raise InspectError(
             f"Blob {key} not found: it was never stored or has been removed by retention. "
             "Re-run the tool that produced it to get its output again."
         ) from None
-    except (BlobStoreError, OSError) as exc:
+    except (BlobStoreError, OSError, ValueError) as exc:
+        # ValueError: an index that does not match its blob (a corrupt sidecar).
         raise InspectError(
             f"Could not read blob {key}: {exc}. Try again, or re-run the tool that produced it."
         ) from None
@@ -320,31 +388,54 @@ def _cap(text: str, limits: BlobLimits, hint: str) -> str:
     return cut_utf8(text, limits.inspect_output_cap, _marker(limits, hint))
 
 
-def _split_keep_ends(chunk: str) -> list[str]:
-    """Split on ``\\n`` only, keeping terminators (``str.splitlines`` also splits on ``\\r``)."""
-    parts = chunk.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
-
-
-def _display(chunk: str, width: int) -> list[str]:
-    lines = []
-    for raw in _split_keep_ends(chunk):
-        line = raw.removesuffix("\n").removesuffix("\r") if raw.endswith("\n") else raw
-        lines.append(line if len(line) <= width else line[:width] + "…")
-    return lines
-
-
 def _wrong_type(sel_kind: str, what: str, blob_desc: str, instead: str) -> InspectError:
     return InspectError(f"{sel_kind}: {what}, but this blob is {blob_desc}. Instead, {instead}.")
+
+
+# ---------------------------------------------------------------- utf-8 bytes
+
+
+def _decode(raw: bytes) -> str:
+    """Stored bytes (cut on character boundaries) as text."""
+    try:
+        return raw.decode(ENCODING, ENCODING_ERRORS)
+    except UnicodeDecodeError:  # not what we stored; show it rather than fail
+        return raw.decode(ENCODING, "replace")
+
+
+def _lead_skip(raw: bytes) -> int:
+    """Continuation bytes at the start of ``raw`` (a window that began mid-character)."""
+    skip = 0
+    while skip < min(3, len(raw)) and raw[skip] & 0xC0 == 0x80:
+        skip += 1
+    return skip
+
+
+def _tail_cut(raw: bytes) -> int:
+    """Bytes at the end of ``raw`` that start a character ``raw`` does not finish."""
+    end = len(raw)
+    for start in range(end - 1, max(end - 4, -1), -1):
+        byte = raw[start]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: the lead is further back
+        if byte < 0x80:
+            return 0
+        length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+        return end - start if length > end - start else 0
+    return 0
+
+
+def _whole_chars(raw: bytes) -> bytes:
+    return raw[: len(raw) - _tail_cut(raw)]
 
 
 # ----------------------------------------------------------------------- text
 
 
-_TEXT_INSTEAD = "use lines:N-M (1-based, inclusive) or lines:N- to read lines"
+_TEXT_INSTEAD = (
+    "use lines:N-M (1-based, inclusive) or lines:N- to read lines, or bytes:N..M for parts "
+    "of long lines"
+)
 
 
 def _inspect_text(reader: BlobReader, key: uuid.UUID, sel: Selector, limits: BlobLimits) -> str:
@@ -359,7 +450,9 @@ def _inspect_text(reader: BlobReader, key: uuid.UUID, sel: Selector, limits: Blo
     if isinstance(sel, Pointer):
         raise _wrong_type("pointer", "navigates JSON values", desc, _TEXT_INSTEAD)
     if n == 0:
-        raise InspectError(f"Blob {key} is empty text (0 lines): there are no lines to read.")
+        raise InspectError(f"Blob {key} is empty text (0 lines): there is nothing to read.")
+    if isinstance(sel, Bytes):
+        return _read_bytes_capped(reader, key, sel, limits)
     if sel.start > n:
         first = max(1, n - 49)
         raise InspectError(
@@ -374,13 +467,18 @@ def _inspect_text(reader: BlobReader, key: uuid.UUID, sel: Selector, limits: Blo
 def _text_overview(reader: BlobReader, key: uuid.UUID, n: int, limits: BlobLimits) -> str:
     out = [f"blob {key}", "type: text", f"size: {reader.size(key)} bytes", f"lines: {n}"]
     head = min(n, limits.head_lines)
+    tail_start = max(head, n - limits.tail_lines)
+    shown = [*range(head), *range(tail_start, n)]
+    wanted = sorted({*shown, *(i + 1 for i in shown)})
+    offsets = dict(zip(wanted, reader.line_offsets(key, wanted), strict=True))
     if head:
         out.append(f"── head (lines 1-{head}) ──")
-        out.extend(_display(reader.read_lines(key, 0, head), PREVIEW_WIDTH))
-    tail_start = max(head, n - limits.tail_lines)
+        out.extend(_preview_line(reader, key, offsets[i], offsets[i + 1]) for i in range(head))
     if tail_start < n:
         out.append(f"── tail (lines {tail_start + 1}-{n}) ──")
-        out.extend(_display(reader.read_lines(key, tail_start, n), PREVIEW_WIDTH))
+        out.extend(
+            _preview_line(reader, key, offsets[i], offsets[i + 1]) for i in range(tail_start, n)
+        )
     if n:
         out.append(
             f"Read lines with lines:N-M (1-based, inclusive, e.g. lines:1-{min(n, 100)}) "
@@ -389,49 +487,67 @@ def _text_overview(reader: BlobReader, key: uuid.UUID, n: int, limits: BlobLimit
     return _cap("\n".join(out), limits, "read the text with lines:N-M")
 
 
+def _preview_line(reader: BlobReader, key: uuid.UUID, start: int, stop: int) -> str:
+    """One line for the overview: at most PREVIEW_WIDTH characters, read in bounded bytes."""
+    if stop - start > _PREVIEW_BYTES:
+        text = _decode(_whole_chars(reader.read_range(key, start, start + _PREVIEW_BYTES)))
+        return text[:PREVIEW_WIDTH] + "…"
+    line = _decode(reader.read_range(key, start, stop))
+    if line.endswith("\n"):
+        line = line.removesuffix("\n").removesuffix("\r")
+    return line if len(line) <= PREVIEW_WIDTH else line[:PREVIEW_WIDTH] + "…"
+
+
 def _read_lines_capped(
     reader: BlobReader, key: uuid.UUID, first: int, last: int, limits: BlobLimits
 ) -> str:
     """Lines ``first..last`` (1-based, inclusive) exactly, or the whole lines that fit.
 
-    Reads in doubling batches so a huge range costs about twice what the
-    cap lets through, not the whole blob.
+    Two offset lookups and one read of at most the cap, however long the
+    lines are: a range over the cap reads a cap-sized window and shows the
+    whole lines in it.
     """
     cap = limits.inspect_output_cap
-    lines: list[str] = []
-    size = 0
-    pos = first - 1  # 0-based next line to read
-    batch = 32
-    overflow = False
-    while pos < last and not overflow:
-        chunk = reader.read_lines(key, pos, min(last, pos + batch))
-        if not chunk:
-            break
-        for line in _split_keep_ends(chunk):
-            lines.append(line)
-            size += utf8_size(line)
-            if size > cap:
-                overflow = True
-                break
-        pos += batch
-        batch *= 2
-    if not overflow:
-        return "".join(lines)
-    # Drop whole lines until the shown ones plus the marker fit.
-    while lines:
-        shown_last = first + len(lines) - 1
-        marker = _marker(limits, _lines_hint(first, shown_last, last))
-        if lines[-1].endswith("\n"):
-            marker = marker.removeprefix("\n")  # the shown text already ends a line
-        if size + utf8_size(marker) <= cap:
-            return "".join(lines) + marker
-        size -= utf8_size(lines.pop())
-    # Not even the first line fits: show its beginning.
-    line = reader.read_lines(key, first - 1, first)
-    hint = f"line {first} alone is {utf8_size(line)} bytes, so only its beginning is shown" + (
-        f"; read on with lines:{first + 1}-{last}" if first < last else ""
-    )
-    return cut_utf8(line, cap, _marker(limits, hint))
+    start, stop = reader.line_offsets(key, [first - 1, last])
+    if stop - start <= cap:
+        return _decode(reader.read_range(key, start, stop))
+    window = reader.read_range(key, start, start + cap)
+    ends: list[int] = []  # window offsets just past each whole line
+    pos = window.find(b"\n")
+    while pos != -1:
+        ends.append(pos + 1)
+        pos = window.find(b"\n", pos + 1)
+    # Drop whole lines until the shown ones plus the marker fit. (The shown
+    # text ends a line, so the marker needs no newline of its own.)
+    for count in range(len(ends), 0, -1):
+        marker = _marker(limits, _lines_hint(first, first + count - 1, last)).removeprefix("\n")
+        if ends[count - 1] + utf8_size(marker) <= cap:
+            return _decode(window[: ends[count - 1]]) + marker
+    # Not even the first line fits: show its beginning, and how to read on inside it.
+    line_stop = stop if first == last else reader.line_offsets(key, [first])[0]
+    return _long_line(window, first, last, start=start, stop=line_stop, limits=limits)
+
+
+def _long_line(
+    window: bytes, first: int, last: int, *, start: int, stop: int, limits: BlobLimits
+) -> str:
+    """The beginning of line ``first`` (bytes ``start..stop``), which alone exceeds the cap."""
+
+    def marker(shown: int) -> str:
+        hint = (
+            f"line {first} alone is {stop - start} bytes, so only its beginning is shown; "
+            f"read more of it with bytes:{start + shown}..{stop}"
+        )
+        if first < last:
+            hint += f"; read on with lines:{first + 1}-{last}"
+        return _marker(limits, hint)
+
+    widest = marker(len(window))  # the longest numbers it can hold
+    budget = limits.inspect_output_cap - utf8_size(widest)
+    if budget <= 0:
+        return cut_utf8(_decode(_whole_chars(window)), limits.inspect_output_cap, widest)
+    shown = _whole_chars(window[:budget])
+    return _decode(shown) + marker(len(shown))
 
 
 def _lines_hint(first: int, shown_last: int, last: int) -> str:
@@ -443,101 +559,293 @@ def _lines_hint(first: int, shown_last: int, last: int) -> str:
     )
 
 
+def _read_bytes_capped(reader: BlobReader, key: uuid.UUID, sel: Bytes, limits: BlobLimits) -> str:
+    """Bytes ``sel.start..sel.stop`` as text, ends moved inward to character boundaries."""
+    size = reader.size(key)
+    shown_stop = "" if sel.stop is None else sel.stop
+    if sel.start >= size:
+        raise InspectError(
+            f"bytes:{sel.start}..{shown_stop} starts past the end: the blob has {size} bytes. "
+            f"Use a start between 0 and {size - 1}, e.g. bytes:{max(0, size - 4000)}..{size}."
+        )
+    stop = size if sel.stop is None else min(sel.stop, size)
+    cap = limits.inspect_output_cap
+    window = reader.read_range(key, sel.start, min(stop, sel.start + cap + 3))
+    skip = _lead_skip(window)
+    first = sel.start + skip
+    if stop - first <= cap:
+        body = window[skip : stop - sel.start]
+        if stop < size:
+            body = _whole_chars(body)
+        if not body:
+            raise InspectError(
+                f"bytes:{sel.start}..{shown_stop} holds no whole character (a character is up "
+                f"to 4 bytes); widen the range, e.g. bytes:{sel.start}..{sel.start + 4}."
+            )
+        return _decode(body)
+
+    def marker(end: int) -> str:
+        # The rest of the range, not a window: its own answer is capped again, with a
+        # marker of its own, so following the markers reads every byte.
+        return _marker(
+            limits,
+            f"showing bytes {first}..{end} of {sel.start}..{stop}; "
+            f"read on with bytes:{end}..{stop}",
+        )
+
+    widest = marker(first + cap)
+    budget = max(0, cap - utf8_size(widest))
+    body = _whole_chars(window[skip : skip + budget])
+    return _decode(body) + marker(first + len(body))
+
+
+# ------------------------------------------------------------ json: top level
+
+
+class TopLevel(ABC):
+    """The top-level array or object of a structured blob, read lazily.
+
+    :class:`MemoryTop` wraps a parsed value; :class:`IndexedTop` reads a big
+    blob through its :class:`~actors.blobs.json_index.JsonIndex`, parsing
+    only what is asked for. ``texts`` yields compact JSON: entries of an
+    array, ``"key":value`` members of an object.
+    """
+
+    kind: Literal["array", "object"]
+    count: int
+
+    @abstractmethod
+    def texts(self, start: int) -> Iterator[str]:
+        """Compact JSON of the entries/members from position ``start`` on."""
+
+    @abstractmethod
+    def entry(self, index: int) -> JsonValue:
+        """Entry ``index`` of an array (``0 <= index < count``)."""
+
+    @abstractmethod
+    def member(self, name: str) -> tuple[JsonValue] | None:
+        """The value of key ``name`` of an object, as a 1-tuple; None if absent."""
+
+    @abstractmethod
+    def keys(self) -> Iterator[str]:
+        """The keys of an object, in order."""
+
+    @abstractmethod
+    def shapes(self) -> Iterator[tuple[str, Shape]]:
+        """``(key, shape)`` of the first :data:`MAX_OVERVIEW_KEYS` members of an object."""
+
+
+class MemoryTop(TopLevel):
+    """A parsed array or object."""
+
+    def __init__(self, value: list[JsonValue] | dict[str, JsonValue]) -> None:
+        self.value = value
+        self.kind = "array" if isinstance(value, list) else "object"
+        self.count = len(value)
+
+    def texts(self, start: int) -> Iterator[str]:
+        if isinstance(self.value, list):
+            return (compact_json(v) for v in islice(self.value, start, None))
+        return (_member_text(k, v) for k, v in islice(self.value.items(), start, None))
+
+    def entry(self, index: int) -> JsonValue:
+        assert isinstance(self.value, list)
+        return self.value[index]
+
+    def member(self, name: str) -> tuple[JsonValue] | None:
+        assert isinstance(self.value, dict)
+        return (self.value[name],) if name in self.value else None
+
+    def keys(self) -> Iterator[str]:
+        assert isinstance(self.value, dict)
+        return iter(self.value)
+
+    def shapes(self) -> Iterator[tuple[str, Shape]]:
+        assert isinstance(self.value, dict)
+        return ((k, value_shape(v)) for k, v in islice(self.value.items(), MAX_OVERVIEW_KEYS))
+
+
+class IndexedTop(TopLevel):
+    """A big blob read through its index: seeks and small parses, never the whole blob."""
+
+    def __init__(self, reader: BlobReader, key: uuid.UUID, index: JsonIndex) -> None:
+        self.reader = reader
+        self.key = key
+        self.index = index
+        self.kind = index.kind
+        self.count = index.count
+
+    def _groups(self, first: int) -> Iterator[tuple[int, str]]:
+        """``(anchor, decoded text)`` of each anchor group from ``first`` on, read in batches."""
+        index = self.index
+        anchors = len(index.offsets)
+        anchor = first
+        while anchor < anchors:
+            base = index.offsets[anchor]
+            last = anchor + 1
+            while last < anchors and index.group_span(last)[1] - base <= _BATCH_BYTES:
+                last += 1
+            raw = self.reader.read_range(self.key, base, index.group_span(last - 1)[1])
+            for group in range(anchor, last):
+                start, stop = index.group_span(group)
+                yield group, _decode(raw[start - base : stop - base])
+            anchor = last
+
+    def _group_size(self, anchor: int) -> int:
+        return min(self.index.stride, self.count - anchor * self.index.stride)
+
+    def texts(self, start: int) -> Iterator[str]:
+        stride = self.index.stride
+        position = (start // stride) * stride
+        for anchor, text in self._groups(start // stride):
+            if stride == 1:
+                items = [text]
+            else:
+                spans = split_group(text, self._group_size(anchor))
+                items = [text[a:b] for a, b, _value in spans]
+            for item in items:
+                if position >= start:
+                    yield item
+                position += 1
+
+    def entry(self, index: int) -> JsonValue:
+        stride = self.index.stride
+        if stride == 1:
+            start, stop = self.index.item_span(index)
+            return self.reader.json_part(self.key, start, stop)
+        anchor = index // stride
+        start, stop = self.index.group_span(anchor)
+        text = _decode(self.reader.read_range(self.key, start, stop))
+        return split_group(text, self._group_size(anchor))[index - anchor * stride][2]
+
+    def member(self, name: str) -> tuple[JsonValue] | None:
+        position = self.index.position(name)
+        if position is None:
+            return None
+        start, stop = self.index.item_span(position)
+        prefix = len(json.dumps(name, ensure_ascii=False).encode(ENCODING, ENCODING_ERRORS)) + 1
+        return (self.reader.json_part(self.key, start + prefix, stop),)
+
+    def keys(self) -> Iterator[str]:
+        return iter(self.index.keys)
+
+    def shapes(self) -> Iterator[tuple[str, Shape]]:
+        return zip(self.index.keys, self.index.shapes, strict=False)
+
+
+def _member_text(key: str, value: JsonValue) -> str:
+    return f"{json.dumps(key, ensure_ascii=False)}:{compact_json(value)}"
+
+
 # ----------------------------------------------------------------------- json
 
 
-def _describe_blob(value: JsonValue) -> str:
-    if isinstance(value, list):
-        return f"a json_array ({plural(len(value), 'entry', 'entries')})"
-    if isinstance(value, dict):
-        return f"a json_object ({plural(len(value), 'key')})"
-    return f"a json_{json_type_name(value)}"
+def _describe_blob(root: TopLevel | JsonValue) -> str:
+    if isinstance(root, TopLevel):
+        if root.kind == "array":
+            return f"a json_array ({plural(root.count, 'entry', 'entries')})"
+        return f"a json_object ({plural(root.count, 'key')})"
+    return f"a json_{json_type_name(root)}"
 
 
-def _instead(value: JsonValue) -> str:
-    if isinstance(value, list):
+def _instead(root: TopLevel | JsonValue) -> str:
+    if isinstance(root, TopLevel) and root.kind == "array":
         return "use slice:N..M (0-based, end-exclusive) or pointer:/N/... for nested values"
-    if isinstance(value, dict):
+    if isinstance(root, TopLevel):
         return "use key:NAME or pointer:/NAME/... for nested values"
     return "omit the selector to see the whole value"
 
 
 def _inspect_json(
-    reader: BlobReader, key: uuid.UUID, value: JsonValue, sel: Selector, limits: BlobLimits
+    reader: BlobReader,
+    key: uuid.UUID,
+    root: TopLevel | JsonValue,
+    sel: Selector,
+    limits: BlobLimits,
 ) -> str:
-    desc = _describe_blob(value)
+    desc = _describe_blob(root)
     if isinstance(sel, Overview):
-        return _json_overview(reader, key, value, limits)
-    if isinstance(sel, Lines):
-        raise _wrong_type("lines", "selects lines of a text blob", desc, _instead(value))
+        return _json_overview(reader, key, root, limits)
+    if isinstance(sel, Lines | Bytes):
+        kind = "lines" if isinstance(sel, Lines) else "bytes"
+        raise _wrong_type(kind, f"selects {kind} of a text blob", desc, _instead(root))
     if isinstance(sel, Slice):
-        if not isinstance(value, list):
-            raise _wrong_type("slice", "selects entries of a JSON array", desc, _instead(value))
-        return _slice(value, sel, limits)
+        if not isinstance(root, TopLevel) or root.kind != "array":
+            raise _wrong_type("slice", "selects entries of a JSON array", desc, _instead(root))
+        return _slice(root, sel, limits)
     if isinstance(sel, Key):
-        if not isinstance(value, dict):
-            raise _wrong_type("key", "selects a value of a JSON object", desc, _instead(value))
+        if not isinstance(root, TopLevel) or root.kind != "object":
+            raise _wrong_type("key", "selects a value of a JSON object", desc, _instead(root))
         name = sel.name
-        if name not in value and name.strip() in value:
+        found = root.member(name)
+        if found is None and name.strip() != name:
             name = name.strip()  # "key: results" -- the model added a space
-        if name not in value:
+            found = root.member(name)
+        if found is None:
             raise InspectError(
-                f"Key {sel.name!r} not found. The object has {plural(len(value), 'key')}: "
-                f"{_list_keys(value)}. Use key:NAME with one of them (the name is everything "
-                "after 'key:'), or pointer:/NAME/... for nested values."
+                f"Key {sel.name!r} not found. The object has {plural(root.count, 'key')}: "
+                f"{_list_keys(root.keys(), root.count)}. Use key:NAME with one of them (the name "
+                "is everything after 'key:'), or pointer:/NAME/... for nested values."
             )
-        pointer = "/" + escape_pointer_token(name)
-        return _render_capped(value[name], pointer, limits)
-    tokens = sel.tokens
-    target = _resolve_pointer(value, sel)
-    pointer = "".join("/" + escape_pointer_token(t) for t in tokens)
+        return _render_capped(found[0], "/" + escape_pointer_token(name), limits)
+    if not sel.tokens:
+        return _render_capped(root, "", limits)
+    if not isinstance(root, TopLevel):
+        return _render_capped(_resolve_pointer(root, sel.tokens, sel.raw), sel.raw, limits)
+    head = _resolve_top(root, sel.tokens[0], sel.raw)
+    target = _resolve_pointer(
+        head, sel.tokens[1:], sel.raw, "/" + escape_pointer_token(sel.tokens[0])
+    )
+    pointer = "".join("/" + escape_pointer_token(t) for t in sel.tokens)
     return _render_capped(target, pointer, limits)
 
 
-def _list_keys(obj: dict[str, JsonValue]) -> str:
-    keys = list(obj)
-    shown = ", ".join(render_key(k) for k in keys[:MAX_LISTED_KEYS])
+def _list_keys(keys: Iterator[str], count: int) -> str:
+    first = list(islice(keys, MAX_LISTED_KEYS))
+    shown = ", ".join(render_key(k) for k in first)
     shown = cut_utf8(shown, 2000)
-    if len(keys) > MAX_LISTED_KEYS:
-        shown += f", … ({len(keys) - MAX_LISTED_KEYS} more; omit the selector to list keys)"
+    if count > MAX_LISTED_KEYS:
+        shown += f", … ({count - MAX_LISTED_KEYS} more; omit the selector to list keys)"
     return shown
 
 
-def _json_overview(reader: BlobReader, key: uuid.UUID, value: JsonValue, limits: BlobLimits) -> str:
-    type_name = json_type_name(value)
-    out = [f"blob {key}", f"type: json_{type_name}", f"size: {reader.size(key)} bytes"]
-    if isinstance(value, list):
-        out.append(f"entries: {len(value)}")
-        if value:
+def _json_overview(
+    reader: BlobReader, key: uuid.UUID, root: TopLevel | JsonValue, limits: BlobLimits
+) -> str:
+    out = [f"blob {key}"]
+    if isinstance(root, TopLevel) and root.kind == "array":
+        out += ["type: json_array", f"size: {reader.size(key)} bytes", f"entries: {root.count}"]
+        if root.count:
             out.append("── schema ──")
-            out.extend(schema_lines(value[0]))
-            shown = min(len(value), limits.head_entries)
+            out.extend(schema_lines(root.entry(0)))
+            shown = min(root.count, limits.head_entries)
             out.append(f"── head (entries 0..{shown}) ──")
-            out.extend(cut_utf8(compact_json(v), PREVIEW_WIDTH) for v in value[:shown])
+            out.extend(cut_utf8(text, PREVIEW_WIDTH) for text in islice(root.texts(0), shown))
             out.append(
                 f"Read entries with slice:N..M (0-based, end-exclusive, e.g. "
-                f"slice:0..{min(len(value), 20)}) or nested values with pointer:/N/..."
+                f"slice:0..{min(root.count, 20)}) or nested values with pointer:/N/..."
             )
         hint = "read entries with slice:N..M"
-    elif isinstance(value, dict):
-        out.append(f"keys: {len(value)}")
-        if value:
+    elif isinstance(root, TopLevel):
+        out += ["type: json_object", f"size: {reader.size(key)} bytes", f"keys: {root.count}"]
+        if root.count:
             out.append("── keys ──")
-            for name, item in list(value.items())[:MAX_OVERVIEW_KEYS]:
-                out.append(f"{render_key(name)}: {describe_value(item)}")
-            if len(value) > MAX_OVERVIEW_KEYS:
-                out.append(f"… and {len(value) - MAX_OVERVIEW_KEYS} more keys")
+            for name, shape in root.shapes():
+                out.append(f"{render_key(name)}: {describe_shape(shape)}")
+            if root.count > MAX_OVERVIEW_KEYS:
+                out.append(f"… and {root.count - MAX_OVERVIEW_KEYS} more keys")
             out.append("Read a value with key:NAME, or a nested value with pointer:/NAME/...")
         hint = "read one value with key:NAME"
     else:
+        out += [f"type: json_{json_type_name(root)}", f"size: {reader.size(key)} bytes"]
         out.append("── value ──")
-        out.append(compact_json(value))
+        out.append(compact_json(root))
         hint = "the value is too large to show whole"
     return _cap("\n".join(out), limits, hint)
 
 
-def _slice(array: list[JsonValue], sel: Slice, limits: BlobLimits) -> str:
-    n = len(array)
+def _slice(array: TopLevel, sel: Slice, limits: BlobLimits) -> str:
+    n = array.count
     if sel.start >= n:
         example = f"slice:{max(0, n - 10)}..{n}" if n else "no slice"
         raise InspectError(
@@ -550,47 +858,108 @@ def _slice(array: list[JsonValue], sel: Slice, limits: BlobLimits) -> str:
             )
         )
     stop = n if sel.stop is None else min(sel.stop, n)
+
+    def hint(count: int) -> str:
+        shown_stop = sel.start + count
+        return (
+            f"showing entries {sel.start}..{shown_stop} of {sel.start}..{stop}; "
+            f"read on with slice:{shown_stop}..{min(stop, shown_stop + count)}"
+        )
+
+    def too_big(size: int) -> str:
+        return (
+            f"entry {sel.start} alone is {size} bytes, so only its beginning is shown; "
+            f"read parts of it with pointer:/{sel.start}/<key or index>"
+        )
+
+    texts = islice(array.texts(sel.start), stop - sel.start)
+    return _join_capped("[", "]", texts, limits=limits, hint=hint, too_big=too_big)
+
+
+def _join_capped(
+    open_: str,
+    close: str,
+    texts: Iterator[str],
+    *,
+    limits: BlobLimits,
+    hint: Callable[[int], str],
+    too_big: Callable[[int], str],
+) -> str:
+    """``open_``, one item per line, ``close`` -- or the whole items that fit plus a marker.
+
+    Reads items only until the cap is exceeded; the cut is always after a
+    whole item (``hint(count)`` names how to read on). If not even the first
+    item fits, its beginning is shown with ``too_big(its size)`` as the hint.
+    """
     cap = limits.inspect_output_cap
     rendered: list[str] = []
-    size = 4  # "[\n" + "\n]"
-    for item in array[sel.start : stop]:
-        text = compact_json(item)
+    sizes: list[int] = []
+    total = len(open_) + len(close) + 2  # open_ + "\n" ... "\n" + close
+    over = False
+    for text in texts:
+        size = utf8_size(text)
         rendered.append(text)
-        size += utf8_size(text) + 2
-        if size > cap:
+        sizes.append(size)
+        total += size + (2 if len(rendered) > 1 else 0)  # ",\n" between items
+        if total > cap:
+            over = True
             break
-    else:
-        return "[\n" + ",\n".join(rendered) + "\n]"
-    while rendered:
-        shown_stop = sel.start + len(rendered)
-        width = len(rendered)
-        hint = (
-            f"showing entries {sel.start}..{shown_stop} of {sel.start}..{stop}; "
-            f"read on with slice:{shown_stop}..{min(stop, shown_stop + width)}"
+    if not rendered:
+        return open_ + close
+    if not over:
+        return f"{open_}\n" + ",\n".join(rendered) + f"\n{close}"
+    used = len(open_) + 1 + sum(sizes) + 2 * (len(sizes) - 1)  # without the closing line
+    for count in range(len(rendered), 0, -1):
+        marker = _marker(limits, hint(count))
+        if used + utf8_size(marker) <= cap:
+            return f"{open_}\n" + ",\n".join(rendered[:count]) + marker
+        used -= sizes[count - 1] + (2 if count > 1 else 0)
+    first = rendered[0]
+    return cut_utf8(f"{open_}\n{first}", cap, _marker(limits, too_big(sizes[0])))
+
+
+def _resolve_top(root: TopLevel, token: str, raw: str) -> JsonValue:
+    """The first pointer token, resolved on the (lazily read) top level."""
+    bad = f"Bad pointer 'pointer:{raw}':"
+    if root.kind == "object":
+        found = root.member(token)
+        if found is None:
+            raise InspectError(
+                f"{bad} no key {token!r} in the object at the root. Its keys: "
+                f"{_list_keys(root.keys(), root.count)}. Fix the pointer (escape '~' as ~0, "
+                "'/' as ~1)."
+            )
+        return found[0]
+    n = root.count
+    if not _INDEX_RE.fullmatch(token):
+        raise InspectError(
+            f"{bad} {token!r} is not an array index at the root (an array of "
+            f"{plural(n, 'entry', 'entries')}); use an integer from 0 to {max(0, n - 1)} "
+            "without leading zeros."
         )
-        text = "[\n" + ",\n".join(rendered) + _marker(limits, hint)
-        if utf8_size(text) <= cap:
-            return text
-        rendered.pop()
-    first = compact_json(array[sel.start])
-    hint = (
-        f"entry {sel.start} alone is {utf8_size(first)} bytes, so only its beginning is shown; "
-        f"read parts of it with pointer:/{sel.start}/<key or index>"
-    )
-    return cut_utf8("[\n" + first, cap, _marker(limits, hint))
+    index = int(token)
+    if index >= n:
+        raise InspectError(
+            f"{bad} index {index} is out of range at the root, an array of "
+            f"{plural(n, 'entry', 'entries')}"
+            + (f" (indices 0..{n - 1})." if n else " (it is empty).")
+        )
+    return root.entry(index)
 
 
-def _resolve_pointer(value: JsonValue, sel: Pointer) -> JsonValue:
+def _resolve_pointer(
+    value: JsonValue, tokens: Sequence[str], raw: str, path: str = ""
+) -> JsonValue:
     current = value
-    path = ""
-    bad = f"Bad pointer 'pointer:{sel.raw}':"
-    for token in sel.tokens:
+    bad = f"Bad pointer 'pointer:{raw}':"
+    for token in tokens:
         where = path or "the root"
         if isinstance(current, dict):
             if token not in current:
                 raise InspectError(
                     f"{bad} no key {token!r} in the object at {where}. Its "
-                    f"keys: {_list_keys(current)}. Fix the pointer (escape '~' as ~0, '/' as ~1)."
+                    f"keys: {_list_keys(iter(current), len(current))}. Fix the pointer (escape "
+                    "'~' as ~0, '/' as ~1)."
                 )
             current = current[token]
         elif isinstance(current, list):
@@ -629,26 +998,61 @@ def render_value(value: JsonValue) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        members = (
-            f"{json.dumps(k, ensure_ascii=False)}:{compact_json(v)}" for k, v in value.items()
-        )
-        return "{\n" + ",\n".join(members) + "\n}"
+        return "{\n" + ",\n".join(_member_text(k, v) for k, v in value.items()) + "\n}"
     return compact_json(value)
 
 
-def _render_capped(value: JsonValue, pointer: str, limits: BlobLimits) -> str:
-    text = render_value(value)
-    if isinstance(value, list):
-        hint = (
-            f"the array has {plural(len(value), 'entry', 'entries')}; read one with "
-            f"pointer:{pointer}/N "
-            f"(0..{len(value) - 1})"
-        )
-    elif isinstance(value, dict):
-        hint = f"the object has {plural(len(value), 'key')}; read one with pointer:{pointer}/NAME"
-    else:
-        hint = (
+def _render_capped(value: TopLevel | JsonValue, pointer: str, limits: BlobLimits) -> str:
+    """``render_value`` within the cap: arrays and objects cut after a whole entry/member."""
+    if isinstance(value, list | dict):
+        value = MemoryTop(value)
+    if not isinstance(value, TopLevel):
+        text = render_value(value)
+        return _cap(
+            text,
+            limits,
             f"the value is {utf8_size(text)} bytes and only its beginning is shown; "
-            "inspect cannot select part of a single string"
+            "inspect cannot select part of a single string",
         )
-    return _cap(text, limits, hint)
+    top = value
+    n = top.count
+    if top.kind == "array":
+
+        def hint(count: int) -> str:
+            more = f"read on with slice:{count}..{min(n, 2 * count)}, or " if pointer == "" else ""
+            return (
+                f"showing entries 0..{count - 1}, whole entries only; the array has "
+                f"{plural(n, 'entry', 'entries')}; {more}read one with pointer:{pointer}/N "
+                f"(0..{n - 1})"
+            )
+
+        def too_big(size: int) -> str:
+            return (
+                f"entry 0 alone is {size} bytes, so only its beginning is shown; the array has "
+                f"{plural(n, 'entry', 'entries')}; read parts of it with "
+                f"pointer:{pointer}/0/<key or index>"
+            )
+
+        return _join_capped("[", "]", top.texts(0), limits=limits, hint=hint, too_big=too_big)
+
+    def key_at(position: int) -> str:
+        return next(islice(top.keys(), position, None), "")
+
+    def object_hint(count: int) -> str:
+        following = escape_pointer_token(key_at(count))
+        return (
+            f"showing the first {count} members, whole members only; the object has "
+            f"{plural(n, 'key')}; read one with pointer:{pointer}/NAME, e.g. the next one "
+            f"with pointer:{pointer}/{following}"
+        )
+
+    def object_too_big(size: int) -> str:
+        first = escape_pointer_token(key_at(0))
+        return (
+            f"the first member alone is {size} bytes, so only its beginning is shown; the "
+            f"object has {plural(n, 'key')}; read parts of it with pointer:{pointer}/{first}/..."
+        )
+
+    return _join_capped(
+        "{", "}", top.texts(0), limits=limits, hint=object_hint, too_big=object_too_big
+    )

@@ -58,6 +58,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, JsonValue
 
 from actors.blobs.fs_store import ENCODING, ENCODING_ERRORS, parse_blob_id
+from actors.blobs.json_index import describe_shape, json_type_name, value_shape
 from actors.blobs.line_index import count_lines
 from messages.blobs import BlobLimits, Content, Inline, Stored, Structured, Text, ToolOutput
 
@@ -128,23 +129,6 @@ def compact_json(value: JsonValue) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def json_type_name(value: JsonValue) -> str:
-    """The JSON Schema type name of a value (``integer`` vs ``number``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     """``1 key``, ``2 keys``, ``0 entries`` (``plural_form`` when not just ``+s``)."""
     word = singular if count == 1 else (plural_form or singular + "s")
@@ -158,13 +142,7 @@ def with_article(word: str) -> str:
 
 def describe_value(value: JsonValue) -> str:
     """A value's type with its size: ``string (12 chars)``, ``array (3 entries)``."""
-    if isinstance(value, str):
-        return f"string ({plural(len(value), 'char')})"
-    if isinstance(value, list):
-        return f"array ({plural(len(value), 'entry', 'entries')})"
-    if isinstance(value, dict):
-        return f"object ({plural(len(value), 'key')})"
-    return json_type_name(value)
+    return describe_shape(value_shape(value))
 
 
 def render_key(key: str) -> str:

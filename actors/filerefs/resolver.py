@@ -20,32 +20,42 @@ problems, symlink loops, a path that changed under us).
 
 Files
 -----
-``[File: <path>]\\n<body>`` with ``<path>`` exactly as the user typed it. The
+``[File: <path>]\n<body>`` with ``<path>`` exactly as the user typed it. The
 body is at most ``cap`` bytes, cut on a character boundary; when cut, the
-message ends with ``\\n[...truncated, <total> bytes total — use read_file for
-the rest]``. Only ``cap + 1`` bytes are read: the extra byte tells whether the
-file goes on (``stat``'s size may be stale by the time we read), and the total
-reported is the size ``stat`` gave (or more, if the read proved the file grew).
+message ends with ``\n[...truncated, <total> bytes total — use read_file for
+the rest]``. The total reported is the size ``stat`` gave (or more, if the
+read proved the file grew).
 
-Binary detection looks only at what would be shown. Content is refused as
-binary when it holds a NUL byte or is not valid UTF-8. When the cap falls
-inside a multi-byte character, the bytes before that character must decode
-and the partial character must be a *valid incomplete* sequence (a prefix of
-some well-formed character, e.g. ``E2 82`` of ``€``); an impossible prefix
-(``C0``, ``ED A0`` -- a surrogate, ``F4 90`` -- beyond U+10FFFF) is invalid
-UTF-8 and hence binary. Bytes past the cap are never judged: they are not
-shown, and a 16 KB window must not make a file binary or not depending on
-where the window ends.
+Binary detection judges the whole attached body *and* what follows it, up to
+``scan_limit`` bytes of the file (1 MiB by default, never less than the
+cap): content with a NUL byte or invalid UTF-8 anywhere in that window is
+refused as binary, so a text head on a binary file (an archive with a text
+header, a log with a NUL at 20 KB) is not attached as "text". One read of
+``max(cap, scan_limit) + 1`` bytes does both jobs; the extra byte tells
+whether the file goes on past the window. Bytes past the window are not
+judged -- reading a multi-gigabyte file in full to attach its first 16 KB
+would turn a submit into a long I/O wait -- so a file that is text for its
+first MiB is attached (truncated) whatever comes later. When the window ends
+inside a multi-byte character, the partial character must be a *valid
+incomplete* sequence (a prefix of some well-formed character, e.g. ``E2 82``
+of ``€``); an impossible prefix (``C0``, ``ED A0`` -- a surrogate, ``F4 90``
+-- beyond U+10FFFF) is invalid UTF-8 and hence binary. A valid file whose
+cap falls inside a multi-byte character is text: the body simply stops
+before that character.
 
 Directories
 -----------
 ``[Dir: <path>]\\n<listing>``: a shallow listing, directories first as
 ``name/``, then every other entry (files, and entries the view cannot
 classify: FIFOs, broken or out-of-scope symlinks) by name, at most
-``dir_limit`` entries in total, then ``… N more entries not shown``. An empty
-directory lists as ``(empty directory)``. The listing shows **no sizes**:
-sizes change with every edit, which would make an otherwise unchanged
-attachment differ across turns, and the model can ask a tool for them.
+``dir_limit`` entries in total and at most ``cap`` bytes (the file cap: 100
+long names must not cost more context than a file would), then
+``… N more entries not shown``. The marker always fits: entries are dropped
+to make room for it (only a cap smaller than the marker itself is exceeded,
+by the marker alone). An empty directory lists as ``(empty directory)``.
+The listing shows **no sizes**: sizes change with every edit, which would
+make an otherwise unchanged attachment differ across turns, and the model
+can ask a tool for them.
 """
 
 from __future__ import annotations
@@ -67,6 +77,9 @@ DEFAULT_CAP = 16_384
 DEFAULT_DIR_LIMIT = 100
 """Entries of a directory listing shown inline."""
 
+DEFAULT_SCAN_LIMIT = 1024 * 1024
+"""Bytes of a file judged for binary content (never less than the cap); see the module docs."""
+
 ALERT_SOURCE = "file_ref"
 """The ``source`` of every alert this module raises."""
 
@@ -80,6 +93,7 @@ __all__ = [
     "ALERT_SOURCE",
     "DEFAULT_CAP",
     "DEFAULT_DIR_LIMIT",
+    "DEFAULT_SCAN_LIMIT",
     "EMPTY_DIR_TEXT",
     "TRUNCATION_TEMPLATE",
     "ResolveError",
@@ -133,7 +147,12 @@ def alert_text(path: str, reason: str) -> str:
 
 
 def resolve_file_ref(
-    fs: FsView, path: str, *, cap: int = DEFAULT_CAP, dir_limit: int = DEFAULT_DIR_LIMIT
+    fs: FsView,
+    path: str,
+    *,
+    cap: int = DEFAULT_CAP,
+    dir_limit: int = DEFAULT_DIR_LIMIT,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
 ) -> SystemMessage:
     """The system message for one ``@path`` reference, or :class:`ResolveError`.
 
@@ -144,6 +163,8 @@ def resolve_file_ref(
         raise ValueError(f"cap must be >= 0, not {cap}")
     if dir_limit < 0:
         raise ValueError(f"dir_limit must be >= 0, not {dir_limit}")
+    if scan_limit < 0:
+        raise ValueError(f"scan_limit must be >= 0, not {scan_limit}")
     canonical = ""
     try:
         canonical = fs.resolve(path)
@@ -151,15 +172,18 @@ def resolve_file_ref(
         if info is None:
             raise ResolveError(ResolveErrorKind.NOT_FOUND, path)
         if info.kind == "dir":
-            return SystemMessage(text=f"[Dir: {path}]\n{_listing(fs, canonical, dir_limit)}")
+            listing = _listing(fs, canonical, dir_limit, cap)
+            return SystemMessage(text=f"[Dir: {path}]\n{listing}")
         if info.kind != "file":
             # Never open a FIFO or a device: opening or reading it can block
             # or have side effects. The view would refuse too; this is cheaper.
             raise ResolveError(
                 ResolveErrorKind.IO, path, "I/O error: not a regular file (device, FIFO or socket)"
             )
-        data = fs.read_bytes(canonical, limit=cap + 1)
-        body = _body(data, cap, path)
+        window = max(cap, scan_limit)
+        data = fs.read_bytes(canonical, limit=window + 1)
+        _check_text(data, window, path)
+        body = _body(data, cap)
         if len(data) <= cap:
             return SystemMessage(text=f"[File: {path}]\n{body}")
         total = max(info.size, len(data))
@@ -201,22 +225,35 @@ def _io_reason(message: str, path: str, canonical: str) -> str:
     return f"I/O error: {message}"
 
 
-def _body(data: bytes, cap: int, path: str) -> str:
-    """The shown text of a file whose first ``cap + 1`` (at most) bytes are ``data``."""
-    if len(data) <= cap:
-        shown = data
-    else:
-        head = data[:cap]
-        tail = _incomplete_tail(head)
-        if tail and not _is_valid_prefix(tail):
-            raise ResolveError(ResolveErrorKind.BINARY, path)
-        shown = head[: len(head) - len(tail)]
-    if b"\x00" in shown:
+def _check_text(data: bytes, window: int, path: str) -> None:
+    """Refuse ``data`` (the first ``window + 1`` bytes at most) unless it is UTF-8 text.
+
+    Only the first ``window`` bytes are judged; when the file goes on past
+    them, a character cut by the window end must be a valid beginning.
+    """
+    judged = data
+    if len(data) > window:
+        judged = data[:window]
+        tail = _incomplete_tail(judged)
+        if tail:
+            if not _is_valid_prefix(tail):
+                raise ResolveError(ResolveErrorKind.BINARY, path)
+            judged = judged[: len(judged) - len(tail)]
+    if b"\x00" in judged:
         raise ResolveError(ResolveErrorKind.BINARY, path)
     try:
-        return shown.decode("utf-8")
+        judged.decode("utf-8")
     except UnicodeDecodeError:
         raise ResolveError(ResolveErrorKind.BINARY, path) from None
+
+
+def _body(data: bytes, cap: int) -> str:
+    """The shown text: at most ``cap`` bytes of already-judged ``data``, whole characters."""
+    shown = data
+    if len(data) > cap:
+        head = data[:cap]
+        shown = head[: len(head) - len(_incomplete_tail(head))]
+    return shown.decode("utf-8")
 
 
 def _sequence_length(lead: int) -> int:
@@ -277,20 +314,37 @@ def _is_valid_prefix(tail: bytes) -> bool:
     return False
 
 
-def _listing(fs: FsView, canonical: str, dir_limit: int) -> str:
-    """A shallow, size-free listing: directories (``name/``) first, then the rest."""
+def _listing(fs: FsView, canonical: str, dir_limit: int, byte_cap: int) -> str:
+    """A shallow, size-free listing: directories (``name/``) first, then the rest.
+
+    At most ``dir_limit`` entries and ``byte_cap`` bytes, marker included
+    (see the module docs).
+    """
     entries = fs.list_dir(canonical)
     if not entries:
         return EMPTY_DIR_TEXT
     dirs = sorted(entry.name + "/" for entry in entries if entry.kind == "dir")
     others = sorted(entry.name for entry in entries if entry.kind != "dir")
     names = dirs + others
-    lines = names[:dir_limit]
-    left_out = len(names) - len(lines)
-    if left_out:
-        noun = "entry" if left_out == 1 else "entries"
-        lines.append(f"… {left_out} more {noun} not shown")
+    sizes = [len(name.encode("utf-8", "surrogatepass")) for name in names]
+    shown = min(dir_limit, len(names))
+    used = sum(sizes[:shown]) + max(0, shown - 1)  # names joined by "\n"
+    while shown:
+        left_out = len(names) - shown
+        extra = len(_more(left_out).encode("utf-8")) + 1 if left_out else 0
+        if used + extra <= byte_cap:
+            break
+        shown -= 1
+        used -= sizes[shown] + (1 if shown else 0)
+    lines = names[:shown]
+    if len(names) > shown:
+        lines.append(_more(len(names) - shown))
     return "\n".join(lines)
+
+
+def _more(left_out: int) -> str:
+    noun = "entry" if left_out == 1 else "entries"
+    return f"… {left_out} more {noun} not shown"
 
 
 # --------------------------------------------------------------------------- #
@@ -304,6 +358,7 @@ def resolve_input(
     *,
     cap: int = DEFAULT_CAP,
     dir_limit: int = DEFAULT_DIR_LIMIT,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
 ) -> PreparedInput:
     """Resolve every reference in ``segments`` into the worker's prepared input.
 
@@ -327,7 +382,9 @@ def resolve_input(
                 unresolved.add(path)  # same placeholder, no second alert
             continue
         try:
-            stash.append(resolve_file_ref(fs, path, cap=cap, dir_limit=dir_limit))
+            stash.append(
+                resolve_file_ref(fs, path, cap=cap, dir_limit=dir_limit, scan_limit=scan_limit)
+            )
             outcome[key] = True
         except ResolveError as exc:
             outcome[key] = False
@@ -359,6 +416,9 @@ def prepare_submit(
     *,
     cap: int = DEFAULT_CAP,
     dir_limit: int = DEFAULT_DIR_LIMIT,
+    scan_limit: int = DEFAULT_SCAN_LIMIT,
 ) -> PreparedInput:
     """The worker's preparer: a submit's segments (given or parsed), resolved on ``fs``."""
-    return resolve_input(fs, submit_segments(submit), cap=cap, dir_limit=dir_limit)
+    return resolve_input(
+        fs, submit_segments(submit), cap=cap, dir_limit=dir_limit, scan_limit=scan_limit
+    )

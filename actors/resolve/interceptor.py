@@ -8,13 +8,22 @@ Before each LLM request (on the worker's thread, inline):
 * a one-shot directive forces ``tool_choice = resolve`` on the next request,
   newest preview first.
 
-After the answer: if a forced turn did not call ``resolve``, the directive is
-requeued -- at most :data:`~actors.resolve.pending.MAX_REQUEUES` times (so
-:data:`~actors.resolve.pending.MAX_FORCED_ATTEMPTS` forced turns in all);
-then forcing stops, the action stays pending with its reminder, and a Warn
-alert tells the user. If the provider rejects a forced tool choice, the
-request is sent once more with ``auto`` plus the reminder, and forcing is off
-for the session: the failing request is never replayed.
+After the answer: if a forced turn did not call ``resolve``, that is a miss
+for the forced action and its directive is requeued. If it did call
+``resolve``, the turn is settled once its tools ran (at the next request or
+at the end of the run): the forced action is fine if a ``resolve`` consumed
+it (a failed apply is counted by the tool); if a ``resolve`` consumed another
+(newer) action instead, the forced action's directive goes back uncounted;
+if no ``resolve`` consumed anything (invalid arguments, skipped by a hook),
+it is a miss -- unless the run ended early (cancelled, aborted, ...) before
+the tools could run, which puts the directive back uncounted. Each action
+has its own budget of :data:`~actors.resolve.pending.MAX_FORCED_ATTEMPTS`
+misses (ignored forced turns and failed applies together, see
+:mod:`actors.resolve.pending`); then forcing stops for it, the action stays
+pending with its reminder, and one Warn alert tells the user. If the
+provider rejects a forced tool choice, the request is sent once more with
+``auto`` plus the reminder, and forcing is off for the session: the failing
+request is never replayed.
 
 A forced request that gets no answer at all -- a hook or the interceptor
 cancels it, the user cancels the run, the run ends otherwise, or the LLM
@@ -29,7 +38,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from actors.resolve.pending import MAX_FORCED_ATTEMPTS, PendingAction, PendingActions
+from actors.resolve.pending import PendingAction, PendingActions
 from actors.worker.hooks import Continue, LlmRequestContext
 from actors.worker.interceptor import Interceptor, RetryRequest
 from messages.alerts import AlertLevel
@@ -47,10 +56,31 @@ def reminder_text(pending: list[PendingAction]) -> str:
         if len(pending) > 1
         else ""
     )
+    failed = (
+        f" Its last attempt failed: {newest.last_error}" if newest.last_error is not None else ""
+    )
     return (
         f"A staged preview is waiting for your decision: {newest.label!r} "
         f"(from {newest.source_tool_name}). Call the resolve tool with action 'apply' or "
-        f"'discard' and a reason before continuing.{more}"
+        f"'discard' and a reason before continuing.{more}{failed}"
+    )
+
+
+def exhausted_text(action: PendingAction) -> str:
+    """The Warn alert when forcing stops for ``action`` (its budget of misses is spent)."""
+    if action.failures == 0:
+        cause = f"The model ignored {action.ignored} requests to resolve the preview"
+    else:
+        parts = []
+        if action.ignored:
+            parts.append(f"{action.ignored} forced turns were ignored")
+        parts.append(
+            f"{action.failures} attempt{'s' if action.failures != 1 else ''} to resolve it failed"
+        )
+        cause = f"{' and '.join(parts)} for the preview"
+    return (
+        f"{cause} {action.label!r}; it is no longer forced and stays pending until it is "
+        "applied or discarded."
     )
 
 
@@ -70,6 +100,9 @@ class ResolveInterceptor(Interceptor):
         self.definition = definition
         self._alert: Callable[[AlertLevel, str, str], Any] | None = None
         self._forced: tuple[LlmRequestContext, PendingAction] | None = None
+        """The forced request in flight and the action it forces."""
+        self._awaiting: tuple[PendingAction, int] | None = None
+        """A forced turn answered with ``resolve``: its action and the take mark before it."""
 
     def attach(self, alert: Callable[[AlertLevel, str, str], Any]) -> None:
         self._alert = alert
@@ -83,8 +116,29 @@ class ResolveInterceptor(Interceptor):
         if forced is not None:
             self.store.restore(forced[1])
 
+    def _settle(self, *, tools_ran: bool = True) -> None:
+        """Settle an answered forced turn once its tools ran; alert on spent budgets.
+
+        ``tools_ran=False`` (a run that ended early: cancelled, aborted...):
+        a ``resolve`` that consumed nothing may simply never have run, so
+        that is not held against the action.
+        """
+        awaiting, self._awaiting = self._awaiting, None
+        if awaiting is not None:
+            action, mark = awaiting
+            taken = self.store.taken_since(mark)
+            if action.id in taken:
+                pass  # resolved (a failed apply was counted by the tool)
+            elif taken or not tools_ran:
+                self.store.restore(action)  # a newer action used the directive
+            else:
+                self.store.ignored(action)  # resolve was called but consumed nothing
+        for action in self.store.drain_exhausted():
+            self._raise(AlertLevel.WARN, exhausted_text(action))
+
     def pre_llm_request(self, ctx: LlmRequestContext) -> Continue:
         self._restore_forced()  # a forced request that was never answered
+        self._settle()
         if not self.store.offered():
             return Continue()
         if all(tool.name != RESOLVE for tool in ctx.tools):
@@ -102,16 +156,13 @@ class ResolveInterceptor(Interceptor):
         forced, self._forced = self._forced, None
         if forced is None or forced[0] is not ctx:
             return
-        if any(call.name == RESOLVE for call in message.tool_calls):
-            return
         action = forced[1]
-        if self.store.ignored(action):
-            self._raise(
-                AlertLevel.WARN,
-                f"The model ignored {MAX_FORCED_ATTEMPTS} requests to resolve the preview "
-                f"{action.label!r}; it is no longer forced and stays pending until it is "
-                "applied or discarded.",
-            )
+        if any(call.name == RESOLVE for call in message.tool_calls):
+            # Which action the call consumes is known only after the tools ran.
+            self._awaiting = (action, self.store.takes)
+            return
+        self.store.ignored(action)
+        self._settle()
 
     def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
         forced = self._forced
@@ -128,5 +179,6 @@ class ResolveInterceptor(Interceptor):
         return RetryRequest(dataclasses.replace(ctx, tool_choice="auto"))
 
     def on_run_end(self, status: str) -> None:
-        """The run ended (cancelled, rejected, failed...) with a forced request unanswered."""
+        """The run ended: restore an unanswered forced request, settle an answered one."""
         self._restore_forced()
+        self._settle(tools_ran=status in ("completed", "max_turns"))

@@ -43,7 +43,14 @@ log = structlog.get_logger(__name__)
 
 
 class StalePreview(ToolError):
-    """A file changed between the preview and the apply."""
+    """A file changed between the preview and the apply.
+
+    Not ``retryable``: the staged content can never apply again, so the
+    ``resolve`` tool stops forcing the action (it stays pending so the model
+    can discard it and preview again).
+    """
+
+    retryable = False
 
 
 class ApplyFailed(ToolError):
@@ -87,6 +94,16 @@ def stage(ctx: ToolContext, edits: Sequence[EditSpec]) -> tuple[list[StagedFile]
             texts[rel], rel, spec.old_string, spec.new_string, spec.replace_all
         )
         counts[rel] += n
+    for rel in order:
+        try:
+            texts[rel].encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (e.g. a JSON-escaped "\ud800" in new_string) can never
+            # be written as UTF-8: refuse now rather than stage an apply that must fail.
+            raise ToolError(
+                f"The new content of {rel} is not valid Unicode (it holds a lone surrogate, "
+                "probably from new_string); fix the replacement text and try again."
+            ) from None
     staged = [StagedFile(rel, sha256(originals[rel]), texts[rel], counts[rel]) for rel in order]
     diff = "".join(
         "".join(

@@ -7,7 +7,11 @@ most one action.
 
 A callback that raises never loses the action: after a failed ``apply`` or
 ``reject`` it is pending again (directive and reminder pushed again, as the
-seed says for apply), so the model can retry or choose differently.
+seed says for apply), so the model can retry or choose differently. Each
+failure spends the action's forcing budget (:mod:`actors.resolve.pending`),
+so a permanently failing apply cannot force ``resolve`` forever; a failure
+whose exception has ``retryable = False`` (a stale preview) is not forced
+again at all.
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ class ResolveArgs(ToolArgs):
     extra: dict[str, JsonValue] | None = Field(
         default=None, description="Optional free-form metadata for the producer."
     )
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether retrying the callback could succeed (``retryable = False`` on the exception: no)."""
+    return bool(getattr(exc, "retryable", True))
 
 
 def result_text(value: Any) -> Any:
@@ -62,14 +71,18 @@ class Resolve(Tool[ResolveArgs]):
             if standing is None:
                 raise ToolError(NOTHING_PENDING)
             return self._run(standing, args, requeue=None)
-        return self._run(action, args, requeue=lambda: store.requeue(action))
+
+        def requeue(exc: Exception) -> None:
+            store.requeue(action, retryable=retryable(exc), error=str(exc))
+
+        return self._run(action, args, requeue=requeue)
 
     def _run(
         self,
         target: PendingAction | StandingHandler,
         args: ResolveArgs,
         *,
-        requeue: Callable[[], None] | None,
+        requeue: Callable[[Exception], object] | None,
     ) -> str:
         details = {
             "action": args.action,
@@ -85,7 +98,7 @@ class Resolve(Tool[ResolveArgs]):
                 outcome = call_with_reason(target.apply, args.reason, args.extra)
             except Exception as exc:
                 if requeue is not None:
-                    requeue()  # still pending: it can be retried or discarded
+                    requeue(exc)  # still pending: it can be retried or discarded
                 raise ToolError(f"Apply failed: {exc}") from None
             return json.dumps(
                 {"result": result_text(outcome), "resolve": details}, ensure_ascii=False
@@ -95,7 +108,7 @@ class Resolve(Tool[ResolveArgs]):
                 outcome = call_with_reason(target.reject, args.reason, args.extra)
             except Exception as exc:
                 if requeue is not None:
-                    requeue()  # not discarded: it stays pending
+                    requeue(exc)  # not discarded: it stays pending
                     raise ToolError(
                         f"Discard failed: {exc}. The preview {target.label!r} is still "
                         "pending; call resolve again to apply or discard it."

@@ -105,12 +105,17 @@ class LlmToolCallDelta(Message):
 
 
 class LlmRetrying(Message):
-    """The request is being retried; deltas received so far are void."""
+    """The request is being retried; the deltas of the failed attempt are void.
+
+    ``discarded_chars`` is how much text the failed attempt had delivered as
+    :class:`LlmTextDelta` (the retry streams its answer from the start).
+    """
 
     request_id: str
     attempt: int
     delay_s: float
     reason: str
+    discarded_chars: int = Field(default=0, ge=0)
 
 
 class LlmCompleted(Message):

@@ -31,12 +31,15 @@ RunStatus = Literal[
 ]
 """How a run ended.
 
-``on_abort`` hooks run exactly once for every run that *started* and ended
-early: ``cancelled``, ``aborted``, ``max_turns``, ``error``, ``interrupted``,
-and ``rejected`` by a ``pre_llm_request`` Cancel (the user message is already
-in history, so the run had started). A submit ``rejected`` at
-``on_prompt_submit`` never started -- nothing entered history -- so no
-``on_abort`` runs for it, just as none runs for a ``completed`` run.
+``on_abort`` hooks run exactly once for every run that *started* -- whose
+user message entered history -- and ended early: ``cancelled``, ``aborted``,
+``max_turns``, ``error``, ``interrupted``, and ``rejected`` by a
+``pre_llm_request`` Cancel. A submit that ends before its user message
+entered history never started: one ``rejected`` or failed at
+``on_prompt_submit``, or ``cancelled`` while its input was prepared, while its
+on_prompt_submit hooks ran, or before the worker even received it. Nothing of
+it is in history, so no ``on_abort`` runs for it, just as none runs for a
+``completed`` run.
 """
 
 HookEventName = Literal[
@@ -48,10 +51,16 @@ HookEventName = Literal[
     "on_abort",
 ]
 
-HookFailureKind = Literal["raised", "timeout", "invalid_result", "condition", "invalid_arguments"]
-"""How a hook failed: it raised, it did not answer within its timeout, it
-returned a result its event does not allow, its ``when`` condition raised, or
-(pre_tool_call) it left arguments that are not a JSON object."""
+HookFailureKind = Literal[
+    "raised", "timeout", "invalid_result", "condition", "invalid_arguments", "invalid_edit"
+]
+"""How a hook failed: it raised, it did not answer within its timeout (or
+could not start within its start timeout), it returned a result its event
+does not allow (e.g. ``ContinueWithMessages`` with items that are not items),
+its ``when`` condition raised, (pre_tool_call) it left arguments that are not
+a JSON object, or it left another field of its input invalid (on_prompt_submit
+``text`` / ``segments``, pre_llm_request ``messages`` / ``tools`` /
+``tool_choice``, post_tool_call ``result``); the message names the field."""
 
 ErrorKind = Literal["hook", "llm", "input", "worker"]
 """What made a run end with status ``error``."""
@@ -72,15 +81,31 @@ class HookFailure(Message):
 
 
 class Submit(Message):
-    """Start a run with user input: plain text (``@path`` recognised) or segments."""
+    """Start a run with user input: plain text (``@path`` recognised) or segments.
+
+    ``submit_id`` (chosen by the sender, unique; ``Session.submit`` generates
+    one) lets a :class:`CancelRun` name this submit even if the cancel
+    overtakes it on the control lane: the worker remembers such early
+    cancels (a small bounded table) and answers the submit ``cancelled``
+    without starting it.
+    """
 
     text: str | None = None
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
+    submit_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class Resume(Message):
-    """Continue a paused run; optional ``messages`` continue a run paused at turn end."""
+    """Continue a paused run, optionally adding ``messages`` to history.
+
+    Paused before an LLM request or at turn end, the messages go in at once
+    and the model is asked again. Paused at a tool call (``pre_tool_call``),
+    they go in right after the current batch's results, before the next LLM
+    request (earlier would split the calls from their results). Messages that
+    would break pairing (a result without its call, a call without its
+    result) are refused with a ``ValueError``.
+    """
 
     messages: tuple[Item, ...] = ()
 
@@ -92,9 +117,18 @@ class PauseRun(Message):
 
 
 class CancelRun(ControlMessage):
-    """Cancel the current run: LLM stream and tools are cancelled, calls get results."""
+    """Cancel a run: LLM stream and tools are cancelled, calls get results.
+
+    Without ``submit_id`` it cancels the current run (and a submit queued
+    behind an ending one). With ``submit_id`` it cancels that submit's run
+    only -- the current one, the one queued behind it, or, when the cancel
+    overtook its submit on the control lane, the submit when it arrives
+    (answered ``cancelled`` without starting). Answered (when asked) with
+    whether anything was cancelled or remembered.
+    """
 
     reason: str = "cancelled by user"
+    submit_id: str | None = None
 
 
 class Subscribe(Message):
@@ -216,10 +250,24 @@ class AlertRaised(EventBase):
 
 
 class LlmRetried(EventBase):
+    """The run's current LLM request is being retried after a failed attempt.
+
+    A retry streams the answer anew from its start. When the failed attempt
+    had already streamed part of an answer (a connection cut mid-stream, a
+    malformed chunk), the run's :class:`TextDelta` events since its previous
+    ``LlmRetried`` (or since the request began) are void:
+    ``discard_streamed_text`` is then true and ``discard_chars`` is how many
+    characters of the run's streamed text to drop from its end before
+    appending the retry's deltas. History is unaffected (it holds only the
+    completed answer).
+    """
+
     kind: Literal["llm_retried"] = "llm_retried"
     run_id: str
     attempt: int
     reason: str
+    discard_streamed_text: bool = False
+    discard_chars: int = Field(default=0, ge=0)
 
 
 SessionEvent = Annotated[

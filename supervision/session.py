@@ -8,11 +8,13 @@ real interface. Every blocking call has a timeout.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import pykka
 from pykka import ActorDeadError
 
 from actors.tools.base import Tool
@@ -138,6 +140,9 @@ class Session:
         self._events = EventQueue()
         self._alert_events = _AlertEvents(session_id, self._events)
         self._closed = False
+        self._pending_lock = threading.Lock()
+        self._pending_submits: set[str] = set()
+        """Submit ids of this object's submits still waiting for their answer."""
         worker.ask(Subscribe(address=self._events), timeout=30)
         if supervisor is not None:
             supervisor.ask(Subscribe(address=self._events), timeout=30)
@@ -182,6 +187,12 @@ class Session:
     ) -> TurnResult:
         """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds).
 
+        If ``timeout`` passes first, the run is **cancelled** (as by
+        :meth:`cancel`; its on_abort hooks run if it had started) and
+        ``pykka.Timeout`` is raised: a turn nobody waits for any more must not
+        keep the session busy, so the next submit is not refused with
+        ``WorkerBusy``. (It may queue behind the cancelled run's on_abort hooks.)
+
         Submitting exactly the current suggestion takes the accept path (the
         speculation's work is applied instead of being redone); it is never
         debounced -- only Tab is -- because typing and sending the text is an
@@ -192,11 +203,33 @@ class Session:
             # Through the session supervisor: submitting exactly the suggestion
             # takes the accept path; anything else aborts the speculation first.
             prompt = SubmitPrompt(text=text, segments=frozen, max_turns=max_turns)
-            turn: TurnResult = self._supervisor.ask(prompt, timeout=timeout)
+            try:
+                turn: TurnResult = self._supervisor.ask(prompt, timeout=timeout)
+            except pykka.Timeout:
+                self._cancel_quietly(CancelRun(reason="the submit timed out"))
+                raise
             return turn
-        message = Submit(text=text, segments=frozen, max_turns=max_turns)
-        result: TurnResult = self._worker.ask(message, timeout=timeout)
+        submit_id = uuid.uuid4().hex
+        message = Submit(text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id)
+        with self._pending_lock:
+            self._pending_submits.add(submit_id)
+        try:
+            result: TurnResult = self._worker.ask(message, timeout=timeout)
+        except pykka.Timeout:
+            # Names this submit: cancels its run, or the submit itself if it has
+            # not even reached the worker yet.
+            self._cancel_quietly(CancelRun(reason="the submit timed out", submit_id=submit_id))
+            raise
+        finally:
+            with self._pending_lock:
+                self._pending_submits.discard(submit_id)
         return result
+
+    def _cancel_quietly(self, message: CancelRun) -> None:
+        try:
+            self._worker.tell(message)
+        except ActorDeadError:
+            pass  # the session is closing: nothing left to cancel
 
     # -- suggestions and speculation ------------------------------------------------
 
@@ -245,8 +278,20 @@ class Session:
         return paused
 
     def cancel(self, reason: str = "cancelled by user") -> None:
-        """Cancel the current run (control lane: overtakes queued mail)."""
-        self._worker.tell(CancelRun(reason=reason))
+        """Cancel the current run (control lane: overtakes queued mail).
+
+        While a :meth:`submit` of this session object is waiting, the cancel
+        names that submit, so it also works when it overtakes the submit on
+        its way to the worker (the submit is then answered ``cancelled``
+        without starting). Otherwise it cancels the run in progress, if any.
+        """
+        with self._pending_lock:
+            pending = sorted(self._pending_submits)
+        if not pending:
+            self._worker.tell(CancelRun(reason=reason))
+            return
+        for submit_id in pending:
+            self._worker.tell(CancelRun(reason=reason, submit_id=submit_id))
 
     # -- reading ----------------------------------------------------------------
 

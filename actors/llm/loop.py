@@ -383,6 +383,7 @@ class LlmLoop:
                             attempt=attempt + 1,
                             delay_s=delay,
                             reason=f"{exc.error.kind}: {exc.error.message}",
+                            discarded_chars=emit.take_delivered(),
                         ),
                     )
                     await asyncio.sleep(delay)
@@ -452,6 +453,7 @@ class _DeltaCoalescer:
     __slots__ = (
         "_deliver",
         "_deliver_tools",
+        "_delivered",
         "_handle",
         "_last",
         "_loop",
@@ -478,6 +480,8 @@ class _DeltaCoalescer:
         self._deliver = deliver
         self._deliver_tools = deliver if deliver_tools is None else deliver and deliver_tools
         self._parts: list[str] = []
+        self._delivered = 0
+        """Characters of text sent since the attempt began (void if it is retried)."""
         # Nothing sent yet: the first delta goes out at once. (Not 0.0: the
         # loop's clock is monotonic time since boot, which on a freshly
         # booted machine is shorter than a long window.)
@@ -510,7 +514,13 @@ class _DeltaCoalescer:
             text = "".join(self._parts)
             self._parts.clear()
             self._last = self._loop.time()
+            self._delivered += len(text)
             _tell(self._reply_to, LlmTextDelta.model_construct(request_id=self._rid, text=text))
+
+    def take_delivered(self) -> int:
+        """Characters delivered by the attempt that just failed (and start counting anew)."""
+        delivered, self._delivered = self._delivered, 0
+        return delivered
 
     def discard(self) -> None:
         """Drop buffered text (the request was cancelled: nothing may follow)."""

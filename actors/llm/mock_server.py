@@ -315,6 +315,10 @@ class RecordedRequest(Message):
     peer: str | None = None
     """``host:port`` of the client's end of the connection: requests that share it came
     over one reused connection."""
+    arrived_s: float | None = None
+    """When the request arrived, on the server's ``time.monotonic()`` clock: the gap
+    between two requests' arrivals shows a client's retry spacing (e.g. that it
+    waited at least a ``Retry-After``) without a clock in the test."""
 
 
 @dataclass(slots=True)
@@ -345,6 +349,7 @@ class _Record:
     ttft_s: float | None = None
     token_interval_s: float | None = None
     peer: str | None = None
+    arrived_s: float | None = None
 
     def snapshot(self) -> RecordedRequest:
         return RecordedRequest(
@@ -360,6 +365,7 @@ class _Record:
             ttft_s=self.ttft_s,
             token_interval_s=self.token_interval_s,
             peer=self.peer,
+            arrived_s=self.arrived_s,
         )
 
 
@@ -697,6 +703,7 @@ class MockLlmApp:
                 request_id=headers.get("x-fore-request-id"),
                 body=body,
                 headers=dict(headers.items()),
+                arrived_s=time.monotonic(),
             )
             self._records.append(record)
             return record

@@ -20,7 +20,9 @@ import contextlib
 import json
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
@@ -483,6 +485,11 @@ class ScriptedModel:
             return cursor
 
     def forget(self, session_id: str) -> None:
+        """Drop ``session_id``'s cursor: a session reopened under that id starts afresh.
+
+        The Runtime calls it when a session closes, so cursors do not pile up
+        over a long-lived runtime.
+        """
         with self._lock:
             self._cursors.pop(session_id, None)
 
@@ -506,11 +513,23 @@ ReplyLike = ScriptReply | Mapping[str, Any] | str
 
 
 class FunctionModel:
-    """``fn(request) -> reply`` decides every answer (run on a worker thread).
+    """``fn(request) -> reply`` decides every answer (run on the model's own threads).
 
     The reply has the script's shape: a :class:`ScriptReply`, a mapping that
     validates as one, or a plain string (text only). ``fn`` may raise an
     :class:`~actors.llm.errors.LlmException` to simulate a typed failure.
+
+    ``fn`` may block (tests make it wait on events), so it runs on a
+    dedicated, bounded executor of ``max_workers`` threads (created lazily),
+    never on the LLM loop's default executor, which other work shares. A
+    cancelled request cannot stop a running ``fn`` (a thread cannot be
+    killed): its thread is busy until ``fn`` returns.
+
+    ``requests`` keeps the most recent ``keep_requests`` requests, oldest
+    dropped first (a deque with ``maxlen``): each holds a whole history, so
+    keeping all of them would grow without bound over a long run.
+    :meth:`forget` drops one session's (the Runtime calls it when the
+    session closes).
     """
 
     def __init__(
@@ -521,17 +540,45 @@ class FunctionModel:
         ttft_ms: float = 0.0,
         tokens_per_s: float | None = None,
         retry: RetryPolicy | None = None,
+        max_workers: int = 16,
+        keep_requests: int = 1000,
     ) -> None:
+        if max_workers < 1 or keep_requests < 0:
+            raise ValueError("max_workers must be >= 1 and keep_requests >= 0")
         self.fn = fn
         self.name = name
         self.ttft_ms = ttft_ms
         self.tokens_per_s = tokens_per_s
         self.retry = retry or RetryPolicy(max_retries=0)
-        self.requests: list[LlmRequest] = []
+        self.requests: deque[LlmRequest] = deque(maxlen=keep_requests)
         self._lock = threading.Lock()
+        self._max_workers = max_workers
+        self._executor: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"FunctionModel({getattr(self.fn, '__name__', 'fn')})"
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._max_workers, thread_name_prefix="fore-function-model"
+                )
+            return self._executor
+
+    def forget(self, session_id: str) -> None:
+        """Drop what this model keeps about ``session_id`` (its recorded requests)."""
+        with self._lock:
+            kept = [r for r in self.requests if r.session_id != session_id]
+            self.requests.clear()
+            self.requests.extend(kept)
+
+    def close(self) -> None:
+        """Let the executor's threads end once their ``fn`` calls return."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def stream(
         self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
@@ -539,7 +586,8 @@ class FunctionModel:
         with self._lock:
             self.requests.append(request)
         try:
-            raw = await asyncio.to_thread(self.fn, request)
+            loop = asyncio.get_running_loop()
+            raw = await loop.run_in_executor(self._pool(), self.fn, request)
         except LlmException:
             raise
         except Exception as exc:

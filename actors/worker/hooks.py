@@ -26,20 +26,39 @@ skips the call, ``Abort`` ends the run, ``Pause`` / ``Paused`` pause it).
 Returning ``None`` means the event's neutral result (``Continue`` / ``Finish``).
 
 Hooks are user code: the worker runs each one on the blocking lane with a
-timeout, never on a dispatcher thread. A hook that raises, times out or
-returns a result its event does not allow is a :class:`HookError` naming the
-event and the hook (its :meth:`HookError.failure` is the typed
-:class:`~messages.session.HookFailure` a ``TurnResult`` carries).
+timeout, never on a dispatcher thread (see :mod:`actors.worker.hookrun`). The
+timeout starts when the hook starts running, not while it waits for a lane
+thread; that wait has its own deadline (``Hooks(start_timeout=...)``), and a
+hook that has not started when its run no longer needs it is cancelled and
+never runs. A hook that is already running cannot be stopped (Python cannot
+kill a thread): after its timeout it is abandoned -- it finishes whenever it
+returns and its answer is ignored -- so a session may hold at most
+``Hooks(max_in_flight=...)`` lane threads with its hooks; past that its next
+hook waits for one of its own to finish. A hook that raises, times out,
+returns a result its event does not allow, or leaves its input invalid is a
+:class:`HookError` naming the event and the hook (its :meth:`HookError.failure`
+is the typed :class:`~messages.session.HookFailure` a ``TurnResult``
+carries), never a crash of the worker and never an invalid history.
 
-Inputs are mutable only where the seed says so: a pre_tool_call hook may
-rewrite ``arguments`` but not the call's id or tool name (a renamed id would
-leave the model's call without a result and a result without a call), and a
-post_tool_call hook may rewrite ``result`` only. The identity fields raise
-``AttributeError`` when assigned.
+Inputs are mutable only where the seed says so, and every edit is checked
+when the hook answers (:func:`edit_problem`): ``on_prompt_submit`` may
+rewrite ``text`` (a ``str``) and ``segments``; ``pre_llm_request`` may edit
+its copy's ``messages`` (items), ``tools`` (tool definitions) and
+``tool_choice``; a pre_tool_call hook may rewrite ``arguments`` (a JSON
+object) but not the call's id or tool name (a renamed id would leave the
+model's call without a result and a result without a call); a
+post_tool_call hook may rewrite ``result`` (a :class:`ToolOutcome`) only.
+The identity fields raise ``AttributeError`` when assigned.
+``ContinueWithMessages`` items must be items that keep history well paired.
 
-``on_abort`` runs exactly once for every run that started and ended early
-(see :data:`~messages.session.RunStatus`); a submit cancelled at
-``on_prompt_submit`` never started, so it gets none.
+``on_abort`` runs exactly once for every run that *started* -- whose user
+message entered history -- and ended early (see
+:data:`~messages.session.RunStatus`). A submit that ends before that (cancelled
+while its ``@file`` references were read or its on_prompt_submit hooks ran,
+rejected or failed at on_prompt_submit, cancelled before it was even
+received) never started: nothing of it is in history, so there is nothing to
+clean up and no on_abort runs. A failing or timed-out on_abort hook is
+reported (a log line and an alert) and the next on_abort hook still runs.
 
 :func:`advance` is the chain's pure step function; the worker drives it.
 """
@@ -50,13 +69,25 @@ import fnmatch
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from messages.conversation import Item, Segment, ToolCall
-from messages.llm import ToolChoice
+from pydantic import TypeAdapter, ValidationError
+
+from messages.conversation import (
+    AssistantMessage,
+    FileRef,
+    Item,
+    Paste,
+    Segment,
+    SystemMessage,
+    TextSegment,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from messages.llm import NamedToolChoice, ToolChoice
 from messages.session import HookFailure, HookFailureKind
 from messages.tools import ToolDefinition
 
@@ -366,11 +397,36 @@ class HookSpec:
 _seq = itertools.count()
 
 
-class Hooks:
-    """The hooks of one session (thread-safe; the worker takes a snapshot per chain)."""
+DEFAULT_START_TIMEOUT = 120.0
+"""How long a hook may wait for a blocking-lane thread before it counts as timed out."""
 
-    def __init__(self, *, default_timeout: float = 30.0) -> None:
+DEFAULT_MAX_IN_FLIGHT = 2
+"""Lane threads one session's hooks may hold at once (abandoned, still-running ones count)."""
+
+
+class Hooks:
+    """The hooks of one session (thread-safe; the worker takes a snapshot per chain).
+
+    ``default_timeout`` bounds each hook's run (from when it starts running);
+    ``start_timeout`` bounds its wait for a blocking-lane thread;
+    ``max_in_flight`` caps the lane threads this session's hooks hold at once
+    (see :mod:`actors.worker.hookrun`).
+    """
+
+    def __init__(
+        self,
+        *,
+        default_timeout: float = 30.0,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
+        if default_timeout <= 0 or start_timeout <= 0:
+            raise ValueError("hook timeouts must be positive")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
         self.default_timeout = default_timeout
+        self.start_timeout = start_timeout
+        self.max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._specs: dict[HookEvent, list[HookSpec]] = {event: [] for event in HookEvent}
 
@@ -468,6 +524,14 @@ class HooksView:
     @property
     def default_timeout(self) -> float:
         return self._hooks.default_timeout
+
+    @property
+    def start_timeout(self) -> float:
+        return self._hooks.start_timeout
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._hooks.max_in_flight
 
     def chain(self, event: HookEvent) -> tuple[HookSpec, ...]:
         return self._hooks.chain(event) if event in self._events else ()
@@ -576,98 +640,136 @@ def final_outcome(state: ChainState) -> Any:
     return state.outcome if state.outcome is not None else NEUTRAL[state.event]
 
 
-# -- chains without an actor -------------------------------------------------------------
+# -- checking what a hook left --------------------------------------------------------
+
+_ITEM_TYPES = (UserMessage, AssistantMessage, SystemMessage, ToolResult)
+_SEGMENT_TYPES = (TextSegment, FileRef, Paste)
+_TOOL_CHOICE: TypeAdapter[ToolChoice] = TypeAdapter(ToolChoice)
 
 
-class DetachedChain:
-    """Runs one event's remaining hooks when no actor is left to drive them.
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
 
-    A worker that is stopping (its session closed) or has crashed still owes
-    its run's ``on_abort`` hooks, but it will receive no more messages. This
-    runs them the same way the worker would -- in order, each on the blocking
-    lane with its own deadline on the runtime's timer -- chaining from one
-    hook's completion to the next; nothing waits on any thread. Failures and
-    timeouts are logged; results are ignored (``on_abort`` has none).
-    """
 
-    def __init__(
-        self,
-        event: HookEvent,
-        specs: Sequence[HookSpec],
-        ctx: Any,
-        *,
-        lane: Any,
-        timer: Any,
-        default_timeout: float,
-        log: Any,
-    ) -> None:
-        self.event = event
-        self.specs = tuple(specs)
-        self.ctx = ctx
-        self.lane = lane
-        self.timer = timer
-        self.default_timeout = default_timeout
-        self.log = log
-        self.ran: list[str] = []
-        self._index = 0
-        self._token: object | None = None
-        self._timer_handle: Any = None
-        self._lock = threading.Lock()
+def _arguments_problem(ctx: Any) -> str | None:
+    arguments = getattr(ctx, "arguments", None)
+    if not isinstance(arguments, dict):
+        return f"left invalid arguments (a {type(arguments).__name__}, not a JSON object)"
+    try:
+        ToolCall(id=ctx.call_id, name=ctx.name, arguments=arguments)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "arguments"
+        return f"left invalid arguments ({where}: {first['msg']})"
+    return None
 
-    def start(self) -> None:
-        self._next()
 
-    def _next(self) -> None:
-        with self._lock:
-            while self._index < len(self.specs) and not self.specs[self._index].matches(self.ctx):
-                self._index += 1
-            if self._index >= len(self.specs):
-                return
-            spec = self.specs[self._index]
-            token = self._token = object()
-        timeout = spec.timeout or self.default_timeout
-        try:
-            handle = self.timer.call_later(timeout, self._timed_out, token, spec, timeout)
-            with self._lock:
-                if self._token is token:  # else it timed out already
-                    self._timer_handle = handle
-            future = self.lane.submit(run_hook, spec, self.ctx)
-        except RuntimeError as exc:  # the runtime is shutting down: nothing can run them
-            self.log.warning(
-                "detached_hooks_not_run", event=self.event.value, hook=spec.name, error=repr(exc)
+def _items_problem(field_name: str, items: Any) -> str | None:
+    if not isinstance(items, list | tuple):
+        return f"left ctx.{field_name} invalid (a {type(items).__name__}, not a list of items)"
+    for index, item in enumerate(items):
+        if not isinstance(item, _ITEM_TYPES):
+            return (
+                f"left ctx.{field_name}[{index}] invalid (a {type(item).__name__}, not a "
+                "UserMessage, AssistantMessage, SystemMessage or ToolResult)"
             )
-            return
-        future.add_done_callback(lambda f: self._answered(token, spec, f))
+    return None
 
-    def _settle(self, token: object) -> bool:
-        with self._lock:
-            if token is not self._token:
-                return False
-            self._token = None
-            self._index += 1
-            handle, self._timer_handle = self._timer_handle, None
-        if handle is not None:
-            handle.cancel()
-        return True
 
-    def _answered(self, token: object, spec: HookSpec, future: Future[Any]) -> None:
-        if not self._settle(token):
-            return
-        error: BaseException | None
-        if future.cancelled():
-            error = RuntimeError("the blocking lane dropped it")
-        else:
-            error = future.exception()
-        if error is not None:
-            failure = raised_error(self.event, spec.name, error)
-            self.log.warning("detached_hook_failed", error=str(failure))
-        elif future.result() is not NOT_APPLICABLE:
-            self.ran.append(spec.name)
-        self._next()
+def _request_problem(ctx: Any) -> str | None:
+    problem = _items_problem("messages", getattr(ctx, "messages", None))
+    if problem is not None:
+        return problem
+    tools = getattr(ctx, "tools", None)
+    if not isinstance(tools, list | tuple):
+        return f"left ctx.tools invalid (a {type(tools).__name__}, not a list)"
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, ToolDefinition):
+            kind = type(tool).__name__
+            return f"left ctx.tools[{index}] invalid (a {kind}, not a ToolDefinition)"
+    choice = getattr(ctx, "tool_choice", None)
+    if not isinstance(choice, NamedToolChoice):
+        try:
+            _TOOL_CHOICE.validate_python(choice)
+        except ValidationError:
+            return (
+                f"left ctx.tool_choice invalid ({choice!r}; allowed: 'auto', 'none', "
+                "'required' or a NamedToolChoice)"
+            )
+    if not isinstance(getattr(ctx, "model_name", None), str):
+        return "left ctx.model_name invalid (not a str)"
+    return None
 
-    def _timed_out(self, token: object, spec: HookSpec, timeout: float) -> None:
-        if not self._settle(token):
-            return
-        failure = HookTimeout(self.event, spec.name, f"did not answer within {timeout:g}s")
-        self.log.warning("detached_hook_failed", error=str(failure))
-        self._next()
+
+def _prompt_problem(ctx: Any) -> str | None:
+    text = getattr(ctx, "text", None)
+    if not isinstance(text, str):
+        return f"left ctx.text invalid (a {type(text).__name__}, not a str)"
+    segments = getattr(ctx, "segments", None)
+    if not isinstance(segments, list | tuple):
+        return f"left ctx.segments invalid (a {type(segments).__name__}, not a tuple of segments)"
+    for index, segment in enumerate(segments):
+        if not isinstance(segment, _SEGMENT_TYPES):
+            return (
+                f"left ctx.segments[{index}] invalid (a {type(segment).__name__}, not a "
+                "TextSegment, FileRef or Paste)"
+            )
+    return None
+
+
+def _result_problem(ctx: Any) -> str | None:
+    result = getattr(ctx, "result", None)
+    if not isinstance(result, ToolOutcome):
+        return f"left ctx.result invalid (a {type(result).__name__}, not a ToolOutcome)"
+    if not isinstance(result.output, str):
+        return f"left ctx.result.output invalid (a {type(result.output).__name__}, not a str)"
+    if not isinstance(result.is_error, bool):
+        return f"left ctx.result.is_error invalid (a {type(result.is_error).__name__}, not a bool)"
+    return None
+
+
+def messages_problem(items: Sequence[Any]) -> str | None:
+    """Why items to append to history would break it (not items, or badly paired)."""
+    problem = _items_problem("messages", list(items))
+    if problem is not None:
+        return problem.replace("ctx.", "")
+    calls: set[str] = set()
+    for item in items:
+        if isinstance(item, AssistantMessage):
+            calls.update(call.id for call in item.tool_calls)
+        elif isinstance(item, ToolResult) and item.call_id not in calls:
+            return f"a ToolResult for call {item.call_id!r} without its call among the messages"
+    answered = {item.call_id for item in items if isinstance(item, ToolResult)}
+    missing = sorted(calls - answered)
+    if missing:
+        return f"tool calls without results among the messages: {', '.join(missing)}"
+    return None
+
+
+def edit_problem(event: HookEvent, ctx: Any) -> str | None:
+    """Why the input a hook of ``event`` left cannot be used, naming the field (pure).
+
+    Checked after every hook answers, so the error names the hook that broke
+    it, and a bad value is a typed hook error instead of a crash of the worker
+    or an item history keeps (and a provider rejects on every later request).
+    """
+    if event is HookEvent.PRE_TOOL_CALL:
+        return _arguments_problem(ctx)
+    if event is HookEvent.PRE_LLM_REQUEST:
+        return _request_problem(ctx)
+    if event is HookEvent.ON_PROMPT_SUBMIT:
+        return _prompt_problem(ctx)
+    if event is HookEvent.POST_TOOL_CALL:
+        return _result_problem(ctx)
+    return None
+
+
+def outcome_problem(event: HookEvent, outcome: Any) -> str | None:
+    """Why a stopping result cannot be used as it is (``ContinueWithMessages`` items)."""
+    if event is HookEvent.ON_TURN_END and isinstance(outcome, ContinueWithMessages):
+        problem = messages_problem(outcome.messages)
+        if problem is not None:
+            return f"returned ContinueWithMessages with {problem}"
+    return None

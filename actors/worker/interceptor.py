@@ -60,7 +60,15 @@ class Boundary:
 
 @dataclass(frozen=True, slots=True)
 class RetryRequest:
-    """Send the failed LLM request again with this context (e.g. tool_choice auto)."""
+    """Send the failed LLM request again with this context (e.g. tool_choice auto).
+
+    The retry is an LLM call like any other: it counts against the run's
+    ``max_turns`` (a spent budget ends the run as ``max_turns`` instead) and
+    passes the public ``pre_llm_request`` hooks, which edit a copy of it (so
+    their edits to the failed request are not applied twice). The
+    interceptor's own ``pre_llm_request`` does not see it again: it built it.
+    At most one retry per failed request.
+    """
 
     ctx: LlmRequestContext
 
@@ -85,12 +93,24 @@ class Interceptor:
         return Continue()
 
     def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
-        """The answer to a request this interceptor saw (e.g. was a forced tool called?)."""
+        """The answer to a request this interceptor saw (e.g. was a forced tool called?).
+
+        ``ctx`` (here and in :meth:`on_llm_error`) is the very object this
+        interceptor's :meth:`pre_llm_request` was given, as it left it; the
+        public hooks edited a copy of it.
+        """
 
     def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
         return None
 
     def pre_tool_call(self, ctx: ToolCallContext) -> InterceptorToolResult:
+        """Decide a call before the public hooks.
+
+        With ``WorkerConfig.strict_tool_hooks`` (speculation), a public hook
+        that changes the arguments after this approved them makes the worker
+        ask this again on the final arguments: anything but ``Continue`` is
+        then a boundary, so a hook can never make the call run unapproved.
+        """
         return Continue()
 
     def post_tool_call(self, ctx: PostToolCallContext) -> Continue | Abort:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.filerefs.tokenizer import parse_input, render_user_text
+from actors.worker.hookrun import HookGate
 from messages.alerts import Alert, AlertLevel
 from messages.conversation import AssistantMessage, Item, Segment, ToolResult
 from messages.session import Submit
@@ -31,6 +32,9 @@ class SessionState:
     subscribers: list[Any] = field(default_factory=list)
     stash: list[Item] = field(default_factory=list)
     """Items prepared for the current submit (resolved file references)."""
+    hook_gate: HookGate = field(default_factory=HookGate)
+    """The session's admission to the blocking lane for hooks: it outlives a worker
+    incarnation, so hooks abandoned by a crashed worker still count against its cap."""
 
     def repair(self, text: str) -> list[ToolResult]:
         """Close every tool call that has no result; returns the results added."""

@@ -3,18 +3,55 @@
 ``RecordingHook`` remembers a snapshot of every input it sees (and returns a
 fixed result); ``ScriptedHook`` returns a scripted sequence of results. Both
 are thread-safe, since the worker calls hooks on blocking-lane threads.
+
+A snapshot copies the input's *data* (text, arguments, messages, results)
+deeply, so later edits by other hooks do not show in it, but never the objects
+an input only refers to: ``tool`` (the live tool object, which may hold a lock
+or a connection -- the seed's ``Arc<Mutex<..>>`` state access) and ``meta``
+(frozen) are kept as they are.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+SHARED_FIELDS = frozenset({"tool", "meta"})
+"""Input fields a snapshot shares instead of copying (not data; possibly not copyable)."""
+
+
+def snapshot(ctx: Any) -> Any:
+    """A copy of a hook input: data fields deep-copied, :data:`SHARED_FIELDS` shared.
+
+    A data field that cannot be deep-copied is kept by reference rather than
+    making the recording hook itself fail.
+    """
+    if not dataclasses.is_dataclass(ctx) or isinstance(ctx, type):
+        try:
+            return copy.deepcopy(ctx)
+        except Exception:
+            return copy.copy(ctx)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(ctx):
+        value = getattr(ctx, f.name)
+        if f.name in SHARED_FIELDS:
+            values[f.name] = value
+            continue
+        try:
+            values[f.name] = copy.deepcopy(value)
+        except Exception:
+            values[f.name] = value
+    clone = copy.copy(ctx)  # same class; fields are then replaced below
+    for name, value in values.items():
+        object.__setattr__(clone, name, value)  # read-only identity fields included
+    return clone
+
 
 class RecordingHook:
-    """Records a deep copy of each input; returns ``result`` (or ``result(ctx)``)."""
+    """Records a :func:`snapshot` of each input; returns ``result`` or ``result(ctx)``."""
 
     def __init__(self, result: Any = None, *, name: str = "recording") -> None:
         self.result = result
@@ -24,7 +61,7 @@ class RecordingHook:
 
     def __call__(self, ctx: Any) -> Any:
         with self._lock:
-            self.calls.append(copy.deepcopy(ctx))
+            self.calls.append(snapshot(ctx))
         return self.result(ctx) if callable(self.result) else self.result
 
     @property
@@ -49,7 +86,7 @@ class ScriptedHook:
 
     def __call__(self, ctx: Any) -> Any:
         with self._lock:
-            self.seen.append(copy.deepcopy(ctx))
+            self.seen.append(snapshot(ctx))
             entry = self._results.pop(0) if self._results else self._then
         if isinstance(entry, Exception):
             raise entry

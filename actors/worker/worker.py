@@ -8,34 +8,47 @@ blocks a dispatcher thread and is abortable at any point:
 * LLM requests go to the gateway; their events come back here;
 * tool batches go to the shared pool; their results come back here;
 * hooks (user code) run on the blocking lane, one at a time, each with a
-  timeout; their answers come back here. The trusted interceptor runs inline.
+  timeout that starts when it starts running, through the session's
+  :class:`~actors.worker.hookrun.HookGate`; their answers come back here.
+  The trusted interceptor runs inline.
 
 History integrity is the worker's first promise: every tool call in history
 gets exactly one result -- a real one, or a synthetic ``Skipped`` /
 ``Cancelled`` / ``Aborted`` / ``Interrupted`` one -- so history is never in a
 state an LLM provider rejects.
+
+A run that is ending stays ended: once a cancel, an abort or a failure has
+begun a run's ending (its on_abort chain), no continuation of work that was
+already under way -- a file-reference preparer, a blob-store answer, a hook
+answer -- may take the run further. Every continuation checks :func:`_live`
+first, and no new hook chain starts for an ending run except its on_abort.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import itertools
 import uuid
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 from pykka import ActorDeadError
 
-from actors.blobs.summary import truncated_fallback
+from actors.blobs.summary import fits_utf8, truncated_fallback
 from actors.core.future import PooledFuture
 from actors.core.pooled import PooledActor, handles
 from actors.core.timer import TimerHandle
 from actors.speculation.fork import snapshot_version
 from actors.tools.base import ToolRegistry, ToolServices
+from actors.worker.hookrun import DetachedChain, HookJob
 from actors.worker.hooks import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_START_TIMEOUT,
     NOT_APPLICABLE,
     Abort,
     AbortContext,
@@ -43,7 +56,6 @@ from actors.worker.hooks import (
     ChainState,
     Continue,
     ContinueWithMessages,
-    DetachedChain,
     HookError,
     HookEvent,
     Hooks,
@@ -60,15 +72,17 @@ from actors.worker.hooks import (
     ToolOutcome,
     TurnEndContext,
     advance,
+    edit_problem,
     final_outcome,
+    messages_problem,
     next_hook,
+    outcome_problem,
     raised_error,
-    run_hook,
 )
 from actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
 from actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from messages.alerts import Alert, AlertLevel
-from messages.blob_store import StoredOutput, StoreToolOutput
+from messages.blob_store import ReferenceBlobs, StoredOutput, StoreToolOutput
 from messages.blobs import BlobLimits, Inline, Stored, Text
 from messages.conversation import (
     AssistantMessage,
@@ -129,10 +143,12 @@ _ids = itertools.count()
 
 
 def _may_exceed(text: str, threshold: int) -> bool:
-    """Whether ``text`` may be larger than ``threshold`` UTF-8 bytes (cheap check first)."""
-    if len(text) > threshold:
-        return True
-    return len(text) * 4 > threshold and len(text.encode("utf-8")) > threshold
+    """Whether ``text`` is larger than ``threshold`` UTF-8 bytes.
+
+    Counted as stored (lone surrogates -- e.g. file names decoded with
+    ``surrogateescape`` -- count 3 bytes), so any text is measurable.
+    """
+    return not fits_utf8(text, threshold)
 
 
 def _needs_store(item: _Call, threshold: int) -> bool:
@@ -155,19 +171,46 @@ def _fits(text: str, threshold: int) -> bool:
     return not _may_exceed(text, threshold)
 
 
-def _arguments_problem(ctx: ToolCallContext) -> str | None:
-    """Why the arguments a pre_tool_call hook left cannot be sent to a tool, if they cannot.
+def _live(run: _Run) -> bool:
+    """The run may go on: it has not ended, and its ending (on_abort) has not begun."""
+    return not run.ended and not run.aborted
 
-    Checked after each hook so the error names the hook that broke them,
-    and so a bad value is a typed hook error instead of a crash of the worker.
+
+_BLOB_MARK = "[blob:"
+
+
+def _blob_texts(item: Item) -> tuple[str, ...]:
+    """The texts of ``item`` that quote a ``[blob:<id>]`` reference (cheap substring test)."""
+    if isinstance(item, ToolResult):
+        texts: tuple[str, ...] = (item.output,)
+    elif isinstance(item, UserMessage | AssistantMessage | SystemMessage):
+        texts = (item.text,)
+    else:  # pragma: no cover - every item kind is above
+        return ()
+    return tuple(t for t in texts if _BLOB_MARK in t)
+
+
+def match_results(
+    calls: Sequence[ToolCall], results: Iterable[ToolCallFinished]
+) -> list[ToolCallFinished | None]:
+    """Each call's result by call id (``None``: no result was reported for it).
+
+    The pool reports results in call order, but pairing must not rest on it:
+    a result given to the wrong call would put one call's output under
+    another's id. Repeated ids (a model may repeat one) are matched in order.
     """
-    try:
-        ToolCall(id=ctx.call_id, name=ctx.name, arguments=ctx.arguments)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"][1:]) or "arguments"
-        return f"left invalid arguments ({where}: {first['msg']})"
-    return None
+    by_id: dict[str, deque[ToolCallFinished]] = {}
+    for finished in results:
+        by_id.setdefault(finished.result.call_id, deque()).append(finished)
+    matched: list[ToolCallFinished | None] = []
+    for call in calls:
+        queue = by_id.get(call.id)
+        matched.append(queue.popleft() if queue else None)
+    return matched
+
+
+MAX_EARLY_CANCELS = 256
+"""How many cancels that overtook their submit a worker remembers (oldest dropped)."""
 
 
 class WorkerBusy(RuntimeError):
@@ -220,6 +263,10 @@ class _Call:
     post_done: bool = False
     """The result passed its post_tool_call hooks (or is synthetic and needs none)."""
     committed: bool = False
+    pinned: bool = False
+    """The blob store converted the result (and pinned every blob its text references)."""
+    gate_args: dict[str, Any] | None = None
+    """Strict mode: the arguments the interceptor (the speculation gate) approved."""
 
 
 @dataclass
@@ -228,14 +275,24 @@ class _Run:
     start_len: int
     max_turns: int
     reply: PooledFuture[Any] | None = None
+    submit_id: str | None = None
     phase: str = "starting"
+    started: bool = False
+    """The user message is in history: the run started (it gets on_abort if it ends early)."""
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
     llm_request_id: str | None = None
     llm_ctx: LlmRequestContext | None = None
+    """The request as sent (after the interceptor and the pre_llm_request hooks)."""
+    llm_base: LlmRequestContext | None = None
+    """The request as the interceptor left it (what its own callbacks are given)."""
     sent_history_len: int = 0
     """Length of history when ``llm_ctx`` was sent (what came after is its answer)."""
     llm_retried: bool = False
+    streamed_chars: int = 0
+    """Text forwarded as TextDelta for the current request attempt (void on a retry)."""
+    pending_messages: list[Item] = field(default_factory=list)
+    """Resume messages given at a tool-call pause: they go in after the batch's results."""
     assistant_index: int | None = None
     calls: list[_Call] = field(default_factory=list)
     index: int = 0
@@ -266,6 +323,9 @@ class _ChainRun:
     abort_chain: bool
     spec: HookSpec | None = None
     token: object | None = None
+    job: HookJob | None = None
+    wait_timer: TimerHandle | None = None
+    """Fires if the hook has not started within ``Hooks.start_timeout``."""
 
 
 class Worker(PooledActor):
@@ -279,7 +339,10 @@ class Worker(PooledActor):
         self._run: _Run | None = None
         self._chain_run: _ChainRun | None = None
         self._chain_token: object | None = None
-        self._chain_timer: TimerHandle | None = None
+        self._early_cancels: OrderedDict[str, str] = OrderedDict()
+        """Cancels that named a submit not received yet: submit id -> reason."""
+        self._seen_submits: OrderedDict[str, None] = OrderedDict()
+        """Submit ids received (bounded): a late cancel for one is not an early cancel."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -304,7 +367,7 @@ class Worker(PooledActor):
         self._cancel_inflight(run, "session closed")
         self._complete(run, status, error)
         if successor is not None:  # queued behind the run; it never started
-            self._complete(successor[0], "cancelled", "session closed")
+            self._answer_unstarted(successor[0], "cancelled", "session closed")
 
     def on_failure(self, *exc_info: Any) -> None:
         run = self._run
@@ -317,21 +380,39 @@ class Worker(PooledActor):
             if run.successor is not None and run.successor[0].reply is not None:
                 run.successor[0].reply.try_set_exception(RuntimeError(reason))
 
+    def _hooks_config(self) -> tuple[float, float, int]:
+        """``(default_timeout, start_timeout, max_in_flight)`` of the session's hooks."""
+        hooks = self.config.hooks
+        return (
+            hooks.default_timeout,
+            getattr(hooks, "start_timeout", DEFAULT_START_TIMEOUT),
+            getattr(hooks, "max_in_flight", DEFAULT_MAX_IN_FLIGHT),
+        )
+
     def _abort_detached(self, run: _Run, status: RunStatus, reason: str) -> None:
         """Run what is left of ``run``'s on_abort when no message will reach this actor again.
 
         If on_abort has not started, it starts now (the interceptor inline,
-        the hooks detached). If its chain is under way, the hook in flight
-        finishes on its own and the hooks after it run detached: each hook
-        runs exactly once either way.
+        the hooks detached). If its chain is under way, a hook in flight that
+        has started finishes on its own and the hooks after it run detached; a
+        hook that had not started yet is withdrawn and runs detached instead:
+        each hook runs exactly once either way. A run that never started
+        (nothing of it in history) gets no on_abort.
         """
         hooks = self.config.hooks
         chain = self._chain_run
         if run.aborted:
             if chain is None or chain.run is not run or chain.state.event is not HookEvent.ON_ABORT:
                 return
-            specs = chain.state.specs[chain.state.index + 1 :]
+            job = chain.job
+            first = chain.state.index
+            if job is not None and not job.withdraw():
+                first += 1  # it started (or finished): it is not run again
+            specs = chain.state.specs[first:]
             ctx = chain.state.ctx
+        elif not run.started:
+            self._submit_cancelled()
+            return
         else:
             run.aborted = True
             run.abort_status, run.abort_error = status, reason
@@ -347,13 +428,17 @@ class Worker(PooledActor):
                 self.log.exception("interceptor_on_abort_failed")
             specs = hooks.chain(HookEvent.ON_ABORT)
         if specs:
+            default_timeout, start_timeout, cap = self._hooks_config()
             DetachedChain(
                 HookEvent.ON_ABORT,
                 specs,
                 ctx,
                 lane=self.system.blocking,
                 timer=self.system.timer,
-                default_timeout=hooks.default_timeout,
+                gate=self.state.hook_gate,
+                cap=cap,
+                default_timeout=default_timeout,
+                start_timeout=start_timeout,
                 log=self.log,
             ).start()
 
@@ -384,6 +469,7 @@ class Worker(PooledActor):
             run_id=f"run-{uuid.uuid4().hex[:12]}",
             start_len=len(self.state.history),
             max_turns=self.config.max_turns,
+            started=True,
         )
         self._run = run
         if not message.continue_calls:
@@ -460,26 +546,75 @@ class Worker(PooledActor):
 
     # -- history -------------------------------------------------------------------
 
-    def _append(self, run: _Run | None, item: Item) -> None:
+    def _append(self, run: _Run | None, item: Item, *, pinned: bool = False) -> None:
+        """Append ``item`` to history; pin the blobs its text references (unless ``pinned``).
+
+        Retention never removes a blob a live session references: a tool
+        output converted by the blob store is pinned by the store itself;
+        anything else that quotes ``[blob:<id>]`` -- a user submit, a model
+        answer, an inline tool output, items a hook or a speculation added --
+        is pinned here with a :class:`ReferenceBlobs` (a tell; the store scans
+        the text off its dispatcher thread).
+        """
         self.state.history.append(item)
+        if not pinned:
+            self._reference_blobs(item)
         self._emit(
             ItemAdded(session_id=self.config.session_id, run_id=run and run.run_id, item=item)
         )
+
+    def _reference_blobs(self, item: Item) -> None:
+        store = self.config.blob_store
+        if store is None:
+            return
+        texts = _blob_texts(item)
+        if not texts:
+            return
+        try:
+            store.tell(ReferenceBlobs(session_id=self.config.session_id, texts=texts))
+        except ActorDeadError:
+            self.log.warning("blob_reference_not_sent", reason="the blob store is gone")
 
     # -- submit ---------------------------------------------------------------------
 
     @handles(Submit)
     def _on_submit(self, message: Submit) -> None:
+        sid = message.submit_id
+        early = self._early_cancels.pop(sid, None) if sid is not None else None
         current = self._run
-        if current is not None and not current.ended and current.phase != "paused":
-            raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
+        busy = current is not None and not current.ended
+        queue_behind = busy and current is not None and current.aborted
+        interrupt = busy and current is not None and not current.aborted
+        if early is None and busy:
+            assert current is not None
+            if queue_behind and current.successor is not None:
+                raise WorkerBusy(
+                    f"session {self.session_id} is ending run {current.run_id} and already "
+                    "has a submit queued behind it"
+                )
+            if interrupt and current.phase != "paused":
+                raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
+        if sid is not None:
+            self._seen_submits[sid] = None
+            while len(self._seen_submits) > MAX_EARLY_CANCELS:
+                self._seen_submits.popitem(last=False)
         run = _Run(
             run_id=f"run-{uuid.uuid4().hex[:12]}",
             start_len=len(self.state.history),
             max_turns=message.max_turns or self.config.max_turns,
             reply=self.defer_reply(),
+            submit_id=sid,
         )
-        if current is not None and not current.ended:
+        if early is not None:
+            # Its cancel overtook it on the control lane: it never starts.
+            self._answer_unstarted(run, "cancelled", early)
+            return
+        if current is not None and busy:
+            if queue_behind:
+                # The current run is ending (its on_abort hooks are running, each
+                # under a deadline): this submit starts as soon as it has ended.
+                current.successor = (run, message)
+                return
             # The paused run ends first (its on_abort included); this one starts after.
             self._interrupt(current, (run, message))
             return
@@ -487,12 +622,11 @@ class Worker(PooledActor):
 
     def _begin(self, run: _Run, message: Submit) -> None:
         run.start_len = len(self.state.history)
-        self._run = run
         if run.cancel_reason is not None:
-            # Cancelled while it waited for the run it interrupted: it never started,
-            # so (like a submit rejected at on_prompt_submit) it gets no on_abort.
-            self._complete(run, "cancelled", run.cancel_reason)
+            # Cancelled while it waited for the run before it to end: it never started.
+            self._answer_unstarted(run, "cancelled", run.cancel_reason)
             return
+        self._run = run
         run.phase = "preparing"
         preparer = self.config.preparer
         segments = submit_segments(message)
@@ -509,9 +643,29 @@ class Worker(PooledActor):
                 ),
             )
 
+    def _answer_unstarted(self, run: _Run, status: RunStatus, reason: str) -> None:
+        """End a submit that never started (nothing of it in history, no hooks, no on_abort).
+
+        It is not the worker's current run, so nothing of the current run --
+        the interceptor's state, the stash -- is touched.
+        """
+        run.ended = True
+        run.phase = "ended"
+        result = self._result(run, status, reason)
+        self._emit(TurnFinished(session_id=self.config.session_id, result=result))
+        reply, run.reply = run.reply, None
+        if reply is not None:
+            reply.try_set(result)
+
+    def _submit_cancelled(self) -> None:
+        try:
+            self.config.interceptor.on_submit_cancelled()
+        except Exception:
+            self.log.exception("interceptor_on_submit_cancelled_failed")
+
     def _prepared(self, run: _Run, prepared: PreparedInput) -> None:
-        if run.ended:
-            return
+        if not _live(run):
+            return  # cancelled while its input was prepared
         for level, text, source in prepared.alerts:
             self.alert(level, text, source)
         self.state.stash = list(prepared.stash)  # drained by the file-ref interceptor
@@ -534,17 +688,33 @@ class Worker(PooledActor):
         run.phase = "on_prompt_submit"
 
         def done(state: ChainState) -> None:
+            if not _live(run):
+                return
             if state.error is not None:
-                interceptor.on_submit_cancelled()
                 self._hook_failed(run, state.error)
                 return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 # The run never started (nothing entered history): no on_abort.
-                interceptor.on_submit_cancelled()
+                self._submit_cancelled()
                 self._complete(run, "rejected", outcome.reason or "submit cancelled by a hook")
                 return
-            final = user if ctx.text == user.text else user.model_copy(update={"text": ctx.text})
+            final = user
+            if ctx.text != user.text or tuple(ctx.segments) != user.segments:
+                # Checked as each hook answered (edit_problem); built validated.
+                try:
+                    final = UserMessage(text=ctx.text, segments=tuple(ctx.segments))
+                except ValidationError as exc:
+                    hook = state.ran[-1] if state.ran else "on_prompt_submit"
+                    error = HookError(
+                        HookEvent.ON_PROMPT_SUBMIT,
+                        hook,
+                        f"left the prompt invalid ({exc.errors()[0]['msg']})",
+                        kind="invalid_edit",
+                    )
+                    self._hook_failed(run, error)
+                    return
+            run.started = True
             self._append(run, final)
             for item in extras:
                 self._append(run, item)
@@ -554,12 +724,20 @@ class Worker(PooledActor):
 
     # -- LLM turns ---------------------------------------------------------------------
 
-    def _llm_turn(self, run: _Run) -> None:
-        if run.ended:
+    def _llm_turn(self, run: _Run, retry: LlmRequestContext | None = None) -> None:
+        """Ask the model: budget check, the interceptor, the pre_llm_request hooks, send.
+
+        ``retry`` is the request an interceptor asked to send again
+        (:class:`RetryRequest`): it is an LLM call like any other -- it counts
+        against ``max_turns`` and passes the pre_llm_request hooks -- but the
+        interceptor, which built it, does not see it again.
+        """
+        if not _live(run):
             return
         if run.pause_requested is not None:
             reason, run.pause_requested = run.pause_requested, None
-            self._pause(run, reason, "before the next LLM request", ("llm",))
+            point: tuple[Any, ...] = ("llm",) if retry is None else ("llm", retry)
+            self._pause(run, reason, "before the next LLM request", point)
             return
         if run.turns >= run.max_turns:
             self._finish(
@@ -570,27 +748,40 @@ class Worker(PooledActor):
             )
             return
         config = self.config
-        messages: list[Item] = []
-        if config.system_prompt:
-            messages.append(SystemMessage(text=config.system_prompt))
-        messages.extend(self.state.history)
-        ctx = LlmRequestContext(
-            session_id=self.config.session_id,
-            purpose=config.purpose,
-            turn=run.turns + 1,
-            messages=messages,
-            tools=list(config.tools.definitions(exclude=config.hidden_tools)),
-            tool_choice="auto",
-            model_name=config.model_name,
-        )
-        verdict = config.interceptor.pre_llm_request(ctx)
-        if isinstance(verdict, Cancel):
-            # The user message is in history: the run started, so on_abort runs.
-            self._finish(run, "rejected", verdict.reason or "request cancelled", abort=True)
-            return
+        if retry is None:
+            messages: list[Item] = []
+            if config.system_prompt:
+                messages.append(SystemMessage(text=config.system_prompt))
+            messages.extend(self.state.history)
+            base = LlmRequestContext(
+                session_id=self.config.session_id,
+                purpose=config.purpose,
+                turn=run.turns + 1,
+                messages=messages,
+                tools=list(config.tools.definitions(exclude=config.hidden_tools)),
+                tool_choice="auto",
+                model_name=config.model_name,
+            )
+            verdict = config.interceptor.pre_llm_request(base)
+            if isinstance(verdict, Cancel):
+                # The user message is in history: the run started, so on_abort runs.
+                self._finish(run, "rejected", verdict.reason or "request cancelled", abort=True)
+                return
+        else:
+            base = retry
+            base.turn = run.turns + 1
+        # The hooks edit a copy: the interceptor's own request object stays as it
+        # left it (its callbacks are given that one), and a retry built from it
+        # is not edited twice.
+        if config.hooks.chain(HookEvent.PRE_LLM_REQUEST):
+            ctx = dataclasses.replace(base, messages=list(base.messages), tools=list(base.tools))
+        else:
+            ctx = base
         run.phase = "pre_llm_request"
 
         def done(state: ChainState) -> None:
+            if not _live(run):
+                return
             if state.error is not None:
                 self._hook_failed(run, state.error)
                 return
@@ -600,35 +791,59 @@ class Worker(PooledActor):
                     run, "rejected", outcome.reason or "request cancelled by a hook", abort=True
                 )
                 return
-            self._send(run, ctx, validate=bool(state.ran))
+            self._send(run, ctx, base, edited_by=state.ran[-1] if state.ran else None)
 
         self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
 
-    def _send(self, run: _Run, ctx: LlmRequestContext, *, validate: bool = True) -> None:
+    def _send(
+        self,
+        run: _Run,
+        ctx: LlmRequestContext,
+        base: LlmRequestContext,
+        *,
+        edited_by: str | None = None,
+    ) -> None:
+        rid = f"{run.run_id}-{run.turns + 1}-{next(_ids)}"
+        fields: dict[str, Any] = {
+            "request_id": rid,
+            "session_id": self.config.session_id,
+            "purpose": self.config.purpose,
+            "model_name": ctx.model_name,
+            "messages": tuple(ctx.messages),
+            "tools": tuple(ctx.tools),
+            "tool_choice": ctx.tool_choice,
+            "stream_tool_deltas": False,  # LlmCompleted carries the assembled calls
+            "model": self.config.model,
+            "reply_to": self.actor_ref,
+        }
+        if edited_by is None:
+            # Without hooks every part is already a validated, frozen message, and
+            # re-validating the whole history on every turn would cost O(history).
+            request = LlmRequest.model_construct(**fields)
+        else:
+            # A request a hook edited is validated (a hook may leave anything; each
+            # hook's edit was checked as it answered, this is the last word).
+            try:
+                request = LlmRequest(**fields)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"]) or "request"
+                error = HookError(
+                    HookEvent.PRE_LLM_REQUEST,
+                    edited_by,
+                    f"left the request invalid ({where}: {first['msg']})",
+                    kind="invalid_edit",
+                )
+                self._hook_failed(run, error)
+                return
         run.turns += 1
-        rid = f"{run.run_id}-{run.turns}-{next(_ids)}"
         run.llm_request_id = rid
         run.llm_ctx = ctx
+        run.llm_base = base
+        run.streamed_chars = 0
         run.sent_history_len = len(self.state.history)
         run.phase = "streaming"
-        # Without hooks every part is already a validated, frozen message, and
-        # re-validating the whole history on every turn would cost O(history);
-        # a request a hook edited is validated (a hook may add anything).
-        build = LlmRequest if validate else LlmRequest.model_construct
-        self.config.gateway.tell(
-            build(
-                request_id=rid,
-                session_id=self.config.session_id,
-                purpose=self.config.purpose,
-                model_name=ctx.model_name,
-                messages=tuple(ctx.messages),
-                tools=tuple(ctx.tools),
-                tool_choice=ctx.tool_choice,
-                stream_tool_deltas=False,  # LlmCompleted carries the assembled calls
-                model=self.config.model,
-                reply_to=self.actor_ref,
-            )
-        )
+        self.config.gateway.tell(request)
 
     def _current_request(self, request_id: str) -> _Run | None:
         run = self._run
@@ -640,6 +855,7 @@ class Worker(PooledActor):
     def _on_text(self, message: LlmTextDelta) -> None:
         run = self._current_request(message.request_id)
         if run is not None:
+            run.streamed_chars += len(message.text)
             self._emit(
                 TextDelta(session_id=self.config.session_id, run_id=run.run_id, text=message.text)
             )
@@ -652,12 +868,17 @@ class Worker(PooledActor):
     def _on_retrying(self, message: LlmRetrying) -> None:
         run = self._current_request(message.request_id)
         if run is not None:
+            # The retry streams its answer from the start: what this attempt
+            # streamed is void (see LlmRetried).
+            void, run.streamed_chars = run.streamed_chars, 0
             self._emit(
                 LlmRetried(
                     session_id=self.config.session_id,
                     run_id=run.run_id,
                     attempt=message.attempt,
                     reason=message.reason,
+                    discard_streamed_text=void > 0,
+                    discard_chars=void,
                 )
             )
 
@@ -672,11 +893,11 @@ class Worker(PooledActor):
             return
         run.llm_request_id = None
         error = message.error
-        assert run.llm_ctx is not None
-        retry = self.config.interceptor.on_llm_error(run.llm_ctx, error)
+        assert run.llm_base is not None
+        retry = self.config.interceptor.on_llm_error(run.llm_base, error)
         if isinstance(retry, RetryRequest) and not run.llm_retried:
             run.llm_retried = True
-            self._send(run, retry.ctx)
+            self._llm_turn(run, retry=retry.ctx)
             return
         self.alert(AlertLevel.ERROR, f"LLM request failed ({error.kind}): {error.message}", "llm")
         run.error_kind = "llm"
@@ -697,8 +918,8 @@ class Worker(PooledActor):
             cached_tokens=usage.cached_tokens + message.usage.cached_tokens,
         )
         assistant = message.message
-        assert run.llm_ctx is not None
-        self.config.interceptor.on_llm_response(run.llm_ctx, assistant)
+        assert run.llm_base is not None
+        self.config.interceptor.on_llm_response(run.llm_base, assistant)
         if assistant.text or assistant.tool_calls:
             run.assistant_index = len(self.state.history)
             self._append(run, assistant)
@@ -742,7 +963,7 @@ class Worker(PooledActor):
 
     def _pre_tools(self, run: _Run, resume_from: int | None) -> None:
         """Evaluate pre_tool_call (interceptor, then hooks) per call, in order."""
-        if run.ended:
+        if not _live(run):
             return
         while run.index < len(run.calls):
             item = run.calls[run.index]
@@ -769,6 +990,9 @@ class Worker(PooledActor):
                         run, verdict.reason, f"pre_tool_call {item.call.name}", ("pre_tool", 0)
                     )
                     return
+                if self.config.strict_tool_hooks:
+                    # What the gate approved: a hook that changes it is gated again.
+                    item.gate_args = copy.deepcopy(item.ctx.arguments)
             run.phase = "pre_tool_call"
             index = run.index
 
@@ -780,17 +1004,36 @@ class Worker(PooledActor):
         self._run_tools(run)
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
+        if not _live(run):
+            return
         if state.error is not None:
             self._hook_failed(run, state.error)
             return
         outcome = final_outcome(state)
-        if self.config.strict_tool_hooks and not isinstance(outcome, Continue):
-            # Speculation: a hook that would not simply allow the call is a boundary.
+        if self.config.strict_tool_hooks:
             hook = state.ran[-1] if state.ran else "pre_tool_call"
-            self._boundary(
-                run, index, f"hook {hook} returned {type(outcome).__name__}", item.call.name
-            )
-            return
+            if not isinstance(outcome, Continue):
+                # Speculation: a hook that would not simply allow the call is a boundary.
+                self._boundary(
+                    run, index, f"hook {hook} returned {type(outcome).__name__}", item.call.name
+                )
+                return
+            approved = item.gate_args if item.gate_args is not None else item.call.arguments
+            if item.ctx.arguments != approved:
+                # A hook rewrote what the gate approved: the gate decides again on
+                # the arguments that would run. A hook must never make a
+                # speculation run a call the gate did not approve.
+                verdict = self.config.interceptor.pre_tool_call(item.ctx)
+                if not isinstance(verdict, Continue):
+                    why = getattr(verdict, "reason", "")
+                    self._boundary(
+                        run,
+                        index,
+                        f"hook {hook} changed the arguments and the gate answered "
+                        f"{type(verdict).__name__}" + (f": {why}" if why else ""),
+                        item.call.name,
+                    )
+                    return
         if isinstance(outcome, Skip):
             self._skip(item, outcome.reason)
         elif isinstance(outcome, Abort):
@@ -902,14 +1145,16 @@ class Worker(PooledActor):
             return
         run.batch_id = None
         running = [c for c in run.calls if c.status == "running"]
-        for item, finished in zip(running, message.results, strict=False):
+        matched = match_results([item.call for item in running], message.results)
+        for item, finished in zip(running, matched, strict=True):
+            if finished is None:  # never happens; be total anyway
+                self._close_call(item, "Cancelled: no result was reported")
+                continue
             item.status = "done"
             item.result = finished.result
             item.outcome = finished.outcome
             item.stored_summary = finished.stored_summary
             item.explicit = finished.explicit
-        for item in running[len(message.results) :]:  # never happens; be total anyway
-            self._close_call(item, "Cancelled: no result was reported")
         self._post_tools(run)
 
     # -- tools: post hooks, conversion, commit -------------------------------------------------
@@ -919,7 +1164,7 @@ class Worker(PooledActor):
         self._post_step(run)
 
     def _post_step(self, run: _Run) -> None:
-        if run.ended:
+        if not _live(run):
             return
         while run.index < len(run.calls):
             item = run.calls[run.index]
@@ -951,6 +1196,8 @@ class Worker(PooledActor):
                 ctx: PostToolCallContext = ctx,
                 index: int = index,
             ) -> None:
+                if not _live(run):
+                    return
                 if state.error is not None:
                     # A post hook failed on this result: it is withheld, never committed raw.
                     self._hook_failed(run, state.error)
@@ -1007,7 +1254,7 @@ class Worker(PooledActor):
 
         def one_done() -> None:
             remaining[0] -= 1
-            if remaining[0] == 0 and not run.ended:
+            if remaining[0] == 0 and _live(run):
                 self._commit(run)
 
         for item in pending:
@@ -1030,15 +1277,16 @@ class Worker(PooledActor):
     def _output_stored(
         self, run: _Run, item: _Call, one_done: Callable[[], None], stored: StoredOutput
     ) -> None:
-        if run.ended or item.result is None:
-            return
+        if not _live(run) or item.result is None:
+            return  # the run is ending: its calls were closed (and committed) already
         item.result = item.result.model_copy(update={"output": stored.history_text})
+        item.pinned = True  # the store pinned every blob this text references
         one_done()
 
     def _output_not_stored(
         self, run: _Run, item: _Call, one_done: Callable[[], None], error: BaseException
     ) -> None:
-        if run.ended or item.result is None:
+        if not _live(run) or item.result is None:
             return
         self.alert(
             AlertLevel.WARN,
@@ -1055,11 +1303,14 @@ class Worker(PooledActor):
         return truncated_fallback(Text(text=output), self.config.blob_limits, reason=reason)
 
     def _commit(self, run: _Run) -> None:
+        if not _live(run):
+            return
         for item in run.calls:
             if item.result is not None and not item.committed and item.status != "removed":
                 item.committed = True
-                self._append(run, item.result)
+                self._append(run, item.result, pinned=item.pinned)
         run.calls = []
+        self._flush_pending_messages(run)
         if run.boundary is not None:
             self._complete(run, "boundary", run.boundary.get("reason"))
             return
@@ -1067,7 +1318,15 @@ class Worker(PooledActor):
 
     # -- turn end -------------------------------------------------------------------------
 
+    def _flush_pending_messages(self, run: _Run) -> None:
+        """Resume messages given at a tool-call pause: after the batch's results."""
+        pending, run.pending_messages = run.pending_messages, []
+        for item in pending:
+            self._append(run, item)
+
     def _turn_end(self, run: _Run, assistant: AssistantMessage) -> None:
+        if not _live(run):
+            return
         ctx = TurnEndContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,
@@ -1088,6 +1347,8 @@ class Worker(PooledActor):
         run.phase = "on_turn_end"
 
         def done(state: ChainState) -> None:
+            if not _live(run):
+                return
             if state.error is not None:
                 self._hook_failed(run, state.error)
                 return
@@ -1105,6 +1366,8 @@ class Worker(PooledActor):
         self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
 
     def _continue_with(self, run: _Run, items: Sequence[Item]) -> None:
+        if not _live(run):
+            return
         for item in items:
             self._append(run, item)
         self._llm_turn(run)
@@ -1137,6 +1400,9 @@ class Worker(PooledActor):
         run = self._run
         if run is None or run.ended or run.phase != "paused":
             raise RuntimeError(f"session {self.session_id} has no paused run to resume")
+        problem = messages_problem(message.messages)
+        if problem is not None:
+            raise ValueError(f"cannot resume with these messages: {problem}")
         run.reply = self.defer_reply()
         point = run.resume_point or ("llm",)
         run.resume_point = None
@@ -1144,8 +1410,13 @@ class Worker(PooledActor):
         if kind == "llm":
             for item in message.messages:
                 self._append(run, item)
-            self._llm_turn(run)
+            # A retry built before the pause no longer holds the new messages.
+            retry = point[1] if len(point) > 1 and not message.messages else None
+            self._llm_turn(run, retry=retry)
         elif kind == "pre_tool":
+            # Not here: between an answer's calls and their results. They go in
+            # right after the batch's results, before the next LLM request.
+            run.pending_messages.extend(message.messages)
             run.phase = "pre_tool_call"
             self._pre_tools(run, point[1])
         elif message.messages:
@@ -1169,25 +1440,50 @@ class Worker(PooledActor):
     @handles(CancelRun)
     def _on_cancel(self, message: CancelRun) -> bool:
         run = self._run
-        if run is None or run.ended:
+        current = run if run is not None and not run.ended else None
+        sid = message.submit_id
+        if sid is not None:
+            successor = current.successor[0] if current and current.successor else None
+            if successor is not None and successor.submit_id == sid:
+                if successor.cancel_reason is None:
+                    successor.cancel_reason = message.reason
+                return True
+            if current is None or current.submit_id != sid:
+                if sid in self._seen_submits:
+                    return False  # that submit ended already
+                # The cancel overtook its submit on the control lane: remember it.
+                self._early_cancels[sid] = message.reason
+                while len(self._early_cancels) > MAX_EARLY_CANCELS:
+                    self._early_cancels.popitem(last=False)
+                return True
+        if current is None:
             return False
-        if run.aborted:
+        if current.aborted:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
-            if run.successor is not None and run.successor[0].cancel_reason is None:
-                run.successor[0].cancel_reason = message.reason
+            if (
+                sid is None
+                and current.successor is not None
+                and current.successor[0].cancel_reason is None
+            ):
+                current.successor[0].cancel_reason = message.reason
                 return True
             return False
-        self._cancel_inflight(run, message.reason)
-        self._close_open_calls(run, f"Cancelled: {message.reason}")
-        self._finish(run, "cancelled", message.reason, abort=True)
+        self._cancel_inflight(current, message.reason)
+        self._close_open_calls(current, f"Cancelled: {message.reason}")
+        self._finish(current, "cancelled", message.reason, abort=True)
         return True
 
     def _cancel_inflight(self, run: _Run, reason: str) -> None:
+        """Stop what is under way: the hook in flight (never started ones never
+        run), the LLM request, the tool batch."""
         self._chain_token = None
-        if self._chain_timer is not None:
-            self._chain_timer.cancel()
-            self._chain_timer = None
+        chain, self._chain_run = self._chain_run, None
+        if chain is not None:
+            if chain.job is not None:
+                chain.job.cancel()
+            if chain.wait_timer is not None:
+                chain.wait_timer.cancel()
         if run.llm_request_id is not None:
             try:
                 self.config.gateway.tell(
@@ -1247,8 +1543,9 @@ class Worker(PooledActor):
                     result = result.model_copy(
                         update={"output": self._truncated(result.output, "the run ended early")}
                     )
-                self._append(run, result)
+                self._append(run, result, pinned=item.pinned)
         run.calls = []
+        self._flush_pending_messages(run)
 
     def _abort_calls(self, run: _Run, status: RunStatus, reason: str) -> None:
         self._cancel_inflight(run, reason)
@@ -1266,7 +1563,9 @@ class Worker(PooledActor):
         kind: ErrorKind = "worker",
         failure: HookFailure | None = None,
     ) -> None:
-        if run.ended:
+        if not _live(run):
+            # Ending already (a cancel came first): its status stands.
+            self.log.info("failure_after_run_ending", run_id=run.run_id, error=error)
             return
         run.error_kind = kind
         run.hook_failure = failure
@@ -1305,6 +1604,13 @@ class Worker(PooledActor):
         if not abort or run.aborted:
             self._complete(run, status, error)
             return
+        if not run.started:
+            # Nothing of it entered history: it never started, so no on_abort
+            # (see messages.session.RunStatus); drop what was staged for it.
+            self._cancel_inflight(run, error or status)
+            self._submit_cancelled()
+            self._complete(run, status, error)
+            return
         run.aborted = True
         run.abort_status, run.abort_error = status, error
         run.phase = "on_abort"
@@ -1320,8 +1626,6 @@ class Worker(PooledActor):
             self.log.exception("interceptor_on_abort_failed")
 
         def done(state: ChainState) -> None:
-            if state.error is not None:
-                self.log.warning("on_abort_hook_failed", error=str(state.error))
             self._complete(run, status, error)
 
         self._chain(run, HookEvent.ON_ABORT, ctx, done, abort_chain=True)
@@ -1369,6 +1673,8 @@ class Worker(PooledActor):
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
             return
+        if run.aborted:  # the ending that began first decides how the run ended
+            status, error = run.abort_status, run.abort_error
         run.ended = True
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
@@ -1405,66 +1711,113 @@ class Worker(PooledActor):
     ) -> None:
         """Run ``event``'s hooks from index ``start``; ``done(state)`` gets the outcome.
 
-        Each hook runs on the blocking lane with its own timeout; only the
-        newest chain step is current, so answers that arrive after a timeout
-        or a cancel are ignored.
+        Each hook runs on the blocking lane (through the session's
+        :class:`~actors.worker.hookrun.HookGate`) with its own timeout, armed
+        when it starts running; only the newest chain step is current, so
+        answers that arrive after a timeout or a cancel are ignored. An ending
+        run starts no chain but its on_abort.
         """
+        if not abort_chain and not _live(run):
+            return
         state = ChainState(event, self.config.hooks.chain(event), ctx, index=start)
         self._chain_step(_ChainRun(run, state, done, abort_chain))
 
     def _chain_step(self, chain: _ChainRun) -> None:
-        if chain.run.ended and not chain.abort_chain:
+        if chain.run.ended or (not chain.abort_chain and chain.run.aborted):
             return
         state = chain.state
         spec = next_hook(state)
         if spec is None:
             self._chain_done(chain)
             return
+        default_timeout, start_timeout, cap = self._hooks_config()
+        timeout = spec.timeout or default_timeout
         chain.spec = spec
         chain.token = token = object()
         self._chain_run = chain
         self._chain_token = token
-        timeout = spec.timeout or self.config.hooks.default_timeout
-        self._chain_timer = self.call_after(timeout, self._hook_timed_out, chain, token, timeout)
-        self.run_blocking(
-            run_hook,  # the hook's condition, then the hook: user code, under the deadline
-            spec,
+        job = HookJob(
+            spec,  # the hook's condition, then the hook: user code, under the deadline
             state.ctx,
-            then=lambda result: self._hook_answered(chain, token, result),
-            on_error=lambda exc: self._hook_raised(chain, token, exc),
+            on_start=functools.partial(self._hook_started, chain, token, timeout),
+            on_done=functools.partial(self._hook_finished, chain, token),
         )
+        chain.job = job
+        chain.wait_timer = self.call_after(
+            start_timeout, self._hook_not_started, chain, token, start_timeout
+        )
+        self.state.hook_gate.submit(job, self.system.blocking, cap)
+
+    def _hook_started(self, chain: _ChainRun, token: object, timeout: float, job: HookJob) -> None:
+        """On the lane thread, right before the hook runs: its deadline starts now."""
+        wait = chain.wait_timer
+        if wait is not None:
+            wait.cancel()
+        job.arm(
+            self.system.timer.call_later(
+                timeout, self.post, self._hook_timed_out, chain, token, timeout
+            )
+        )
+
+    def _hook_finished(
+        self,
+        chain: _ChainRun,
+        token: object,
+        job: HookJob,
+        result: Any,
+        error: BaseException | None,
+    ) -> None:
+        """On the lane thread: hand the hook's answer to the actor."""
+        if not self.post(self._hook_settled, chain, token, result, error) and error is not None:
+            self.log.warning("hook_error_after_exit", hook=job.spec.name, error=repr(error))
+
+    def _hook_settled(
+        self, chain: _ChainRun, token: object, result: Any, error: BaseException | None
+    ) -> None:
+        if error is None:
+            self._hook_answered(chain, token, result)
+        else:
+            self._hook_raised(chain, token, error)
 
     def _chain_done(self, chain: _ChainRun) -> None:
         if self._chain_run is chain:
             self._chain_run = None  # only a chain in flight is kept (see _abort_detached)
         chain.done(chain.state)
 
-    def _hook_current(self, token: object) -> bool:
+    def _hook_current(self, chain: _ChainRun, token: object) -> bool:
         if token is not self._chain_token:
             return False  # timed out already, or the run was cancelled meanwhile
         self._chain_token = None
-        if self._chain_timer is not None:
-            self._chain_timer.cancel()
-            self._chain_timer = None
+        if chain.job is not None:
+            chain.job.settle()
+        if chain.wait_timer is not None:
+            chain.wait_timer.cancel()
+            chain.wait_timer = None
         return True
 
     def _hook_answered(self, chain: _ChainRun, token: object, result: Any) -> None:
-        if not self._hook_current(token):
+        if not self._hook_current(chain, token):
             return
-        assert chain.spec is not None
+        spec = chain.spec
+        assert spec is not None
         state = chain.state
-        go_on = advance(state, chain.spec, result)
-        if (
-            state.event is HookEvent.PRE_TOOL_CALL
-            and result is not NOT_APPLICABLE
-            and state.error is None
-            and not isinstance(state.outcome, Skip | Abort)  # the call will (or may) run
-        ):
-            problem = _arguments_problem(state.ctx)
+        go_on = advance(state, spec, result)
+        if result is not NOT_APPLICABLE and state.error is None:
+            problem = None
+            # A call that will not run, or a submit / request that is cancelled,
+            # uses nothing the hook left.
+            if not isinstance(state.outcome, Skip | Cancel) and not (
+                state.event is HookEvent.PRE_TOOL_CALL and isinstance(state.outcome, Abort)
+            ):
+                problem = edit_problem(state.event, state.ctx)
+            kind: Any = (
+                "invalid_arguments" if state.event is HookEvent.PRE_TOOL_CALL else "invalid_edit"
+            )
+            if problem is None and not go_on:
+                problem = outcome_problem(state.event, state.outcome)
+                kind = "invalid_result"
             if problem is not None:
-                state.error = HookError(
-                    state.event, chain.spec.name, problem, kind="invalid_arguments"
-                )
+                state.error = HookError(state.event, spec.name, problem, kind=kind)
                 go_on = False
         if go_on:
             self._chain_step(chain)
@@ -1472,19 +1825,52 @@ class Worker(PooledActor):
             self._chain_done(chain)
 
     def _hook_raised(self, chain: _ChainRun, token: object, exc: BaseException) -> None:
-        if not self._hook_current(token):
+        if not self._hook_current(chain, token):
             return
         assert chain.spec is not None
-        chain.state.error = raised_error(chain.state.event, chain.spec.name, exc)
-        self._chain_done(chain)
+        self._chain_failed(chain, raised_error(chain.state.event, chain.spec.name, exc))
 
     def _hook_timed_out(self, chain: _ChainRun, token: object, timeout: float) -> None:
+        if not self._hook_current(chain, token):
+            return
+        assert chain.spec is not None
+        if chain.job is not None:
+            chain.job.cancel()  # it is running: abandoned (its answer is ignored)
+        self._chain_failed(
+            chain,
+            HookTimeout(chain.state.event, chain.spec.name, f"did not answer within {timeout:g}s"),
+        )
+
+    def _hook_not_started(self, chain: _ChainRun, token: object, start_timeout: float) -> None:
+        """The hook is still waiting for a lane thread after ``start_timeout``."""
         if token is not self._chain_token:
             return
-        self._chain_token = None
-        self._chain_timer = None
+        if chain.job is not None and not chain.job.withdraw():
+            return  # it has started: its own deadline governs it now
+        self._hook_current(chain, token)
         assert chain.spec is not None
-        chain.state.error = HookTimeout(
-            chain.state.event, chain.spec.name, f"did not answer within {timeout:g}s"
+        self._chain_failed(
+            chain,
+            HookTimeout(
+                chain.state.event,
+                chain.spec.name,
+                f"did not start within {start_timeout:g}s (the blocking lane is busy; "
+                "it was withdrawn and never runs)",
+            ),
         )
+
+    def _chain_failed(self, chain: _ChainRun, error: HookError) -> None:
+        """A hook failed: the chain stops with ``error`` -- except on_abort, which goes on.
+
+        on_abort hooks are cleanup: one failing must not keep the next from
+        running (the detached chain behaves the same), so the failure is
+        logged and raised as an alert, and the chain moves on.
+        """
+        if chain.abort_chain:
+            self.log.warning("on_abort_hook_failed", error=str(error))
+            self.alert(AlertLevel.WARN, str(error), "hooks")
+            chain.state.index += 1
+            self._chain_step(chain)
+            return
+        chain.state.error = error
         self._chain_done(chain)

@@ -4,19 +4,32 @@ N sessions in this one process, each on its own generated workspace, all
 talking to the built-in mock LLM server (a child process on 127.0.0.1, real
 HTTP, a latency model). A simulated user per session -- a pooled actor, so
 the harness adds no threads -- types a prompt, reads the answer (think time
-drawn from an exponential distribution), then presses Tab on the suggestion
-with probability ``accept_p`` or types something else, sometimes while the
-speculation is still running. It is bounded by ``turns`` per session and a
-wall-clock ``duration``, and stops by itself.
+drawn from ``think_dist`` -- exponential, lognormal, uniform or fixed -- with
+mean ``think_ms``), then presses Tab on the suggestion with probability
+``accept_p`` or types something else, sometimes while the speculation is
+still running. It is bounded by ``turns`` per session and stops by itself.
+
+**Wall time.** ``duration`` bounds the whole run -- opening the sessions, the
+users' rounds, a short drain, closing everything -- not just the rounds: the
+users get what is left after setup, the drain (rounds in flight at their
+deadline may finish within ``drain_s``; any still running then are cut and
+counted) and a reserve for the teardown (about what opening took). So the
+default run (200 sessions, 100 s) ends in well under two minutes.
 
 Reported: sessions, turns, suggestions, speculations by outcome; accept
-latency (Tab -> files applied and history inserted); abort latency (typing ->
-LLM stream closed and tool calls cancelled, and -> overlay removed); time
-saved per accepted turn; tokens spent on discarded speculations; main-turn
-latency (and, with ``compare``, the same workload without speculation); RSS
-per session, peak OS threads and file descriptors; and leaks after shutdown
-(overlay directories, threads, file descriptors, live actors) -- all of which
-must be zero.
+latency (Tab -> files applied and history inserted); abort latency, timed
+from the keystroke to the reaper's confirmations that the LLM stream closed
+and the tool calls were cancelled (``SpeculationFinished.abort_steps``), only
+over speculations that were still running when the abort reached them --
+aborts of finished speculations have nothing to cancel and are counted
+separately, with their keystroke -> overlay-removed time; time saved per
+accepted turn; tokens spent on discarded speculations, including streams an
+abort cancelled (estimated at ~4 characters per token when no usage arrived;
+:mod:`actors.speculation.metered`); main-turn latency (and, with ``compare``,
+the same workload without speculation); RSS per session, peak OS threads and
+file descriptors; setup / run / teardown / total wall time; and leaks after
+shutdown (overlay directories, threads, file descriptors, live actors) -- all
+of which must be zero.
 """
 
 from __future__ import annotations
@@ -57,19 +70,53 @@ from messages.speculation import (
 )
 from supervision import Runtime
 
+THINK_DISTS = ("exp", "lognormal", "uniform", "fixed")
+"""Think-time distributions, each with mean ``think_ms`` (see :func:`think_time`)."""
+
+
+class BenchSetupError(RuntimeError):
+    """The benchmark could not start (the mock server, the temp directory ...)."""
+
+
+def think_time(rng: random.Random, dist: str, mean: float) -> float:
+    """One think time in seconds with the given ``mean``.
+
+    ``exp``: exponential (memoryless readers), capped at 5x the mean;
+    ``lognormal``: sigma 1 (a long right tail: most read quickly, a few
+    linger), mu chosen so the mean is ``mean``, capped at 5x; ``uniform``:
+    0..2x the mean; ``fixed``: always the mean.
+    """
+    if mean <= 0:
+        return 0.0
+    if dist == "fixed":
+        return mean
+    if dist == "uniform":
+        return rng.uniform(0.0, 2 * mean)
+    if dist == "lognormal":
+        sigma = 1.0
+        return min(5 * mean, rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma))
+    if dist == "exp":
+        return min(5 * mean, rng.expovariate(1 / mean))
+    raise ValueError(f"unknown think-time distribution {dist!r}; one of {', '.join(THINK_DISTS)}")
+
 
 @dataclass
 class LoadOptions:
     sessions: int = 200
     turns: int = 4
     duration: float = 100.0
+    """Wall-clock bound of the whole run, setup and teardown included (module docs)."""
     accept_p: float = 0.7
     think_ms: float = 10_000.0
-    """Mean time a user reads an answer before acting (exponential, capped at 5x).
+    """Mean time a user reads an answer before acting.
 
     Ten seconds is a quick reader of a coding agent's answer; at 5 s the 200
     default sessions keep this 2-core machine saturated (see the issue note).
     """
+    think_dist: str = "exp"
+    """How think times are distributed around ``think_ms`` (:data:`THINK_DISTS`)."""
+    drain_s: float = 5.0
+    """After the users' deadline, rounds in flight get this long to finish."""
     edit_p: float = 0.05
     ttft_ms: float = 40.0
     tokens_per_s: float = 400.0
@@ -91,7 +138,11 @@ class Recorder:
     tab_roundtrip_s: list[float] = field(default_factory=list)
     time_saved_s: list[float] = field(default_factory=list)
     abort_cancel_s: list[float] = field(default_factory=list)
+    """Keystroke -> stream closed and tools cancelled (running speculations only)."""
     abort_cleanup_s: list[float] = field(default_factory=list)
+    """Keystroke -> overlay removed (running speculations only)."""
+    finished_abort_cleanup_s: list[float] = field(default_factory=list)
+    """Keystroke -> overlay removed, for speculations that had already finished."""
     suggestions: int = 0
     speculations: set[str] = field(default_factory=set)
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -99,6 +150,7 @@ class Recorder:
     tab_waited_s: list[float] = field(default_factory=list)
     accepts: dict[str, int] = field(default_factory=dict)
     wasted_tokens: int = 0
+    wasted_tokens_estimated: int = 0
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -147,8 +199,7 @@ class SimUser(PooledActor):
     # -- one round -----------------------------------------------------------------
 
     def _think(self) -> float:
-        mean = self.options.think_ms / 1000.0
-        return min(5 * mean, self.rng.expovariate(1 / mean)) if mean > 0 else 0.0
+        return think_time(self.rng, self.options.think_dist, self.options.think_ms / 1000.0)
 
     def _type(self) -> None:
         prompt = USER_PROMPTS[(self.rounds + self.rng.randrange(3)) % len(USER_PROMPTS)]
@@ -244,10 +295,16 @@ class SimUser(PooledActor):
             recorder.states[event.state] = recorder.states.get(event.state, 0) + 1
             if event.outcome in ("aborted", "failed", "conflict", "stale"):
                 recorder.wasted_tokens += event.tokens
-            if event.outcome == "aborted" and event.cancel_latency_s is not None:
-                recorder.abort_cancel_s.append(event.cancel_latency_s)
-            if event.outcome == "aborted" and event.cleanup_latency_s is not None:
-                recorder.abort_cleanup_s.append(event.cleanup_latency_s)
+                recorder.wasted_tokens_estimated += event.estimated_tokens
+            if event.outcome != "aborted" or event.was_running is None:
+                return
+            if event.was_running:  # the LLM stream and the tools really had to stop
+                if event.cancel_latency_s is not None:
+                    recorder.abort_cancel_s.append(event.cancel_latency_s)
+                if event.cleanup_latency_s is not None:
+                    recorder.abort_cleanup_s.append(event.cleanup_latency_s)
+            elif event.cleanup_latency_s is not None:  # finished: only its overlay was left
+                recorder.finished_abort_cleanup_s.append(event.cleanup_latency_s)
 
     @handles(SpeculationSkipped)
     def _on_skipped(self, _event: SpeculationSkipped) -> None:
@@ -273,14 +330,30 @@ class LoadReport:
     tab_waited_ms: dict[str, float]
     accept_latency_ms: dict[str, float]
     abort_latency_ms: dict[str, float]
+    """Keystroke -> LLM stream closed and tool calls cancelled, over running speculations."""
     abort_cleanup_ms: dict[str, float]
+    """Keystroke -> overlay removed, over the same running speculations."""
+    aborts_of_finished: int
+    """Aborts of speculations that had already finished (nothing left to cancel)."""
+    abort_finished_cleanup_ms: dict[str, float]
+    """Their keystroke -> overlay removed."""
     time_saved_ms_mean: float
     wasted_tokens: int
+    """Tokens of aborted, failed, conflicting and stale speculations (estimates included)."""
+    wasted_tokens_estimated: int
+    """Of those: estimated for streams cancelled before their usage arrived."""
     main_turn_ms: dict[str, float]
     rss_per_session_kib: float
     peak_threads: int
     peak_fds: int
     wall_s: float
+    """The users' rounds (from the first user's start to the last one's end or the cut)."""
+    setup_s: float
+    teardown_s: float
+    wall_total_s: float
+    """Everything: starting the mock server, opening and closing the sessions, the rounds."""
+    rounds_cut: int
+    """Users still in a round when the drain ended (their sessions were closed under them)."""
     leaks: dict[str, int]
     errors: list[str]
 
@@ -297,13 +370,27 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 
 
 def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
-    """Run the workload once; returns the report and the raw latency samples."""
-    root = Path(tempfile.mkdtemp(prefix="fore-bench-"))
+    """Run the workload once; returns the report and the raw latency samples.
+
+    Raises :class:`BenchSetupError` (one clear line) when it cannot start.
+    """
+    if options.think_dist not in THINK_DISTS:
+        raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
+    begun = time.monotonic()
+    try:
+        root = Path(tempfile.mkdtemp(prefix="fore-bench-"))
+    except OSError as exc:
+        raise BenchSetupError(f"cannot create a temp directory: {exc.strerror or exc}") from None
     recorder = Recorder()
-    script_file = ScriptFile.model_validate(script(options.turns))
-    server = MockLlmServer.spawn(
-        script_file, ttft_ms=options.ttft_ms, tokens_per_s=options.tokens_per_s
-    )
+    try:
+        script_file = ScriptFile.model_validate(script(options.turns))
+        server = MockLlmServer.spawn(
+            script_file, ttft_ms=options.ttft_ms, tokens_per_s=options.tokens_per_s
+        )
+    except Exception as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise BenchSetupError(f"cannot start the mock LLM server: {detail}") from None
     process = psutil.Process()
     try:
         threads_before = {t.ident for t in threading.enumerate()}
@@ -312,7 +399,6 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
         evloop.new_event_loop().close()
         fds_before = process.num_fds()
         rss_before = process.memory_info().rss
-        started = time.monotonic()
         rt = Runtime(
             name="bench",
             overlay_root=root / "overlays",
@@ -329,7 +415,6 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
         )
         done = threading.Semaphore(0)
-        deadline = time.monotonic() + options.duration
         users = []
         peak_threads = threading.active_count()
         peak_fds = process.num_fds()
@@ -345,6 +430,7 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             transient=True,
         )
         sessions = []
+        rounds_cut = 0
         with progress:
             opening = progress.add_task("opening sessions", total=options.sessions)
             for i in range(options.sessions):
@@ -358,6 +444,13 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
                 sessions.append((session, workspace))
                 progress.advance(opening)
             progress.remove_task(opening)
+            started = time.monotonic()
+            setup = started - begun
+            # The users get what the wall-clock bound leaves after setup, the
+            # drain, and a teardown about as long as the setup (module docs).
+            window = options.duration - setup - options.drain_s - max(2.0, setup)
+            deadline = started + max(1.0, window)
+            hard_stop = deadline + options.drain_s
             task = progress.add_task(
                 "speculation" if options.speculation else "no speculation", total=total_rounds
             )
@@ -384,15 +477,17 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
                 peak_threads = max(peak_threads, threading.active_count())
                 peak_fds = max(peak_fds, process.num_fds())
                 peak_rss = max(peak_rss, process.memory_info().rss)
-                if time.monotonic() > deadline + 30:
-                    recorder.errors.append("simulated users did not finish by the deadline")
+                if time.monotonic() > hard_stop:
+                    rounds_cut = len(users) - finished  # their sessions close under them
                     break
         wall = time.monotonic() - started
+        closing = time.monotonic()
         for user in users:
             user.stop()
         for session, _ in sessions:
             session.close()
         clean = rt.close(timeout=60)
+        teardown = time.monotonic() - closing
         overlays_left = (
             sum(1 for p in rt.overlays.process_dir.iterdir() if p != rt.overlays.journal_dir)
             if rt.overlays.process_dir.exists()
@@ -426,17 +521,24 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             accept_latency_ms=_quantiles(recorder.accept_latency_s),
             abort_latency_ms=_quantiles(recorder.abort_cancel_s),
             abort_cleanup_ms=_quantiles(recorder.abort_cleanup_s),
+            aborts_of_finished=len(recorder.finished_abort_cleanup_s),
+            abort_finished_cleanup_ms=_quantiles(recorder.finished_abort_cleanup_s),
             time_saved_ms_mean=(
                 sum(recorder.time_saved_s) / len(recorder.time_saved_s) * 1e3
                 if recorder.time_saved_s
                 else 0.0
             ),
             wasted_tokens=recorder.wasted_tokens,
+            wasted_tokens_estimated=recorder.wasted_tokens_estimated,
             main_turn_ms=_quantiles(recorder.typed_turn_s),
             rss_per_session_kib=(peak_rss - rss_before) / max(1, options.sessions) / 1024,
             peak_threads=peak_threads,
             peak_fds=peak_fds,
             wall_s=wall,
+            setup_s=setup,
+            teardown_s=teardown,
+            wall_total_s=time.monotonic() - begun,
+            rounds_cut=rounds_cut,
             leaks=leaks,
             errors=recorder.errors[:20],
         )
@@ -459,6 +561,12 @@ def print_report(report: LoadReport, compare: LoadReport | None = None) -> None:
         f"fore bench: {report.sessions} sessions, {report.turns} turns in {report.wall_s:.1f} s",
         ["measurement", "value"],
         [
+            [
+                "wall time: total (setup / rounds / teardown)",
+                f"{report.wall_total_s:.1f} s ({report.setup_s:.1f} / {report.wall_s:.1f} / "
+                f"{report.teardown_s:.1f} s)"
+                + (f"; {report.rounds_cut} users cut at the deadline" if report.rounds_cut else ""),
+            ],
             ["suggestions shown", report.suggestions],
             ["speculations started", report.speculations_started],
             ["suggestions not speculated (no headroom)", report.speculations_skipped],
@@ -483,12 +591,20 @@ def print_report(report: LoadReport, compare: LoadReport | None = None) -> None:
             ],
             ["Tab while still running: waited p50 / p95 / p99", q(report.tab_waited_ms)],
             [
-                "abort latency p50 / p95 / p99 (typing → stream closed, tools cancelled)",
+                "abort latency p50 / p95 / p99 (keystroke → stream closed, tools cancelled;"
+                " running speculations)",
                 q(report.abort_latency_ms),
             ],
-            ["abort → overlay removed p50 / p95 / p99", q(report.abort_cleanup_ms)],
+            ["  keystroke → overlay removed p50 / p95 / p99", q(report.abort_cleanup_ms)],
+            [
+                "aborts of finished speculations: keystroke → overlay removed",
+                q(report.abort_finished_cleanup_ms),
+            ],
             ["time saved per accepted turn (mean)", f"{report.time_saved_ms_mean:.1f} ms"],
-            ["tokens spent on discarded speculations", report.wasted_tokens],
+            [
+                "tokens spent on discarded speculations (of which estimated)",
+                f"{report.wasted_tokens} ({report.wasted_tokens_estimated})",
+            ],
             ["main-turn latency p50 / p95 / p99 (typed prompts)", q(report.main_turn_ms)],
             ["RSS per session", f"{report.rss_per_session_kib:.1f} KiB"],
             [

@@ -168,6 +168,10 @@ class RecoveryRecord(Message):
     """The workspace root the journal applied to (absolute)."""
     paths: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    """Paths a roll-forward left alone: they changed after the interrupted apply (an
+    edit made between the crash and the recovery), so they keep that edit; each
+    also has a ``problems`` line."""
 
 
 class SweepReport(Message):

@@ -49,10 +49,28 @@ class SpeculationConfig(Message):
     Only Tab is debounced: submitting the suggestion's text is an explicit
     request, so it always runs (through the accept path when it can)."""
     max_history: int = Field(default=40, ge=2)
+    """History entries a fork request carries at most (see ``history_trim_step``)."""
+    history_trim_step: int = Field(default=20, ge=1)
+    """Once a history is longer than ``max_history``, forks drop its oldest entries in
+    steps of this many (clamped to ``max_history``), not one by one.
+
+    The trade-off: a fork reuses the main request's prefix byte for byte only
+    while the whole history fits; past ``max_history`` the fork's history starts
+    later than the main request's, so the provider's cache no longer serves it
+    the main request's prefix. Cutting at fixed checkpoints keeps the cut point
+    still for several turns, so consecutive forks (suggestion, speculation,
+    pipelined suggestion, the next turn's suggestion) share *each other's*
+    prefix and hit the cache from the second one on. Step 1 is the old
+    "last N entries" trimming (every fork starts somewhere new)."""
     token_budget: int | None = Field(default=200_000, ge=1)
-    """Tokens one speculation may spend (summed from each LLM completion's usage)."""
+    """Tokens one speculation may spend: completed requests' usage plus, for the request
+    in flight, an estimate (about 4 characters per token of prompt and streamed
+    output). Reaching it cancels the in-flight request or tool calls at once and
+    ends the speculation at a boundary with its partial transcript."""
     time_budget_s: float | None = Field(default=300.0, gt=0)
-    """Seconds one speculation may run; then it stops at its next safe point (a boundary)."""
+    """Seconds one speculation may run. At the deadline the in-flight LLM request and
+    tool calls are cancelled and the speculation ends at a boundary with its
+    partial transcript (the cancelled calls are re-run for real after Tab)."""
     overlay_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     fast_model_name: str = ""
     """The fast model's wire name (see the class docs); empty: the fast model
@@ -167,14 +185,24 @@ class SpeculationFinished(EventBase):
     boundary_tool: str | None = None
     boundary_reason: str | None = None
     reason: str | None = None
+    estimated_tokens: int = 0
+    """Of ``tokens``: estimated for requests that ended without usage (cancelled
+    or failed in flight), at about 4 characters per token of prompt and streamed output."""
+    was_running: bool | None = None
+    """Aborts: whether the speculation was still running when the abort reached it
+    (``False``: it had finished; only its overlay was left to remove)."""
     cancel_latency_s: float | None = None
-    """Aborts: from the abort request to the run cancelled (LLM stream and tool calls)."""
+    """Aborts of a *running* speculation: from the keystroke (or submit) to the LLM
+    stream confirmed closed and the tool calls confirmed cancelled, whichever came
+    last (``abort_steps``). ``None`` when it had already finished: nothing was
+    left to cancel."""
     cleanup_latency_s: float | None = None
-    """Aborts: from the abort request to the overlay removed."""
+    """Aborts: from the keystroke (or submit) to the overlay removed."""
     abort_steps: tuple[tuple[str, float], ...] = ()
-    """Aborts: each cleanup step and when it happened (``time.monotonic()``), in order:
-    ``abort_requested``, ``worker_stopped``, ``tools_cancelled`` / ``llm_cancelled``
-    (either order), ``overlay_removed``."""
+    """Aborts: each step and when it happened (``time.monotonic()``), in order:
+    ``keystroke`` (the user's input that caused it), ``abort_requested``
+    (it reached the speculator; then ``already_finished`` if it had), ``worker_stopped``,
+    ``tools_cancelled`` / ``llm_cancelled`` (either order), ``overlay_removed``."""
 
 
 # -- control -----------------------------------------------------------------------
@@ -184,12 +212,16 @@ class Keystroke(ControlMessage):
     """The user is typing ``text``; anything but a prefix of the suggestion aborts."""
 
     text: str = ""
+    at: float = Field(default_factory=time.monotonic)
+    """When the key was pressed (``time.monotonic()``): abort latency starts here."""
 
 
 class AbortSpeculation(ControlMessage):
     """Abort the running speculation (LLM request and tools cancelled, overlay removed)."""
 
     reason: str = "user typed"
+    at: float = Field(default_factory=time.monotonic)
+    """When the user did what aborts it (``time.monotonic()``)."""
 
 
 class AcceptSuggestion(Message):
@@ -207,6 +239,8 @@ class SubmitPrompt(Message):
     text: str | None = None
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
+    at: float = Field(default_factory=time.monotonic)
+    """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
 
 
 class GetSpeculation(Message):
@@ -225,11 +259,16 @@ class AcceptResult(Message):
         "no_suggestion",
         "debounced",
         "failed",
+        "aborted",
     ]
     """``submitted``: nothing was speculated for the suggestion (speculation off,
-    or no headroom), so Tab ran it as a normal turn (in ``turn``)."""
+    or no headroom), so Tab ran it as a normal turn (in ``turn``). ``aborted``:
+    while Tab waited for the speculation, the user submitted something else (or
+    the caller stopped waiting): the speculation was aborted, nothing applied."""
     suggestion: str | None = None
     files_applied: tuple[str, ...] = ()
+    """Real paths the accept changed -- also when it then failed (files applied but
+    the history insert refused), so a caller always knows what changed on disk."""
     items_inserted: int = 0
     items: tuple[Item, ...] = ()
     boundary_tool: str | None = None
@@ -276,6 +315,8 @@ class SpeculationResult(Message):
     turns: int = 0
     tool_calls: int = 0
     tokens: int = 0
+    estimated_tokens: int = 0
+    """Of ``tokens``: estimated for requests that ended without usage."""
     started_at: float = 0.0
     completed_at: float | None = None
     files_written: int = 0
@@ -296,6 +337,11 @@ class OverlayRemoved(Message):
     speculation_id: str
     steps: tuple[tuple[str, float], ...] = ()
     """The cleanup's steps and their ``time.monotonic()``, in order."""
+    tokens: int | None = None
+    """Everything the speculation's requests cost, counted once every stream has ended
+    (a stream cancelled by the abort included, estimated); ``None``: unknown."""
+    estimated_tokens: int = 0
+    """Of ``tokens``: estimated from characters (no usage arrived)."""
 
 
 class InsertItems(Message):
@@ -324,6 +370,15 @@ class SpeculationUsage(Message):
 
     request_id: str
     usage: Usage
+    estimated: bool = False
+    """No usage arrived (the stream was cancelled or failed): ``usage`` is an estimate."""
+
+
+class TokenBudgetReached(Message):
+    """The speculation's spend (completed usage plus the in-flight estimate) passed
+    its token budget while a request was streaming: stop it now."""
+
+    spent: int
 
 
 class StreamsIdle(Message):

@@ -6,7 +6,10 @@
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
 A user mistake (a bad flag value, an unreachable endpoint, an unwritable output
-path) is one clear line on stderr and a non-zero exit code, never a traceback.
+path) is one clear line on stderr and a non-zero exit code (2), never a
+traceback; so is a failure to set up (the mock server does not start, a file
+cannot be written: exit code 1). Every numeric flag is range-checked when it is
+parsed, with the range in the message.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import json
 import math
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
 MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell")
@@ -65,6 +69,16 @@ def _non_negative(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
 
 
@@ -130,9 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--duration",
-        type=_non_negative,
+        type=_positive,
         default=100.0,
-        help="wall-clock bound in seconds (default 100)",
+        help="wall-clock bound of the whole run in seconds, opening and closing the sessions "
+        "included (default 100)",
     )
     bench.add_argument(
         "--accept-p",
@@ -144,7 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--think-ms",
         type=_non_negative,
         default=10_000.0,
-        help="mean time a user reads an answer, in ms (exponential, capped at 5x; default 10000)",
+        help="mean time a user reads an answer, in ms (default 10000)",
+    )
+    bench.add_argument(
+        "--think-dist",
+        choices=("exp", "lognormal", "uniform", "fixed"),
+        default="exp",
+        help="how think times spread around --think-ms: exp (exponential, capped at 5x), "
+        "lognormal (sigma 1, capped at 5x), uniform (0 to 2x) or fixed (default exp)",
     )
     bench.add_argument(
         "--edit-p",
@@ -153,10 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="probability a user edits a file the speculation touched before Tab (default 0.05)",
     )
     bench.add_argument(
-        "--ttft-ms", type=_non_negative, default=40.0, help="mock LLM time to first token"
+        "--ttft-ms",
+        type=_non_negative,
+        default=40.0,
+        help="mock LLM time to first token in ms (default 40)",
     )
     bench.add_argument(
-        "--tokens-per-s", type=_non_negative, default=400.0, help="mock LLM tokens per second"
+        "--tokens-per-s",
+        type=_positive,
+        default=400.0,
+        help="mock LLM tokens per second (> 0; default 400)",
     )
     bench.add_argument(
         "--no-speculation", action="store_true", help="suggestions only, no speculation"
@@ -188,19 +216,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("prompt", help="the prompt (@path references are attached)")
     run.add_argument("--workspace", required=True, help="the workspace directory")
-    source = run.add_mutually_exclusive_group(required=True)
+    source = run.add_mutually_exclusive_group()
     source.add_argument("--script", help="a scripted-model JSON file (offline)")
     source.add_argument(
-        "--base-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"
+        "--base-url",
+        help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+        "(default: FORE_BASE_URL / OPENAI_BASE_URL)",
     )
-    run.add_argument("--model", help="the model name (with --base-url)")
+    run.add_argument(
+        "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
+    )
     run.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
     run.add_argument("--system", help="a system prompt")
     run.add_argument(
         "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
     )
     run.add_argument(
-        "--timeout", type=_non_negative, default=600.0, help="seconds for the turn (default 600)"
+        "--timeout",
+        type=_positive,
+        default=600.0,
+        help="seconds the turn may take; then it is cancelled (> 0; default 600)",
     )
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
     _log_level_flag(run, "critical")
@@ -258,6 +293,9 @@ def _bench(args: argparse.Namespace) -> int:
         except BenchFailed as exc:
             sys.stderr.write(f"{PROG} bench {args.name}: FAILED: {exc}\n")
             return EXIT_FAILED
+        except OSError as exc:  # no temp space, too many open files ...
+            sys.stderr.write(f"{PROG} bench {args.name}: error: {_one_line(exc)}\n")
+            return EXIT_FAILED
         return EXIT_OK
     if args.plot is not None:
         try:
@@ -266,7 +304,15 @@ def _bench(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"{PROG} bench: --plot needs matplotlib (pip install 'fore-runtime[plot]')"
             ) from None
-    from bench.load import LoadOptions, leaks_total, plot, print_report, report_json, run_load
+    from bench.load import (
+        BenchSetupError,
+        LoadOptions,
+        leaks_total,
+        plot,
+        print_report,
+        report_json,
+        run_load,
+    )
 
     options = LoadOptions(
         sessions=args.sessions,
@@ -274,6 +320,7 @@ def _bench(args: argparse.Namespace) -> int:
         duration=args.duration,
         accept_p=args.accept_p,
         think_ms=args.think_ms,
+        think_dist=args.think_dist,
         edit_p=args.edit_p,
         ttft_ms=args.ttft_ms,
         tokens_per_s=args.tokens_per_s,
@@ -282,16 +329,24 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
-    report, samples = run_load(options)
-    compare = None
-    if args.compare:
-        options.speculation = False
-        compare, _ = run_load(options)
+    try:
+        report, samples = run_load(options)
+        compare = None
+        if args.compare:
+            options.speculation = False
+            compare, _ = run_load(options)
+    except (BenchSetupError, OSError) as exc:
+        sys.stderr.write(f"{PROG} bench: error: {_one_line(exc)}\n")
+        return EXIT_FAILED
     print_report(report, compare)
-    if args.json is not None:
-        args.json.write_text(report_json(report, compare) + "\n")
-    if args.plot is not None:
-        plot(args.plot, samples)
+    try:
+        if args.json is not None:
+            args.json.write_text(report_json(report, compare) + "\n")
+        if args.plot is not None:
+            plot(args.plot, samples)
+    except OSError as exc:
+        sys.stderr.write(f"{PROG} bench: error: cannot write the report: {_one_line(exc)}\n")
+        return EXIT_FAILED
     leaks = leaks_total(report) + (leaks_total(compare) if compare is not None else 0)
     if leaks:
         sys.stderr.write(f"{PROG} bench: {leaks} leak(s) after shutdown: {report.leaks}\n")
@@ -299,70 +354,166 @@ def _bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line (an OSError with its file name, without the errno noise)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 # -- fore run --------------------------------------------------------------------------------
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def _run_model(args: argparse.Namespace) -> Any:
+    """The model of ``fore run``: a script, or an endpoint from the flags or the environment."""
+    if args.script is not None:
+        from actors.llm import ScriptedModel
+        from actors.llm.script import ScriptError
+
+        try:
+            return ScriptedModel.from_file(args.script)
+        except ScriptError as exc:
+            raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None
+    base_url = args.base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL")
+    if not base_url:
+        raise UsageError(
+            f"{PROG} run: one of --script or --base-url is required "
+            "(or set FORE_BASE_URL / OPENAI_BASE_URL)"
+        )
+    model_name = args.model or _env("FORE_MODEL", "OPENAI_MODEL")
+    if not model_name:
+        raise UsageError(
+            f"{PROG} run: --model is required with --base-url (or set FORE_MODEL / OPENAI_MODEL)"
+        )
+    if not base_url.startswith(("http://", "https://")):
+        raise UsageError(f"{PROG} run: --base-url must start with http:// or https://")
+    from actors.llm import OpenAICompatible, RetryPolicy
+
+    try:
+        return OpenAICompatible(
+            base_url=base_url,
+            model=model_name,
+            api_key=args.api_key,
+            retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+        )
+    except ValueError as exc:  # e.g. a malformed FORE_EXTRA_HEADERS
+        raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None
+
+
+class _Output:
+    """Prints a turn's events as they come; a closed stdout just stops the printing.
+
+    When the reader goes away (``fore run ... | head -1``) the turn still runs to
+    its end -- it may be writing files -- but quietly: stdout is pointed at
+    ``/dev/null`` so that nothing (not even the interpreter's final flush)
+    raises ``BrokenPipeError`` again.
+    """
+
+    def __init__(self, out: TextIO, *, as_json: bool) -> None:
+        self.out = out
+        self.as_json = as_json
+        self.closed = False
+        self.saw_end = False
+
+    def event(self, event: Any) -> None:
+        from messages.session import TextDelta, ToolFinished, ToolStarted, TurnFinished
+
+        if isinstance(event, TurnFinished):
+            self.saw_end = True
+        if self.as_json:
+            self.write(event.model_dump_json() + "\n")
+        elif isinstance(event, TextDelta):
+            self.write(event.text)
+        elif isinstance(event, ToolStarted):
+            self.write(f"\n[tool {event.name} ...]\n")
+        elif isinstance(event, ToolFinished):
+            state = "failed" if event.is_error else "done"
+            self.write(f"[tool {event.name} {state} in {event.duration_s * 1000:.0f} ms]\n")
+        elif isinstance(event, TurnFinished):
+            self.write(f"\n[turn {event.result.status} after {event.result.turns} LLM calls]\n")
+
+    def write(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:
+            self.closed = True
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.out.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
 
 
 def _run(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace)
     if not workspace.is_dir():
         raise UsageError(f"{PROG} run: --workspace {args.workspace}: not a directory")
-    model: Any
-    if args.script is not None:
-        from actors.llm import ScriptedModel
-        from actors.llm.script import ScriptError
-
-        try:
-            model = ScriptedModel.from_file(args.script)
-        except ScriptError as exc:
-            raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None
-    else:
-        if not args.model:
-            raise UsageError(f"{PROG} run: --model is required with --base-url")
-        if not args.base_url.startswith(("http://", "https://")):
-            raise UsageError(f"{PROG} run: --base-url must start with http:// or https://")
-        from actors.llm import OpenAICompatible, RetryPolicy
-
-        model = OpenAICompatible(
-            base_url=args.base_url,
-            model=args.model,
-            api_key=args.api_key,
-            retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
-        )
-    from messages.session import TextDelta, ToolFinished, ToolStarted, TurnFinished
+    model = _run_model(args)
     from supervision import Runtime
 
+    out = _Output(sys.stdout, as_json=args.json)
     with Runtime(name="fore-run") as rt:
         session = rt.open_session(
             workspace=workspace, model=model, system_prompt=args.system, max_turns=args.max_turns
         )
-        try:
-            result = session.submit(args.prompt, timeout=args.timeout)
-        except Exception as exc:
-            sys.stderr.write(f"{PROG} run: error: {exc}\n")
+        box: dict[str, Any] = {}
+        ended = threading.Event()
+
+        def turn() -> None:
+            try:
+                box["result"] = session.submit(args.prompt, timeout=args.timeout)
+            except BaseException as exc:
+                box["error"] = exc
+            finally:
+                ended.set()
+
+        worker = threading.Thread(target=turn, name="fore-run-turn", daemon=True)
+        worker.start()
+        # Events are printed while the turn runs, not after it.
+        while not ended.is_set():
+            for event in session.events(timeout=0.05):
+                out.event(event)
+                if ended.is_set():
+                    break
+        worker.join()
+        for event in session.drain_events():
+            out.event(event)
+        error = box.get("error")
+        if error is not None:
+            session.cancel("fore run gave up waiting")
+            if _is_timeout(error):
+                sys.stderr.write(f"{PROG} run: turn timed out after {args.timeout:g} s\n")
+            else:
+                sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
             return EXIT_FAILED
-        events = session.drain_events()
-        out = sys.stdout
-        for event in events:
-            if args.json:
-                out.write(event.model_dump_json() + "\n")
-            elif isinstance(event, TextDelta):
-                out.write(event.text)
-            elif isinstance(event, ToolStarted):
-                out.write(f"\n[tool {event.name} ...]\n")
-            elif isinstance(event, ToolFinished):
-                state = "failed" if event.is_error else "done"
-                out.write(f"[tool {event.name} {state} in {event.duration_s * 1000:.0f} ms]\n")
-            elif isinstance(event, TurnFinished):
-                out.write(f"\n[turn {event.result.status} after {event.result.turns} LLM calls]\n")
-        out.flush()
+        result = box["result"]
         if result.status == "error":
             sys.stderr.write(f"{PROG} run: error: {result.error}\n")
-        elif args.json and not any(isinstance(e, TurnFinished) for e in events):
+        elif args.json and not out.saw_end:
             out.write(
                 json.dumps({"kind": "turn_finished", "result": result.model_dump(mode="json")})
                 + "\n"
             )
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
+
+
+def _is_timeout(error: BaseException) -> bool:
+    import pykka
+
+    return isinstance(error, pykka.Timeout | TimeoutError)
 
 
 if __name__ == "__main__":

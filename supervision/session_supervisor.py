@@ -16,8 +16,17 @@ speculation state, all of it per session -- nothing is process-global:
   cancels a suggestion request still in flight;
 * Tab (:class:`AcceptSuggestion`, or submitting exactly the suggestion) takes
   the accept path: overlay applied first, then the items inserted into the
-  worker's history, then the pipelined suggestion becomes current;
-* a crashing speculator fails only its speculation (info alert).
+  worker's history, then the pipelined suggestion becomes current. Files are
+  never applied without their history: a different submit while Tab waits
+  for a running speculation calls the accept off (the speculation is aborted,
+  nothing applied, the accept answers ``aborted``) and reaches the worker only
+  after the accept's items would have; so does an accept whose caller stopped
+  waiting (its ask's deadline passed) -- it is aborted, not applied later;
+* a crashing speculator fails only its speculation (info alert);
+* telemetry: one :class:`SpeculationFinished` per speculation; an abort is
+  timed from the user's keystroke (or submit) to the reaper's confirmed
+  cancellations and the overlay's removal, and says whether the speculation
+  was still running (a finished one had nothing to cancel).
 
 **Versions, not counters.** Three numbers keep late answers from doing harm:
 
@@ -137,8 +146,13 @@ class _Speculation:
     accept_epoch: int | None = None
     accepted_snapshot: ForkSnapshot | None = None
     abort_requested: float | None = None
+    """When the user did what aborts it (``time.monotonic()``; the keystroke's own time)."""
     abort_reason: str | None = None
-    cancel_latency: float | None = None
+    removal: OverlayRemoved | None = None
+    """The reaper's report (its steps time the abort), once the overlay is gone."""
+    accept_cancelled: str | None = None
+    """Why an accept waiting for it was called off (a different submit, the caller gave up)."""
+    give_up_timer: TimerHandle | None = None
     reason: str | None = None
     next_suggestion: str | None = None
     pipelined_request: str | None = None
@@ -206,6 +220,10 @@ class SessionSupervisor(Supervisor):
         self._subscribers: list[Any] = []
         self._continuations: dict[str, Callable[[TurnResult], None]] = {}
         self._last_accept = float("-inf")
+        self._accepting: _Speculation | None = None
+        """The speculation whose accept has not yet handed its items to the worker."""
+        self._held: list[tuple[Submit, PooledFuture[Any] | None]] = []
+        """Submits that wait for that accept (they must reach the worker after it)."""
         self._worker = self._children["worker"].handle
 
     def on_start(self) -> None:
@@ -216,6 +234,10 @@ class SessionSupervisor(Supervisor):
         self._invalidate("session closed")
         for spec in list(self._specs.values()):
             self._cancel_pipelined(spec, "session closed")
+        held, self._held = self._held, []
+        for _submit, reply in held:
+            if reply is not None:
+                reply.try_set_exception(ActorDeadError("the session closed"))
         super().on_stop()
 
     # -- subscribers (the session's event stream) -------------------------------------
@@ -308,8 +330,11 @@ class SessionSupervisor(Supervisor):
 
     # -- suggestions ---------------------------------------------------------------------------
 
-    def _invalidate(self, reason: str) -> None:
-        """The input context changed: what was offered for the old one goes (see module docs)."""
+    def _invalidate(self, reason: str, at: float | None = None) -> None:
+        """The input context changed: what was offered for the old one goes (see module docs).
+
+        ``at``: when the user did what changed it (abort latency starts there).
+        """
         self._epoch += 1
         request = self._suggestion_request
         if request is not None:
@@ -317,7 +342,7 @@ class SessionSupervisor(Supervisor):
             self._cancel_request(request.request_id, reason, "suggestion")
         self._clear_suggestion()
         if self._current is not None:
-            self._abort(self._current, reason)
+            self._abort(self._current, reason, at=at)
 
     def _clear_suggestion(self) -> None:
         self._suggestion = None
@@ -353,6 +378,7 @@ class SessionSupervisor(Supervisor):
         request = suggestion_request(
             snapshot,
             max_history=self.spec_config.max_history,
+            trim_step=self.spec_config.history_trim_step,
             request_id=request_id,
             purpose=purpose,
             model=model,
@@ -528,9 +554,7 @@ class SessionSupervisor(Supervisor):
         self._release_slot(spec)
         spec.result = result
         if spec.phase == "aborting":
-            if spec.abort_requested is not None and spec.cancel_latency is None:
-                spec.cancel_latency = time.monotonic() - spec.abort_requested
-            return
+            return  # reported once its overlay is gone (with the abort's timings)
         if spec.phase not in ("offered", "accepting"):
             return
         spec.state = result.state
@@ -551,19 +575,45 @@ class SessionSupervisor(Supervisor):
         if spec is None:
             return
         spec.overlay_removed = True
+        spec.removal = message
         self._release_slot(spec)
         if spec.phase == "aborting":
-            spec.phase = "ended"
-            requested = spec.abort_requested
-            self._report(
-                spec,
-                "stale" if spec.state == "stale" else "aborted",
-                reason=spec.abort_reason,
-                cancel_latency=spec.cancel_latency,
-                cleanup_latency=None if requested is None else time.monotonic() - requested,
-                steps=message.steps,
-            )
+            self._report_abort(spec)
         self._forget(spec)
+
+    def _report_abort(self, spec: _Speculation) -> None:
+        """An aborted speculation's telemetry, timed from the user's keystroke.
+
+        ``cancel_latency``: keystroke -> LLM stream closed *and* tool calls
+        cancelled (the reaper's confirmations), only for a speculation that was
+        still running when the abort reached it; ``cleanup_latency``:
+        keystroke -> overlay removed, for every abort.
+        """
+        spec.phase = "ended"
+        removal = spec.removal
+        steps = tuple(removal.steps) if removal is not None else ()
+        at: dict[str, float] = {}
+        for name, when in steps:
+            at.setdefault(name, when)
+        start = spec.abort_requested
+        if start is not None:
+            steps = (("keystroke", start), *steps)
+        was_running = "abort_requested" in at and "already_finished" not in at
+        cancel = None
+        if was_running and start is not None and {"llm_cancelled", "tools_cancelled"} <= set(at):
+            cancel = max(at["llm_cancelled"], at["tools_cancelled"]) - start
+        removed = at.get("overlay_removed")
+        self._report(
+            spec,
+            "stale" if spec.state == "stale" else "aborted",
+            reason=spec.abort_reason,
+            cancel_latency=cancel,
+            cleanup_latency=None if start is None or removed is None else removed - start,
+            steps=steps,
+            was_running=was_running if "abort_requested" in at else None,
+            tokens=None if removal is None else removal.tokens,
+            estimated_tokens=None if removal is None else removal.estimated_tokens,
+        )
 
     def _forget(self, spec: _Speculation) -> None:
         """Drop a speculation that has nothing left to report or deliver.
@@ -601,13 +651,15 @@ class SessionSupervisor(Supervisor):
         suggestion = self._suggestion
         if message.text and suggestion is not None and suggestion.text.startswith(message.text):
             return  # still typing the suggestion itself
-        self._invalidate("user typed")
+        self._invalidate("user typed", at=message.at)
 
     @handles(AbortSpeculation)
     def _on_abort(self, message: AbortSpeculation) -> None:
-        self._invalidate(message.reason)
+        self._invalidate(message.reason, at=message.at)
 
-    def _abort(self, spec: _Speculation, reason: str, *, stale: bool = False) -> None:
+    def _abort(
+        self, spec: _Speculation, reason: str, *, stale: bool = False, at: float | None = None
+    ) -> None:
         """Abort an offered speculation; telemetry follows once its overlay is gone."""
         if spec is self._current:
             self._current = None
@@ -617,12 +669,10 @@ class SessionSupervisor(Supervisor):
         spec.state = "stale" if stale else "aborted"
         spec.reason = reason
         spec.abort_reason = reason
-        spec.abort_requested = time.monotonic()
-        if spec.result is not None:
-            spec.cancel_latency = 0.0  # it had finished: nothing left to cancel
+        spec.abort_requested = time.monotonic() if at is None else at
         self._cancel_pipelined(spec, reason)
         try:
-            spec.handle.tell(AbortSpeculation(reason=reason))
+            spec.handle.tell(AbortSpeculation(reason=reason, at=spec.abort_requested))
         except ActorDeadError:
             spec.phase = "ended"
             self._report(spec, "stale" if stale else "aborted", reason=reason)
@@ -678,6 +728,18 @@ class SessionSupervisor(Supervisor):
             self._set_suggestion(verdict.text, "pipelined", spec.accepted_snapshot)
 
     # -- accept ----------------------------------------------------------------------------
+    #
+    # An accept's critical section runs from Tab to the moment its items are
+    # handed to the worker (InsertItems sent): while it lasts, a different
+    # submit must not reach the worker first -- the speculator would apply the
+    # overlay and the insert would then find the worker busy (files changed,
+    # no history). So a different submit during it (a) calls the accept off if
+    # the speculation has not been applied yet (the user moved on: it is
+    # aborted, nothing is written, the accept answers ``aborted``), and (b)
+    # waits in ``_held`` until the accept has sent its items, so it always
+    # reaches the worker after them. The same call-off happens when the
+    # accept's own caller stops waiting (its ask's deadline), instead of the
+    # files being written later with nobody looking.
 
     @handles(AcceptSuggestion)
     def _on_accept(self, message: AcceptSuggestion) -> None:
@@ -691,7 +753,12 @@ class SessionSupervisor(Supervisor):
             _answer(reply, AcceptResult(outcome="no_suggestion"))
             return
         self._last_accept = now
-        self._accept(suggestion, lambda result: _answer(reply, result), message.wait_continuation)
+        self._accept(
+            suggestion,
+            lambda result: _answer(reply, result),
+            message.wait_continuation,
+            deadline=None if reply is None else reply.deadline,
+        )
 
     @handles(SubmitPrompt)
     def _on_submit_prompt(self, message: SubmitPrompt) -> None:
@@ -707,12 +774,21 @@ class SessionSupervisor(Supervisor):
                 if reply is not None:
                     reply.try_set(result.turn or _as_turn(session_id, result))
 
-            self._accept(suggestion, as_turn, True)
+            self._accept(
+                suggestion,
+                as_turn,
+                True,
+                deadline=None if reply is None else reply.deadline,
+            )
             return
-        self._invalidate("the user submitted something else")
-        self._forward_submit(
-            Submit(text=message.text, segments=message.segments, max_turns=message.max_turns), reply
-        )
+        self._invalidate("the user submitted something else", at=message.at)
+        submit = Submit(text=message.text, segments=message.segments, max_turns=message.max_turns)
+        accepting = self._accepting
+        if accepting is not None:
+            self._call_off(accepting, "the user submitted something else", message.at)
+            self._held.append((submit, reply))
+            return
+        self._forward_submit(submit, reply)
 
     def _forward_submit(self, submit: Submit, reply: PooledFuture[Any] | None) -> None:
         def done(result: TurnResult) -> None:
@@ -725,7 +801,50 @@ class SessionSupervisor(Supervisor):
 
         self.ask_then(self._worker, submit, then=done, on_error=failed, timeout=3600.0)
 
-    def _accept(self, suggestion: Suggestion, answer: Answer, wait: bool) -> None:
+    def _call_off(self, spec: _Speculation, reason: str, at: float | None = None) -> None:
+        """Call off an accept still waiting for its speculation (see the section's notes).
+
+        The speculator decides: a speculation not yet being applied is aborted
+        (the accept then answers ``aborted``); one already being applied is
+        too late to stop, and its accept completes as usual.
+        """
+        if spec.phase != "accepting" or spec.accept_cancelled is not None:
+            return
+        if spec.result is not None and (spec.result.applied or spec.result.conflicts):
+            return  # the apply already happened: nothing left to call off
+        spec.accept_cancelled = reason
+        spec.abort_reason = reason
+        spec.abort_requested = time.monotonic() if at is None else at
+        self.log.info("speculation_accept_called_off", speculation=spec.id, reason=reason)
+        try:
+            spec.handle.tell(AbortSpeculation(reason=reason, at=spec.abort_requested))
+        except ActorDeadError:
+            pass
+
+    def _accept_given_up(self, spec: _Speculation) -> None:
+        spec.give_up_timer = None
+        if spec.phase == "accepting":
+            self._call_off(spec, "the accept's caller stopped waiting")
+
+    def _accept_done(self, spec: _Speculation | None) -> None:
+        """The accept's critical section is over: held submits may go to the worker now."""
+        if spec is not None and spec.give_up_timer is not None:
+            spec.give_up_timer.cancel()
+            spec.give_up_timer = None
+        if spec is None or self._accepting is spec:
+            self._accepting = None
+        held, self._held = self._held, []
+        for submit, reply in held:
+            self._forward_submit(submit, reply)
+
+    def _accept(
+        self,
+        suggestion: Suggestion,
+        answer: Answer,
+        wait: bool,
+        *,
+        deadline: float | None = None,
+    ) -> None:
         tab_at = time.time()
         started = time.monotonic()
         current = self._current
@@ -744,18 +863,66 @@ class SessionSupervisor(Supervisor):
         spec.phase = "accepting"
         spec.accept_epoch = self._epoch
         self._status_spec = spec
+        self._accepting = spec
+        if deadline is not None:
+            spec.give_up_timer = self.call_after(
+                max(0.0, deadline - time.monotonic()), self._accept_given_up, spec
+            )
+
+        def called_off() -> None:
+            """Nothing was applied and the user moved on: answer, and let the abort report."""
+            spec.phase = "aborting"
+            spec.state = "aborted"
+            spec.reason = spec.accept_cancelled
+            answer(
+                AcceptResult(
+                    outcome="aborted",
+                    suggestion=suggestion.text,
+                    waited_s=time.monotonic() - started,
+                )
+            )
+            if spec.overlay_removed:
+                self._report_abort(spec)
+            self._accept_done(spec)
 
         def speculated(result: SpeculationResult) -> None:
             spec.result = result
+            cancelled = spec.accept_cancelled is not None
             if result.conflicts:
                 spec.phase = "ended"
                 self._alert(AlertLevel.WARN, result.conflict_summary or "the speculation conflicts")
                 self._report(spec, "conflict", reason=", ".join(result.conflicts))
+                if cancelled:  # the user has moved on: no normal run of the suggestion
+                    answer(
+                        AcceptResult(
+                            outcome="conflict",
+                            suggestion=suggestion.text,
+                            conflicts=result.conflicts,
+                        )
+                    )
+                    self._accept_done(spec)
+                    return
                 self._submit_normally(suggestion, answer, "conflict", conflicts=result.conflicts)
+                self._accept_done(spec)
                 return
-            if result.state not in ("completed", "boundary"):
-                self._accept_failed(spec, suggestion, answer, result.error or result.state)
+            if result.state not in ("completed", "boundary") or not (
+                result.applied or result.apply_started is not None
+            ):
+                if cancelled and not result.applied:
+                    called_off()
+                    return
+                self._accept_failed(
+                    spec,
+                    suggestion,
+                    answer,
+                    result.error or result.state,
+                    result.applied,
+                    run_normally=not cancelled,  # the user moved on: not the suggestion
+                )
+                self._accept_done(spec)
                 return
+            # Applied (too late to call off, if that was tried): the items go in now.
+            spec.accept_cancelled = None
             self._insert(
                 spec,
                 suggestion=suggestion,
@@ -765,9 +932,14 @@ class SessionSupervisor(Supervisor):
                 wait=wait,
                 answer=answer,
             )
+            self._accept_done(spec)
 
         def failed(error: BaseException) -> None:
-            self._accept_failed(spec, suggestion, answer, repr(error))
+            if spec.accept_cancelled is not None:
+                called_off()  # the abort overtook the accept and stopped the speculator
+                return
+            self._accept_failed(spec, suggestion, answer, repr(error), ())
+            self._accept_done(spec)
 
         budget = self.spec_config.time_budget_s or 600.0
         self.ask_then(
@@ -779,13 +951,33 @@ class SessionSupervisor(Supervisor):
         )
 
     def _accept_failed(
-        self, spec: _Speculation, suggestion: Suggestion, answer: Answer, reason: str
+        self,
+        spec: _Speculation,
+        suggestion: Suggestion,
+        answer: Answer,
+        reason: str,
+        applied: Sequence[str],
+        *,
+        run_normally: bool = True,
     ) -> None:
         spec.phase = "ended"
         spec.state = "failed"
         spec.reason = reason
+        if applied:
+            self._alert(
+                AlertLevel.ERROR,
+                f"accepting the speculation failed after it changed {', '.join(applied)} "
+                f"({reason})",
+            )
         self._report(spec, "failed", reason=reason)
-        self._submit_normally(suggestion, answer, "failed")
+        if not run_normally:
+            answer(
+                AcceptResult(
+                    outcome="failed", suggestion=suggestion.text, files_applied=tuple(applied)
+                )
+            )
+            return
+        self._submit_normally(suggestion, answer, "failed", files_applied=applied)
 
     def _insert(
         self,
@@ -851,10 +1043,18 @@ class SessionSupervisor(Supervisor):
                 report(latency, None)
 
         def failed(error: BaseException) -> None:
-            self._alert(AlertLevel.ERROR, f"inserting the accepted speculation failed: {error}")
+            applied = ", ".join(result.applied) or "no files"
+            self._alert(
+                AlertLevel.ERROR,
+                f"inserting the accepted speculation failed ({applied} already applied): {error}",
+            )
             spec.phase = "ended"
             self._report(spec, "failed", reason=f"insert failed: {error!r}")
-            answer(AcceptResult(outcome="failed", suggestion=suggestion.text))
+            answer(
+                AcceptResult(
+                    outcome="failed", suggestion=suggestion.text, files_applied=result.applied
+                )
+            )
 
         self.ask_then(
             self._worker,
@@ -873,6 +1073,7 @@ class SessionSupervisor(Supervisor):
         outcome: Literal["submitted", "conflict", "stale", "failed"],
         *,
         conflicts: Sequence[str] = (),
+        files_applied: Sequence[str] = (),
     ) -> None:
         """Run the suggestion as an ordinary prompt on the current files."""
 
@@ -882,6 +1083,7 @@ class SessionSupervisor(Supervisor):
                     outcome=outcome,
                     suggestion=suggestion.text,
                     conflicts=tuple(conflicts),
+                    files_applied=tuple(files_applied),
                     items=turn.items,
                     items_inserted=len(turn.items),
                     turn=turn,
@@ -889,7 +1091,13 @@ class SessionSupervisor(Supervisor):
             )
 
         def failed(error: BaseException) -> None:
-            answer(AcceptResult(outcome="failed", suggestion=suggestion.text))
+            answer(
+                AcceptResult(
+                    outcome="failed",
+                    suggestion=suggestion.text,
+                    files_applied=tuple(files_applied),
+                )
+            )
 
         self.ask_then(
             self._worker, Submit(text=suggestion.text), then=done, on_error=failed, timeout=3600.0
@@ -914,7 +1122,7 @@ class SessionSupervisor(Supervisor):
             tool_calls=result.tool_calls if result else 0,
             files_written=result.files_written if result else 0,
             tokens=result.tokens if result else 0,
-            started_at=spec.started_at,
+            started_at=result.started_at if result else spec.started_at,
             completed_at=result.completed_at if result else None,
             boundary_tool=result.boundary_tool if result else None,
             boundary_reason=result.boundary_reason if result else None,
@@ -933,12 +1141,27 @@ class SessionSupervisor(Supervisor):
         cancel_latency: float | None = None,
         cleanup_latency: float | None = None,
         steps: tuple[tuple[str, float], ...] = (),
+        was_running: bool | None = None,
+        tokens: int | None = None,
+        estimated_tokens: int | None = None,
     ) -> None:
-        """The speculation's one telemetry event (typed event and structlog)."""
+        """The speculation's one telemetry event (typed event and structlog).
+
+        ``duration_s`` is the run's own duration (start to its end), never the
+        time the user then spent reading before Tab or typing.
+        """
         if spec.reported:
             return
         spec.reported = True
         result = result or spec.result
+        if result is not None and result.completed_at is not None:
+            duration = max(0.0, result.completed_at - result.started_at)
+        else:
+            duration = time.time() - spec.started_at
+        spent = result.tokens if result else 0
+        estimated = result.estimated_tokens if result else 0
+        if tokens is not None and tokens >= spent:
+            spent, estimated = tokens, estimated_tokens or 0
         event = SpeculationFinished(
             session_id=self.session_id or "",
             speculation_id=spec.id,
@@ -948,11 +1171,13 @@ class SessionSupervisor(Supervisor):
             turns=result.turns if result else 0,
             tool_calls=result.tool_calls if result else 0,
             files_written=result.files_written if result else 0,
-            tokens=result.tokens if result else 0,
-            duration_s=time.time() - spec.started_at,
+            tokens=spent,
+            estimated_tokens=estimated,
+            duration_s=duration,
             boundary_tool=result.boundary_tool if result else None,
             boundary_reason=result.boundary_reason if result else None,
             reason=reason,
+            was_running=was_running,
             cancel_latency_s=cancel_latency,
             cleanup_latency_s=cleanup_latency,
             abort_steps=steps,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,14 @@ from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile
 
 WAIT = 240.0
+_ISOLATED = frozenset(
+    {"FORE_LOG_LEVEL", "FORE_BASE_URL", "OPENAI_BASE_URL", "FORE_MODEL", "OPENAI_MODEL"}
+)
+"""Configuration a test must pass explicitly, never inherit."""
 
 
 def fore(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Any:
-    full_env = {k: v for k, v in os.environ.items() if k != "FORE_LOG_LEVEL"}
+    full_env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "supervision.cli", *args],
@@ -57,6 +63,7 @@ def check_report(report: dict[str, Any], sessions: int) -> None:
         "accept_latency_ms",
         "abort_latency_ms",
         "abort_cleanup_ms",
+        "abort_finished_cleanup_ms",
         "main_turn_ms",
         "tab_waited_ms",
     ):
@@ -66,9 +73,15 @@ def check_report(report: dict[str, Any], sessions: int) -> None:
         "speculations_started",
         "speculations_skipped",
         "wasted_tokens",
+        "wasted_tokens_estimated",
+        "aborts_of_finished",
         "peak_threads",
     ):
         assert isinstance(report[name], int), name
+    assert report["wasted_tokens"] >= report["wasted_tokens_estimated"] >= 0
+    # the total wall time covers setup, the rounds and the teardown
+    assert report["wall_total_s"] >= report["setup_s"] + report["wall_s"] + report["teardown_s"]
+    assert report["rounds_cut"] == 0
     assert report["peak_fds"] > 0
     assert report["rss_per_session_kib"] >= 0
     assert report["main_turn_ms"]["count"] > 0
@@ -119,8 +132,13 @@ def test_bench_typing_every_time_aborts_and_compares(tmp_path: Path) -> None:
     check_report(plain, 3)
     assert spec["accepts"] == {}
     assert spec["speculations"]["aborted"] > 0
-    assert spec["abort_latency_ms"]["count"] == spec["speculations"]["aborted"]
-    assert spec["abort_cleanup_ms"]["count"] == spec["speculations"]["aborted"]
+    # Abort latency is sampled only over speculations still running at the keystroke;
+    # aborts of finished ones (nothing to cancel) are counted apart, never as 0 ms.
+    running = spec["abort_latency_ms"]["count"]
+    assert spec["abort_cleanup_ms"]["count"] == running
+    assert 0 < running + spec["aborts_of_finished"] <= spec["speculations"]["aborted"]
+    if running:
+        assert spec["abort_latency_ms"]["p50"] > 0
     assert spec["accept_latency_ms"]["p50"] is None  # no samples: null, not NaN
     assert plain["speculations_started"] == 0
     assert plain["suggestions"] > 0  # suggestions still run without speculation
@@ -146,12 +164,30 @@ def test_bench_plot_writes_a_png(tmp_path: Path) -> None:
         (("bench", "--sessions", "0"), "--sessions: must be at least 1"),
         (("bench", "--sessions", "many"), "--sessions: expected a whole number"),
         (("bench", "--accept-p", "1.5"), "--accept-p: must be between 0 and 1"),
-        (("bench", "--duration", "-3"), "--duration: must be a non-negative number"),
+        (("bench", "--duration", "-3"), "--duration: must be a positive number"),
+        (("bench", "--duration", "0"), "--duration: must be a positive number"),
         (("bench", "--think-ms", "nan"), "--think-ms: must be a non-negative number"),
+        (("bench", "--think-ms", "-1"), "--think-ms: must be a non-negative number"),
+        (("bench", "--think-dist", "poisson"), "--think-dist: invalid choice"),
+        (("bench", "--tokens-per-s", "0"), "--tokens-per-s: must be a positive number"),
+        (("bench", "--tokens-per-s", "inf"), "--tokens-per-s: must be a positive number"),
+        (("bench", "--ttft-ms", "-5"), "--ttft-ms: must be a non-negative number"),
+        (("bench", "--turns", "0"), "--turns: must be at least 1"),
+        (("bench", "--edit-p", "-0.1"), "--edit-p: must be a non-negative number"),
+        (("bench", "--seed", "x"), "--seed: invalid int value"),
+        (
+            ("run", "--workspace", ".", "--script", "a.json", "--timeout", "0", "hi"),
+            "--timeout: must be a positive number",
+        ),
+        (
+            ("run", "--workspace", ".", "--script", "a.json", "--max-turns", "0", "hi"),
+            "--max-turns: must be at least 1",
+        ),
         (("bench", "--json", "/nonexistent-dir/r.json"), "is not a directory"),
         (("bench", "nosuch"), "invalid choice"),
         (("frobnicate",), "invalid choice"),
         (("run", "hi"), "required"),
+        (("run", "--workspace", ".", "hi"), "one of --script or --base-url is required"),
         (("run", "--workspace", ".", "--script", "a.json", "--base-url", "x", "hi"), "not allowed"),
         (("bench", "--log-level", "loud"), "--log-level: invalid choice"),
     ],
@@ -309,3 +345,156 @@ def test_run_with_a_bad_script_is_one_line(tmp_path: Path) -> None:
         2,
         "not a directory",
     )
+
+
+def test_run_takes_the_endpoint_and_model_from_the_environment(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = ScriptFile.model_validate({"replies": [{"text": "Configured by env."}]})
+    with MockLlmServer(script) as server:
+        done = fore(
+            "run", "--workspace", str(ws), "hi",
+            env={"FORE_BASE_URL": server.base_url, "FORE_MODEL": "env-model"},
+        )  # fmt: skip
+        requests = server.requests()
+    assert done.returncode == 0, done.stderr
+    assert "Configured by env." in done.stdout
+    assert requests[0].body["model"] == "env-model"  # type: ignore[index]
+    with MockLlmServer(script) as server:  # the OPENAI_* names work too; flags still win
+        done = fore(
+            "run", "--workspace", str(ws), "--model", "flag-model", "hi",
+            env={"OPENAI_BASE_URL": server.base_url, "OPENAI_MODEL": "env-model"},
+        )  # fmt: skip
+        requests = server.requests()
+    assert done.returncode == 0, done.stderr
+    assert requests[0].body["model"] == "flag-model"  # type: ignore[index]
+    done = fore("run", "--workspace", str(ws), "hi", env={"FORE_BASE_URL": server.base_url})
+    assert_one_line_error(done, 2, "--model is required")
+
+
+def _slow_second_reply(delay_ms: int) -> ScriptFile:
+    return ScriptFile.model_validate(
+        {
+            "replies": [
+                {
+                    "when": {"purpose": "main"},
+                    "text": "Reading.",
+                    "tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}],
+                },
+                {"when": {"contains": "alpha"}, "text": "It says alpha.", "delay_ms": delay_ms},
+            ]
+        }
+    )
+
+
+def test_run_prints_events_while_the_turn_runs(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("alpha\n")
+    with MockLlmServer(_slow_second_reply(600_000)) as server:  # the answer never comes
+        env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "supervision.cli", "run", "--workspace", str(ws),
+             "--base-url", server.base_url, "--model", "m", "--json", "read the notes"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        lines: queue.Queue[str] = queue.Queue()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put("")
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            kinds: list[str] = []
+            while "tool_finished" not in kinds:
+                line = lines.get(timeout=60)  # printed only at the end: never, here
+                assert line, "the output ended before the tool's event"
+                kinds.append(json.loads(line)["kind"])
+            # the tool's events are out while the turn still waits for its answer
+            assert proc.poll() is None
+            assert "turn_finished" not in kinds
+        finally:
+            proc.kill()
+            proc.wait(timeout=WAIT)
+
+
+def test_run_with_a_closed_stdout_finishes_the_turn_quietly(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+    read, write = os.pipe()
+    os.close(read)  # like `| head -1` after its line: every write now fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "supervision.cli", "run", "--workspace", str(ws),
+             "--script", str(script), "write the file"],
+            stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=WAIT,
+            check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert (ws / "out" / "hello.txt").read_text() == "hi\n"  # the turn still ran
+
+
+def test_run_that_times_out_says_so(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("alpha\n")
+    with MockLlmServer(_slow_second_reply(600_000)) as server:
+        done = fore(
+            "run", "--workspace", str(ws), "--base-url", server.base_url, "--model", "m",
+            "--timeout", "1.5", "read the notes",
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == ["fore run: turn timed out after 1.5 s"]
+
+
+def test_bench_that_cannot_start_its_mock_server_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from actors.llm.mock_server import MockLlmServer as Server
+    from supervision.cli import main
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("the mock LLM server exited at start\n(status 2)")
+
+    monkeypatch.setattr(Server, "spawn", refuse)  # a fault at setup, injected
+    code = main(["bench", "--sessions", "1", "--turns", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "fore bench: error: cannot start the mock LLM server: "
+        "the mock LLM server exited at start (status 2)"
+    ]
+
+
+def test_bench_report_that_cannot_be_written_is_one_line() -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    done = fore(
+        "bench", "--sessions", "1", "--turns", "1", "--think-ms", "100", "--no-progress",
+        "--json", "/dev/full",
+    )  # fmt: skip
+    assert_one_line_error(done, 1, "fore bench: error: cannot write the report")
+
+
+def test_bench_stops_by_itself_within_its_duration(tmp_path: Path) -> None:
+    """Far more turns than the duration allows: the users stop at their deadline (no
+    errors, nothing leaked) instead of running every turn."""
+    out = tmp_path / "report.json"
+    done = fore(
+        "bench", "--sessions", "2", "--turns", "1000", "--think-ms", "50", "--duration", "6",
+        "--no-progress", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())["speculation"]
+    check_report(report, 2)
+    assert report["turns"] < 2 * 1000

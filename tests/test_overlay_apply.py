@@ -324,6 +324,25 @@ def test_a_late_user_edit_during_staging_is_caught(
     assert leftovers(ws) == []
 
 
+def test_a_failed_apply_names_the_files_it_did_change(
+    ov: OverlayFs, ws: Path, store: OverlayStore
+) -> None:
+    """Past the commit point an operation can still fail; the error says what changed."""
+    ov.write_bytes("a.txt", b"new a")
+    ov.write_bytes("b.txt", b"new b")
+
+    def lose_b(phase: str, n: int) -> None:
+        if phase == "prepared":  # b's staged temp vanishes before it is moved
+            (staged,) = [p for p in leftovers(ws) if p.startswith(".b.txt")]
+            (ws / staged).unlink()
+
+    with pytest.raises(ApplyFailed) as info:
+        apply_overlay(ov, store.journal_dir, fault=lose_b)
+    assert info.value.applied == ("a.txt",)
+    assert (ws / "a.txt").read_bytes() == b"new a"
+    assert (ws / "b.txt").read_text() == "beta\n"
+
+
 # -- crash recovery -----------------------------------------------------------------------
 
 CHILD = r"""
@@ -445,6 +464,32 @@ def test_crash_mid_apply_recovers_all_old_or_all_new(
     assert assert_all_old_or_all_new(ws) == expected
     assert os.listdir(journal_dir) == []
     assert recover(journal_dir) == []  # idempotent: nothing left to do
+
+
+@pytest.mark.parametrize(
+    ("phase", "stop_at", "edited"),
+    [
+        ("prepared", 0, ("f2.txt",)),  # committed, nothing moved yet
+        ("op", 7, ("f1.txt", "f6.txt")),  # f0-f3 already replaced, f4-f7 not yet
+    ],
+)
+def test_recovery_never_clobbers_an_edit_made_after_the_crash(
+    tmp_path: Path, phase: str, stop_at: int, edited: tuple[str, ...]
+) -> None:
+    """A child applying is killed; the user edits files before the next start; the
+    roll-forward finishes everything else but leaves those files as the user left them."""
+    ws = crash_workspace(tmp_path)
+    journal_dir = run_child_until(ws, tmp_path / "overlays", phase, stop_at)
+    for rel in edited:
+        (ws / rel).write_bytes(b"the user's edit after the crash\n")
+    (record,) = recover(journal_dir)
+    assert record.action == "rolled_forward"
+    assert record.skipped == edited
+    assert [p.split(":")[0] for p in record.problems] == list(edited)
+    expected = {**NEW, **{rel: b"the user's edit after the crash\n" for rel in edited}}
+    assert snapshot(ws) == expected
+    assert leftovers(ws) == []  # the skipped files' staged temps are gone too
+    assert os.listdir(journal_dir) == []
 
 
 def test_recovery_is_idempotent_when_interrupted_itself(tmp_path: Path) -> None:

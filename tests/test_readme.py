@@ -28,3 +28,17 @@ def test_the_session_api_example_runs(tmp_path: Path) -> None:
     assert done.stdout.strip() == (
         "completed ['user', 'system', 'assistant', 'tool_result', 'assistant']"
     )
+
+
+def test_the_readme_documents_the_bench_and_run_options_that_exist() -> None:
+    """What the README promises about the CLI is what the parser accepts."""
+    from bench.load import THINK_DISTS
+    from supervision.cli import build_parser
+
+    text = README.read_text()
+    for choice in THINK_DISTS:
+        assert build_parser().parse_args(["bench", "--think-dist", choice]).think_dist == choice
+        assert f"`{choice}`" in text, choice
+    for name in ("FORE_BASE_URL", "OPENAI_BASE_URL", "FORE_MODEL", "OPENAI_MODEL"):
+        assert name in text
+    assert "--base-url` and `--model` may\nbe left out" in text

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pykka
 import pytest
 
 from actors.llm import ScriptedModel
@@ -281,3 +282,61 @@ def test_submitting_the_suggestion_inside_the_accept_debounce_runs_it(
         turn = s.submit("run the tests", timeout=WAIT)
         assert turn.status == "completed" and turn.error is None
         assert turn.items[-1].text == "Tests pass."
+
+
+# -- a different submit, or a caller that gives up, while Tab waits --
+
+
+def test_a_different_submit_while_tab_waits_calls_the_accept_off(
+    runtime: Runtime, ws: Path
+) -> None:
+    """Never files without history: the user moved on, so the speculation is aborted
+    (nothing applied), the accept says so, and the new prompt runs normally."""
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(
+        main=[*MAIN, "Something else, done."], suggestion=SUGGEST, speculation=[bump, bump]
+    ) as replies:
+        first_turn = replies.hold("speculation")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(replies.seen("speculation")) == 1)
+            s.drain_events()
+            thread, results = accept_in_background(s)
+            wait_until(lambda: s.speculation.accepting)
+            turn = s.submit("something else", timeout=WAIT)  # while Tab waits
+            first_turn.set()
+            thread.join(WAIT)
+            (result,) = results
+            assert result.outcome == "aborted" and result.files_applied == ()
+            assert turn.status == "completed" and turn.items[-1].text == "Something else, done."
+            assert (ws / "app.py").read_text() == "x = 1\n"  # nothing applied ...
+            texts = [getattr(i, "text", "") for i in s.history]
+            assert "bump x to 2" not in texts  # ... and nothing inserted
+            assert pairing_problems(s.history) == []
+            report = next(e for e in s.events(timeout=WAIT) if isinstance(e, SpeculationFinished))
+            assert report.outcome == "aborted" and report.was_running is True
+            wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+def test_an_accept_whose_caller_gave_up_is_aborted_not_applied_later(
+    runtime: Runtime, ws: Path
+) -> None:
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(main=MAIN, suggestion=SUGGEST, speculation=[bump, bump]) as replies:
+        first_turn = replies.hold("speculation")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(replies.seen("speculation")) == 1)
+            s.drain_events()
+            with pytest.raises(pykka.Timeout):
+                s.accept(timeout=0.2)  # the speculation is held: the caller gives up
+            wait_until(lambda: s.speculation.state == "aborted")
+            first_turn.set()  # the speculation could now finish: it must not be applied
+            report = next(e for e in s.events(timeout=WAIT) if isinstance(e, SpeculationFinished))
+            wait_until(lambda: overlay_dirs(runtime) == [])
+            assert (ws / "app.py").read_text() == "x = 1\n"
+            assert "bump x to 2" not in [getattr(i, "text", "") for i in s.history]
+            assert report.outcome == "aborted"
+            assert "stopped waiting" in (report.reason or "")

@@ -191,3 +191,56 @@ def test_no_speculation_starts_on_a_snapshot_older_than_the_tools(
             result = s.accept(timeout=WAIT)  # Tab runs it normally, with the new tools
             assert result.turn is not None and result.turn.items[-1].text == "Bumped."
             assert "lookup" in [t.name for t in r.seen("main")[-1].tools]
+
+
+# -- trimming at stable checkpoints --
+
+
+def test_trim_points_move_in_fixed_steps() -> None:
+    from actors.speculation.fork import trim_start
+
+    # at most max entries kept; the cut is a multiple of the step; it stays put
+    # while the history grows within one step
+    for length in range(0, 60):
+        start = trim_start(length, 10, 4)
+        assert length - start <= 10 and start % 4 == 0
+        assert start == 0 or length - start > 10 - 4
+    assert [trim_start(n, 10, 4) for n in (10, 11, 12, 13, 14, 15)] == [0, 4, 4, 4, 4, 8]
+    assert [trim_start(n, 10, 1) for n in (11, 12)] == [1, 2]  # step 1: the last N
+
+
+def test_consecutive_forks_over_a_long_history_share_their_trimmed_prefix(
+    runtime: Runtime, ws: Path
+) -> None:
+    """Past ``max_history`` a fork no longer starts like the main request, but
+    consecutive forks start at the same checkpoint: the later one's request is the
+    earlier one's trimmed prefix plus what came since, byte for byte on the wire."""
+    turns = 6
+    replies: list[dict[str, Any]] = [
+        {"when": {"purpose": "main"}, "text": f"answer {i}"} for i in range(turns)
+    ]
+    replies += [
+        {"when": {"purpose": "suggestion"}, "text": f'{{"suggestion": "do step {i}"}}'}
+        for i in range(1, turns)
+    ]
+    config = spec(speculate=False, max_history=8, history_trim_step=4)
+    with MockLlmServer(ScriptFile.model_validate({"replies": replies})) as server:
+        model = OpenAICompatible(base_url=server.base_url, api_key="k", model="mock")
+        with runtime.open_session(
+            workspace=ws, model=model, speculation=config, system_prompt="Be brief."
+        ) as s:
+            for i in range(turns):
+                s.submit(f"question {i}", timeout=WAIT)
+                if i >= 1:
+                    wait_until(lambda i=i: s.suggestion == f"do step {i}")
+        forks = bodies(server, "suggestion")
+        mains = bodies(server, "main")
+    assert len(forks) == turns - 1
+    # after turns 5 and 6 the history holds 10 and 12 entries: both trimmed (max 8),
+    # both cut at entry 4 (step 4) -- "the last 8" would cut at 2 and at 4
+    earlier, later = forks[-2]["messages"][:-1], forks[-1]["messages"][:-1]  # minus the prompt
+    assert len(earlier) < len(mains[-2]["messages"]) + 1  # trimmed: not the main prefix
+    assert earlier[0] == {"role": "system", "content": "Be brief."}
+    assert later[: len(earlier)] == earlier
+    assert later[len(earlier)]["content"] == "question 5"
+    assert forks[-1]["tools"] == forks[-2]["tools"]

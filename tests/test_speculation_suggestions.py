@@ -42,14 +42,15 @@ def ws(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_suggestion_is_offered_only_after_its_display_delay(runtime: Runtime, ws: Path) -> None:
+def test_a_suggestion_is_not_on_offer_before_its_display_delay(runtime: Runtime, ws: Path) -> None:
     script = [
         *TWO_TURNS,
         suggestion("bump x to 2"),
         main_reply("Fine, leaving x alone."),
         suggestion("run the tests"),
     ]
-    config = spec(suggestion_delay_ms=1500)  # ample time for the checks below to come first
+    # A delay no test outlives: "not shown yet" cannot depend on how fast this runs.
+    config = spec(suggestion_delay_ms=3_600_000)
     with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=config) as s:
         s.submit("hi", timeout=WAIT)
         s.submit("what is x?", timeout=WAIT)
@@ -59,13 +60,28 @@ def test_a_suggestion_is_offered_only_after_its_display_delay(runtime: Runtime, 
         assert s.accept(timeout=WAIT).outcome == "no_suggestion"
         s.keystroke("leave")  # typed over before the delay
         s.submit("leave x alone", timeout=WAIT)
-        wait_until(lambda: s.suggestion == "run the tests")  # the next one, after its delay
+        wait_until(lambda: s.speculation.suggestion == "run the tests")  # ready, not shown
+        assert s.suggestion is None
         events = s.drain_events()
-    shown = [e.suggestion.text for e in events if isinstance(e, SuggestionReady)]
-    assert shown == ["run the tests"]  # "bump x to 2" was never shown
+    assert not [e for e in events if isinstance(e, SuggestionReady)]  # neither was shown
+
+
+def test_a_shown_suggestion_waited_at_least_its_display_delay(runtime: Runtime, ws: Path) -> None:
+    """Behaviour, not speed: the event's time is at least the delay after the suggestion
+    was made (both on the wall clock), and it comes after the turn that produced it."""
+    delay_ms = 200
+    script = [*TWO_TURNS, suggestion("bump x to 2")]
+    config = spec(suggestion_delay_ms=delay_ms, speculate=False)
+    with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=config) as s:
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        wait_until(lambda: s.suggestion == "bump x to 2")
+        events = s.drain_events()
+    (ready,) = [e for e in events if isinstance(e, SuggestionReady)]
+    # timers never fire early; 1 ms of slack for the two clocks' rounding
+    assert ready.at - ready.suggestion.created_at >= delay_ms / 1000 - 0.001
     ends = [i for i, e in enumerate(events) if isinstance(e, TurnFinished)]
-    ready = next(i for i, e in enumerate(events) if isinstance(e, SuggestionReady))
-    assert ready > ends[-1]  # shown after the turn that produced it
+    assert events.index(ready) > ends[-1]  # shown after the turn that produced it
 
 
 def slow_suggestion_script(text: str) -> ScriptFile:

@@ -68,7 +68,8 @@ def test_an_accepted_speculation_reports_its_work(runtime: Runtime, ws: Path) ->
         s.submit("hi", timeout=WAIT)
         s.submit("what is x?", timeout=WAIT)
         assert settled(s) == "completed"
-        assert s.speculation.files_written == 1  # the overlay's count, before any apply
+        run = s.speculation
+        assert run.files_written == 1  # the overlay's count, before any apply
         wait_until(lambda: s.speculation.next_suggestion == "run the tests")
         assert s.accept(timeout=WAIT).outcome == "accepted"
         assert s.speculation.suggestion == "run the tests"  # the pipelined one runs now
@@ -77,6 +78,9 @@ def test_an_accepted_speculation_reports_its_work(runtime: Runtime, ws: Path) ->
     assert report.outcome == "accepted" and report.state == "completed"
     assert (report.turns, report.tool_calls, report.files_written) == (2, 1, 1)
     assert report.tokens > 0 and report.duration_s > 0
+    # the run's own duration: start to completion, not to the Tab that came later
+    assert run.completed_at is not None and run.started_at is not None
+    assert report.duration_s == pytest.approx(run.completed_at - run.started_at)
     assert report.boundary_tool is None and report.reason is None
 
 
@@ -147,5 +151,12 @@ def test_an_aborted_speculation_reports_the_files_it_had_written(
         (report,) = reports(s)
     assert report.outcome == "aborted" and report.state == "completed"
     assert (report.turns, report.tool_calls, report.files_written) == (2, 1, 1)
-    assert report.cancel_latency_s is not None and report.cleanup_latency_s is not None
-    assert [name for name, _at in report.abort_steps][-1] == "overlay_removed"
+    # It had finished before the keystroke: nothing was left to cancel, so it has no
+    # cancel latency (a 0.0 here would drag the running aborts' percentiles down);
+    # only the overlay's removal is timed, from the keystroke.
+    assert report.was_running is False
+    assert report.cancel_latency_s is None and report.cleanup_latency_s is not None
+    names = [name for name, _at in report.abort_steps]
+    assert names[0] == "keystroke" and "already_finished" in names
+    assert names[-1] == "overlay_removed"
+    assert report.duration_s > 0

@@ -505,3 +505,51 @@ def test_parse_reply_never_raises(raw: str) -> None:
 def test_extract_type_hint_never_raises(answer: str) -> None:
     hint = extract_type_hint(answer)
     assert hint is None or (hint == hint.strip() and hint != "")
+
+
+# -- Japanese and Chinese forms of the done / meta / evaluative rules --
+
+CJK_REJECTED: dict[RejectReason, list[str]] = {
+    R.DONE: ["完了", "完了しました。", "以上です", "終わりました！", "完成了", "搞定", "结束了。"],
+    R.META: [
+        "なし",
+        "特になし",
+        "提案はありません",
+        "予測できません",
+        "没有建议",
+        "暂无",
+        "保持沉默",
+    ],
+    R.EVALUATIVE: [
+        "ありがとう",
+        "ありがとうございます、次へ",
+        "良さそう",
+        "良さそうなのでコミットして",
+        "いいね！",
+        "完璧",
+        "谢谢",
+        "辛苦了",
+        "看起来不错",
+        "太好了，提交吧",
+        "完美",
+        "不错，提交吧",
+    ],
+}
+
+CJK_ACCEPTED: dict[RejectReason, list[str]] = {
+    R.DONE: ["テストを完了して", "完了したタスクを一覧にして", "完成登录功能", "结束进程前先保存"],
+    R.META: ["なしの場合を処理して", "空のリストを処理して", "查看没有的文件"],
+    R.EVALUATIVE: ["完美哈希を実装して", "实现完美哈希", "不错误处理的路径", "最高値を計算して"],
+}
+
+
+@pytest.mark.parametrize(("reason", "text"), _cases(CJK_REJECTED))
+def test_cjk_forms_are_rejected_with_reason(reason: RejectReason, text: str) -> None:
+    verdict = filter_suggestion(text)
+    assert verdict.reason is reason, (text, verdict.reason)
+
+
+@pytest.mark.parametrize(("reason", "text"), _cases(CJK_ACCEPTED))
+def test_cjk_near_misses_are_accepted(reason: RejectReason, text: str) -> None:
+    verdict = filter_suggestion(text)
+    assert verdict.accepted, (reason, text, verdict.reason)

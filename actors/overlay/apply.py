@@ -31,6 +31,16 @@ operation is idempotent -- and rolls any other back by deleting the staged
 temps, so each real file ends up entirely old or entirely new and the whole
 set consistently old or new.
 
+Roll-forward never clobbers an edit made *after* the crash. The journal
+records, per operation, the target's base (kind and sha256 when the apply
+checked it) and the new content's sha256; recovery replaces or deletes a
+target only while it is still the base (or already the new content, or
+already gone for a delete). A target the user changed in between -- the next
+start may come much later -- is left exactly as it is, its staged temp is
+deleted, and the path is reported (:attr:`RecoveryRecord.skipped`, a
+``problems`` line and a warning log). The rest of the set is still rolled
+forward: the user's edit wins over the speculation's for that one file.
+
 Durability: a process crash loses nothing the kernel already has, so the
 journal's writes alone make apply safe against a process crash (the crash
 the recovery tests simulate) -- no fsync on the accept path, which is the
@@ -43,6 +53,7 @@ loss it could roll forward staged files that never reached the disk).
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import posixpath
@@ -86,14 +97,24 @@ FaultHook = Callable[[str, int], None]
 the commit point (``"prepared"``, 0) and after the n-th operation (``"op"``)."""
 
 JOURNAL_SUFFIX = ".journal"
-_JOURNAL_VERSION = 1
+_JOURNAL_VERSION = 2
+"""2: every operation records its target's base and the new content's hash."""
 _COPY_CHUNK = 1024 * 1024
 
 __all__ = ["JOURNAL_SUFFIX", "ApplyFailed", "FaultHook", "apply_overlay", "recover"]
 
 
 class ApplyFailed(FsError):
-    """Apply could not complete for a reason other than a conflict."""
+    """Apply could not complete for a reason other than a conflict.
+
+    ``applied`` names the real paths it did change before it stopped (only an
+    apply that failed after its commit point changes any; its journal stays,
+    and recovery finishes it at the next start).
+    """
+
+    def __init__(self, message: str, applied: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.applied: tuple[str, ...] = tuple(applied)
 
 
 @dataclass(slots=True)
@@ -103,6 +124,11 @@ class _Op:
     tmp_dir: str | None = None
     tmp: str | None = None
     size: int = 0
+    base_kind: str | None = None
+    """What the target was when apply checked it (None: a version-1 journal)."""
+    base_sha256: str | None = None
+    new_sha256: str | None = None
+    """The staged content's hash (``replace``)."""
 
     def record(self) -> dict[str, Any]:
         """The journal form (``_Op(**record)`` reads it back)."""
@@ -112,6 +138,9 @@ class _Op:
             "tmp_dir": self.tmp_dir,
             "tmp": self.tmp,
             "size": self.size,
+            "base_kind": self.base_kind,
+            "base_sha256": self.base_sha256,
+            "new_sha256": self.new_sha256,
         }
 
 
@@ -223,9 +252,11 @@ def apply_overlay(
             fault("prepared", 0)
         created: list[str] = []
         problems: list[str] = []
+        done: list[str] = []
         for index, op in enumerate(ops, start=1):
             try:
-                _execute(cache, op, created, recovering=False)
+                if _execute(cache, op, created, recovering=False):
+                    done.append(op.path)
             except (OSError, PathChanged) as exc:
                 problems.append(_describe(exc, op.path))
             if fault is not None:
@@ -239,7 +270,8 @@ def apply_overlay(
         if problems:
             journal.close()  # left in place: recovery retries the roll-forward
             log.error("overlay_apply_failed", overlay=overlay_id, problems=problems)
-            raise ApplyFailed("apply did not complete: " + "; ".join(problems))
+            applied = sorted({*done, *created}, key=_key)
+            raise ApplyFailed("apply did not complete: " + "; ".join(problems), applied)
         journal.finish()
     result = _result(overlay_id, ops, created, time.perf_counter() - started)
     log.info(
@@ -428,23 +460,32 @@ def _plan(entries: list[PlannedEntry]) -> list[_Op]:
     creations: list[_Op] = []
     for entry in entries:
         was = entry.base.kind
+        op = functools.partial(_op_for, entry)
         if entry.final == "absent":
             if was in ("file", "other"):
-                removals.append(_Op("unlink", entry.rel))
+                removals.append(op("unlink"))
             elif was == "dir":
-                removals.append(_Op("rmdir", entry.rel))
+                removals.append(op("rmdir"))
         elif entry.final == "dir":
             if was in ("file", "other"):
-                removals.append(_Op("unlink", entry.rel))
+                removals.append(op("unlink"))
             if was != "dir":
-                creations.append(_Op("mkdir", entry.rel))
+                creations.append(op("mkdir"))
         else:
             if was == "dir":
-                removals.append(_Op("rmdir", entry.rel))
-            creations.append(_Op("replace", entry.rel, size=entry.size))
+                removals.append(op("rmdir"))
+            creations.append(op("replace"))
     removals.sort(key=lambda op: (-op.path.count("/"), op.path))
     creations.sort(key=lambda op: _key(op.path))
     return removals + creations
+
+
+def _op_for(entry: PlannedEntry, kind: Literal["unlink", "rmdir", "mkdir", "replace"]) -> _Op:
+    """One operation on ``entry``'s path, with what recovery needs to check it."""
+    op = _Op(kind, entry.rel, base_kind=entry.base.kind, base_sha256=entry.base.sha256)
+    if kind == "replace":
+        op.size, op.new_sha256 = entry.size, entry.sha256
+    return op
 
 
 def _staging_dir(cache: DirCache, rel: str) -> str:
@@ -707,6 +748,7 @@ def _recover_one(path: Path) -> RecoveryRecord:
         except (ValueError, AttributeError):
             continue
     problems: list[str] = []
+    skipped: list[str] = []
     action: RecoveryAction
     paths: list[str] = []
     try:
@@ -725,8 +767,17 @@ def _recover_one(path: Path) -> RecoveryRecord:
         elif "PREPARED" in states:
             action = "rolled_forward"
             created: list[str] = []
+            finals = _final_kinds(ops)
             for op in ops:
                 try:
+                    if op.path in skipped or not _still_ours(cache, op, finals):
+                        _drop_staged(cache, op)
+                        if op.path not in skipped:
+                            skipped.append(op.path)
+                            problems.append(
+                                f"{op.path}: changed after the interrupted apply; left as it is"
+                            )
+                        continue
                     if _execute(cache, op, created, recovering=True):
                         paths.append(op.path)
                 except (OSError, PathChanged) as exc:
@@ -749,10 +800,66 @@ def _recover_one(path: Path) -> RecoveryRecord:
         paths=len(paths),
         problems=problems,
     )
+    if skipped:
+        log.warning(
+            "overlay_recovery_skipped",
+            journal=journal_id,
+            workspace=root,
+            paths=skipped,
+            detail="changed after the interrupted apply; left as the user left them",
+        )
     return RecoveryRecord(
         journal_id=journal_id,
         action=action,
         workspace=root,
         paths=tuple(paths),
         problems=tuple(problems),
+        skipped=tuple(skipped),
     )
+
+
+def _final_kinds(ops: list[_Op]) -> dict[str, str]:
+    """What the apply leaves at each path it creates something at."""
+    finals: dict[str, str] = {}
+    for op in ops:
+        if op.op == "replace":
+            finals[op.path] = "file"
+        elif op.op == "mkdir":
+            finals[op.path] = "dir"
+    return finals
+
+
+def _still_ours(cache: DirCache, op: _Op, finals: dict[str, str]) -> bool:
+    """Whether recovery may (re)run ``op``: its target is still the base, or already done.
+
+    A version-1 journal records no base: its operations are replayed as before.
+    """
+    if op.base_kind is None or op.op == "mkdir":
+        return True
+    try:
+        now = observe(cache, op.path, hash_files=True).base
+    except PathChanged:
+        return False  # a parent became a file or a symlink: not what this apply left
+    if now.kind == "absent":
+        # Removed by this apply (its unlink or rmdir ran first), or never there.
+        # Only a file that was there and is gone now is a user's change to respect.
+        return not (op.op == "replace" and op.base_kind == "file")
+    if op.op == "replace" and now.kind == "file" and now.sha256 == op.new_sha256:
+        return True  # already the new content
+    if op.op in ("unlink", "rmdir") and finals.get(op.path) == now.kind:
+        return True  # what this apply creates there is in place: the removal is a no-op
+    if now.kind != op.base_kind:
+        return False
+    if now.kind == "file":
+        return op.base_sha256 is not None and now.sha256 == op.base_sha256
+    return True  # a directory (still to remove) or a special file, as it was
+
+
+def _drop_staged(cache: DirCache, op: _Op) -> None:
+    """Delete ``op``'s staged temp, if it has one left (it is never moved into place)."""
+    if op.op != "replace" or op.tmp is None or op.tmp_dir is None:
+        return
+    try:
+        os.unlink(op.tmp, dir_fd=cache.open(op.tmp_dir))
+    except (OSError, PathChanged):
+        pass

@@ -133,6 +133,8 @@ class _File:
     upper: str
     size: int
     mtime_ns: int
+    sha256: str | None = None
+    """The content's hash (apply journals it: recovery tells "new" from a later edit)."""
 
 
 @dataclass(slots=True)
@@ -194,6 +196,8 @@ class PlannedEntry:
     upper: str | None = None
     """Absolute path of the upper file (``final == "file"``); never shown to tools."""
     size: int = 0
+    sha256: str | None = None
+    """The new content's sha256 (``final == "file"``)."""
 
 
 class OverlayFs:
@@ -274,6 +278,27 @@ class OverlayFs:
             dirs = sum(1 for e in self._entries.values() if isinstance(e, _Dir))
         return files, whiteouts, dirs
 
+    @property
+    def bytes_free(self) -> int:
+        """What the size bound still allows (writes in flight already reserved theirs)."""
+        with self._lock:
+            return max(0, self.max_bytes - self._used - self._reserved)
+
+    def held_bytes(self, path: str) -> int:
+        """Bytes the upper layer holds for ``path`` (0 when the overlay holds no file there).
+
+        A write of ``n`` bytes to ``path`` needs ``n - held_bytes(path)`` more
+        of the size bound (the speculation gate's estimate before a write runs).
+        A path out of scope is 0: the write itself will report that.
+        """
+        try:
+            rel = self.resolve(path)
+        except FsError:
+            return 0
+        with self._lock:
+            entry = self._entries.get(rel)
+        return entry.size if isinstance(entry, _File) else 0
+
     def upper_file(self, path: str) -> Path | None:
         """Where the overlay stores ``path``'s content (diagnostics and tests only).
 
@@ -301,6 +326,7 @@ class OverlayFs:
                             base,
                             os.path.join(self._upper_str, entry.upper),
                             entry.size,
+                            entry.sha256,
                         )
                     )
                 elif isinstance(entry, _Dir):
@@ -683,6 +709,7 @@ class OverlayFs:
             base = self._first_base(rel) if first else None
             self._before_commit(rel)
             mtime_ns = self._write_upper(name, data, rel)
+            digest = hashlib.sha256(data).hexdigest()  # on the tool's thread, not on Tab's path
             with self._lock:
                 current = self._entries.get(rel)
                 if isinstance(current, _Dir):  # a write below it made it a directory meanwhile
@@ -691,7 +718,7 @@ class OverlayFs:
                 if base is not None:
                     self._bases.setdefault(rel, base)
                 self._used += size - (current.size if isinstance(current, _File) else 0)
-                self._set_entry(rel, _File(name, size, mtime_ns))
+                self._set_entry(rel, _File(name, size, mtime_ns, digest))
                 registered = True
         finally:
             with self._lock:

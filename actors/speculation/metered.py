@@ -1,22 +1,37 @@
 """A speculation's view of its model provider: usage per request, and when no stream is left.
 
 The speculation's worker owns its LLM requests (it sends and cancels them),
-but two facts about them belong to the speculation:
+but three facts about them belong to the speculation:
 
-* its token budget is enforced from the usage of *each* completed request --
-  the worker reports usage only when its run ends, which is too late to stop
-  a runaway run;
+* its token budget is enforced while a request streams, not after: the
+  worker reports usage only when its run ends, which is too late to stop a
+  runaway run, and even a request's own usage arrives only at its end. So
+  the spend is tracked live -- completed requests' usage plus an estimate for
+  the request in flight -- and the speculator is told the moment it passes
+  the budget (:class:`~messages.speculation.TokenBudgetReached`);
+* tokens spent on a stream that never completes (cancelled by an abort or a
+  budget, or failed) still cost money: they are estimated and counted, so the
+  waste of a discarded speculation is not under-reported;
 * an abort must not remove the overlay before the LLM stream is really gone
   (the task finished and its connection closed), not merely asked to stop.
 
+**The estimate.** Without usage from the provider, a request is taken to cost
+one token per :data:`CHARS_PER_TOKEN` characters of its prompt (message
+texts, tool-call arguments, tool results; the tool definitions are left out,
+they are the cached part of every fork's prefix) plus one per
+:data:`CHARS_PER_TOKEN` characters streamed back (text and tool-call
+fragments), rounded up. That is the usual rule of thumb for English text and
+code with BPE tokenizers; it is a cost estimate, not an exact count.
+
 The gateway's loop calls ``stream`` once per attempt of every request, so
-wrapping the provider object is the one place that sees both, without the
-worker or the gateway knowing anything about speculation. The wrapper keeps
-the wrapped provider's behaviour (name, retry policy, replies) unchanged.
+wrapping the provider object is the one place that sees all of this, without
+the worker or the gateway knowing anything about speculation. The wrapper
+keeps the wrapped provider's behaviour (name, retry policy, replies) unchanged.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -25,8 +40,56 @@ from pykka import ActorDeadError
 
 from actors.llm.errors import llm_error
 from actors.llm.models import Emit, StreamResult
-from messages.llm import LlmRequest
-from messages.speculation import SpeculationUsage, StreamsIdle
+from messages.conversation import AssistantMessage, ToolResult
+from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
+from messages.speculation import SpeculationUsage, StreamsIdle, TokenBudgetReached
+
+CHARS_PER_TOKEN = 4
+"""Characters per token of the estimate (see module docs)."""
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens for ``chars`` characters at :data:`CHARS_PER_TOKEN` (rounded up)."""
+    return -(-max(0, chars) // CHARS_PER_TOKEN)
+
+
+def prompt_chars(request: LlmRequest) -> int:
+    """The characters of a request's messages that the estimate counts (module docs)."""
+    total = 0
+    for message in request.messages:
+        text = getattr(message, "text", None)
+        if isinstance(text, str):
+            total += len(text)
+        if isinstance(message, ToolResult):
+            total += len(message.output)
+        if isinstance(message, AssistantMessage):
+            for call in message.tool_calls:
+                total += len(call.name) + len(json.dumps(call.arguments, default=str))
+    return total
+
+
+def streamed_chars(event: Any) -> int:
+    """Characters one stream event carries (a text flush or a tool-call fragment)."""
+    if isinstance(event, str):
+        return len(event)
+    if isinstance(event, LlmTextDelta):
+        return len(event.text)
+    if isinstance(event, LlmToolCallDelta):
+        return sum(len(str(getattr(event, f, "") or "")) for f in ("name", "arguments_delta"))
+    return 0
+
+
+class _Stream:
+    """One attempt in flight: its prompt estimate and what has streamed so far."""
+
+    __slots__ = ("prompt", "streamed")
+
+    def __init__(self, prompt: int) -> None:
+        self.prompt = prompt
+        self.streamed = 0
+
+    def estimate(self) -> int:
+        return estimate_tokens(self.prompt) + estimate_tokens(self.streamed)
 
 
 class MeteredModel:
@@ -37,11 +100,15 @@ class MeteredModel:
     every notification is a ``tell`` (never a call into an actor).
     """
 
-    def __init__(self, inner: Any, usage_to: Any) -> None:
+    def __init__(self, inner: Any, usage_to: Any, *, token_budget: int | None = None) -> None:
         self.inner = inner
         self._usage_to = usage_to
+        self._budget = token_budget
         self._lock = threading.Lock()
-        self._in_flight = 0
+        self._in_flight: list[_Stream] = []
+        self._spent = 0
+        self._estimated = 0
+        self._budget_told = False
         self._closed = False
         self._idle_waiters: list[tuple[Any, Any]] = []
 
@@ -64,24 +131,63 @@ class MeteredModel:
     async def stream(
         self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
     ) -> StreamResult:
+        current = _Stream(prompt_chars(request))
         with self._lock:
             if self._closed:
                 # A request that reaches the loop after the speculation ended
                 # (it was queued before the cancel) never touches the network.
                 raise llm_error("connection", "the speculation has ended", retryable=False)
-            self._in_flight += 1
+            self._in_flight.append(current)
+        self._check_budget()
+
+        def metered_emit(event: Any) -> None:
+            chars = streamed_chars(event)
+            if chars:
+                with self._lock:
+                    current.streamed += chars
+                self._check_budget()
+            emit(event)
+
+        result: StreamResult | None = None
         try:
-            result: StreamResult = await self.inner.stream(request, emit, http)
+            result = await self.inner.stream(request, metered_emit, http)
         finally:
             # Reached after the provider unwound, i.e. after its connection closed
             # (also on cancellation, which arrives here as CancelledError).
-            self._ended()
-        _tell(self._usage_to, SpeculationUsage(request_id=request.request_id, usage=result.usage))
+            self._ended(current, None if result is None else result.usage)
+        if result is not None:
+            _tell(
+                self._usage_to,
+                SpeculationUsage(request_id=request.request_id, usage=result.usage),
+            )
         return result
+
+    # -- accounting -------------------------------------------------------------------
+
+    def spent(self) -> tuple[int, int]:
+        """``(tokens, of which estimated)``: every ended attempt plus those in flight."""
+        with self._lock:
+            live = sum(s.estimate() for s in self._in_flight)
+            return self._spent + live, self._estimated + live
+
+    def _check_budget(self) -> None:
+        budget = self._budget
+        if budget is None:
+            return
+        with self._lock:
+            if self._budget_told:
+                return
+            total = self._spent + sum(s.estimate() for s in self._in_flight)
+            if total <= budget:
+                return
+            self._budget_told = True
+        _tell(self._usage_to, TokenBudgetReached(spent=total))
+
+    # -- streams in flight --------------------------------------------------------------
 
     def in_flight(self) -> int:
         with self._lock:
-            return self._in_flight
+            return len(self._in_flight)
 
     def close(self) -> None:
         """Refuse every later stream (the speculation has ended)."""
@@ -96,9 +202,15 @@ class MeteredModel:
                 return
         _tell(address, message)
 
-    def _ended(self) -> None:
+    def _ended(self, stream: _Stream, usage: Usage | None) -> None:
         with self._lock:
-            self._in_flight -= 1
+            self._in_flight.remove(stream)
+            if usage is not None:
+                self._spent += usage.total_tokens
+            else:
+                estimate = stream.estimate()
+                self._spent += estimate
+                self._estimated += estimate
             if self._in_flight or not self._idle_waiters:
                 return
             waiters, self._idle_waiters = self._idle_waiters, []
@@ -113,4 +225,11 @@ def _tell(address: Any, message: Any) -> None:
         pass
 
 
-__all__ = ["MeteredModel", "SpeculationUsage", "StreamsIdle"]
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "MeteredModel",
+    "SpeculationUsage",
+    "StreamsIdle",
+    "estimate_tokens",
+    "prompt_chars",
+]

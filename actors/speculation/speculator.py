@@ -5,18 +5,24 @@ It is the real agent loop -- a :class:`~actors.worker.worker.Worker` with purpos
 
 * its filesystem view is a fresh copy-on-write overlay (one per speculation);
 * its interceptor is the speculation gate: read tools run, writes go to the
-  overlay only in auto-edit/yolo, everything else stops the run at a boundary;
-  the gate also pins every request's tools to the fork snapshot's;
+  overlay only in auto-edit/yolo (and only while they fit its size bound),
+  everything else stops the run at a boundary; the gate also pins every
+  request's tools to the fork snapshot's. The session's own interceptor runs
+  after the gate with strict semantics (:mod:`actors.speculation.gate`);
 * the session's ``pre_tool_call`` hooks also run, and any answer but Continue
   is a boundary -- speculation never bypasses permission policy;
 * its history is the session's fork snapshot (cache-safe prefix), its model
   the session's fast model when one is configured (model object *and* name);
-* turns, transcript length, tokens and time are budgeted: the turn limit is
-  the worker's own; the others pause the run at its next safe point (before
-  the next LLM request), which ends the speculation at a boundary with the
-  budget's name as the reason. Tokens are counted from each completed
-  request's usage (:class:`~actors.speculation.metered.MeteredModel`), not at
-  the run's end, when it would be too late to stop anything.
+* turns, transcript length, tokens and time are budgeted. The turn limit is
+  the worker's own; the transcript length pauses the run at its next safe
+  point (before the next LLM request). Time and tokens are hard: at the time
+  budget's deadline, or the moment the spend passes the token budget (live,
+  from the request in flight -- :class:`~actors.speculation.metered.MeteredModel`),
+  the run is cancelled at once -- LLM stream and tool calls -- and the
+  speculation ends at a boundary with its partial transcript: what finished
+  is kept, the cancelled calls become the boundary's calls (they run for real
+  after Tab), and the pairing check runs on the result. Every budget names
+  itself in the boundary's reason.
 
 A speculation is *completed* as soon as its transcript is done and checked
 (every call has exactly one result): the pipelined suggestion is the session
@@ -47,17 +53,19 @@ from actors.overlay.fs import OverlayFs
 from actors.overlay.store import OverlayStore
 from actors.resolve.pending import PendingActions
 from actors.speculation.fork import fork_prefix, trim_history
-from actors.speculation.gate import SpeculationGate
+from actors.speculation.gate import SpeculationGate, session_policy
 from actors.speculation.metered import MeteredModel
 from actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
+from actors.speculation.transcript import cancelled_calls, hand_over
 from actors.tools.base import ToolRegistry, ToolServices
 from actors.worker.hooks import HookEvent, HooksView
 from actors.worker.state import SessionState, pairing_problems
 from actors.worker.worker import Worker, WorkerConfig
-from messages.conversation import ToolCall
+from messages.conversation import Item, ToolCall, UserMessage
 from messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from messages.runtime import StopNow
 from messages.session import (
+    CancelRun,
     EventBase,
     ItemAdded,
     PauseRun,
@@ -77,6 +85,7 @@ from messages.speculation import (
     SpeculationState,
     SpeculationUsage,
     Suggestion,
+    TokenBudgetReached,
 )
 
 
@@ -120,13 +129,18 @@ class Speculator(PooledActor):
         self.turns = 0
         self.tool_calls = 0
         self.tokens = 0
+        self.estimated_tokens = 0
         self.files_written = 0
         self.transcript_items = 0
         self._waiting: list[PooledFuture[Any] | None] = []
         self._abort_reason: str | None = None
         self._steps: Steps = []
         self._limit: str | None = None
+        self._hard = False
+        """The limit cancels the run at once (time, tokens), not at the next safe point."""
         self._pause_pending = False
+        self._cancel_pending = False
+        self._gate: SpeculationGate | None = None
         self._worker: Any = None
         self._overlay_actor: Any = None
         self._model: MeteredModel | None = None
@@ -157,8 +171,16 @@ class Speculator(PooledActor):
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
         )
-        self._model = MeteredModel(setup.model, self.actor_ref)
-        state = SessionState(history=list(trim_history(snapshot.history, config.max_history)))
+        self._model = MeteredModel(setup.model, self.actor_ref, token_budget=config.token_budget)
+        history = trim_history(snapshot.history, config.max_history, config.history_trim_step)
+        state = SessionState(history=list(history))
+        self._gate = SpeculationGate(
+            config.approval_mode,
+            self.overlay,
+            setup.workspace,
+            tools=snapshot.tools,
+            policy=session_policy(main.interceptor),
+        )
         worker_config = WorkerConfig(
             session_id=main.session_id,
             model=self._model,
@@ -169,9 +191,7 @@ class Speculator(PooledActor):
             hooks=HooksView(
                 main.hooks, frozenset({HookEvent.PRE_TOOL_CALL, HookEvent.POST_TOOL_CALL})
             ),  # type: ignore[arg-type]
-            interceptor=SpeculationGate(
-                config.approval_mode, self.overlay, setup.workspace, tools=snapshot.tools
-            ),
+            interceptor=self._gate,
             state=state,
             services=ToolServices(blobs=main.services.blobs, pending_actions=PendingActions()),
             model_name=setup.model_name or snapshot.model_name,
@@ -189,11 +209,15 @@ class Speculator(PooledActor):
         self._worker.tell(Subscribe(address=self.actor_ref))
         if config.time_budget_s is not None:
             self._budget_timer = self.call_after(
-                config.time_budget_s, self._reach_limit, "time budget"
+                config.time_budget_s, self._reach_limit, "time budget", True
             )
         self.ask_then(
             self._worker,
-            Submit(text=setup.suggestion.text, max_turns=config.max_turns),
+            Submit(
+                text=setup.suggestion.text,
+                max_turns=config.max_turns,
+                submit_id=setup.speculation_id,
+            ),
             then=self._run_ended,
             on_error=self._run_failed,
             timeout=(config.time_budget_s or 600.0) + 60.0,
@@ -250,6 +274,8 @@ class Speculator(PooledActor):
     def _on_event(self, event: EventBase) -> None:
         if self._pause_pending:
             self._request_pause()
+        if self._cancel_pending:
+            self._request_cancel()
         if isinstance(event, ItemAdded) and event.run_id is not None:
             self.transcript_items += 1
             if self.transcript_items > self.setup.config.max_messages:
@@ -267,7 +293,13 @@ class Speculator(PooledActor):
         self.tokens += message.usage.total_tokens
         budget = self.setup.config.token_budget
         if budget is not None and self.tokens > budget:
-            self._reach_limit("token budget")
+            self._reach_limit("token budget", True)
+
+    @handles(TokenBudgetReached)
+    def _on_budget_reached(self, message: TokenBudgetReached) -> None:
+        """The spend passed the token budget while a request was still streaming."""
+        self.tokens = max(self.tokens, message.spent)
+        self._reach_limit("token budget", True)
 
     def _report_progress(self, inner: str, detail: str) -> None:
         try:
@@ -282,14 +314,25 @@ class Speculator(PooledActor):
         except ActorDeadError:
             pass
 
-    def _reach_limit(self, what: str) -> None:
-        """A budget is spent: stop at the next safe point; the reason names the budget."""
+    def _reach_limit(self, what: str, hard: bool = False) -> None:
+        """A budget is spent: the reason names it.
+
+        Soft (the transcript length): pause at the next safe point. Hard (time,
+        tokens): cancel the run now -- its LLM stream and tool calls -- and
+        keep the partial transcript (:meth:`_run_ended`).
+        """
         if self._finished or self._limit is not None:
             return
         self._limit = f"speculation {what} reached"
-        self.log.info("speculation_limit", speculation=self.setup.speculation_id, limit=what)
+        self._hard = hard
+        self.log.info(
+            "speculation_limit", speculation=self.setup.speculation_id, limit=what, hard=hard
+        )
         self._report_progress("limit", self._limit)
-        self._request_pause()
+        if hard:
+            self._request_cancel()
+        else:
+            self._request_pause()
 
     def _request_pause(self) -> None:
         self._pause_pending = False
@@ -310,6 +353,25 @@ class Speculator(PooledActor):
             timeout=30.0,
         )
 
+    def _request_cancel(self) -> None:
+        self._cancel_pending = False
+        if self._finished or self._worker is None or self._limit is None:
+            return
+
+        def answered(cancelled: bool) -> None:
+            # Nothing to cancel yet (the Submit is queued behind the cancel on the
+            # control lane): cancel again on the run's first event.
+            if not cancelled and not self._finished:
+                self._cancel_pending = True
+
+        self.ask_then(
+            self._worker,
+            CancelRun(reason=self._limit, submit_id=self.setup.speculation_id),
+            then=answered,
+            on_error=lambda _error: None,
+            timeout=30.0,
+        )
+
     # -- the run's end ----------------------------------------------------------------
 
     def _run_ended(self, result: TurnResult) -> None:
@@ -317,37 +379,75 @@ class Speculator(PooledActor):
             return
         self.turns = result.turns
         self.tokens = max(self.tokens, result.usage.total_tokens)
-        items = result.items
         status = result.status
-        if self._abort_reason is not None or status == "cancelled":
+        if self._abort_reason is not None or (status == "cancelled" and not self._hard):
             self._finish("aborted", items=(), error=self._abort_reason or "cancelled")
             return
+        outcome = self._outcome(result)
+        if isinstance(outcome, str):
+            self._finish("failed", items=(), error=outcome)
+            return
+        state, items = outcome
         problems = pairing_problems(items)
         if problems:
             self._finish(
                 "failed", items=(), error="transcript check failed: " + "; ".join(problems)
             )
             return
+        self._finish(state, items=items)
+
+    def _outcome(self, result: TurnResult) -> tuple[SpeculationState, tuple[Item, ...]] | str:
+        """How the run ended, as (state, transcript) -- or why it failed.
+
+        Sets the boundary's calls, tool and reason as a side effect.
+        """
+        items = result.items
+        status = result.status
+        gate = self._gate
+        late = gate.late if gate is not None else []
         if status == "completed":
-            self._finish("completed", items=items)
-            return
+            return "completed", items
         if status == "boundary" and result.boundary is not None:
             self.boundary_calls = tuple(
                 ToolCall.model_validate(c) for c in result.boundary.get("calls", ())
             )
             self.boundary_tool = result.boundary.get("tool")
             self.boundary_reason = result.boundary.get("reason")
-            self._finish("boundary", items=items)
-            return
+            return "boundary", items
+        if status == "cancelled" and self._hard:
+            # A hard budget cancelled the run mid-flight: keep what finished; the
+            # calls it cancelled run for real after Tab.
+            assert self._limit is not None
+            cut = cancelled_calls(items, f"Cancelled: {self._limit}")
+            kept, calls = hand_over(items, cut)
+            if not any(isinstance(i, UserMessage) for i in kept):
+                return f"the {self._limit.removeprefix('speculation ')} before it started"
+            self.boundary_calls = calls
+            self.boundary_tool = calls[0].name if calls else None
+            self.boundary_reason = self._limit
+            return "boundary", kept
+        if status == "rejected" and late:
+            # A call that ran is a boundary after all (overlay full, or the
+            # session's policy objected to its result): it runs for real after Tab.
+            kept, calls = hand_over(items, [b.call_id for b in late])
+            self.boundary_calls = calls
+            self.boundary_tool = late[0].tool
+            self.boundary_reason = late[0].reason
+            return "boundary", kept
+        if status == "rejected" and gate is not None and gate.refused is not None:
+            if not any(isinstance(i, UserMessage) for i in items):
+                return gate.refused  # nothing ran; Tab runs the prompt normally
+            self.boundary_tool = None
+            self.boundary_reason = gate.refused
+            return "boundary", items
         if status in ("paused", "max_turns"):
             self.boundary_tool = None
             if status == "max_turns":
                 self.boundary_reason = "speculation turn limit reached"
             else:
                 self.boundary_reason = self._limit or result.error or "budget reached"
-            self._finish("boundary", items=items)
-            return
-        self._finish("failed", items=(), error=result.error or status)
+            return "boundary", items
+        return result.error or status
 
     def _run_failed(self, error: BaseException) -> None:
         if self._abort_reason is not None:
@@ -367,6 +467,10 @@ class Speculator(PooledActor):
         self.items = items
         self.error = error
         self.completed_at = time.time()
+        if self._model is not None:
+            spent, estimated = self._model.spent()
+            self.tokens = max(self.tokens, spent)
+            self.estimated_tokens = estimated
         if self.overlay is not None:
             files, whiteouts, _dirs = self.overlay.counts()
             self.files_written = files + whiteouts
@@ -400,6 +504,7 @@ class Speculator(PooledActor):
             turns=self.turns,
             tool_calls=self.tool_calls,
             tokens=self.tokens,
+            estimated_tokens=self.estimated_tokens,
             files_written=self.files_written,
             started_at=self.started_at,
             completed_at=self.completed_at,
@@ -443,8 +548,15 @@ class Speculator(PooledActor):
 
         def failed(error: BaseException) -> None:
             if reply is not None:
+                # An apply that failed after its commit point changed some files
+                # (recovery finishes it at the next start): say which.
+                applied = tuple(getattr(error, "applied", ()))
                 reply.try_set(
-                    self._result(state="failed", error=f"applying the overlay failed: {error}")
+                    self._result(
+                        state="failed",
+                        applied=applied,
+                        error=f"applying the overlay failed: {error}",
+                    )
                 )
             self._reap_and_stop()
 
@@ -457,7 +569,10 @@ class Speculator(PooledActor):
     @handles(AbortSpeculation)
     def _on_abort(self, message: AbortSpeculation) -> bool:
         if not self._steps:
-            self._steps.append(("abort_requested", time.monotonic()))
+            now = time.monotonic()
+            self._steps.append(("abort_requested", now))
+            if self._finished:  # nothing left to cancel: only the overlay to remove
+                self._steps.append(("already_finished", now))
         if self._finished:
             if self.state in ("completed", "boundary") and not self._applying:
                 self._reap_and_stop()  # finished, never accepted

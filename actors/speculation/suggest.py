@@ -32,6 +32,7 @@ def suggestion_request(
     snapshot: ForkSnapshot,
     *,
     max_history: int,
+    trim_step: int = 1,
     request_id: str,
     purpose: Purpose,
     model: Any,
@@ -43,7 +44,7 @@ def suggestion_request(
     ``model_name`` is the wire name to send; empty means the snapshot's (the
     main request's) name.
     """
-    messages = [*fork_prefix(snapshot, max_history), UserMessage(text=SUGGESTION_PROMPT)]
+    messages = [*fork_prefix(snapshot, max_history, trim_step), UserMessage(text=SUGGESTION_PROMPT)]
     return LlmRequest.model_construct(
         request_id=request_id,
         session_id=snapshot.session_id,

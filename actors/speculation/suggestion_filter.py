@@ -39,14 +39,20 @@ Rules, in the order they are checked (the first failing rule is reported)
     not wrapped: the first bracket closes before the end.
  5. ``done`` -- the whole text (case-insensitive, trailing ``.!`` ignored) is
     a terminal word such as ``done``, ``finished``, ``all done``,
-    ``that's it``. Such words inside a longer instruction are fine
-    (``done with tests, commit them``): only a suggestion that *is* a terminal
-    word says "the conversation is over".
+    ``that's it`` -- or its Japanese or Chinese form (``完了``, ``終わりました``,
+    ``以上です``, ``完成了``, ``搞定``, ``结束了``, …; trailing ``。！`` ignored).
+    Such words inside a longer instruction are fine (``done with tests,
+    commit them``, ``テストを完了して``, ``完成登录功能``): only a suggestion
+    that *is* a terminal word says "the conversation is over".
  6. ``meta`` -- text about suggesting rather than a suggestion: the whole text
     is one of ``none``, ``null``, ``n/a``, ``silence``, ``nothing``, … or it
     contains a meta phrase as whole words (``nothing to suggest``,
-    ``no suggestion``, ``stay silent``, ``the user might``, …).
-    ``add silence detection`` and ``this issue needs a test`` are fine.
+    ``no suggestion``, ``stay silent``, ``the user might``, …). Japanese and
+    Chinese: the whole text is ``なし``, ``特になし``, ``无``, ``暂无``, … or it
+    contains ``提案なし``, ``提案はありません``, ``予測できません``,
+    ``没有建议``, ``无法预测``, ``保持沉默``, ``用户可能``, …
+    ``add silence detection``, ``this issue needs a test`` and
+    ``なしの場合を処理して`` are fine.
  7. ``error_message`` -- a leaked error string: starts with ``error:``,
     ``api error``, ``<Something>Error:``/``Exception:``, or contains
     ``prompt is too long``, ``rate limit exceeded``/``rate limited``,
@@ -74,6 +80,12 @@ Rules, in the order they are checked (the first failing rule is reported)
     ``great``, ``awesome``, …) that stands alone or is followed by
     ``,``/``!``/``.``. ``add great-circle distance``, ``perfect hash for
     keywords`` and ``make sure it looks good on mobile`` are fine.
+    Japanese and Chinese: thanks and praise anywhere (``ありがとう``,
+    ``谢谢``, ``お疲れ様``, ``辛苦了``, ``做得好``, …); a verdict at the start
+    (``良さそう``, ``いい感じ``, ``看起来不错``, ``太好了``, …); or an
+    interjection (``完璧``, ``素晴らしい``, ``いいね``, ``完美``, ``不错``,
+    ``很好``, …) standing alone or followed by punctuation.
+    ``实现完美哈希`` and ``完美哈希を実装して`` are fine.
 11. ``too_long`` -- 100 characters or more.
 12. ``multiple_sentences`` -- a sentence terminator (``.``, ``!``, ``?``)
     ends a whitespace-separated token that is not the last one, or a CJK
@@ -471,6 +483,129 @@ _ABBREVIATIONS = frozenset(
     }
 )
 
+# Japanese and Chinese forms (no word boundaries: whole texts, substrings, or
+# prefixes followed by punctuation, as each rule says).
+_CJK_TRAILING = "。．！!？?.…、，, 　"
+
+_CJK_DONE_WORDS = frozenset(
+    {
+        "完了",
+        "完了した",
+        "完了しました",
+        "完了です",
+        "全部完了",
+        "すべて完了",
+        "終わり",
+        "終わった",
+        "終わりました",
+        "終了",
+        "終了しました",
+        "以上",
+        "以上です",
+        "おしまい",
+        "完成",
+        "完成了",
+        "已完成",
+        "全部完成",
+        "全部完成了",
+        "完了了",
+        "好了",
+        "结束",
+        "结束了",
+        "做完了",
+        "搞定",
+        "搞定了",
+        "完毕",
+        "就这样",
+        "没有了",
+    }
+)
+
+_CJK_META_EXACT = frozenset(
+    {"なし", "無し", "特になし", "特にありません", "ありません", "无", "无。", "暂无", "没有", "空"}
+)
+_CJK_META_PHRASES = (
+    "提案なし",
+    "提案はありません",
+    "提案できません",
+    "提案は特に",
+    "予測できません",
+    "予測不可",
+    "次の入力は",
+    "ユーザーは次",
+    "沈黙を守",
+    "黙っていて",
+    "没有建议",
+    "无建议",
+    "暂无建议",
+    "没有下一步",
+    "无法预测",
+    "无法建议",
+    "不确定下一步",
+    "保持沉默",
+    "用户可能",
+    "用户会输入",
+    "用户接下来",
+)
+
+_CJK_PRAISE = (
+    "ありがとう",
+    "有難う",
+    "お疲れ様",
+    "お疲れさま",
+    "おつかれ",
+    "助かりました",
+    "よくできました",
+    "さすが",
+    "谢谢",
+    "多谢",
+    "感谢",
+    "感謝",
+    "辛苦了",
+    "做得好",
+    "干得好",
+    "干得漂亮",
+)
+"""Thanks and praise, evaluative wherever they appear."""
+
+_CJK_VERDICT_OPENERS = (
+    "良さそう",
+    "よさそう",
+    "いい感じ",
+    "良い感じ",
+    "問題なさそう",
+    "うまくいった",
+    "看起来不错",
+    "看起来很好",
+    "看上去不错",
+    "看起来没问题",
+    "太好了",
+    "真棒",
+    "非常好",
+)
+"""Verdicts on the last answer: evaluative at the start, whatever follows."""
+
+_CJK_INTERJECTIONS = (
+    "完璧",
+    "素晴らしい",
+    "すごい",
+    "最高",
+    "いいね",
+    "いいですね",
+    "良いですね",
+    "バッチリ",
+    "完美",
+    "不错",
+    "很好",
+    "很棒",
+    "好极了",
+    "厉害",
+    "漂亮",
+    "没问题",
+    "棒",
+)
+"""Evaluative when standing alone or followed by punctuation (``完美哈希`` is a noun)."""
+
 
 def _words_alternation(phrases: Iterable[str]) -> str:
     """One non-capturing alternation, longest first so the longest phrase wins."""
@@ -494,6 +629,15 @@ _EVALUATIVE_START_RE = re.compile(
     + "|"
     + _words_alternation(_EVALUATIVE_INTERJECTIONS)
     + r"(?:\s*[,!.]|\s*$))"
+)
+_CJK_META_RE = re.compile(_words_alternation(re.escape(p) for p in _CJK_META_PHRASES))
+_CJK_PRAISE_RE = re.compile(_words_alternation(re.escape(p) for p in _CJK_PRAISE))
+_CJK_EVALUATIVE_START_RE = re.compile(
+    "^(?:"
+    + _words_alternation(re.escape(p) for p in _CJK_VERDICT_OPENERS)
+    + "|"
+    + _words_alternation(re.escape(p) for p in _CJK_INTERJECTIONS)
+    + f"(?:[{re.escape(_CJK_TRAILING)}]|$))"
 )
 _LABEL_RE = re.compile(r"^(?P<label>[^\W\d_][\w'/-]*(?: [^\W\d_][\w'/-]*)?)\s*:\s")
 _TITLECASE_WORD_RE = re.compile(r"^[A-Z][a-z]+$")
@@ -572,9 +716,13 @@ def _first_failure(text: str) -> RejectReason | None:
         return RejectReason.WRAPPED
     lowered = _fold(text)
     bare = lowered.rstrip(_TRAILING_SENTENCE_PUNCT).strip()
-    if bare in _DONE_WORDS:
+    cjk = bool(_CJK_RE.search(text))
+    cjk_bare = text.strip().rstrip(_CJK_TRAILING) if cjk else ""
+    if bare in _DONE_WORDS or cjk_bare in _CJK_DONE_WORDS:
         return RejectReason.DONE
     if bare in _META_EXACT or _META_RE.search(lowered):
+        return RejectReason.META
+    if cjk and (cjk_bare in _CJK_META_EXACT or _CJK_META_RE.search(text)):
         return RejectReason.META
     if _ERROR_START_RE.match(lowered) or _ERROR_PHRASE_RE.search(lowered):
         return RejectReason.ERROR_MESSAGE
@@ -583,6 +731,8 @@ def _first_failure(text: str) -> RejectReason | None:
     if _AI_VOICE_RE.match(lowered):
         return RejectReason.AI_VOICE
     if _EVALUATIVE_PHRASE_RE.search(lowered) or _EVALUATIVE_START_RE.match(lowered):
+        return RejectReason.EVALUATIVE
+    if cjk and (_CJK_PRAISE_RE.search(text) or _CJK_EVALUATIVE_START_RE.match(text.strip())):
         return RejectReason.EVALUATIVE
     if len(text) >= MAX_CHARS:
         return RejectReason.TOO_LONG

@@ -1,0 +1,40 @@
+"""The load benchmark's think-time distributions: each has the configured mean and its shape.
+
+Seeded, so the checks are exact for this seed (no flakiness), and loose enough that
+they hold for any reasonable seed.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from bench.load import THINK_DISTS, think_time
+
+
+@pytest.mark.parametrize("dist", THINK_DISTS)
+def test_every_distribution_has_the_configured_mean(dist: str) -> None:
+    rng = random.Random(7)
+    samples = [think_time(rng, dist, 2.0) for _ in range(20_000)]
+    assert all(0.0 <= s <= 10.0 for s in samples)  # never negative, capped at 5x
+    # the caps of exp and lognormal shave a little off the mean
+    assert statistics.fmean(samples) == pytest.approx(2.0, rel=0.08)
+
+
+def test_the_shapes_differ_as_documented() -> None:
+    rng = random.Random(7)
+    fixed = {think_time(rng, "fixed", 2.0) for _ in range(100)}
+    uniform = [think_time(rng, "uniform", 2.0) for _ in range(5_000)]
+    lognormal = [think_time(rng, "lognormal", 2.0) for _ in range(5_000)]
+    assert fixed == {2.0}
+    assert max(uniform) <= 4.0 and min(uniform) >= 0.0
+    assert statistics.median(lognormal) < 2.0  # right-skewed: most read quickly
+
+
+def test_no_think_time_and_unknown_distributions() -> None:
+    rng = random.Random(1)
+    assert think_time(rng, "exp", 0.0) == 0.0
+    with pytest.raises(ValueError, match="unknown think-time distribution"):
+        think_time(rng, "poisson", 1.0)

@@ -7,9 +7,10 @@ speculator's transcripts. All items round-trip losslessly through JSON.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import AfterValidator, Field, JsonValue
 
 from messages.base import Message
 
@@ -39,16 +40,56 @@ Segment = Annotated[TextSegment | FileRef | Paste, Field(discriminator="kind")]
 """One piece of user input."""
 
 
+def _non_finite_path(value: Any, path: str) -> str | None:
+    """Where in ``value`` a NaN or infinity sits (``None`` if nowhere)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _non_finite_path(item, f"{path}[{key!r}]")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _non_finite_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _finite_json(arguments: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """Refuse NaN and infinities: JSON has no such numbers.
+
+    Python's ``json.loads`` accepts ``NaN``/``Infinity`` in model output, but
+    pydantic writes them as ``null`` (and strict JSON readers, providers
+    included, reject the constants), so such a call could not round-trip.
+    """
+    where = _non_finite_path(arguments, "arguments")
+    if where is not None:
+        raise ValueError(f"{where} is not a finite number (JSON has no NaN or Infinity)")
+    return arguments
+
+
 class ToolCall(Message):
     """A tool call the model asked for.
 
     ``arguments`` is the decoded JSON object the model produced; the tool's
     arguments model validates it before anything runs.
+
+    The model is frozen but ``arguments`` is a plain ``dict`` (pydantic does
+    not deep-freeze, and the LLM wire, hooks and tools read and JSON-encode it
+    as a dict): treat it as read-only and copy it before changing anything,
+    since the same call object is shared by history, events and tools. A dict
+    field also makes a ``ToolCall`` unhashable (it compares by value). NaN and
+    infinities are refused (a validation error on ``arguments`` naming where):
+    JSON cannot carry them, so the call could not round-trip.
     """
 
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
-    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    arguments: Annotated[dict[str, JsonValue], AfterValidator(_finite_json)] = Field(
+        default_factory=dict
+    )
 
 
 class UserMessage(Message):

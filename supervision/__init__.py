@@ -15,10 +15,11 @@ if TYPE_CHECKING:
     from supervision.runtime import Runtime
     from supervision.session import Session
     from supervision.session_supervisor import SessionSupervisor
-    from supervision.supervisor import Supervisor, SupervisorIntensityError
+    from supervision.supervisor import ChildRejectedError, Supervisor, SupervisorIntensityError
 
 _WHERE = {
     "Backoff": "supervision.policy",
+    "ChildRejectedError": "supervision.supervisor",
     "Handle": "supervision.handle",
     "RestartIntensity": "supervision.policy",
     "Runtime": "supervision.runtime",
@@ -32,6 +33,7 @@ _WHERE = {
 
 __all__ = [
     "Backoff",
+    "ChildRejectedError",
     "Handle",
     "RestartIntensity",
     "Runtime",

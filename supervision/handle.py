@@ -6,10 +6,21 @@ the handle, in order, and delivered to the restarted actor once the
 supervisor re-points the handle. So a restart is invisible except for the one
 message that crashed the child (whose asker got the error). If the child is
 not restarted, every kept ask is answered with :class:`pykka.ActorDeadError`.
+
+A handle is as stable as the supervisor that owns it: it follows restarts of
+*its child*, but when that supervisor itself dies (a crash, an escalation, a
+stop -- even one its own parent follows with a restart) the handle is closed
+for good, and every later send fails at once with :class:`ActorDeadError`
+saying so. A restarted supervisor has new handles for its children: get them
+again with :class:`~messages.runtime.GetChild` from the supervisor's handle.
+
+Asks through a handle have the child class's ``default_ask_timeout`` as their
+deadline unless the handle or the call says otherwise; none waits forever.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -18,14 +29,25 @@ from typing import Any, Generic, Literal, TypeVar, overload
 import structlog
 from pykka import ActorDeadError, ActorProxy, ActorRef
 from pykka._envelope import Envelope
+from pykka.messages import _ActorStop
 
-from actors.core.future import PooledFuture
+from actors.core.future import PooledFuture, check_ask_timeout
 from actors.core.pooled import ActorExit, PooledActor
+from messages.runtime import StopNow
 
 A = TypeVar("A", bound=PooledActor)
 log = structlog.get_logger(__name__)
 
 HandleState = Literal["starting", "running", "restarting", "dead"]
+
+SUPERVISOR_STOP = _ActorStop()
+SUPERVISOR_STOP_NOW = StopNow()
+"""The stops a supervisor sends to one incarnation of its child (through its ref).
+
+They are these exact objects, so a handle can tell them from stops sent
+through it: if the incarnation exits before reaching them, they are dropped
+with it instead of being carried over to -- and stopping -- the next one.
+"""
 
 
 class Handle(Generic[A]):
@@ -34,14 +56,23 @@ class Handle(Generic[A]):
     max_buffered = 100_000
     """Mail kept while the child restarts; beyond this, sends are rejected."""
 
-    def __init__(self, child_id: str, *, ask_timeout: float | None = 60.0) -> None:
+    def __init__(self, child_id: str, *, ask_timeout: float | None = None) -> None:
+        """``ask_timeout``: the deadline of asks through this handle.
+
+        ``None`` (the default) means the current child class's
+        ``default_ask_timeout`` (60 s before the first start); it never means
+        "wait forever".
+        """
         self.child_id = child_id
-        self._ask_timeout = ask_timeout
+        self._ask_timeout = (
+            None if ask_timeout is None else check_ask_timeout(ask_timeout, "Handle ask_timeout")
+        )
         self._lock = threading.Lock()
         self._ref: ActorRef[A] | None = None
         self._buffer: deque[Envelope[Any]] = deque()
         self._state: HandleState = "starting"
         self._dead_letters = 0
+        self._closed_reason = ""
 
     def __repr__(self) -> str:
         return f"<Handle {self.child_id} {self._state} -> {self._ref}>"
@@ -70,6 +101,15 @@ class Handle(Generic[A]):
     def is_alive(self) -> bool:
         return self._state != "dead"
 
+    @property
+    def ask_timeout(self) -> float:
+        """The deadline (seconds) of an ask through this handle without a ``timeout``."""
+        if self._ask_timeout is not None:
+            return self._ask_timeout
+        ref = self._ref
+        cls = PooledActor if ref is None else ref.actor_class
+        return float(getattr(cls, "default_ask_timeout", PooledActor.default_ask_timeout))
+
     def _actor_weakref(self) -> A | None:
         ref = self._ref
         return None if ref is None else ref._actor_weakref()
@@ -87,11 +127,15 @@ class Handle(Generic[A]):
         self, message: Any, *, block: Literal[True] = True, timeout: float | None = None
     ) -> Any: ...
     def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
-        """Ask the current incarnation; the answer survives restarts (see module doc)."""
-        limit = timeout if timeout is not None else self._ask_timeout
-        future: PooledFuture[Any] = PooledFuture(
-            None if limit is None else time.monotonic() + limit
-        )
+        """Ask the current incarnation; the answer survives restarts (see module doc).
+
+        The ask's deadline is ``timeout``, else the handle's ``ask_timeout``,
+        else the child class's ``default_ask_timeout``.
+        """
+        if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
+            raise ValueError(f"an ask's timeout must be a finite number >= 0, not {timeout!r}")
+        limit = timeout if timeout is not None else self.ask_timeout
+        future: PooledFuture[Any] = PooledFuture(time.monotonic() + limit)
         self._send(Envelope(message, reply_to=future))
         return future.get(timeout=timeout) if block else future
 
@@ -127,7 +171,9 @@ class Handle(Generic[A]):
                 self._buffer.append(envelope)
                 return
         error = ActorDeadError(
-            f"{self.child_id} is not running"
+            f"{self.child_id} is gone for good ({self._closed_reason}); this handle will "
+            "never reach it again -- after a restart of its supervisor, ask the supervisor "
+            "for the new handle (GetChild)"
             if state == "dead"
             else f"{self.child_id} is restarting and its buffer is full"
         )
@@ -146,7 +192,8 @@ class Handle(Generic[A]):
             if self._state == "dead":
                 return
             self._state = "restarting"
-            self._buffer.extendleft(reversed(record.claim_leftovers()))
+            kept = [e for e in record.claim_leftovers() if not _stops(e)]
+            self._buffer.extendleft(reversed(kept))
 
     def repoint(self, ref: ActorRef[A]) -> None:
         """Point at a new incarnation and deliver the kept mail to it, in order."""
@@ -165,6 +212,8 @@ class Handle(Generic[A]):
     def close(self, reason: str = "stopped") -> None:
         """The child is gone for good: answer kept asks with ActorDeadError."""
         with self._lock:
+            if self._state != "dead":
+                self._closed_reason = reason
             self._state = "dead"
             kept, self._buffer = self._buffer, deque()
         dropped = 0
@@ -180,3 +229,15 @@ class Handle(Generic[A]):
         if dropped:
             self._dead_letters += dropped
             log.warning("dead_letters", child=self.child_id, count=dropped, reason=reason)
+
+
+def _stops(envelope: Envelope[Any]) -> bool:
+    """A supervisor's stop for the incarnation that just exited: done, not carried over."""
+    if envelope.message is SUPERVISOR_STOP or envelope.message is SUPERVISOR_STOP_NOW:
+        if envelope.reply_to is not None:
+            try:
+                envelope.reply_to.set(None)
+            except Exception:  # already answered at its deadline
+                pass
+        return True
+    return False

@@ -118,6 +118,8 @@ class Runtime:
         # user's main turns never queue behind them (actors.llm.gateway).
         self.llm_background_loop = LlmLoop(name=f"{name}-llm-bg")
         self._sessions: dict[str, Session] = {}
+        self._session_models: dict[str, tuple[Any, ...]] = {}
+        """Each open session's model and fast model: told to forget it when it closes."""
         self._closed = False
         self.overlays = OverlayStore(overlay_root)
         swept = self.overlays.sweep_dead()  # overlays (and journals) of dead processes
@@ -336,6 +338,7 @@ class Runtime:
             speculation=spec_config.enabled,
         )
         self._sessions[sid] = session
+        self._session_models[sid] = (model, fast_model)
         return session
 
     def _wait_child(self, supervisor: Handle[Any], child_id: str) -> Handle[Any]:
@@ -355,9 +358,23 @@ class Runtime:
     def open_sessions(self) -> list[str]:
         return list(self._sessions)
 
+    def _forget_models(self, session_id: str) -> None:
+        """Per-session model state (a script's cursor, ...) dies with the session."""
+        seen: set[int] = set()
+        for model in self._session_models.pop(session_id, ()):
+            forget = getattr(model, "forget", None)
+            if model is None or id(model) in seen or not callable(forget):
+                continue
+            seen.add(id(model))
+            try:
+                forget(session_id)
+            except Exception as exc:  # a model's bookkeeping must not break a close
+                log.warning("model_forget_failed", session=session_id, error=repr(exc))
+
     def _close_session(self, session_id: str, *, timeout: float = 30.0) -> None:
         self._sessions.pop(session_id, None)
         if self._closed:
+            self._forget_models(session_id)
             return
         try:
             self.sessions_supervisor.ask(
@@ -374,6 +391,7 @@ class Runtime:
                 self.blob_store.tell(ReleaseSession(session_id=session_id))
             except Exception as exc:  # the store is restarting or gone: nothing is pinned
                 log.debug("blob_release_skipped", session=session_id, error=repr(exc))
+        self._forget_models(session_id)
 
     # -- shutdown ---------------------------------------------------------------
 
@@ -405,6 +423,8 @@ class Runtime:
         clean = self.llm_background_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
         self._sessions.clear()
+        for session_id in list(self._session_models):
+            self._forget_models(session_id)
         if self._owned_blob_dir is not None:
             shutil.rmtree(self._owned_blob_dir, ignore_errors=True)
         self._drop_empty_overlay_dir()

@@ -9,9 +9,21 @@ in ``period`` seconds and it stops its children in reverse start order and
 fails, so its own supervisor sees the failure.
 
 It never blocks a dispatcher thread: stopping a child is a message plus a
-timer for the child's shutdown timeout (after which the child is killed), and
-a multi-step plan ("stop these in reverse order, then start those") runs as a
-queue of asynchronous operations, one at a time.
+timer for the child's shutdown timeout, and a multi-step plan ("stop these in
+reverse order, then start those") runs as a queue of asynchronous operations,
+one at a time. A stop is the ordinary ``stop()`` first (the child finishes the
+mail queued before it); at half the shutdown timeout a child that has not
+exited is sent :class:`~messages.runtime.StopNow` on its control lane (so its
+``on_stop`` still runs however long its backlog), and at the full timeout it
+is killed. A nested supervisor is never sent ``StopNow`` (that would kill its
+own children without their ``on_stop``): it gets its whole timeout for an
+orderly shutdown.
+
+A restart backoff never holds the operation queue: the rest of the start plan
+is re-queued by a timer, so a stop, a shutdown or another child's restart is
+not kept waiting behind someone's backoff. A shutdown or an escalation
+supersedes whatever operation is in flight (its pending backoff timers are
+cancelled) and every reply an abandoned operation owed is still answered.
 
 Callers address children through :class:`~supervision.handle.Handle`\\ s that
 the supervisor re-points at each new incarnation.
@@ -49,12 +61,15 @@ from messages.runtime import (
     TreeSnapshot,
     WhichChildren,
 )
-from supervision.handle import Handle
+from supervision.handle import SUPERVISOR_STOP, SUPERVISOR_STOP_NOW, Handle
 from supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
 
 Done = Callable[[], None]
 SupervisorStatus = Literal["running", "shutting_down", "stopped", "failed"]
 Operation = Callable[[Done], None]
+
+_REQUESTS = (StartChild, StopChild, GetChild, Shutdown, WhichChildren)
+"""The supervisor's public protocol: a failing *tell* of one is logged, not fatal."""
 
 
 def _ignore_error(
@@ -67,6 +82,15 @@ class SupervisorIntensityError(RuntimeError):
     """A supervisor gave up: its children restarted too often."""
 
 
+class ChildRejectedError(TypeError):
+    """A child spec's ``start`` did not return the ``ActorRef`` of a pooled actor.
+
+    Only :class:`~actors.core.pooled.PooledActor`\\ s report their exits to a
+    supervisor; whatever else ``start`` returned is stopped at once and the
+    child is not retried (it would fail the same way every time).
+    """
+
+
 @dataclass(eq=False)
 class _Child:
     spec: ChildSpec
@@ -77,13 +101,37 @@ class _Child:
     consecutive: int = 0
     on_stopped: Done | None = None
     stop_timer: TimerHandle | None = None
-    backoff_timer: TimerHandle | None = None
     backoff_waited: bool = False
     last_start: float = 0.0
+    start_error: str | None = None
+    """Why the last start failed (``None`` after a successful one)."""
+    rejected: bool = False
+    """The last start returned something that cannot be supervised: never retried."""
 
     @property
     def urn(self) -> str | None:
         return None if self.ref is None else self.ref.actor_urn
+
+
+@dataclass(eq=False)
+class _Op:
+    """One step of the supervisor's plan, and the reply it owes (if any)."""
+
+    run: Operation
+    reply: PooledFuture[Any] | None = None
+    dropped: Any = None
+    """What ``reply`` is answered with if the op is superseded or the supervisor exits."""
+
+
+def _exited(ref: ActorRef[Any]) -> bool:
+    """Whether the actor behind ``ref`` has fully exited (not merely begun stopping).
+
+    ``ref.is_alive()`` turns False as soon as an actor *starts* stopping or
+    failing, before its ``on_stop``/``on_failure`` ran and before its queued
+    mail was handed to its handle; only the exit itself ends a child.
+    """
+    actor = ref._actor_weakref()
+    return not isinstance(actor, PooledActor) or actor.has_exited
 
 
 class Supervisor(PooledActor):
@@ -111,10 +159,14 @@ class Supervisor(PooledActor):
         self._backoff = backoff
         self._rng = rng or random.Random()
         self._children: dict[str, _Child] = {}
-        self._ops: deque[Operation] = deque()
-        self._busy = False
+        self._ops: deque[_Op] = deque()
+        self._op_running: _Op | None = None
+        self._op_gen = 0
+        """Bumped when an op starts or is superseded; a stale op's callbacks do nothing."""
+        self._backoffs: set[TimerHandle] = set()
         self._status: SupervisorStatus = "running"
-        self._shutdown_waiters: list[tuple[PooledFuture[Any] | None, bool]] = []
+        self._waiters: list[tuple[PooledFuture[Any] | None, Any]] = []
+        """Replies answered (with the value) when the shutdown ends or the supervisor exits."""
         self._stop_when_down = False
         self._restarts_total = 0
         for spec in children:
@@ -125,20 +177,29 @@ class Supervisor(PooledActor):
     def on_start(self) -> None:
         initial = list(self._children)
         if initial:
-            self._enqueue(lambda done: self._start_sequence(initial, done))
+            self._enqueue(_Op(lambda done: self._start_sequence(initial, done)))
 
     def on_failure(self, *_exc_info: Any) -> None:
         # A supervisor that dies takes its children with it (OTP links).
-        self._kill_children()
-        self._answer_shutdown_waiters()  # e.g. a stop that arrived mid-escalation
+        self._wind_up()
 
     def on_stop(self) -> None:
-        self._kill_children()
+        self._wind_up()
 
     def kill(self) -> None:
-        self._kill_children()
+        self._wind_up()
         super().kill()
-        self._answer_shutdown_waiters()
+
+    def _wind_up(self) -> None:
+        """Before any exit: children down, every owed reply answered.
+
+        Runs before the exit itself, so the replies get their real answers
+        (``True`` for a stop) rather than the ``ActorDeadError`` an exit gives
+        deferred replies nobody answered.
+        """
+        self._kill_children()
+        self._drop_ops()
+        self._answer_waiters()
 
     def _handle_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -146,11 +207,27 @@ class Supervisor(PooledActor):
             self._begin_shutdown(self.defer_reply(), then_stop=True)
             return None
         if kind is StopNow:
-            self._kill_children()
-            self._stop()
-            self._answer_shutdown_waiters()
+            self._stop()  # on_stop kills the children and answers every waiter
             return None
         return super()._handle_receive(message)
+
+    def on_receive(self, message: Any) -> Any:
+        envelope = self._fore_current
+        if not isinstance(message, _REQUESTS) or envelope is None or envelope.reply_to is not None:
+            return super().on_receive(message)  # an ask: its asker gets any error
+        # A told request has nobody to answer: its error must not fail the
+        # supervisor (and with it every child it supervises).
+        try:
+            return super().on_receive(message)
+        except Exception as exc:
+            self.log.error(
+                "supervisor_request_failed",
+                supervisor=self.sup_id,
+                request=type(message).__name__,
+                error=repr(exc),
+            )
+            self._alert(AlertLevel.ERROR, f"{type(message).__name__} (told) failed: {exc}")
+            return None
 
     # -- public messages -------------------------------------------------------
 
@@ -161,8 +238,11 @@ class Supervisor(PooledActor):
         child = self._add(message.spec)
         if not self._start_child(child):
             del self._children[child.spec.id]
-            child.handle.close("failed to start")
-            raise RuntimeError(f"child {message.spec.id!r} failed to start")
+            reason = child.start_error or "failed to start"
+            child.handle.close(f"failed to start: {reason}")
+            if child.rejected:
+                raise ChildRejectedError(reason)
+            raise RuntimeError(f"child {message.spec.id!r} failed to start: {reason}")
         return child.handle
 
     @handles(GetChild)
@@ -189,7 +269,9 @@ class Supervisor(PooledActor):
 
             self._stop_sequence([child_id], removed)
 
-        self._enqueue(op)
+        # Superseded (a shutdown or escalation stops every child) or never
+        # run (the supervisor exited): the child is stopped all the same.
+        self._enqueue(_Op(op, reply=reply, dropped=True))
 
     @handles(Shutdown)
     def _on_shutdown(self, _message: Shutdown) -> None:
@@ -300,12 +382,13 @@ class Supervisor(PooledActor):
 
             self._stop_sequence(to_stop, stopped)
 
-        self._enqueue(op)
+        self._enqueue(_Op(op))
 
     def _escalate(self, reason: str) -> None:
         self.log.error("supervisor_gave_up", supervisor=self.sup_id, reason=reason)
         self._alert(AlertLevel.ERROR, f"gave up: {reason}")
         self._status = "failed"
+        self._supersede()
         order = list(reversed(self._children))
 
         def op(_done: Done) -> None:
@@ -314,8 +397,7 @@ class Supervisor(PooledActor):
 
             self._stop_sequence(order, stopped)
 
-        self._ops.clear()
-        self._enqueue(op, force=True)
+        self._enqueue(_Op(op))
 
     def _fail(self, reason: str) -> None:
         for cid in list(self._children):
@@ -340,42 +422,77 @@ class Supervisor(PooledActor):
 
     # -- operations queue ---------------------------------------------------------
 
-    def _enqueue(self, op: Operation, *, force: bool = False) -> None:
-        if force:
-            self._ops.appendleft(op)
-        else:
-            self._ops.append(op)
-        if not self._busy:
+    def _enqueue(self, op: _Op) -> None:
+        self._ops.append(op)
+        if self._op_running is None:
             self._next_op()
 
-    def _next_op(self) -> None:
+    def _next_op(self, gen: int | None = None) -> None:
+        if gen is not None and gen != self._op_gen:
+            return  # the op that finished was superseded; its successor runs already
+        self._op_running = None
         if not self._ops:
-            self._busy = False
             return
-        self._busy = True
-        op = self._ops.popleft()
+        op = self._op_running = self._ops.popleft()
+        self._op_gen += 1
+        current = self._op_gen
 
         def done() -> None:
-            self.post(self._next_op)
+            self.post(self._next_op, current)
 
-        op(done)
+        op.run(done)
+
+    def _supersede(self) -> None:
+        """End the op in flight and drop the queued ones: a shutdown or escalation takes over.
+
+        Their callbacks become no-ops (the generation moves on), pending
+        backoff timers are cancelled, and every reply they owed is answered
+        when the new plan ends (or the supervisor exits).
+        """
+        self._op_gen += 1
+        for timer in self._backoffs:
+            timer.cancel()
+        self._backoffs.clear()
+        for child in self._children.values():
+            child.on_stopped = None
+            child.backoff_waited = False
+            if child.ref is None:
+                child.status = ChildStatus.STOPPED  # between incarnations: none will come
+        self._drop_ops()
+
+    def _drop_ops(self) -> None:
+        dropped = list(self._ops)
+        if self._op_running is not None:
+            dropped.insert(0, self._op_running)
+        self._ops.clear()
+        self._op_running = None
+        for op in dropped:
+            if op.reply is not None:
+                self._waiters.append((op.reply, op.dropped))
 
     def _stop_sequence(self, ids: Sequence[str], done: Done) -> None:
-        """Stop children one after another (each within its shutdown timeout)."""
+        """Stop children one after another, each waited for until it has really exited."""
+        gen = self._op_gen
         queue = deque(ids)
 
         def step() -> None:
+            if gen != self._op_gen:
+                return  # superseded: a shutdown or an escalation took over
             while queue:
                 cid = queue.popleft()
                 child = self._children.get(cid)
                 if child is None:
                     continue
                 ref = child.ref
-                if ref is None or not ref.is_alive():
+                if ref is None or _exited(ref):
                     child.ref = None
                     if child.status is not ChildStatus.RESTARTING:
                         child.status = ChildStatus.STOPPED
                     continue
+                if child.status is ChildStatus.STOPPING and child.stop_timer is not None:
+                    # A superseded op already asked it to stop: wait for that exit.
+                    child.on_stopped = step
+                    return
                 restarting = child.status is ChildStatus.RESTARTING
                 child.status = ChildStatus.STOPPING
 
@@ -385,17 +502,40 @@ class Supervisor(PooledActor):
                     step()
 
                 child.on_stopped = stopped
-                child.stop_timer = self.call_after(
-                    child.spec.shutdown_timeout, self._stop_timed_out, cid, ref.actor_urn
-                )
+                timeout = child.spec.shutdown_timeout
+                if isinstance(ref._actor_weakref(), Supervisor):
+                    child.stop_timer = self.call_after(
+                        timeout, self._stop_timed_out, cid, ref.actor_urn
+                    )
+                else:
+                    child.stop_timer = self.call_after(
+                        timeout / 2, self._stop_nudge, cid, ref.actor_urn
+                    )
                 try:
-                    ref.tell(_ActorStop())
+                    ref.tell(SUPERVISOR_STOP)
                 except ActorDeadError:
-                    pass  # its exit notification is on the way
+                    pass  # already stopping: its exit notification is on the way
                 return
             done()
 
         step()
+
+    def _stop_nudge(self, child_id: str, urn: str) -> None:
+        """Half the shutdown timeout passed: stop ahead of the child's backlog."""
+        child = self._children.get(child_id)
+        if child is None or child.urn != urn or child.status is not ChildStatus.STOPPING:
+            return
+        assert child.ref is not None
+        child.stop_timer = self.call_after(
+            child.spec.shutdown_timeout / 2, self._stop_timed_out, child_id, urn
+        )
+        self.log.warning(
+            "child_stop_overtakes_backlog", child=child_id, timeout=child.spec.shutdown_timeout
+        )
+        try:
+            child.ref.tell(SUPERVISOR_STOP_NOW)
+        except ActorDeadError:
+            pass
 
     def _stop_timed_out(self, child_id: str, urn: str) -> None:
         child = self._children.get(child_id)
@@ -410,31 +550,49 @@ class Supervisor(PooledActor):
             actor.kill()  # its exit watcher reports the exit as usual
 
     def _start_sequence(self, ids: Sequence[str], done: Done) -> None:
-        """Start children one after another, honouring backoff."""
+        """Start children one after another, honouring backoff.
+
+        A backoff does not hold the operation queue: the rest of the plan is
+        queued again by a timer, so other operations run meanwhile. That is
+        why every step re-checks the child (it may have been removed, or
+        restarted by a later plan, while this one waited).
+        """
+        gen = self._op_gen
         queue = deque(ids)
-
-        def step() -> None:
-            while queue:
-                cid = queue[0]
-                child = self._children.get(cid)
-                if child is None or self._status != "running":
-                    queue.popleft()
-                    continue
-                delay = 0.0
-                if self._backoff is not None and child.consecutive > 0:
-                    delay = self._backoff.delay(child.consecutive, self._rng)
-                if delay > 0 and not child.backoff_waited:
-                    child.backoff_waited = True
-                    child.backoff_timer = self.call_after(delay, step)
-                    return
-                child.backoff_waited = False
-                child.backoff_timer = None
+        while queue:
+            if gen != self._op_gen:
+                return  # superseded (an escalation while starting): nothing more to start
+            cid = queue[0]
+            child = self._children.get(cid)
+            if child is None or child.ref is not None or self._status != "running":
                 queue.popleft()
-                if not self._start_child(child):
+                continue
+            delay = 0.0
+            if self._backoff is not None and child.consecutive > 0 and not child.backoff_waited:
+                delay = self._backoff.delay(child.consecutive, self._rng)
+            if delay > 0:
+                child.backoff_waited = True
+                self._resume_after(delay, list(queue))
+                break
+            child.backoff_waited = False
+            queue.popleft()
+            if not self._start_child(child):
+                if child.rejected:
+                    self._reject(child)
+                else:
                     self._retry_start(child)
-            done()
+        done()
 
-        step()
+    def _resume_after(self, delay: float, ids: list[str]) -> None:
+        holder: list[TimerHandle] = []
+
+        def resume() -> None:
+            self._backoffs.discard(holder[0])
+            if self._status == "running":
+                self._enqueue(_Op(functools.partial(self._start_sequence, ids)))
+
+        holder.append(self.call_after(delay, resume))
+        self._backoffs.add(holder[0])
 
     def _retry_start(self, child: _Child) -> None:
         # A child whose start failed counts as a crash of that child alone: the
@@ -452,7 +610,12 @@ class Supervisor(PooledActor):
         child.restarts += 1
         self._restarts_total += 1
         cid = child.spec.id
-        self._enqueue(functools.partial(self._start_sequence, [cid]))
+        self._enqueue(_Op(functools.partial(self._start_sequence, [cid])))
+
+    def _reject(self, child: _Child) -> None:
+        reason = child.start_error or "not a pooled actor"
+        self._alert(AlertLevel.ERROR, f"child {child.spec.id!r} removed: {reason}")
+        self._remove(child.spec.id, f"rejected: {reason}")
 
     # -- children ----------------------------------------------------------------
 
@@ -464,16 +627,38 @@ class Supervisor(PooledActor):
         return child
 
     def _start_child(self, child: _Child) -> bool:
+        """Start one incarnation; False (with ``child.start_error``) if that failed.
+
+        Anything the start function raises -- ``SystemExit`` included -- is a
+        failed start of that child, never a crash of this supervisor. A start
+        that returns anything but a pooled actor's ref is *rejected*
+        (``child.rejected``): what it started is stopped, and retrying would
+        only start another one.
+        """
         child.last_start = time.monotonic()
+        child.start_error = None
+        child.rejected = False
         try:
             with self.system.activated():
                 ref = child.spec.start()
-        except Exception as exc:
+        except BaseException as exc:
+            child.start_error = f"{type(exc).__name__}: {exc}"
             self.log.error("child_start_failed", child=child.spec.id, error=repr(exc))
             return False
-        actor = ref._actor_weakref()
+        actor = ref._actor_weakref() if isinstance(ref, ActorRef) else None
         if not isinstance(actor, PooledActor):
-            self.log.error("child_not_pooled", child=child.spec.id, actor=repr(actor))
+            got = type(actor).__name__ if isinstance(ref, ActorRef) else type(ref).__name__
+            child.start_error = (
+                f"child {child.spec.id!r}: start() must return the ActorRef of a "
+                f"PooledActor (only those can be supervised), got {got}"
+            )
+            child.rejected = True
+            self.log.error("child_not_pooled", child=child.spec.id, got=got)
+            if isinstance(ref, ActorRef):
+                try:
+                    ref.stop(block=False)  # never leave what it started running
+                except ActorDeadError:
+                    pass
             return False
         child_id = child.spec.id
         handle = child.handle
@@ -496,7 +681,8 @@ class Supervisor(PooledActor):
                 pass
 
         if not actor.add_exit_watcher(watcher):
-            return False  # it exited before we could watch (on_start failed at once)
+            child.start_error = "it exited before it could be watched (on_start failed)"
+            return False
         # Watch first, then re-point: an exit in between is reported to us as a
         # ChildExited for this incarnation, and the handle keeps its mail.
         child.ref = ref
@@ -520,6 +706,9 @@ class Supervisor(PooledActor):
         "restarting", it would buffer tells silently and keep asks waiting
         until their deadlines, for a restart that will never come.
         """
+        for timer in list(self._backoffs):
+            timer.cancel()
+        self._backoffs.clear()
         for child in reversed(list(self._children.values())):
             _cancel_timers(child)
             ref = child.ref
@@ -527,15 +716,17 @@ class Supervisor(PooledActor):
                 actor = ref._actor_weakref()
                 if isinstance(actor, PooledActor):
                     actor.kill()
-            child.handle.close("stopped with its supervisor")
+            child.handle.close(f"stopped with its supervisor {self.sup_id}")
 
     def _begin_shutdown(self, reply: PooledFuture[Any] | None, *, then_stop: bool) -> None:
         """Stop the children in reverse start order; then stop too if ``then_stop``.
 
         ``reply`` (a deferred ``stop()`` or :class:`Shutdown` ask) is answered
-        when that is done: ``True`` for a stop, ``None`` for a Shutdown.
+        when that is done: ``True`` for a stop, ``None`` for a Shutdown. The
+        shutdown supersedes whatever the supervisor was doing (a restart, a
+        backoff, a StopChild): nothing it was about to start is started.
         """
-        self._shutdown_waiters.append((reply, then_stop))
+        self._waiters.append((reply, True if then_stop else None))
         self._stop_when_down = self._stop_when_down or then_stop
         if self._status == "failed":
             # Mid-escalation: the escalation already stops every child in
@@ -546,6 +737,7 @@ class Supervisor(PooledActor):
         if self._status == "shutting_down":
             return  # the shutdown under way also stops us if a waiter asked for it
         self._status = "shutting_down"
+        self._supersede()
         order = list(reversed(self._children))
 
         def finish() -> None:
@@ -553,8 +745,9 @@ class Supervisor(PooledActor):
                 self._remove(cid, "stopped")
             self._status = "stopped"
             if self._stop_when_down:
-                self._stop()
-            self._answer_shutdown_waiters()
+                self._stop()  # on_stop answers the waiters, then the actor exits
+            else:
+                self._answer_waiters()
 
         def op(done: Done) -> None:
             def finished() -> None:
@@ -563,14 +756,13 @@ class Supervisor(PooledActor):
 
             self._stop_sequence(order, finished)
 
-        self._ops.clear()
-        self._enqueue(op, force=True)
+        self._enqueue(_Op(op))
 
-    def _answer_shutdown_waiters(self) -> None:
-        waiters, self._shutdown_waiters = self._shutdown_waiters, []
-        for reply, then_stop in waiters:
+    def _answer_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for reply, value in waiters:
             if reply is not None:
-                reply.try_set(True if then_stop else None)
+                reply.try_set(value)
 
     # -- introspection -----------------------------------------------------------
 
@@ -600,7 +792,6 @@ class Supervisor(PooledActor):
 
 
 def _cancel_timers(child: _Child) -> None:
-    for timer in (child.stop_timer, child.backoff_timer):
-        if timer is not None:
-            timer.cancel()
-    child.stop_timer = child.backoff_timer = None
+    if child.stop_timer is not None:
+        child.stop_timer.cancel()
+    child.stop_timer = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import pkgutil
 from typing import Any
 
@@ -99,7 +100,13 @@ def test_a_bad_field_is_rejected_at_the_sender_naming_the_field() -> None:
 
 # -- lossless JSON round trips ---------------------------------------------------------
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: (
@@ -146,6 +153,38 @@ items = st.one_of(
 def test_conversation_items_round_trip_losslessly(history: list[Any]) -> None:
     adapter: TypeAdapter[list[messages.Item]] = TypeAdapter(list[messages.Item])
     assert adapter.validate_json(adapter.dump_json(history)) == history
+
+
+@given(
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.sampled_from(["top", "nested", "listed"]),
+)
+def test_non_finite_numbers_in_tool_arguments_are_refused_naming_where(
+    number: float, where: str
+) -> None:
+    # JSON has no NaN or Infinity (pydantic would write null): such a call
+    # could not round-trip, so it is refused with the path to the number.
+    cases: dict[str, dict[str, Any]] = {
+        "top": {"x": number},
+        "nested": {"x": {"deep": {"y": number}}},
+        "listed": {"x": [1.5, number]},
+    }
+    arguments = cases[where]
+    with pytest.raises(ValidationError) as info:
+        messages.ToolCall(id="c1", name="t", arguments=arguments)
+    error = info.value.errors()[0]
+    assert error["loc"] == ("arguments",)
+    path = {"top": "['x']", "nested": "['x']['deep']['y']", "listed": "['x'][1]"}[where]
+    assert f"arguments{path} is not a finite number" in error["msg"]
+
+
+def test_finite_floats_in_tool_arguments_round_trip_exactly() -> None:
+    call = messages.ToolCall(
+        id="c1", name="t", arguments={"x": [0.1, -0.0, 1e308, 5e-324, 2.5], "y": {"z": 1e-7}}
+    )
+    again = messages.ToolCall.model_validate_json(call.model_dump_json())
+    assert again == call
+    assert again.arguments["x"] == [0.1, -0.0, 1e308, 5e-324, 2.5]
 
 
 @settings(max_examples=100, deadline=None)

@@ -56,6 +56,14 @@ class Quiet(PooledActor):
         raise RuntimeError("logged failure")
 
 
+@pytest.fixture(autouse=True)
+def default_logging() -> None:
+    """Start from the default configuration, whatever an earlier test (an
+    in-process ``fore`` command, say) forced: these tests check what the
+    defaults log."""
+    configure_logging(force=True)
+
+
 @pytest.fixture
 def system() -> Iterator[ActorSystem]:
     system = ActorSystem(name="logs", dispatcher_threads=2)

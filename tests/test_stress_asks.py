@@ -45,16 +45,17 @@ class Target(PooledActor):
         return message.n
 
 
-def _classify(future: Any) -> str:
+def _classify(n: int, future: Any) -> str:
+    """How the ask for ``Work(n=n)`` ended; a value must be the answer to *this* ask."""
     try:
-        future.get(timeout=60)
+        value = future.get(timeout=60)
     except AskTimeout:
         return "unresolved"
     except pykka.Timeout:
         return "unresolved"
     except (ActorCrashed, pykka.ActorDeadError, RuntimeError):
         return "error"
-    return "value"
+    return "value" if value == n else "misrouted"
 
 
 @pytest.mark.slow
@@ -89,8 +90,8 @@ def test_supervised_asks_all_resolve_under_random_crashes() -> None:
                 roll = rng.random()
                 if roll < 0.01:
                     handle.tell(Work(n=n, crash=True))  # a crashing tell: restart
-                futures.append(handle.ask(Work(n=n, die=roll > 0.995), block=False))
-            counts = Counter(_classify(f) for f in futures)
+                futures.append((n, handle.ask(Work(n=n, die=roll > 0.995), block=False)))
+            counts = Counter(_classify(n, f) for n, f in futures)
             with lock:
                 results.append(counts)
 
@@ -103,6 +104,7 @@ def test_supervised_asks_all_resolve_under_random_crashes() -> None:
         total = sum(results, Counter())
         assert sum(total.values()) == per_client * CLIENTS >= 100_000
         assert total["unresolved"] == 0
+        assert total["misrouted"] == 0
         assert total["value"] > 0.9 * sum(total.values())
     finally:
         assert rt.close(timeout=60)
@@ -149,13 +151,14 @@ def test_plain_ref_asks_all_resolve_while_actors_are_stopped_and_killed() -> Non
             for n in range(TOTAL_ASKS):
                 with refs_lock:
                     ref = refs[rng.randrange(ACTORS)]
-                futures.append(ref.ask(Work(n=n, crash=rng.random() < 0.002), block=False))
+                futures.append((n, ref.ask(Work(n=n, crash=rng.random() < 0.002), block=False)))
         finally:
             stop.set()
             chaos_thread.join(30)
-        counts.update(_classify(f) for f in futures)
+        counts.update(_classify(n, f) for n, f in futures)
         assert sum(counts.values()) == TOTAL_ASKS
         assert counts["unresolved"] == 0
+        assert counts["misrouted"] == 0
         assert counts["error"] > 0  # the chaos really raced the asks
     finally:
         assert rt.close(timeout=60)

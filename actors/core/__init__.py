@@ -1,6 +1,12 @@
 """The pooled actor runtime: mailboxes, dispatcher, futures, timer, blocking lane."""
 
-from actors.core.errors import ActorCrashed, AskTimeout, UnhandledMessageError
+from actors.core.errors import (
+    ActorCrashed,
+    ActorSystemClosed,
+    AskTimeout,
+    BlockingOnDispatcherError,
+    UnhandledMessageError,
+)
 from actors.core.future import PooledFuture
 from actors.core.logs import configure_logging
 from actors.core.pooled import ActorExit, PooledActor, handles, stop_now, stop_now_all
@@ -11,7 +17,9 @@ __all__ = [
     "ActorCrashed",
     "ActorExit",
     "ActorSystem",
+    "ActorSystemClosed",
     "AskTimeout",
+    "BlockingOnDispatcherError",
     "PooledActor",
     "PooledFuture",
     "TimerHandle",

@@ -22,6 +22,18 @@ log = structlog.get_logger(__name__)
 
 _SHUTDOWN: Any = object()
 
+_tls = threading.local()
+"""``_tls.dispatching`` is True on every dispatcher thread of every system."""
+
+
+def on_a_dispatcher_thread() -> bool:
+    """Whether the calling thread is a dispatcher thread (of any actor system).
+
+    Futures use this to refuse a blocking ``get()`` where it would stall the
+    runtime (see :class:`~actors.core.errors.BlockingOnDispatcherError`).
+    """
+    return getattr(_tls, "dispatching", False)
+
 
 class Dispatcher:
     """Runs scheduled mailboxes on ``threads`` daemon threads."""
@@ -62,6 +74,7 @@ class Dispatcher:
 
     def _loop(self) -> None:
         self._local.mine = True
+        _tls.dispatching = True
         if self._on_thread_start is not None:
             self._on_thread_start()
         runq = self._runq

@@ -24,3 +24,24 @@ class ActorCrashed(Exception):
 
 class UnhandledMessageError(Exception):
     """An actor received a message type it has no handler for."""
+
+
+class BlockingOnDispatcherError(RuntimeError):
+    """A handler tried to wait on a pending future on a dispatcher thread.
+
+    A dispatcher thread runs many actors; one that sits in ``future.get()``
+    (a blocking ``ask``, ``ref.stop()``, a proxy's ``.get()``) serves nobody
+    until the answer comes, and a few such waits stall the whole runtime --
+    or deadlock it when the answer must come from an actor queued behind
+    them. Raised instead of waiting: use :meth:`PooledActor.ask_then`, a
+    future's ``add_done_callback``, or :meth:`PooledActor.run_blocking`.
+    """
+
+
+class ActorSystemClosed(RuntimeError):
+    """An actor was started in an actor system that is shutting down (or shut down).
+
+    Without this, an actor registered after the shutdown took its snapshot of
+    the live actors would sit on a dispatcher with no threads: its asks would
+    be answered only at their deadlines.
+    """

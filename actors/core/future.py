@@ -5,10 +5,15 @@ ask has a deadline, so :class:`PooledFuture` turns ``get()`` into
 ``get(timeout=<time left until the deadline>)``. Completion callbacks let an
 actor ask another actor without blocking its dispatcher thread: the callback
 posts the answer back to the asking actor as a message.
+
+A blocking ``get()`` of a pending future on a dispatcher thread raises
+:class:`~actors.core.errors.BlockingOnDispatcherError` instead of waiting: the
+thread serves many actors, and the answer may have to come from one of them.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import sys
 import time
@@ -19,12 +24,33 @@ import structlog
 from pykka import ThreadingFuture, Timeout
 from pykka._types import OptExcInfo
 
-from actors.core.errors import AskTimeout
+from actors.core.dispatcher import on_a_dispatcher_thread
+from actors.core.errors import AskTimeout, BlockingOnDispatcherError
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
 
 DoneCallback = Callable[["PooledFuture[Any]"], None]
+
+
+def check_ask_timeout(value: object, what: str) -> float:
+    """``value`` as an ask deadline in seconds, or a clear error.
+
+    Every ask has a deadline: ``None`` (pykka's "wait forever"), a
+    non-number, zero, a negative number, NaN or infinity is refused here, where
+    the deadline is configured, instead of turning into a wait that never ends.
+    """
+    if value is None:
+        raise TypeError(
+            f"{what} is None: every ask needs a deadline (a number of seconds > 0); "
+            "waiting forever is not supported"
+        )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{what} must be a finite number of seconds > 0, not {value!r}")
+    return seconds
 
 
 class PooledFuture(ThreadingFuture[T]):
@@ -45,6 +71,18 @@ class PooledFuture(ThreadingFuture[T]):
         return self._result is not None
 
     def get(self, *, timeout: float | None = None) -> T:
+        if (
+            self._result is None
+            and self._get_hook is None
+            and (timeout is None or timeout > 0)
+            and on_a_dispatcher_thread()
+        ):
+            raise BlockingOnDispatcherError(
+                "a handler must not wait on a pending future: it would hold one of the "
+                "runtime's few dispatcher threads (and deadlock if the answer must come "
+                "from an actor queued behind it); use ask_then(), add_done_callback() or "
+                "run_blocking() instead"
+            )
         if timeout is None and self._deadline is not None:
             remaining = max(0.0, self._deadline - time.monotonic())
             try:

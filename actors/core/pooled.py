@@ -12,7 +12,11 @@ these differences, each fixing a problem of one-thread-per-actor:
   its queue;
 * every ask is answered: with the value, the handler's exception,
   :class:`pykka.ActorDeadError`, or :class:`~actors.core.errors.AskTimeout`
-  at its deadline (``default_ask_timeout``, 60 s unless a class overrides it);
+  at its deadline (``default_ask_timeout``, 60 s unless a class overrides it;
+  ``None``, pykka's wait-forever, is refused when the class is defined). A
+  reply taken over with :meth:`PooledActor.defer_reply` and still owed when
+  the actor exits is answered then: :class:`~actors.core.errors.ActorCrashed`
+  if it failed, :class:`pykka.ActorDeadError` if it stopped or was killed;
 * a ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``) raised by a
   handler fails that actor only -- pykka stops every actor in the process;
 * exits are observable (:meth:`PooledActor.add_exit_watcher`), which is what
@@ -24,7 +28,8 @@ Handlers must not block: :meth:`PooledActor.run_blocking` runs blocking work
 on the blocking lane and delivers the result back as a message,
 :meth:`PooledActor.ask_then` asks another actor without waiting, and
 :meth:`PooledActor.send_after` / :meth:`PooledActor.call_after` use the
-runtime's single timer thread.
+runtime's single timer thread. A blocking ``get()`` of a pending future on a
+dispatcher thread raises :class:`~actors.core.errors.BlockingOnDispatcherError`.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
 from actors.core.errors import ActorCrashed, UnhandledMessageError
-from actors.core.future import PooledFuture
+from actors.core.future import PooledFuture, check_ask_timeout
 from actors.core.mailbox import Mailbox
 from actors.core.system import ActorSystem, current_system
 from messages.runtime import StopNow
@@ -165,8 +170,12 @@ def handles(*message_types: type) -> Callable[[Callable[..., T]], Callable[..., 
 class PooledActor(pykka.Actor):
     """A pykka actor run by the shared dispatcher instead of its own thread."""
 
-    default_ask_timeout: ClassVar[float | None] = 60.0
-    """Deadline (seconds) of asks to this actor; ``None`` means pykka's wait-forever."""
+    default_ask_timeout: ClassVar[float] = 60.0
+    """Deadline (seconds) of asks to this actor; must be a finite number > 0.
+
+    ``None`` (pykka's wait-forever) is rejected when the subclass is defined:
+    the runtime promises that every ask is answered by its deadline.
+    """
 
     session_id: str | None = None
     """The session this actor belongs to (registry index, log context)."""
@@ -181,6 +190,7 @@ class PooledActor(pykka.Actor):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        check_ask_timeout(cls.default_ask_timeout, f"{cls.__qualname__}.default_ask_timeout")
         table: dict[type, str] = {}
         for base in reversed(cls.__mro__[1:]):
             table.update(getattr(base, "_fore_handlers", {}))
@@ -201,6 +211,7 @@ class PooledActor(pykka.Actor):
         self._fore_current: Envelope[Any] | None = None
         self._fore_exited = False
         self._fore_watchers: list[ExitWatcher] | None = None
+        self._fore_deferred: set[PooledFuture[Any]] | None = None
         self._fore_log: Any = None
 
     # -- pykka extension points ---------------------------------------------
@@ -221,8 +232,7 @@ class PooledActor(pykka.Actor):
 
     @classmethod
     def _create_future(cls) -> PooledFuture[Any]:
-        timeout = cls.default_ask_timeout
-        return PooledFuture(None if timeout is None else time.monotonic() + timeout)
+        return PooledFuture(time.monotonic() + cls.default_ask_timeout)
 
     def _start_actor_loop(self) -> None:
         self.actor_inbox.put_first(Envelope(_START))
@@ -249,8 +259,11 @@ class PooledActor(pykka.Actor):
         """Take over answering the current ask; returns its future (``None`` for a tell).
 
         The handler's return value is then ignored: the actor answers later
-        (e.g. when a turn ends) with ``future.set(...)``. The future keeps its
-        deadline, so a reply that never comes still resolves the ask.
+        (e.g. when a turn ends) with ``future.try_set(...)``. The future keeps
+        its deadline, so a reply that never comes still resolves the ask, and
+        one still owed when this actor exits (crash, stop, kill) is answered
+        at once with :class:`ActorCrashed` or :class:`ActorDeadError` -- so
+        answer with ``try_set``/``try_set_exception``, which tolerate that.
         """
         envelope = self._fore_current
         if envelope is None or envelope.reply_to is None:
@@ -258,6 +271,13 @@ class PooledActor(pykka.Actor):
         future = envelope.reply_to
         envelope.reply_to = None
         assert isinstance(future, PooledFuture)
+        owed = self._fore_deferred
+        if owed is None:
+            owed = self._fore_deferred = set()
+        owed.add(future)
+        future.add_done_callback(owed.discard)
+        if self._fore_exited:  # killed from another thread meanwhile: the exit missed it
+            self._fore_settle_deferred(failed=False)
         return future
 
     def post(self, fn: Callable[..., Any], *args: Any) -> bool:
@@ -341,10 +361,21 @@ class PooledActor(pykka.Actor):
         (``timeout`` or the target's default) delivers ``AskTimeout`` to
         ``on_error`` (or fails this actor when there is none).
         """
+        if timeout is not None:
+            timeout = check_ask_timeout(timeout, "ask_then(timeout=...)")
         future: PooledFuture[Any] = target.ask(message, block=False)
-        deadline = time.monotonic() + timeout if timeout is not None else future.deadline
+        if not isinstance(future, PooledFuture):
+            raise TypeError(
+                f"ask_then needs a pooled actor's ref or handle, not {target!r} "
+                "(its futures cannot call back; ask a plain pykka actor from the blocking lane)"
+            )
+        deadline = future.deadline
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+        elif deadline is None:  # not a pooled target's future: our own default bounds it
+            deadline = time.monotonic() + type(self).default_ask_timeout
         timer: TimerHandle | None = None
-        if deadline is not None and not future.done():
+        if not future.done():
             timer = self._fore_system.timer.call_later(deadline - time.monotonic(), future.expire)
 
         def delivered(f: PooledFuture[Any]) -> None:
@@ -378,6 +409,15 @@ class PooledActor(pykka.Actor):
         return self._fore_system.timer.call_later(delay, self.post, fn, *args)
 
     # -- exits and supervision ----------------------------------------------
+
+    @property
+    def has_exited(self) -> bool:
+        """Whether this actor has fully exited: hooks done, mailbox closed, watchers told.
+
+        Unlike ``actor_ref.is_alive()``, which turns False as soon as the actor
+        *begins* to stop or fail (before ``on_stop``/``on_failure`` run).
+        """
+        return self._fore_exited
 
     def add_exit_watcher(self, watcher: ExitWatcher) -> bool:
         """Call ``watcher(exit)`` once when this actor exits.
@@ -413,6 +453,7 @@ class PooledActor(pykka.Actor):
             self._fore_exited = True
             watchers, self._fore_watchers = self._fore_watchers, None
         leftovers = self.actor_inbox.close()
+        self._fore_settle_deferred(failed=failed)
         record = ActorExit(self.actor_ref, failed, error, killed, leftovers)
         for watcher in watchers or ():
             try:
@@ -421,6 +462,21 @@ class PooledActor(pykka.Actor):
                 self.log.exception("exit_watcher_failed")
         if not record.claimed:
             _answer_dead(record.leftovers, self)
+
+    def _fore_settle_deferred(self, *, failed: bool) -> None:
+        """Answer every deferred reply still owed: this actor will never answer it."""
+        owed = self._fore_deferred
+        if not owed:
+            return
+        for future in owed.copy():  # set.copy is atomic; done-callbacks discard meanwhile
+            if failed:
+                error: BaseException = ActorCrashed(f"{self} failed before answering")
+            else:
+                error = ActorDeadError(f"{self} stopped before answering")
+            try:
+                future.try_set_exception(error)
+            except BaseException:  # one odd future must not leave the others unanswered
+                _log.exception("answer_deferred_failed", actor=repr(self))
 
     def _fore_escaped(self, envelope: Envelope[Any], exc: BaseException) -> None:
         """Fail this actor for an exception that escaped :meth:`_fore_process`.

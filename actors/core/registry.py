@@ -12,6 +12,8 @@ from typing import Any
 
 from pykka import ActorRef
 
+from actors.core.errors import ActorSystemClosed
+
 
 class Registry:
     """Thread-safe index of live pooled actors."""
@@ -24,12 +26,26 @@ class Registry:
         self._names: dict[str, str] = {}  # urn -> name
         self._by_session: dict[str, dict[str, ActorRef[Any]]] = {}
         self._sessions: dict[str, str] = {}  # urn -> session
+        self._closed_reason: str | None = None
+
+    def close(self, reason: str) -> None:
+        """Refuse every later registration (the system is shutting down).
+
+        Taken under the same lock as :meth:`register`, so an actor is either
+        in the snapshot the shutdown takes next, or refused at its start.
+        """
+        with self._lock:
+            self._closed_reason = reason
 
     def register(
         self, ref: ActorRef[Any], *, name: str | None = None, session: str | None = None
     ) -> None:
         urn = ref.actor_urn
         with self._lock:
+            if self._closed_reason is not None:
+                raise ActorSystemClosed(
+                    f"cannot start {ref.actor_class.__name__}: {self._closed_reason}"
+                )
             if name is not None:
                 existing = self._by_name.get(name)
                 if existing is not None and existing.is_alive():

@@ -66,6 +66,7 @@ class ActorSystem:
             on_thread_start=self._bind_thread,
         )
         self._closed = False
+        self._closing = False
         self.alert_sink: Any = None
         """Where runtime-level alerts go (set by the Runtime once its sink runs)."""
 
@@ -75,6 +76,11 @@ class ActorSystem:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`shutdown` has begun: no new actor may start any more."""
+        return self._closing
 
     @contextmanager
     def activated(self) -> Iterator[ActorSystem]:
@@ -87,11 +93,19 @@ class ActorSystem:
             _tls.system = previous
 
     def shutdown(self, timeout: float = 10.0) -> bool:
-        """Stop every live actor, then every thread; return whether all went cleanly."""
-        if self._closed:
+        """Stop every live actor, then every thread; return whether all went cleanly.
+
+        The registry is closed first, so an actor started from now on (by a
+        handler or another thread) is refused with
+        :class:`~actors.core.errors.ActorSystemClosed` instead of being left
+        on a dispatcher that is about to lose its threads.
+        """
+        if self._closed or self._closing:
             return True
         from actors.core.pooled import stop_now_all
 
+        self._closing = True
+        self.registry.close(f"actor system {self.name!r} is shutting down")
         deadline = time.monotonic() + timeout
         stop_now_all(self.registry.get_all(), deadline=deadline)
         self._closed = True

@@ -4,7 +4,10 @@
   (target: within 1.15x);
 * 1,000 trivial calls: per-call cost of the pool vs the executor directly, and the
   pool's added overhead per call;
-* 8 sessions x 64 calls: slowest / fastest session completion (fairness, target <= 1.5);
+* 8 sessions x 64 calls of 20 ms under a *contended* global cap (16 slots for a demand
+  of 8 sessions x 8 per-session slots): slowest / fastest session completion (fairness,
+  target <= 1.5), beside a bare ``ThreadPoolExecutor(16)`` fed session after session
+  (first come, first served: what no fairness looks like) and the ideal (total work / cap);
 * cancel of a running shell call -> its process group gone, p50/p99 (target p99 <= 50 ms).
 
 Both sides are warmed up before they are timed (the pool's threads, the
@@ -44,6 +47,11 @@ _ids = itertools.count()
 IO_WALL_TARGET = 1.15
 FAIRNESS_TARGET = 1.5
 CANCEL_P99_TARGET_MS = 50.0
+FAIR_SESSIONS = 8
+FAIR_GLOBAL_CAP = 16
+"""Smaller than the sessions' total demand (8 x 8), so slots are contended."""
+FAIR_PER_SESSION = 8
+FAIR_CALL_S = 0.02
 
 
 class _Args(BaseModel):
@@ -122,6 +130,7 @@ def _median_of(rounds: int, measure: Callable[[], float]) -> float:
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
+    fair_calls = 32 if quick else 64
     trivial_calls = 300 if quick else 1000
     cancels = 15 if quick else 60
     rounds = 3 if quick else 5
@@ -131,7 +140,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
     fs = WorkspaceFs(workdir)
     io_tool = FunctionTool("io", "waits 50 ms", _Args, _sleeper(0.05))
     nop_tool = FunctionTool("nop", "nothing", _Args, lambda a, c: "ok")
-    work_tool = FunctionTool("work", "waits 20 ms", _Args, _sleeper(0.02))
+    work_tool = FunctionTool("work", "waits 20 ms", _Args, _sleeper(FAIR_CALL_S))
     registry = ToolRegistry([io_tool, nop_tool, work_tool])
     metrics: dict[str, float] = {}
     try:
@@ -172,16 +181,21 @@ def run(*, quick: bool = False) -> dict[str, float]:
                 bare_trivial = _median_of(rounds, lambda: bare(trivial, trivial_calls))
                 bare_trivial /= trivial_calls
 
-            fair_pool = ToolPool.start(max_running=64, per_session=8)
+            fair_pool = ToolPool.start(max_running=FAIR_GLOBAL_CAP, per_session=FAIR_PER_SESSION)
             start = time.perf_counter()
             batches = [
-                _run_batch(fair_pool, sink, sink_actor, registry, fs, "work", 64, session=f"s{i}")
-                for i in range(8)
+                _run_batch(
+                    fair_pool, sink, sink_actor, registry, fs, "work", fair_calls, session=f"s{i}"
+                )
+                for i in range(FAIR_SESSIONS)
             ]
             for batch_id, ev in batches:
-                _await(sink_actor, batch_id, ev, 60, "fairness")
+                _await(sink_actor, batch_id, ev, 120, "fairness")
             completions = [sink_actor.done_at[b] - start for b, _ in batches]
             fairness = max(completions) / min(completions)
+            bare_completions = _fifo_completions(fair_calls)
+            bare_fairness = max(bare_completions) / min(bare_completions)
+            ideal = FAIR_SESSIONS * fair_calls * FAIR_CALL_S / FAIR_GLOBAL_CAP
 
             latencies = _cancel_latencies(pool, sink, sink_actor, fs, workdir, cancels)
     finally:
@@ -212,14 +226,37 @@ def run(*, quick: bool = False) -> dict[str, float]:
         ],
     )
     table(
-        "fairness and cancellation",
-        ["measurement", "value", "target"],
+        f"fairness: {FAIR_SESSIONS} sessions × {fair_calls} calls of {FAIR_CALL_S * 1e3:g} ms, "
+        f"{FAIR_GLOBAL_CAP} slots (per session {FAIR_PER_SESSION})",
+        ["measurement", "pool", f"bare executor({FAIR_GLOBAL_CAP}), FIFO", "ideal", "target"],
         [
             [
-                "8 sessions × 64 calls: slowest / fastest completion",
+                "fastest session done, ms",
+                min(completions) * 1e3,
+                min(bare_completions) * 1e3,
+                ideal * 1e3,
+                "",
+            ],
+            [
+                "slowest session done, ms",
+                max(completions) * 1e3,
+                max(bare_completions) * 1e3,
+                ideal * 1e3,
+                "",
+            ],
+            [
+                "slowest / fastest",
                 fairness,
+                bare_fairness,
+                1.0,
                 _verdict(fairness <= FAIRNESS_TARGET, f"≤ {FAIRNESS_TARGET}"),
             ],
+        ],
+    )
+    table(
+        "cancellation",
+        ["measurement", "value", "target"],
+        [
             ["cancel → process group gone, p50 ms", cancel_p50, ""],
             [
                 "cancel → process group gone, p99 ms",
@@ -236,10 +273,35 @@ def run(*, quick: bool = False) -> dict[str, float]:
         trivial_bare_us=bare_trivial * 1e6,
         trivial_overhead_us=overhead_us,
         fairness=fairness,
+        fairness_bare_fifo=bare_fairness,
+        fairness_slowest_ms=max(completions) * 1e3,
+        fairness_ideal_ms=ideal * 1e3,
         cancel_p50_ms=cancel_p50,
         cancel_p99_ms=cancel_p99,
     )
     return metrics
+
+
+def _fifo_completions(calls: int) -> list[float]:
+    """Seconds until each session's last call is done on a bare FIFO executor.
+
+    The sessions' calls are submitted session after session, as they would
+    arrive without a fair scheduler: the first session finishes long before
+    the last. This is the unfair baseline the pool's ratio is read against.
+    """
+    with ThreadPoolExecutor(FAIR_GLOBAL_CAP) as executor:
+        list(executor.map(lambda _: time.sleep(FAIR_CALL_S), range(FAIR_GLOBAL_CAP)))  # warm
+        start = time.perf_counter()
+        futures = [
+            [executor.submit(time.sleep, FAIR_CALL_S) for _ in range(calls)]
+            for _ in range(FAIR_SESSIONS)
+        ]
+        done = []
+        for session in futures:
+            for future in session:
+                future.result(timeout=120)
+            done.append(time.perf_counter() - start)
+    return done
 
 
 def _verdict(ok: bool, target: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from messages.base import ControlMessage, Message
 from messages.blobs import ToolOutput
@@ -56,10 +56,19 @@ class ToolCallStarted(Message):
 
 
 class ToolCallFinished(Message):
-    """One call's result, sent as soon as it is known."""
+    """One call's result, sent as soon as it is known.
+
+    ``call_id`` is the id of the call it answers (the same as
+    ``result.call_id``): match results to calls by it. The pool refuses a
+    second call with an id already used in its batch, so within a batch
+    every id has one real result. Every string in it is valid Unicode (no
+    lone surrogates; see ``actors.tools.text``).
+    """
 
     batch_id: str
     session_id: str
+    call_id: str = ""
+    """Filled from ``result.call_id`` when omitted; must equal it when given."""
     result: ToolResult
     outcome: Outcome
     duration_s: float = 0.0
@@ -75,6 +84,16 @@ class ToolCallFinished(Message):
     ``None`` when the tool returned plain text or a JSON value.
     """
 
+    @model_validator(mode="after")
+    def _call_id_of_the_result(self) -> ToolCallFinished:
+        if not self.call_id:
+            object.__setattr__(self, "call_id", self.result.call_id)
+        elif self.call_id != self.result.call_id:
+            raise ValueError(
+                f"call_id {self.call_id!r} differs from result.call_id {self.result.call_id!r}"
+            )
+        return self
+
 
 class ToolBatchFinished(Message):
     """Every result of a batch, in call order (exactly one per call)."""
@@ -82,6 +101,21 @@ class ToolBatchFinished(Message):
     batch_id: str
     session_id: str
     results: tuple[ToolCallFinished, ...]
+
+
+class ToolBatchRejected(Message):
+    """A batch the pool did not accept at all: none of its calls ran or will run.
+
+    Sent instead of any ``ToolCallFinished`` / ``ToolBatchFinished`` when the
+    request itself is wrong -- today: its ``batch_id`` is already running for
+    the same session. Answering with per-call results under that id would mix
+    them into the running batch's results, so the refusal has its own type.
+    """
+
+    batch_id: str
+    session_id: str
+    call_ids: tuple[str, ...]
+    reason: str
 
 
 class CancelToolCalls(ControlMessage):
@@ -98,7 +132,15 @@ class CancelToolCalls(ControlMessage):
 
 
 class PoolStats(Message):
-    """A snapshot of the pool's load (for tests, benchmarks and debugging)."""
+    """A snapshot of the pool's load (for tests, benchmarks and debugging).
+
+    ``running`` counts calls still in progress; ``zombies`` counts calls
+    already reported timed out or cancelled whose tool thread is still
+    running. Both hold a slot under the caps, so ``running + zombies`` never
+    exceeds the global cap and ``max_running_seen`` is the most tool bodies
+    that ever ran at once. ``abandoned_threads`` counts, since the start, the
+    calls (and batch plannings) the pool stopped waiting for.
+    """
 
     running: int
     queued: int
@@ -106,6 +148,8 @@ class PoolStats(Message):
     max_running_seen: int
     abandoned_threads: int
     per_session_running: dict[str, int]
+    zombies: int = 0
+    per_session_zombies: dict[str, int] = Field(default_factory=dict)
 
 
 class GetPoolStats(Message):

@@ -39,6 +39,7 @@ from messages.tools import (
     PoolStats,
     RunToolBatch,
     ToolBatchFinished,
+    ToolBatchRejected,
     ToolCallFinished,
     ToolCallStarted,
 )
@@ -194,6 +195,7 @@ class Reports:
         self.batches: dict[str, ToolBatchFinished] = {}
         self.all_batches: list[ToolBatchFinished] = []
         self.started: list[ToolCallStarted] = []
+        self.rejected: list[ToolBatchRejected] = []
 
     def pump(self, until: Callable[[], bool], timeout: float = WAIT) -> None:
         deadline = time.monotonic() + timeout
@@ -214,6 +216,8 @@ class Reports:
                 self.all_batches.append(message)
             elif isinstance(message, ToolCallStarted):
                 self.started.append(message)
+            elif isinstance(message, ToolBatchRejected):
+                self.rejected.append(message)
 
     def batch(self, batch_id: str, timeout: float = WAIT) -> ToolBatchFinished:
         self.pump(lambda: batch_id in self.batches, timeout)
@@ -402,7 +406,10 @@ def test_a_hanging_tool_times_out_and_its_sibling_completes(
         assert "timed out" in result.results[0].result.output
         assert result.results[0].result.is_error
         assert result.results[1].outcome == "ok"
-        assert stats(pool).running == 0  # the slot came back although the thread is stuck
+        # Reported, so no longer running; but its thread is stuck, so it is a
+        # zombie and keeps its slot until the thread ends (test_pool_zombies.py).
+        assert stats(pool).running == 0
+        assert stats(pool).zombies == 1
         assert stats(pool).abandoned_threads == 1
     finally:
         hang.release.set()
@@ -623,7 +630,7 @@ def test_a_hanging_write_paths_times_out_its_batch_only(
         stuck.set()
 
 
-def test_a_duplicate_batch_id_gets_error_results_and_harms_nobody(
+def test_a_duplicate_batch_id_is_rejected_and_harms_nobody(
     runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
@@ -650,20 +657,26 @@ def test_a_duplicate_batch_id_gets_error_results_and_harms_nobody(
     run("other", "s2", other)
     wait_until(lambda: probe.running == 2)
     run("dup", "s1", duplicate)
-    reports.pump(lambda: bool(reports.all_batches))
-    refused = reports.finished[duplicate[0].id][0]
-    assert refused.outcome == "error" and refused.result.is_error
-    assert "already running" in refused.result.output
-    refused_batch = reports.all_batches[-1]
-    assert [r.result.call_id for r in refused_batch.results] == [duplicate[0].id]
+    reports.pump(lambda: bool(reports.rejected))
+    (rejected,) = reports.rejected
+    assert (rejected.batch_id, rejected.session_id) == ("dup", "s1")
+    assert rejected.call_ids == (duplicate[0].id,)
+    assert "already running" in rejected.reason
+    # Nothing is reported under the running batch's id for the duplicate: the
+    # audit found its error results mixed into the running batch's (G11).
+    assert duplicate[0].id not in reports.finished
+    assert not reports.all_batches
     # Batch ids need only be unique within a session.
     run("dup", "s3", same_id_elsewhere)
     wait_until(lambda: probe.running == 3)
     probe.release.set()
+    result = reports.batch("dup")
+    assert [r.result.call_id for r in result.results] == [original[0].id]
     wanted = {original[0].id, other[0].id, same_id_elsewhere[0].id}
     reports.pump(lambda: wanted <= set(reports.finished))
     assert all(reports.finished[call_id][0].outcome == "ok" for call_id in wanted)
     assert all(len(reports.finished[call_id]) == 1 for call_id in wanted)
+    assert duplicate[0].id not in reports.finished
     assert pool.is_alive()
 
 

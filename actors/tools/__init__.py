@@ -37,6 +37,7 @@ from actors.tools.fs import (
 )
 from actors.tools.pool import ToolPool
 from actors.tools.runner import RunnerSaturated, ThreadRunner
+from actors.tools.text import valid_unicode
 
 __all__ = [
     "PENDING_STORE_UNAVAILABLE",
@@ -72,4 +73,5 @@ __all__ = [
     "builtin_tools",
     "default_registry",
     "invoke_tool",
+    "valid_unicode",
 ]

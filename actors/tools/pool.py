@@ -2,10 +2,10 @@
 
 It receives :class:`~messages.tools.RunToolBatch` requests and runs their calls
 on :class:`~actors.tools.runner.ThreadRunner` threads -- never on a dispatcher
-thread -- under a global cap and a per-session cap with round-robin fairness
-(:class:`~actors.tools.scheduling.FairQueue`). Within a batch, calls writing
-the same file run in call order, a ``shell`` call is ordered against every
-write, and exclusive tools run alone.
+thread -- under a global cap and a per-session cap with FIFO round-robin
+fairness (:class:`~actors.tools.scheduling.FairQueue`). Within a batch, calls
+writing the same file run in call order, a ``shell`` call is ordered against
+every write, and exclusive tools run alone.
 
 A batch is *planned* first, on a runner thread: arguments are validated, each
 tool's ``write_paths`` is asked, and the paths are resolved through the
@@ -16,13 +16,44 @@ filesystem syscalls, which must not run on the actor's thread: a raising
 batch (it times out), never the pool.
 
 Every call ends with exactly one :class:`~messages.tools.ToolCallFinished`:
-its own result; ``invalid`` / ``unknown_tool`` before running; ``error`` when
-planning it failed or no runner thread is free; ``timeout`` when its deadline
-passes (its token is cancelled, a shell's process group killed, and the pool
-stops waiting for it); ``cancelled`` on request; or ``crashed`` if this actor
-itself fails -- then ``on_failure`` reports every call it was responsible for
-before the supervisor restarts it. One call's failure never affects its
-siblings, and one session's requests never affect another session's.
+its own result; ``invalid`` / ``unknown_tool`` before running (also for a
+second call reusing a call id of its batch); ``error`` when planning it
+failed, no runner thread is free or its session has too many stuck threads
+(below); ``timeout`` when its deadline passes (its token is cancelled, a
+shell's process group killed, and the pool stops waiting for it);
+``cancelled`` on request; or ``crashed`` if this actor itself fails -- then
+``on_failure`` reports every call it was responsible for before the
+supervisor restarts it. One call's failure never affects its siblings, and
+one session's requests never affect another session's. A batch whose id is
+already running for its session is answered with one
+:class:`~messages.tools.ToolBatchRejected` instead.
+
+**Zombies.** A Python thread cannot be killed: a tool that ignores its token
+keeps running after its call was reported ``timeout`` or ``cancelled``. Such
+a call is a *zombie* until its thread returns, and the pool keeps treating it
+as running for everything but reporting:
+
+* it keeps its slot, so the caps bound the tool bodies that really run;
+* a later call that must not overlap it -- one writing the same path, any
+  call after an exclusive one, a shell after a write -- waits for its thread
+  to end, whether the later call is in the same batch or in a later batch of
+  the same session on the same filesystem view. If the thread has not ended
+  ``call_timeout`` seconds (plus :data:`ZOMBIE_HANDOVER_GRACE`) after the
+  later call became blocked by it, the later call is not run and gets an
+  ``error`` result saying why;
+* a session may hold at most ``max_zombies`` of them (default: its cap) --
+  counting batch plannings that timed out, whose threads are stuck too.
+  Beyond that its new calls get an ``error`` result at once, instead of
+  waiting for slots that may never come back; and when zombies fill every
+  global slot, every queued call is refused the same way. Other sessions
+  keep their slots: one session never holds more than its own cap.
+
+The result a zombie's thread produces in the end is dropped: its call was
+answered already.
+
+Every string the pool reports is valid Unicode: tool output holding lone
+surrogates (say, a non-UTF-8 file name) is escaped by
+:func:`~actors.tools.text.valid_unicode` before it leaves the pool.
 """
 
 from __future__ import annotations
@@ -30,6 +61,7 @@ from __future__ import annotations
 import functools
 import operator
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +81,8 @@ from actors.tools.base import (
 from actors.tools.cancel import CancelToken
 from actors.tools.paths import write_key
 from actors.tools.runner import RunnerSaturated, ThreadRunner
-from actors.tools.scheduling import CallShape, FairQueue, batch_dependencies
+from actors.tools.scheduling import CallShape, FairQueue, batch_dependencies, conflicts
+from actors.tools.text import valid_output, valid_unicode
 from messages.conversation import ToolCall, ToolResult
 from messages.tools import (
     CancelToolCalls,
@@ -57,13 +90,18 @@ from messages.tools import (
     PoolStats,
     RunToolBatch,
     ToolBatchFinished,
+    ToolBatchRejected,
     ToolCallFinished,
     ToolCallStarted,
 )
 
 DEFAULT_MAX_RUNNING = 64
 DEFAULT_PER_SESSION = 8
+ZOMBIE_HANDOVER_GRACE = 0.25
+"""Seconds added to a blocked call's wait, so a thread ending right at its deadline
+(a tool that overran by exactly one timeout) still hands over instead of racing the timer."""
 
+_NO_SHAPE = CallShape(frozenset(), False)
 
 Plan = Invocation | CallShape
 """What planning says about one call: its early result, or how it must be scheduled."""
@@ -74,22 +112,34 @@ class _Call:
     batch: _Batch
     index: int
     call: ToolCall
-    waiting_on: set[int] = field(default_factory=set)
-    state: str = "planning"  # planning | waiting | ready | running | done
+    shape: CallShape = _NO_SHAPE
+    waiting_on: set[_Call] = field(default_factory=set)
+    """Calls that must end (their thread, not just their report) before this one starts."""
+    dependents: list[_Call] = field(default_factory=list)
+    state: str = "planning"
+    """planning | waiting | ready | running | zombie | done (see module docs)."""
+    reported: bool = False
+    holds_slot: bool = False
     token: CancelToken = field(default_factory=CancelToken)
     timer: TimerHandle | None = None
+    """The call's deadline while it runs."""
+    wait_timer: TimerHandle | None = None
+    """How long it may wait for a zombie it must not overlap."""
     started: float = 0.0
+    ended_as: str = ""
+    """How a zombie's call was reported ("timed out", "was cancelled")."""
 
 
 @dataclass(eq=False)
 class _Batch:
     request: RunToolBatch
     calls: list[_Call] = field(default_factory=list)
-    dependents: list[list[int]] = field(default_factory=list)
     results: list[ToolCallFinished | None] = field(default_factory=list)
     remaining: int = 0
     planned: bool = False
     plan_timer: TimerHandle | None = None
+    plan_stuck: bool = False
+    """Planning timed out and its thread has not returned yet (a planning zombie)."""
 
     @property
     def session(self) -> str:
@@ -161,15 +211,27 @@ class ToolPool(PooledActor):
         runner: ThreadRunner | None = None,
         max_running: int = DEFAULT_MAX_RUNNING,
         per_session: int = DEFAULT_PER_SESSION,
+        max_zombies: int | None = None,
         registry_name: str | None = None,
     ) -> None:
         super().__init__()
+        if max_zombies is not None and max_zombies < 1:
+            raise ValueError("max_zombies must be at least 1")
         self.registry_name = registry_name
         self._owns_runner = runner is None
         self._runner = runner or ThreadRunner()
         self._queue: FairQueue[_Call] = FairQueue(global_cap=max_running, session_cap=per_session)
+        self._max_zombies = max_zombies
         self._batches: dict[tuple[str, str], _Batch] = {}
         """Running batches by (session id, batch id): ids need only be unique per session."""
+        self._zombies: dict[str, set[_Call]] = {}
+        """Per session: calls reported finished whose thread still runs (they hold a slot)."""
+        self._stuck_plans: dict[str, int] = {}
+        """Per session: timed-out batch plannings whose thread still runs."""
+        self._planning: dict[str, int] = {}
+        """Per session: batch plannings submitted to the runner and not yet returned."""
+        self._unblocked: deque[_Call] = deque()
+        """Calls whose last blocker just ended: admitted by the next ``_pump``."""
         self._max_seen = 0
         self._abandoned = 0
 
@@ -178,17 +240,23 @@ class ToolPool(PooledActor):
     @handles(RunToolBatch)
     def _on_run(self, request: RunToolBatch) -> None:
         if (request.session_id, request.batch_id) in self._batches:
-            self._refuse_duplicate(request)
+            self._reject_duplicate(request)
             return
         batch = _Batch(request=request)
         batch.calls = [_Call(batch, i, call) for i, call in enumerate(request.calls)]
-        batch.dependents = [[] for _ in request.calls]
         batch.results = [None] * len(batch.calls)
         batch.remaining = len(batch.calls)
         self._batches[batch.key] = batch
         self._queue.set_session_cap(request.session_id, request.max_concurrency)
         if not batch.calls:
             self._complete(batch)
+            return
+        refusal = self._zombie_refusal(batch.session) or self._planning_refusal(batch.session)
+        if refusal is not None:
+            self._fail_planning(batch, Invocation("error", refusal, True))
+            return
+        self._refuse_reused_ids(batch)
+        if batch.remaining == 0:
             return
         batch.plan_timer = self.call_after(request.call_timeout, self._on_plan_timeout, batch)
 
@@ -201,32 +269,55 @@ class ToolPool(PooledActor):
             )
         except RunnerSaturated as exc:
             self._fail_planning(batch, Invocation("error", f"Not run: {exc}", True))
+            return
+        _count(self._planning, batch.session, +1)
 
-    def _refuse_duplicate(self, request: RunToolBatch) -> None:
-        """A batch id already running for this session: answer every call with an error.
+    def _reject_duplicate(self, request: RunToolBatch) -> None:
+        """A batch id already running for this session: one rejection, no per-call results.
 
+        Results under that id would be taken for the running batch's results.
         Raising here would fail the pool actor and every session's calls with it.
         """
         self.log.warning(
             "tool_batch_duplicate", session_id=request.session_id, batch_id=request.batch_id
         )
-        message = (
-            f"Not run: batch {request.batch_id!r} is already running for session "
-            f"{request.session_id!r}; a batch id must be unique among running batches"
-        )
-        results = tuple(
-            self._report(request, call, Invocation("error", message, True), 0.0)
-            for call in request.calls
-        )
         _tell(
             request.reply_to,
-            ToolBatchFinished(
-                batch_id=request.batch_id, session_id=request.session_id, results=results
+            ToolBatchRejected(
+                batch_id=request.batch_id,
+                session_id=request.session_id,
+                call_ids=tuple(call.id for call in request.calls),
+                reason=(
+                    f"Not run: batch {request.batch_id!r} is already running for session "
+                    f"{request.session_id!r}; a batch id must be unique among running batches"
+                ),
             ),
         )
 
+    def _refuse_reused_ids(self, batch: _Batch) -> None:
+        """A call reusing an id of an earlier call of its batch is not run.
+
+        Results are matched to calls by id, so two results for one id would be
+        ambiguous; the first call with the id runs, the others say why they did not.
+        """
+        first: dict[str, int] = {}
+        for item in batch.calls:
+            earlier = first.setdefault(item.call.id, item.index)
+            if earlier != item.index:
+                message = (
+                    f"Not run: call id {item.call.id!r} is already used by call #{earlier + 1} "
+                    "of this batch; every call of a batch needs its own id"
+                )
+                self._report(item, Invocation("invalid", message, True))
+                self._release(item)
+
     def _on_planned(self, batch: _Batch, plans: Any, error: BaseException | None) -> None:
+        _count(self._planning, batch.session, -1)
+        if batch.plan_stuck:
+            batch.plan_stuck = False  # the stuck planning thread has returned after all
+            _count(self._stuck_plans, batch.session, -1)
         if batch.planned or self._batches.get(batch.key) is not batch:
+            self._pump()
             return  # timed out while planning, or every call was cancelled
         if error is not None or not isinstance(plans, list) or len(plans) != len(batch.calls):
             reason = f"{type(error).__name__}: {error}" if error is not None else "no plan"
@@ -238,22 +329,28 @@ class ToolPool(PooledActor):
         if batch.plan_timer is not None:
             batch.plan_timer.cancel()
             batch.plan_timer = None
-        shapes = [CallShape(frozenset(), False) if isinstance(p, Invocation) else p for p in plans]
-        for j, waits in enumerate(batch_dependencies(shapes)):
-            item = batch.calls[j]
-            if item.state == "done":
-                continue  # cancelled while the batch was being planned
+        for item, plan in zip(batch.calls, plans, strict=True):
+            if isinstance(plan, Invocation):
+                if not item.reported:
+                    self._report(item, plan)
+                    self._release(item)
+            else:
+                item.shape = plan
+        shapes = [item.shape for item in batch.calls]
+        fs = batch.request.fs
+        zombies = [z for z in self._zombies.get(batch.session, ()) if z.batch.request.fs is fs]
+        for item, waits in zip(batch.calls, batch_dependencies(shapes), strict=True):
+            if item.reported:
+                continue  # cancelled while the batch was being planned, or not runnable
             item.state = "waiting"
-            item.waiting_on = {i for i in waits if batch.calls[i].state != "done"}
-            for i in item.waiting_on:
-                batch.dependents[i].append(j)
-        for item, plan in zip(list(batch.calls), plans, strict=True):
-            if isinstance(plan, Invocation) and item.state != "done":
-                self._finish(item, plan)
-        for item in batch.calls:
-            if item.state == "waiting" and not item.waiting_on:
-                item.state = "ready"
-                self._queue.push(batch.session, item)
+            item.waiting_on = {batch.calls[i] for i in waits if batch.calls[i].state != "done"}
+            item.waiting_on.update(z for z in zombies if conflicts(z.shape, item.shape))
+            for blocker in item.waiting_on:
+                blocker.dependents.append(item)
+            if not item.waiting_on:
+                self._unblocked.append(item)
+            elif any(blocker.state == "zombie" for blocker in item.waiting_on):
+                self._arm_wait(item)
         self._pump()
 
     def _on_plan_timeout(self, batch: _Batch) -> None:
@@ -261,6 +358,8 @@ class ToolPool(PooledActor):
             return
         timeout = batch.request.call_timeout
         self._abandoned += 1  # the planning thread is stuck in the tool's write_paths
+        batch.plan_stuck = True
+        _count(self._stuck_plans, batch.session, +1)
         self._fail_planning(
             batch,
             Invocation(
@@ -269,6 +368,8 @@ class ToolPool(PooledActor):
                 True,
             ),
         )
+        self._refuse_queued_over_the_bound()
+        self._pump()
 
     def _fail_planning(self, batch: _Batch, invocation: Invocation) -> None:
         batch.planned = True
@@ -276,8 +377,9 @@ class ToolPool(PooledActor):
             batch.plan_timer.cancel()
             batch.plan_timer = None
         for item in list(batch.calls):
-            if item.state != "done":
-                self._finish(item, invocation)
+            if not item.reported:
+                self._report(item, invocation)
+                self._release(item)
 
     @handles(CancelToolCalls)
     def _on_cancel(self, message: CancelToolCalls) -> int:
@@ -289,38 +391,74 @@ class ToolPool(PooledActor):
             if message.batch_id is not None and batch.request.batch_id != message.batch_id:
                 continue
             for item in batch.calls:
-                if item.state == "done" or (wanted and item.call.id not in wanted):
+                if item.reported or (wanted and item.call.id not in wanted):
                     continue
-                if item.state == "ready":
-                    self._queue.remove(batch.session, functools.partial(operator.is_, item))
-                item.token.cancel(message.reason)
-                self._finish(item, Invocation("cancelled", f"Cancelled: {message.reason}", True))
+                cancelled = Invocation("cancelled", f"Cancelled: {message.reason}", True)
+                if item.state == "running":
+                    self._abandon(item, cancelled, message.reason, "was cancelled")
+                else:
+                    if item.state == "ready":
+                        self._queue.remove(batch.session, functools.partial(operator.is_, item))
+                    item.token.cancel(message.reason)
+                    self._report(item, cancelled)
+                    self._release(item)
                 count += 1
+        self._refuse_queued_over_the_bound()  # after the cancels: those calls say "cancelled"
         self._pump()
         return count
 
     @handles(GetPoolStats)
     def _on_stats(self, _message: GetPoolStats) -> PoolStats:
+        zombies = {s: len(calls) for s, calls in self._zombies.items() if calls}
+        live = {
+            s: n - zombies.get(s, 0)
+            for s, n in self._queue.running_by_session().items()
+            if n > zombies.get(s, 0)
+        }
         return PoolStats(
-            running=self._queue.running_total,
+            running=sum(live.values()),
             queued=self._queue.queued(),
             sessions=self._queue.sessions(),
             max_running_seen=self._max_seen,
             abandoned_threads=self._abandoned,
-            per_session_running=self._queue.running_by_session(),
+            per_session_running=live,
+            zombies=sum(zombies.values()),
+            per_session_zombies=zombies,
         )
 
     # -- running -----------------------------------------------------------------
 
     def _pump(self) -> None:
-        while (picked := self._queue.pop_runnable()) is not None:
+        """Admit calls that were unblocked, then start whatever the caps allow."""
+        while True:
+            if self._unblocked:
+                item = self._unblocked.popleft()
+                if item.state == "waiting" and not item.waiting_on:
+                    self._admit(item)
+                continue
+            picked = self._queue.pop_runnable()
+            if picked is None:
+                break
             self._start(picked[1])
         self._max_seen = max(self._max_seen, self._queue.running_total)
+
+    def _admit(self, item: _Call) -> None:
+        """Queue a call whose blockers have all ended -- unless its session may not run more."""
+        refusal = self._zombie_refusal(item.batch.session)
+        if refusal is not None:
+            self._report(item, Invocation("error", refusal, True))
+            self._release(item)
+            return
+        _cancel(item.wait_timer)
+        item.wait_timer = None
+        item.state = "ready"
+        self._queue.push(item.batch.session, item)
 
     def _start(self, item: _Call) -> None:
         batch = item.batch
         request = batch.request
         item.state = "running"
+        item.holds_slot = True
         item.started = time.monotonic()
         ctx = self._context(batch, item.call, item.token)
         registry: ToolRegistry = request.tools
@@ -332,7 +470,8 @@ class ToolPool(PooledActor):
         try:
             self._runner.submit(functools.partial(invoke_tool, registry, call, ctx), done)
         except RunnerSaturated as exc:
-            self._finish(item, Invocation("error", f"{call.name} was not run: {exc}", True))
+            self._report(item, Invocation("error", f"{call.name} was not run: {exc}", True))
+            self._release(item)
             return
         item.timer = self.call_after(request.call_timeout, self._on_timeout, item)
         _tell(
@@ -358,67 +497,179 @@ class ToolPool(PooledActor):
         )
 
     def _on_done(self, item: _Call, result: Invocation | None, error: BaseException | None) -> None:
-        if item.state != "running":
-            return  # already reported (timeout or cancel); the late result is dropped
-        if error is not None or result is None:
-            result = Invocation("error", f"{item.call.name} failed: {error!r}", True)
-        self._finish(item, result)
+        """The call's thread has returned: report (unless done already) and free its slot."""
+        if item.state == "running":
+            if error is not None or result is None:
+                result = Invocation("error", f"{item.call.name} failed: {error!r}", True)
+            self._report(item, result)
+            self._release(item)
+        elif item.state == "zombie":
+            self._release(item)  # its call was answered already; this late result is dropped
         self._pump()
 
     def _on_timeout(self, item: _Call) -> None:
         if item.state != "running":
             return
         timeout = item.batch.request.call_timeout
-        item.token.cancel("timeout")
-        self._abandoned += 1
-        self._finish(
+        self._abandon(
             item,
             Invocation("timeout", f"{item.call.name} timed out after {timeout:g}s", True),
+            "timeout",
+            "timed out",
         )
+        self._refuse_queued_over_the_bound()
         self._pump()
 
-    def _finish(self, item: _Call, invocation: Invocation) -> None:
+    def _abandon(self, item: _Call, invocation: Invocation, reason: str, ended_as: str) -> None:
+        """Report a running call now; it stays a zombie (slot held) until its thread ends."""
+        item.token.cancel(reason)  # a shell's process group dies here, synchronously
+        self._abandoned += 1
+        self._report(item, invocation)
+        _cancel(item.timer)
+        item.timer = None
+        item.state = "zombie"
+        item.ended_as = ended_as
+        self._zombies.setdefault(item.batch.session, set()).add(item)
+        for dependent in item.dependents:
+            if dependent.state == "waiting":
+                self._arm_wait(dependent)
+
+    def _arm_wait(self, item: _Call) -> None:
+        """Bound how long ``item`` waits for a zombie: its own ``call_timeout`` from now."""
+        if item.wait_timer is None:
+            timeout = item.batch.request.call_timeout + ZOMBIE_HANDOVER_GRACE
+            item.wait_timer = self.call_after(timeout, self._on_wait_timeout, item)
+
+    def _on_wait_timeout(self, item: _Call) -> None:
+        item.wait_timer = None
+        if item.state != "waiting":
+            return
+        stuck = sorted(
+            (b for b in item.waiting_on if b.state == "zombie"),
+            key=lambda b: (b.batch.request.batch_id, b.index),
+        )
+        if not stuck:
+            return  # its zombie blockers ended; the live ones have deadlines of their own
+        blocker = stuck[0]
+        timeout = item.batch.request.call_timeout
+        self._report(
+            item,
+            Invocation(
+                "error",
+                f"Not run: {item.call.name} must not overlap call {blocker.call.id!r} "
+                f"({blocker.call.name}, which writes the same file, may write anything, or is "
+                f"exclusive); that call {blocker.ended_as}, but its tool thread was still running "
+                f"{timeout:g}s later, so running this one could race with it",
+                True,
+            ),
+        )
+        self._release(item)
+        self._pump()
+
+    def _release(self, item: _Call) -> None:
+        """``item`` will not run (any more): free its slot and unblock its dependents."""
+        was = item.state
+        item.state = "done"
+        _cancel(item.timer)
+        _cancel(item.wait_timer)
+        item.timer = item.wait_timer = None
+        session = item.batch.session
+        if item.holds_slot:
+            item.holds_slot = False
+            self._queue.finished(session)
+        if was == "zombie":
+            zombies = self._zombies.get(session)
+            if zombies is not None:
+                zombies.discard(item)
+                if not zombies:
+                    del self._zombies[session]
+        for dependent in item.dependents:
+            dependent.waiting_on.discard(item)
+            if dependent.state == "waiting" and not dependent.waiting_on:
+                self._unblocked.append(dependent)
+        item.dependents.clear()
+
+    # -- the zombie bound ------------------------------------------------------------
+
+    def _zombie_refusal(self, session: str) -> str | None:
+        """Why ``session`` may not start calls now (too many stuck threads), or None."""
+        stuck = len(self._zombies.get(session, ())) + self._stuck_plans.get(session, 0)
+        cap = self._queue.session_cap(session)
+        bound = cap if self._max_zombies is None else min(self._max_zombies, cap)
+        if stuck >= bound:
+            return (
+                f"Not run: {stuck} earlier tool calls of this session timed out or were "
+                "cancelled and their threads are still running (Python tool threads cannot be "
+                f"killed); a session may keep at most {bound} of them, so its new calls are "
+                "refused until they end"
+            )
+        total = sum(len(z) for z in self._zombies.values())
+        if total >= self._queue.global_cap:
+            return (
+                f"Not run: all {self._queue.global_cap} tool slots are held by calls that timed "
+                "out or were cancelled and whose threads are still running; new calls are "
+                "refused until they end"
+            )
+        return None
+
+    def _planning_refusal(self, session: str) -> str | None:
+        """Why ``session`` may not start planning another batch now, or None.
+
+        Planning runs tool code (``write_paths``) on a runner thread; a session
+        sending batch after batch whose planning hangs would otherwise take one
+        thread each. A session never needs more plannings at once than its cap.
+        """
+        cap = self._queue.session_cap(session)
+        if self._planning.get(session, 0) >= cap:
+            return (
+                f"Not run: {cap} batches of this session are still being planned (working out "
+                "which paths their calls write); send the next batch when one of them is done"
+            )
+        return None
+
+    def _refuse_queued_over_the_bound(self) -> None:
+        """Queued calls of sessions now at the zombie bound get their error at once."""
+        for session in self._queue.queued_sessions():
+            refusal = self._zombie_refusal(session)
+            if refusal is None:
+                continue
+            for item in self._queue.remove(session, lambda _item: True):
+                self._report(item, Invocation("error", refusal, True))
+                self._release(item)
+
+    # -- results ---------------------------------------------------------------------
+
+    def _report(self, item: _Call, invocation: Invocation) -> None:
+        """Tell the requester the call's result; the batch report follows its last one."""
         batch = item.batch
         request = batch.request
-        was_running = item.state == "running"
-        item.state = "done"
-        if item.timer is not None:
-            item.timer.cancel()
-            item.timer = None
-        if was_running:
-            self._queue.finished(batch.session)
-        duration = (time.monotonic() - item.started) if was_running else 0.0
-        batch.results[item.index] = self._report(request, item.call, invocation, duration)
-        batch.remaining -= 1
-        for j in batch.dependents[item.index]:
-            dependent = batch.calls[j]
-            dependent.waiting_on.discard(item.index)
-            if dependent.state == "waiting" and not dependent.waiting_on:
-                dependent.state = "ready"
-                self._queue.push(batch.session, dependent)
-        if batch.remaining == 0:
-            self._complete(batch)
-
-    def _report(
-        self, request: RunToolBatch, call: ToolCall, invocation: Invocation, duration: float
-    ) -> ToolCallFinished:
-        """Tell the requester one call's result (and return it for the batch report)."""
+        item.reported = True
+        duration = (time.monotonic() - item.started) if item.started else 0.0
+        call = item.call
         finished = ToolCallFinished(
             batch_id=request.batch_id,
             session_id=request.session_id,
+            call_id=call.id,
             result=ToolResult(
                 call_id=call.id,
                 name=call.name,
-                output=invocation.output,
+                output=valid_unicode(invocation.output),
                 is_error=invocation.is_error,
             ),
             outcome=invocation.outcome,
             duration_s=duration,
-            stored_summary=invocation.stored_summary,
-            explicit=invocation.explicit,
+            stored_summary=(
+                None
+                if invocation.stored_summary is None
+                else valid_unicode(invocation.stored_summary)
+            ),
+            explicit=valid_output(invocation.explicit),
         )
         _tell(request.reply_to, finished)
-        return finished
+        batch.results[item.index] = finished
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            self._complete(batch)
 
     def _complete(self, batch: _Batch) -> None:
         request = batch.request
@@ -450,10 +701,23 @@ class ToolPool(PooledActor):
     def _abandon_all(self, message: str, outcome: str) -> None:
         for batch in list(self._batches.values()):
             for item in batch.calls:
-                if item.state == "done":
+                if item.reported:
                     continue
                 item.token.cancel(outcome)
-                self._finish(item, Invocation(outcome, message, True))  # type: ignore[arg-type]
+                self._report(item, Invocation(outcome, message, True))  # type: ignore[arg-type]
+
+
+def _count(counts: dict[str, int], session: str, delta: int) -> None:
+    count = counts.get(session, 0) + delta
+    if count > 0:
+        counts[session] = count
+    else:
+        counts.pop(session, None)
+
+
+def _cancel(timer: TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()
 
 
 def _tell(address: Any, message: Any) -> None:

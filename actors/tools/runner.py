@@ -3,9 +3,10 @@
 A tool may block for minutes or hang forever. The runner gives every running
 call a thread of its own, reusing idle threads and letting threads idle for
 ``idle_ttl`` seconds exit. A call the pool gives up on (timeout, cancel) keeps
-its thread until the tool returns, but no longer counts against the pool's
-cap: the pool reports the call finished at once, and the runner starts a new
-thread for the next call rather than waiting for the stuck one.
+its thread until the tool returns; the pool reports the call at once but keeps
+counting it against its caps as a *zombie* until this runner reports the
+thread done (see :mod:`actors.tools.pool`), and bounds how many zombies one
+session may have, so one session cannot fill the runner with stuck threads.
 
 Two rules keep a submitted job from ever waiting without a thread:
 

@@ -5,9 +5,10 @@
   anything (``shell``) is ordered against every writing call; an exclusive
   tool runs alone (after everything before it, before everything after it).
   Calls that only read are never held back by writes.
-* :class:`FairQueue` -- ready calls of many sessions, served round-robin under
-  a global cap and a per-session cap, so one session's 500 calls cannot
-  starve another session's one call.
+* :class:`FairQueue` -- ready calls of many sessions, served FIFO round-robin
+  under a global cap and a per-session cap, so one session's 500 calls cannot
+  starve another session's one call, and a stream of new sessions cannot
+  starve a session that was already waiting.
 """
 
 from __future__ import annotations
@@ -55,7 +56,24 @@ def batch_dependencies(calls: Sequence[CallShape]) -> list[set[int]]:
 
 
 class FairQueue(Generic[T]):
-    """Round-robin across sessions with a global and a per-session running cap."""
+    """FIFO round-robin across sessions with a global and a per-session running cap.
+
+    The *rotation* is the line of sessions that have ready items. A slot goes
+    to the first session in line that is under its cap; that session then
+    moves to the back of the line (or leaves it when it has nothing left).
+    A session at its cap keeps its place, so it is next when one of its own
+    calls ends. A session that had nothing ready joins at the back -- but
+    ahead of the session served last, if that one is at the back: otherwise a
+    lone busy session, served a moment ago, would take the newcomer's turn.
+
+    So, while a session can run, every other session is served at most once
+    before it, and a stream of new sessions cannot starve it (each newcomer
+    queues behind it). Items of one session run in push order.
+
+    The pool keeps counting a call as running while its thread is alive, even
+    after reporting it timed out or cancelled: ``finished`` is called when the
+    thread ends, so the caps bound what really runs.
+    """
 
     def __init__(self, *, global_cap: int, session_cap: int) -> None:
         if global_cap < 1 or session_cap < 1:
@@ -63,9 +81,10 @@ class FairQueue(Generic[T]):
         self.global_cap = global_cap
         self.default_session_cap = session_cap
         self._ready: dict[str, deque[T]] = {}
-        self._rotation: deque[str] = deque()
+        self._rotation: list[str] = []
         self._running: dict[str, int] = {}
         self._caps: dict[str, int] = {}
+        self._last_served: str | None = None
         self.running_total = 0
 
     def set_session_cap(self, session: str, cap: int | None) -> None:
@@ -81,10 +100,11 @@ class FairQueue(Generic[T]):
         queue = self._ready.get(session)
         if queue is None:
             queue = self._ready[session] = deque()
-            # A session that had nothing ready goes first: the session served
-            # last sits at the front after its rotation only if it is alone,
-            # and a newcomer must not wait behind it.
-            self._rotation.appendleft(session)
+            rotation = self._rotation
+            if rotation and rotation[-1] == self._last_served:
+                rotation.insert(len(rotation) - 1, session)
+            else:
+                rotation.append(session)
         queue.append(item)
 
     def remove(self, session: str, predicate: Callable[[T], bool]) -> list[T]:
@@ -105,22 +125,24 @@ class FairQueue(Generic[T]):
         """The next item allowed to start now (and count it as running), or None."""
         if self.running_total >= self.global_cap:
             return None
-        for _ in range(len(self._rotation)):
-            session = self._rotation[0]
-            self._rotation.rotate(-1)
+        for position, session in enumerate(self._rotation):
             if self._running.get(session, 0) >= self.session_cap(session):
-                continue
+                continue  # at its cap: it keeps its place in line
             queue = self._ready[session]
             item = queue.popleft()
-            if not queue:
-                self._drop(session)
+            del self._rotation[position]
+            if queue:
+                self._rotation.append(session)
+            else:
+                del self._ready[session]
+            self._last_served = session
             self._running[session] = self._running.get(session, 0) + 1
             self.running_total += 1
             return session, item
         return None
 
     def finished(self, session: str) -> None:
-        """One running item of ``session`` is done."""
+        """One running item of ``session`` is done (its thread has ended)."""
         count = self._running.get(session, 0)
         if count <= 0:
             raise ValueError(f"no running item for session {session!r}")
@@ -138,6 +160,10 @@ class FairQueue(Generic[T]):
 
     def queued(self) -> int:
         return sum(len(q) for q in self._ready.values())
+
+    def queued_sessions(self) -> list[str]:
+        """Sessions with ready items, in line order."""
+        return list(self._rotation)
 
     def sessions(self) -> int:
         return len(set(self._ready) | set(self._running))

@@ -8,7 +8,7 @@ the LLM gateway and models, the blob store, file references, previews and
 
 from __future__ import annotations
 
-from actors.alerts import AlertSink
+from actors.alerts import AlertSink, AlertSinkState
 from actors.blobs.actor import BlobStoreActor
 from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore, InvalidBlobId
 from actors.blobs.inspect_tool import Inspect
@@ -19,7 +19,9 @@ from actors.core import (
     ActorCrashed,
     ActorExit,
     ActorSystem,
+    ActorSystemClosed,
     AskTimeout,
+    BlockingOnDispatcherError,
     PooledActor,
     PooledFuture,
     UnhandledMessageError,
@@ -143,12 +145,15 @@ __all__ = [
     "ActorCrashed",
     "ActorExit",
     "ActorSystem",
+    "ActorSystemClosed",
     "AlertSink",
+    "AlertSinkState",
     "ApplyFailed",
     "AskTimeout",
     "BlobNotFound",
     "BlobStoreActor",
     "BlobStoreError",
+    "BlockingOnDispatcherError",
     "Boundary",
     "Cancel",
     "CancelToken",

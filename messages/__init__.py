@@ -171,6 +171,7 @@ from messages.speculation import (
     Suggestion,
     SuggestionReady,
     SuggestionSource,
+    TokenBudgetReached,
     WorkerExited,
 )
 from messages.tools import (
@@ -180,6 +181,7 @@ from messages.tools import (
     PoolStats,
     RunToolBatch,
     ToolBatchFinished,
+    ToolBatchRejected,
     ToolCallFinished,
     ToolCallStarted,
     ToolDefinition,
@@ -319,7 +321,9 @@ __all__ = [
     "Text",
     "TextDelta",
     "TextSegment",
+    "TokenBudgetReached",
     "ToolBatchFinished",
+    "ToolBatchRejected",
     "ToolCall",
     "ToolCallFinished",
     "ToolCallStarted",

@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 from pykka import ActorRef
 
-from actors.alerts import AlertSink
+from actors.alerts import AlertSink, AlertSinkState
 from actors.blobs.actor import BlobStoreActor
 from actors.blobs.fs_store import FsBlobStore
 from actors.blobs.inspect_tool import Inspect
@@ -55,7 +55,7 @@ from actors.worker.hooks import Hooks
 from actors.worker.interceptor import Interceptor, Interceptors
 from actors.worker.state import SessionState
 from actors.worker.worker import Worker, WorkerConfig
-from messages.alerts import ForgetSession
+from messages.alerts import Alert, AlertLevel, ForgetSession
 from messages.blob_store import ReleaseSession
 from messages.blobs import BlobLimits
 from messages.llm import Purpose
@@ -88,6 +88,7 @@ class Runtime:
         dispatcher_threads: int | None = None,
         throughput: int = 32,
         blocking_threads: int = 16,
+        hook_threads: int = 16,
         max_restarts: int = 10,
         restart_period: float = 10.0,
         max_running_tools: int = DEFAULT_MAX_RUNNING,
@@ -111,6 +112,7 @@ class Runtime:
             dispatcher_threads=dispatcher_threads,
             throughput=throughput,
             blocking_threads=blocking_threads,
+            hook_threads=hook_threads,
         )
         self.runner = ThreadRunner(name=f"{name}-tool")
         self.llm_loop = LlmLoop(name=f"{name}-llm")
@@ -130,6 +132,21 @@ class Runtime:
                 removed=len(swept.removed),
                 recovered=len(swept.recovered) + len(recovered),
             )
+        # A roll-forward that left a file alone (the user edited it between
+        # the crash and now) is the user's business: they are told below,
+        # once the alert sink runs.
+        recovery_alerts = [
+            Alert(
+                level=AlertLevel.WARN,
+                source="overlay",
+                text=(
+                    f"an interrupted accept in {record.workspace} was completed, except for "
+                    f"{', '.join(record.skipped)}: changed since, so left as they are"
+                ),
+            )
+            for record in (*swept.recovered, *recovered)
+            if record.skipped
+        ]
         self.blob_limits = blob_limits or BlobLimits()
         self._owned_blob_dir: Path | None = None
         self.blob_fs: FsBlobStore | None = None
@@ -151,8 +168,17 @@ class Runtime:
                 period=restart_period,
                 registry_name=f"{name}:root",
             )
-        self.alert_sink = self.start_child(ChildSpec(id="alert_sink", start=AlertSink.start))
+        # Subscribers and alert history live outside the sink actor, so a
+        # restarted sink keeps every session's alert stream.
+        self.alert_state = AlertSinkState()
+        self.alert_sink = self.start_child(
+            ChildSpec(
+                id="alert_sink", start=functools.partial(AlertSink.start, state=self.alert_state)
+            )
+        )
         self.system.alert_sink = self.alert_sink
+        for alert in recovery_alerts:
+            self.alert_sink.tell(alert)
         self.blob_store: Handle[Any] | None = None
         if self.blob_fs is not None:
             store = self.blob_fs

@@ -1,7 +1,7 @@
-"""Hooks on the shared blocking lane: deadlines from the start, withdrawal, a per-session cap.
+"""Hooks on the runtime's hook lane: deadlines from the start, withdrawal, a per-session cap.
 
 Regression tests for the audit of issue 5, G5. Each test uses its own small
-Runtime whose blocking lane the test fills with hanging hooks, so the lane's
+Runtime whose hook lane the test fills with hanging hooks, so the lane's
 state is known; hung hooks are always released at the end.
 """
 
@@ -34,7 +34,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
 def drain(rt: Runtime, threads: int) -> None:
     """Return once every job queued on the lane before now has finished."""
     barrier = threading.Barrier(threads)
-    jobs = [rt.system.blocking.submit(barrier.wait, WAIT) for _ in range(threads)]
+    jobs = [rt.system.hooks.submit(barrier.wait, WAIT) for _ in range(threads)]
     for job in jobs:
         job.result(WAIT)
 
@@ -70,7 +70,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def two_threads() -> Iterator[Runtime]:
-    rt = Runtime(name="hooks-lane-2", blocking_threads=2)
+    rt = Runtime(name="hooks-lane-2", hook_threads=2)
     try:
         yield rt
     finally:
@@ -79,7 +79,7 @@ def two_threads() -> Iterator[Runtime]:
 
 @pytest.fixture
 def three_threads() -> Iterator[Runtime]:
-    rt = Runtime(name="hooks-lane-3", blocking_threads=3)
+    rt = Runtime(name="hooks-lane-3", hook_threads=3)
     try:
         yield rt
     finally:
@@ -204,7 +204,7 @@ def test_one_sessions_hung_hooks_cannot_starve_the_others(
 
 
 class Lane:
-    """A real executor standing in for the blocking lane."""
+    """A real executor standing in for the hook lane."""
 
     def __init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor

@@ -635,6 +635,39 @@ def test_assembler_rejects_truncated_and_broken_streams() -> None:
         StreamAssembler("r").feed(["not", "an", "object"])
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_non_finite_tool_arguments_are_a_protocol_error(number: str) -> None:
+    """JSON has no NaN or infinity (Python's json accepts them); ``ToolCall`` refuses them.
+
+    A model that streams one gets a typed, retryable protocol error, not a
+    validation error from deep inside the worker.
+    """
+    assembler = StreamAssembler("r")
+    assembler.feed(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c1",
+                                "function": {"name": "t", "arguments": f'{{"x": {number}}}'},
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
+    )
+    with pytest.raises(LlmException) as info:
+        assembler.finish(saw_done=True)
+    assert info.value.error.kind == "protocol"
+    assert info.value.error.retryable
+    assert number in info.value.error.message
+
+
 def test_request_body_is_deterministic_and_complete() -> None:
     items = (
         SystemMessage(text="be brief"),

@@ -300,7 +300,7 @@ def test_a_cancel_during_post_hooks_withholds_unprocessed_results(
 # -- 4. a hook's condition is user code: off the dispatcher, under the deadline -----------
 
 
-def test_a_condition_runs_on_the_blocking_lane(runtime: Runtime, workspace: Path) -> None:
+def test_a_condition_runs_on_the_hook_lane(runtime: Runtime, workspace: Path) -> None:
     threads: list[str] = []
     hooks = Hooks()
     recorded = RecordingHook(Continue(), name="recorded")
@@ -317,7 +317,7 @@ def test_a_condition_runs_on_the_blocking_lane(runtime: Runtime, workspace: Path
         assert s.submit("go", timeout=WAIT).status == "completed"
     assert [c.arguments["n"] for c in recorded.calls] == [3]
     assert len(threads) == 2
-    assert all("blocking" in name and "dispatch" not in name for name in threads)
+    assert all("-hooks" in name and "dispatch" not in name for name in threads)
 
 
 def test_a_hanging_condition_is_a_hook_timeout(runtime: Runtime, workspace: Path) -> None:

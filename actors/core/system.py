@@ -49,6 +49,7 @@ class ActorSystem:
         dispatcher_threads: int | None = None,
         throughput: int = 32,
         blocking_threads: int = 16,
+        hook_threads: int = 16,
     ) -> None:
         # Idempotent: a bare system (scripts, tests, the process default) logs
         # through the same configured structlog as a Runtime does.
@@ -59,6 +60,11 @@ class ActorSystem:
         self.blocking = BlockingLane(
             blocking_threads, name=f"{name}-blocking", initializer=self._bind_thread
         )
+        # User hooks get a lane of their own: a hook may wait on a person (a
+        # confirmation prompt) for minutes, and sixteen such waits must not
+        # stall the runtime's own blocking work (disk, file references,
+        # overlay removal) for every other session.
+        self.hooks = BlockingLane(hook_threads, name=f"{name}-hooks", initializer=self._bind_thread)
         self.dispatcher = Dispatcher(
             threads=dispatcher_threads or _default_dispatcher_threads(),
             throughput=throughput,
@@ -111,7 +117,10 @@ class ActorSystem:
         self._closed = True
         clean = self.dispatcher.shutdown(max(0.1, deadline - time.monotonic()))
         self.timer.shutdown(max(0.1, deadline - time.monotonic()))
-        self.blocking.shutdown(wait=True, cancel_pending=True)
+        # Lane work that outlives the deadline (a hung hook) is abandoned on
+        # daemon threads rather than waited for: shutdown has a deadline too.
+        clean &= self.blocking.shutdown(timeout=max(0.1, deadline - time.monotonic()))
+        clean &= self.hooks.shutdown(timeout=max(0.1, deadline - time.monotonic()))
         if getattr(_tls, "system", None) is self:
             _tls.system = None
         if not clean:

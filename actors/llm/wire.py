@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import weakref
@@ -240,17 +241,33 @@ class _PartialCall:
     arguments: list[str] = field(default_factory=list)
 
 
+def _refuse_constant(token: str) -> Any:
+    """``NaN`` / ``Infinity``: Python's json accepts them, JSON (and ``ToolCall``) does not."""
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e400 overflows to inf
+        raise ValueError(f"{token} is out of the range of a finite number")
+    return value
+
+
 def parse_arguments(text: str, name: str) -> dict[str, Any]:
     """Decode the assembled arguments of one call (``""`` means no arguments)."""
     if text.strip() == "":
         return {}
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise llm_error(
             "protocol",
             f"tool call {name!r}: arguments never formed valid JSON ({exc.msg})",
             retryable=True,
+        ) from None
+    except ValueError as exc:
+        raise llm_error(
+            "protocol", f"tool call {name!r}: arguments are not valid JSON ({exc})", retryable=True
         ) from None
     if not isinstance(value, dict):
         raise llm_error(

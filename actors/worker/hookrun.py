@@ -1,8 +1,9 @@
-"""Running hooks on the shared blocking lane: start-based deadlines, cancellation, a cap.
+"""Running hooks on the shared hook lane: start-based deadlines, cancellation, a cap.
 
-Hooks are user code, so they run on the runtime's blocking lane, which every
-session shares. Three rules keep one session's hooks from hurting the others
-(and a hook from hurting its own run):
+Hooks are user code, so they run on the runtime's hook lane (a blocking lane
+of its own, so hooks waiting on people never take the threads the runtime's
+disk work needs), which every session shares. Three rules keep one session's
+hooks from hurting the others (and a hook from hurting its own run):
 
 * **A hook's timeout starts when the hook starts running**, not when it is
   queued: time spent waiting for a lane thread is the lane's fault, not the
@@ -155,7 +156,7 @@ class HookJob:
 
 
 class HookGate:
-    """One session's admission to the shared blocking lane for its hooks.
+    """One session's admission to the shared hook lane for its hooks.
 
     Thread-safe: the worker submits from its dispatcher thread, a detached
     on_abort chain from lane and timer threads, and jobs leave from lane

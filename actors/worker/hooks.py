@@ -25,7 +25,7 @@ stops the chain for that call or event (``Skip``
 skips the call, ``Abort`` ends the run, ``Pause`` / ``Paused`` pause it).
 Returning ``None`` means the event's neutral result (``Continue`` / ``Finish``).
 
-Hooks are user code: the worker runs each one on the blocking lane with a
+Hooks are user code: the worker runs each one on the hook lane with a
 timeout, never on a dispatcher thread (see :mod:`actors.worker.hookrun`). The
 timeout starts when the hook starts running, not while it waits for a lane
 thread; that wait has its own deadline (``Hooks(start_timeout=...)``), and a
@@ -390,7 +390,7 @@ class HookSpec:
         return True
 
     def applies(self, ctx: Any) -> bool:
-        """Pattern and ``when`` condition; the condition is user code (blocking lane only)."""
+        """Pattern and ``when`` condition; the condition is user code (hook lane only)."""
         return self.matches(ctx) and (self.when is None or bool(self.when(ctx)))
 
 
@@ -567,7 +567,7 @@ NOT_APPLICABLE: Any = _NotApplicable()
 
 
 def run_hook(spec: HookSpec, ctx: Any) -> Any:
-    """Call one hook on the blocking lane: its ``when`` condition first, then the hook.
+    """Call one hook on the hook lane: its ``when`` condition first, then the hook.
 
     The condition is user code, so it belongs here -- under the hook's
     deadline, off the dispatcher -- not in the worker's chain step. Returns

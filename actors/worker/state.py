@@ -33,7 +33,7 @@ class SessionState:
     stash: list[Item] = field(default_factory=list)
     """Items prepared for the current submit (resolved file references)."""
     hook_gate: HookGate = field(default_factory=HookGate)
-    """The session's admission to the blocking lane for hooks: it outlives a worker
+    """The session's admission to the hook lane for hooks: it outlives a worker
     incarnation, so hooks abandoned by a crashed worker still count against its cap."""
 
     def repair(self, text: str) -> list[ToolResult]:

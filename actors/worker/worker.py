@@ -7,7 +7,7 @@ blocks a dispatcher thread and is abortable at any point:
 
 * LLM requests go to the gateway; their events come back here;
 * tool batches go to the shared pool; their results come back here;
-* hooks (user code) run on the blocking lane, one at a time, each with a
+* hooks (user code) run on the hook lane, one at a time, each with a
   timeout that starts when it starts running, through the session's
   :class:`~actors.worker.hookrun.HookGate`; their answers come back here.
   The trusted interceptor runs inline.
@@ -433,7 +433,7 @@ class Worker(PooledActor):
                 HookEvent.ON_ABORT,
                 specs,
                 ctx,
-                lane=self.system.blocking,
+                lane=self.system.hooks,
                 timer=self.system.timer,
                 gate=self.state.hook_gate,
                 cap=cap,
@@ -1711,7 +1711,7 @@ class Worker(PooledActor):
     ) -> None:
         """Run ``event``'s hooks from index ``start``; ``done(state)`` gets the outcome.
 
-        Each hook runs on the blocking lane (through the session's
+        Each hook runs on the hook lane (through the session's
         :class:`~actors.worker.hookrun.HookGate`) with its own timeout, armed
         when it starts running; only the newest chain step is current, so
         answers that arrive after a timeout or a cancel are ignored. An ending
@@ -1746,7 +1746,7 @@ class Worker(PooledActor):
         chain.wait_timer = self.call_after(
             start_timeout, self._hook_not_started, chain, token, start_timeout
         )
-        self.state.hook_gate.submit(job, self.system.blocking, cap)
+        self.state.hook_gate.submit(job, self.system.hooks, cap)
 
     def _hook_started(self, chain: _ChainRun, token: object, timeout: float, job: HookJob) -> None:
         """On the lane thread, right before the hook runs: its deadline starts now."""

@@ -24,7 +24,7 @@ import pytest
 from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
 from actors.tools.base import Invocation
 from actors.tools.builtin import Shell
-from actors.tools.builtin.shell import CALL_MARKER, looks_secret, scrub_env
+from actors.tools.builtin.shell import CALL_MARKER, _new_pid, last_pid, looks_secret, scrub_env
 from actors.tools.cancel import CancelToken
 from messages.conversation import ToolCall
 
@@ -197,3 +197,35 @@ def test_an_allowlisted_variable_is_passed_on_purpose(
     out = shell(context(ws), "env", tool=tool).output
     assert "GITHUB_TOKEN=ghp_allowed" in out
     assert "sk-still-hidden" not in out
+
+
+# -- the sweep only looks at pids handed out since the call started ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("after", "last", "new", "old"),
+    [
+        (100, 200, [101, 150, 200], [100, 99, 1, 201, 4_000_000]),
+        # the pid counter wrapped between the call's start and its sweep
+        (4_194_000, 50, [4_194_001, 4_194_303, 1, 50], [4_194_000, 51, 300, 4_000_000]),
+        (7, 7, [], [6, 7, 8]),  # nothing was started since
+    ],
+)
+def test_the_sweep_considers_exactly_the_pids_handed_out_since(
+    after: int, last: int, new: list[int], old: list[int]
+) -> None:
+    is_new = _new_pid(after, last)
+    assert all(is_new(pid) for pid in new)
+    assert not any(is_new(pid) for pid in old)
+
+
+def test_without_the_pid_counter_every_pid_is_a_candidate() -> None:
+    assert _new_pid(None, 10)(3) and _new_pid(10, None)(3)
+
+
+def test_a_process_started_by_the_call_is_in_the_new_pid_range(ws: Path) -> None:
+    before = last_pid()
+    if before is None:
+        pytest.skip("no /proc/sys/kernel/ns_last_pid on this kernel")
+    out = shell(context(ws), "echo $$").output
+    assert _new_pid(before, last_pid())(int(out.split()[-1]))

@@ -40,7 +40,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 from pydantic import Field
@@ -168,18 +168,30 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def kill_marked(token: str, since: float) -> int:
+def last_pid() -> int | None:
+    """The pid the kernel handed out last in our pid namespace (Linux), else ``None``."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def kill_marked(token: str, since: float, after_pid: int | None = None) -> int:
     """SIGKILL every process created after ``since`` (epoch seconds) carrying ``token``.
 
-    Returns how many it killed. Linux reads ``/proc`` directly (and signals
-    through a pidfd, so a pid reused between the check and the kill is never
-    hit); elsewhere psutil does the same, more slowly.
+    ``after_pid`` (:func:`last_pid` taken before the call started its first
+    process) narrows the search to pids handed out since, so a sweep reads the
+    ``/proc`` entries of a handful of new processes instead of every process
+    of the machine. Returns how many it killed. Linux reads ``/proc`` directly
+    (and signals through a pidfd, so a pid reused between the check and the
+    kill is never hit); elsewhere psutil does the same, more slowly.
     """
     needle = f"{CALL_MARKER}={token}".encode()
     killed = 0
     for _ in range(_SWEEP_ROUNDS):
         found = (
-            _kill_marked_proc(needle, since)
+            _kill_marked_proc(needle, since, after_pid)
             if os.path.isdir("/proc/self")
             else _kill_marked_psutil(token, since)
         )
@@ -199,16 +211,26 @@ def _boot_time() -> float:
     raise OSError("no btime in /proc/stat")
 
 
-def _kill_marked_proc(needle: bytes, since: float) -> int:
+def _new_pid(after: int | None, last: int | None) -> Callable[[int], bool]:
+    """Whether a pid was handed out in ``(after, last]``, pids wrapping around."""
+    if after is None or last is None:
+        return lambda _pid: True
+    if after <= last:
+        return lambda pid: after < pid <= last
+    return lambda pid: pid > after or pid <= last  # the pid counter wrapped meanwhile
+
+
+def _kill_marked_proc(needle: bytes, since: float, after_pid: int | None = None) -> int:
     try:
         ticks = os.sysconf("SC_CLK_TCK")
         floor = (since - _SWEEP_MARGIN_S - _boot_time()) * ticks
     except (OSError, ValueError):
         floor = 0.0
     me = os.getpid()
+    is_new = _new_pid(after_pid, last_pid())
     killed = 0
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or int(name) == me or not is_new(int(name)):
             continue
         pid = int(name)
         try:
@@ -302,6 +324,7 @@ class Shell(Tool[ShellArgs]):
             CALL_MARKER: token,
         }
         started = time.time()
+        first_pid = last_pid()
         try:
             proc = subprocess.Popen(
                 ["/bin/bash", "-c", args.command],
@@ -340,7 +363,7 @@ class Shell(Tool[ShellArgs]):
             reaped.set()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
-            kill_marked(token, started)  # children that left the group with setsid
+            kill_marked(token, started, first_pid)  # children that left the group with setsid
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()

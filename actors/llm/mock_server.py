@@ -984,7 +984,19 @@ class MockLlmApp:
         merged. Loopback ``send`` dominates the server's cost under load, and
         an unpaced reply (or the finish / usage / ``[DONE]`` tail) needs no
         gaps between its events.
+
+        The latency model is kept on absolute due times (the first event at
+        start + TTFT, each later one a token interval after the one before it
+        was *due*, not after it was sent): a real provider's tokens come at
+        its own pace however busy the proxy in front of it is. Sleeping the
+        interval after each send instead would stretch every stream by the
+        server's scheduling lag once per token -- under load, hundreds of
+        small overshoots -- and the benchmark would measure the stand-in
+        model's loop rather than the runtime. Events that fell behind go out
+        together (one write) at once.
         """
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         buffer = bytearray()
         last = len(events) - 1
         kind = ex.fault.kind if ex.fault is not None else None
@@ -1002,10 +1014,13 @@ class MockLlmApp:
                     # client leaves while the body is held open.
                     self._finish(ex.record, "completed")
                 if delay > 0:
-                    if buffer:
-                        yield bytes(buffer)
-                        buffer.clear()
-                    await self._sleep(delay)
+                    due += delay
+                    wait = due - loop.time()
+                    if wait > 0:
+                        if buffer:
+                            yield bytes(buffer)
+                            buffer.clear()
+                        await self._sleep(wait)
                 if payload is _CUT:
                     if buffer:
                         yield bytes(buffer)

@@ -40,6 +40,7 @@ class Mailbox:
         "_lock",
         "_normal",
         "_owner",
+        "_owner_name",
         "_scheduled",
         "_started",
         "_state",
@@ -53,6 +54,7 @@ class Mailbox:
         self._scheduled = False
         self._started = False  # mail before the start signal waits, unscheduled
         self._owner: PooledActor | None = None
+        self._owner_name = "the actor"
         self._dispatcher: Dispatcher | None = None
 
     def bind(self, owner: PooledActor, dispatcher: Dispatcher) -> None:
@@ -85,7 +87,7 @@ class Mailbox:
                     return
                 self._scheduled = True
         if rejected:
-            _reject(envelope, self._owner)
+            _reject(envelope, self._owner_name)
             return
         assert self._dispatcher is not None, "mailbox used before its actor was started"
         self._dispatcher.schedule(self)
@@ -155,9 +157,18 @@ class Mailbox:
         return self._state == _CLOSED
 
     def close(self) -> list[Envelope[Any]]:
-        """Refuse all further mail and return what was still queued, control lane first."""
+        """Refuse all further mail and return what was still queued, control lane first.
+
+        It also lets go of its actor: the actor holds its mailbox (and its ref
+        does), so the pair would otherwise be a reference cycle -- every stopped
+        actor left for the cyclic collector, whose pauses stop every thread.
+        A slice running right now keeps its own reference to the actor.
+        """
         with self._lock:
             self._state = _CLOSED
+            if self._owner is not None:
+                self._owner_name = str(self._owner)
+                self._owner = None
             leftovers = list(self._control) if self._control else []
             leftovers.extend(self._normal)
             self._normal.clear()
@@ -174,8 +185,11 @@ class Mailbox:
         queue, so at most one thread runs an actor at any time.
         """
         owner = self._owner
-        assert owner is not None
         lock = self._lock
+        if owner is None:  # closed (its actor killed) while it waited for a thread
+            with lock:
+                self._scheduled = False
+            return
         normal = self._normal
         for _ in range(throughput):
             with lock:
@@ -207,7 +221,7 @@ class Mailbox:
             self._dispatcher.schedule(self)
 
 
-def _reject(envelope: Envelope[Any], owner: Any) -> None:
+def _reject(envelope: Envelope[Any], owner: str) -> None:
     error = ActorDeadError(f"{owner} is not running (mailbox closed)")
     if envelope.reply_to is not None:
         envelope.reply_to.set_exception((ActorDeadError, error, None))

@@ -218,7 +218,8 @@ class OpenAICompatible:
         try:
             async with (
                 asyncio.timeout(t.first_byte if request.stream else t.total) as guard,
-                http.stream(
+                _acyclic_stream(
+                    http,
                     "POST",
                     f"{self.base_url}/chat/completions",
                     content=payload,
@@ -321,6 +322,31 @@ class OpenAICompatible:
         finally:
             await events.aclose()
         return StreamResult(message, usage, reason)
+
+
+_CLOSED_BODY = httpx.ByteStream(b"")
+
+
+@contextlib.asynccontextmanager
+async def _acyclic_stream(
+    http: httpx.AsyncClient, method: str, url: str, **kwargs: Any
+) -> AsyncIterator[httpx.Response]:
+    """``http.stream(...)``, with httpx's response <-> body cycle broken once it is closed.
+
+    httpx wraps a streamed body in a stream that refers back to its response,
+    a reference cycle: every answer -- response, request, headers, the
+    transport's own response -- would wait for the cyclic garbage collector,
+    whose pauses stop every thread of the process (under load, the largest
+    source of cyclic garbage here). Once httpx has closed the response, its
+    body is swapped for an empty one and reference counting frees it all.
+    """
+    response: httpx.Response | None = None
+    try:
+        async with http.stream(method, url, **kwargs) as response:
+            yield response
+    finally:
+        if response is not None:
+            response.stream = _CLOSED_BODY
 
 
 def _complete(request: LlmRequest, response: httpx.Response, raw: bytes) -> StreamResult:

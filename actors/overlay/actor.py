@@ -116,6 +116,9 @@ class OverlayActor(PooledActor):
         )
 
     def _applied(self, result: ApplyResult | ConflictReport) -> None:
+        # The finished future's callbacks refer back to this actor: let go of it
+        # (a cycle would leave the whole overlay to the cyclic collector).
+        self._apply_future = None
         if isinstance(result, ApplyResult):
             self._state = "applied"
             self._result = result
@@ -127,6 +130,7 @@ class OverlayActor(PooledActor):
         self._run_pending_discards()
 
     def _apply_failed(self, error: BaseException) -> None:
+        self._apply_future = None
         self._state = "failed"
         self.log.error("overlay_apply_failed", overlay=self.fs.overlay_id, error=repr(error))
         waiters, self._apply_waiters = self._apply_waiters, []

@@ -588,6 +588,12 @@ class ToolPool(PooledActor):
             if dependent.state == "waiting" and not dependent.waiting_on:
                 self._unblocked.append(dependent)
         item.dependents.clear()
+        batch = item.batch
+        if batch.remaining == 0 and all(c.state == "done" for c in batch.calls):
+            # Reported and every thread back: drop the batch <-> call cycle, so
+            # the batch (its request, results, tokens) is freed by reference
+            # counting now, not by a cyclic collection that stops every thread.
+            batch.calls = []
 
     # -- the zombie bound ------------------------------------------------------------
 

@@ -119,19 +119,25 @@ class ThreadRunner:
                     self._threads.discard(me)
                     return
                 self._pending -= 1
-            fn, on_done = job
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = fn()
-            except BaseException as exc:  # a tool must never take its thread down silently
-                error = exc
-            with self._lock:
-                self._idle += 1  # free for the next job before the result is reported
-            try:
-                on_done(result, error)
-            except Exception:
-                log.exception("tool_runner_callback_failed")
+            self._run(job)
+            # An idle thread waits up to ``idle_ttl`` for its next job: it must
+            # not keep the last one (its call, batch, results) alive meanwhile.
+            del job
+
+    def _run(self, job: Job) -> None:
+        fn, on_done = job
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as exc:  # a tool must never take its thread down silently
+            error = exc
+        with self._lock:
+            self._idle += 1  # free for the next job before the result is reported
+        try:
+            on_done(result, error)
+        except Exception:
+            log.exception("tool_runner_callback_failed")
 
     @property
     def thread_count(self) -> int:

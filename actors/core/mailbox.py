@@ -164,11 +164,13 @@ class Mailbox:
         actor left for the cyclic collector, whose pauses stop every thread.
         A slice running right now keeps its own reference to the actor.
         """
+        owner = self._owner
+        name = None if owner is None else str(owner)  # the actor's code: not under the lock
         with self._lock:
             self._state = _CLOSED
-            if self._owner is not None:
-                self._owner_name = str(self._owner)
-                self._owner = None
+            if name is not None:
+                self._owner_name = name
+            self._owner = None
             leftovers = list(self._control) if self._control else []
             leftovers.extend(self._normal)
             self._normal.clear()

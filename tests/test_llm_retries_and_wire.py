@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import queue
 import socket
 import threading
 import time
@@ -22,10 +21,9 @@ from typing import Any
 
 import pytest
 
-from actors.core import ActorSystem, PooledActor
+from actors.core import ActorSystem
 from actors.llm import (
     FunctionModel,
-    LlmGateway,
     LlmLoop,
     OpenAICompatible,
     RetryPolicy,
@@ -33,7 +31,7 @@ from actors.llm import (
 )
 from actors.llm.mock_server import MockLlmServer
 from actors.llm.script import ScriptFile, ScriptReply
-from messages.conversation import AssistantMessage, UserMessage
+from messages.conversation import AssistantMessage
 from messages.llm import (
     LlmCancelled,
     LlmCompleted,
@@ -44,6 +42,7 @@ from messages.llm import (
 )
 from messages.session import LlmRetried, TextDelta, TurnFinished
 from supervision import Runtime
+from tests.test_llm_gateway import Harness as GatewayHarness
 
 WAIT = 20.0
 TERMINAL = (LlmCompleted, LlmFailed, LlmCancelled)
@@ -51,48 +50,13 @@ _ids = itertools.count()
 LONG = " ".join(f"word{i}" for i in range(60))
 
 
-class Sink(PooledActor):
-    def __init__(self, inbox: queue.Queue[Any]) -> None:
-        super().__init__()
-        self.inbox = inbox
+class Harness(GatewayHarness):
+    """The gateway tests' harness; each request gets a session of its own unless named."""
 
-    def on_receive(self, message: Any) -> None:
-        self.inbox.put(message)
-
-
-class Harness:
-    """A gateway on its own loop, and a sink collecting what it is told."""
-
-    def __init__(self, system: ActorSystem, loop: LlmLoop) -> None:
-        self.inbox: queue.Queue[Any] = queue.Queue()
-        with system.activated():
-            self.sink = Sink.start(self.inbox)
-            self.gateway = LlmGateway.start(loop)
-
-    def request(self, model: Any, session_id: str | None = None, **fields: Any) -> str:
-        rid = f"r{next(_ids)}"
-        self.gateway.tell(
-            LlmRequest(
-                request_id=rid,
-                session_id=session_id or f"s{rid}",
-                messages=fields.pop("messages", (UserMessage(text="hello"),)),
-                model=model,
-                reply_to=self.sink,
-                **fields,
-            )
-        )
-        return rid
-
-    def events(self, rid: str, timeout: float = WAIT) -> list[Any]:
-        collected: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.inbox.get(timeout=max(0.01, deadline - time.monotonic()))
-            if getattr(message, "request_id", None) != rid:
-                continue
-            collected.append(message)
-            if isinstance(message, TERMINAL):
-                return collected
+    def request(self, model: Any, **fields: Any) -> str:
+        rid = fields.setdefault("request_id", f"r{next(_ids)}")
+        fields.setdefault("session_id", f"s{rid}")
+        return super().request(model, **fields)
 
 
 @pytest.fixture

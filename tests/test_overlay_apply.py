@@ -169,6 +169,43 @@ def test_durable_apply(ov: OverlayFs, ws: Path, store: OverlayStore) -> None:
     assert (ws / "n" / "new.txt").read_bytes() == b"n"
 
 
+def test_replaced_and_deleted_files_are_freed_only_when_the_overlay_is_removed(
+    ov: OverlayFs, ws: Path, store: OverlayStore
+) -> None:
+    """Apply parks the old inodes in the overlay: their freeing is off the accept path."""
+    old = {name: (ws / name).stat().st_ino for name in ("a.txt", "b.txt")}
+    ov.write_bytes("a.txt", b"changed\n")
+    ov.delete("b.txt")
+    ov.write_bytes("brand/new.txt", b"new\n")  # no old file: nothing to park
+    applied(apply_overlay(ov, store.journal_dir))
+    assert snapshot(ws) == {
+        "a.txt": b"changed\n",
+        "brand": None,
+        "brand/new.txt": b"new\n",
+        "src": None,
+        "src/main.py": b"print('hi')\n",
+    }
+    displaced = ov.directory / "displaced"
+    parked = {p.stat().st_ino: p.read_bytes() for p in displaced.iterdir()}
+    assert parked == {old["a.txt"]: b"alpha\n", old["b.txt"]: b"beta\n"}
+    assert all(p.stat().st_nlink == 1 for p in displaced.iterdir())  # gone from the tree
+    assert ov.remove()
+    assert not ov.directory.exists()
+
+
+def test_apply_works_when_old_files_cannot_be_parked(
+    ov: OverlayFs, ws: Path, store: OverlayStore
+) -> None:
+    (ov.directory / "displaced").write_bytes(b"not a directory")  # parking is impossible
+    ov.write_bytes("a.txt", b"changed\n")
+    ov.delete("b.txt")
+    result = applied(apply_overlay(ov, store.journal_dir))
+    assert result.written == ("a.txt",) and result.deleted == ("b.txt",)
+    assert (ws / "a.txt").read_bytes() == b"changed\n"
+    assert not (ws / "b.txt").exists()
+    assert leftovers(ws) == []
+
+
 # -- conflicts: the user edited meanwhile -------------------------------------------------
 
 

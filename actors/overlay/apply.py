@@ -23,7 +23,12 @@ the user made while the speculation ran. Apply here is a small transaction:
    (fsynced, with its directory, when ``durable``).
 4. **Execute.** Removals (deepest first), then directory creations and
    ``os.replace`` of each staged file (parents first; missing parents are
-   created). Then ``DONE`` is appended and the journal removed.
+   created). Then ``DONE`` is appended and the journal removed. Each real
+   file replaced or deleted is first hard-linked into the overlay's private
+   ``displaced`` directory (:meth:`OverlayFs.displaced_dir`), so its inode is
+   freed when the overlay is removed, after the accept, instead of inside it
+   (on ext4 that freeing is most of a ``rename``'s cost: 100 replaces took
+   ~7 ms with it, ~1.5 ms without it).
 
 :func:`recover` (run at start for journals of dead processes, see
 :mod:`actors.overlay.store`) rolls a PREPARED journal forward -- every
@@ -253,14 +258,19 @@ def apply_overlay(
         created: list[str] = []
         problems: list[str] = []
         done: list[str] = []
-        for index, op in enumerate(ops, start=1):
-            try:
-                if _execute(cache, op, created, recovering=False):
-                    done.append(op.path)
-            except (OSError, PathChanged) as exc:
-                problems.append(_describe(exc, op.path))
-            if fault is not None:
-                fault("op", index)
+        graveyard = _Graveyard.open(overlay) if link else None
+        try:
+            for index, op in enumerate(ops, start=1):
+                try:
+                    if _execute(cache, op, created, recovering=False, graveyard=graveyard):
+                        done.append(op.path)
+                except (OSError, PathChanged) as exc:
+                    problems.append(_describe(exc, op.path))
+                if fault is not None:
+                    fault("op", index)
+        finally:
+            if graveyard is not None:
+                graveyard.close()
         if durable:
             for directory in {parent_and_name(op.path)[0] for op in ops} | set(created):
                 try:
@@ -574,7 +584,65 @@ def _unstage(cache: DirCache, staged: Iterable[_Op]) -> None:
             pass
 
 
-def _execute(cache: DirCache, op: _Op, created: list[str], *, recovering: bool) -> bool:
+class _Graveyard:
+    """Keeps the inodes an apply replaces or deletes alive until the overlay goes.
+
+    The last link of an inode dropped by ``rename`` or ``unlink`` frees its
+    blocks right there, in the syscall -- on ext4 most of what a replace costs.
+    A hard link to the old file in the overlay's private ``displaced``
+    directory moves that work to the overlay's removal, after the user's Tab.
+    Purely an optimisation: a link that fails is skipped, and a failure that
+    would repeat for every file (another filesystem, no hard links) turns the
+    graveyard off; the replace or unlink then frees the inode as it always did.
+    """
+
+    _SKIP_ONE = frozenset({errno.ENOENT, errno.EPERM, errno.EMLINK, errno.EISDIR, errno.EEXIST})
+    """Failures specific to one file (gone, not ours under protected_hardlinks, ...)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._count = 0
+
+    @classmethod
+    def open(cls, overlay: OverlayFs) -> _Graveyard | None:
+        try:
+            directory = overlay.displaced_dir()
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        return cls(fd)
+
+    def keep(self, dir_fd: int, name: str) -> None:
+        """Hard-link ``name`` (in ``dir_fd``) here, if it exists, before it is replaced."""
+        if self._fd is None:
+            return
+        self._count += 1
+        try:
+            os.link(
+                name,
+                str(self._count),
+                src_dir_fd=dir_fd,
+                dst_dir_fd=self._fd,
+                follow_symlinks=False,
+            )
+        except OSError as exc:
+            if exc.errno not in self._SKIP_ONE:
+                self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _execute(
+    cache: DirCache,
+    op: _Op,
+    created: list[str],
+    *,
+    recovering: bool,
+    graveyard: _Graveyard | None = None,
+) -> bool:
     """Run one operation; idempotent (safe to repeat after a crash). True if it did something."""
     if op.op == "replace":
         assert op.tmp is not None and op.tmp_dir is not None
@@ -591,6 +659,8 @@ def _execute(cache: DirCache, op: _Op, created: list[str], *, recovering: bool) 
                 return False  # already moved into place
         parent, name = parent_and_name(op.path)
         dst_fd = cache.open(parent, create=True, created=created)
+        if graveyard is not None and op.base_kind in ("file", "other"):
+            graveyard.keep(dst_fd, name)
         os.replace(op.tmp, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
         return True
     if op.op == "mkdir":
@@ -607,6 +677,8 @@ def _execute(cache: DirCache, op: _Op, created: list[str], *, recovering: bool) 
     if op.op == "unlink":
         if is_dir:
             return False  # already replaced by the directory this apply creates
+        if graveyard is not None:
+            graveyard.keep(parent_fd, name)
         os.unlink(name, dir_fd=parent_fd)
         return True
     if not is_dir:

@@ -66,7 +66,23 @@ class SpeculationConfig(Message):
     """Tokens one speculation may spend: completed requests' usage plus, for the request
     in flight, an estimate (about 4 characters per token of prompt and streamed
     output). Reaching it cancels the in-flight request or tool calls at once and
-    ends the speculation at a boundary with its partial transcript."""
+    ends the speculation at a boundary with its partial transcript. A request that
+    is not streamed (``stream_forks`` off) carries ``max_tokens`` capped at what the
+    budget leaves, so the provider itself stops there; an answer cut at that cap
+    reaches the budget."""
+    stream_forks: bool = False
+    """Stream the answers of suggestion, speculation and pipelined requests.
+
+    Off by default: nobody reads a fork's text as it arrives, and a streamed
+    answer costs this process an event (HTTP chunk, SSE parse, JSON decode) per
+    token, where a non-streamed one costs one JSON body. Under ``fore bench``
+    (200 sessions, 2 cores) streaming the forks nearly doubled the CPU that
+    speculation adds, which shows up as main-turn tail latency: every thread
+    shares one GIL. On: the token budget is checked per streamed token (a
+    runaway answer is cut mid-stream, by the estimate) and the waste of a
+    cancelled fork counts the text streamed before the cancel; off: the budget
+    travels as ``max_tokens`` and a cancelled fork's waste counts its prompt only
+    (its partial output is never seen)."""
     time_budget_s: float | None = Field(default=300.0, gt=0)
     """Seconds one speculation may run. At the deadline the in-flight LLM request and
     tool calls are cancelled and the speculation ends at a boundary with its

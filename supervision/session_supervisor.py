@@ -384,6 +384,7 @@ class SessionSupervisor(Supervisor):
             model=model,
             model_name=model_name,
             reply_to=self.actor_ref,
+            stream=self.spec_config.stream_forks,
         )
         self.worker_config.gateway.tell(request)
 

@@ -246,6 +246,45 @@ def test_non_streaming_completion(mock: MockLlmServer, client: httpx.Client) -> 
     assert json.loads(call["function"]["arguments"]) == {"c": "ls"}
 
 
+def test_max_tokens_cuts_the_answer_as_a_provider_does(
+    mock: MockLlmServer, client: httpx.Client
+) -> None:
+    """Past the cap the text stops, tool calls are dropped, finish_reason is length."""
+    long = ScriptReply(text="one two three four five", tool_calls=(ScriptToolCall(name="x"),))
+    mock.set_script(script_of(long, long, long, ScriptReply(text="a b")))
+    chunks, done = stream_chunks(
+        client, mock, chat_body(max_tokens=3, stream_options={"include_usage": True})
+    )
+    answer = assemble(chunks)
+    assert done and answer["text"] == "one two three"
+    assert answer["calls"] == {} and answer["finish"] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 3
+
+    body = client.post(url(mock), json=chat_body(stream=False, max_tokens=2)).json()
+    choice = body["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "one two"}
+    assert choice["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 2
+
+    # max_completion_tokens wins over max_tokens, as at OpenAI
+    body = client.post(
+        url(mock), json=chat_body(stream=False, max_tokens=50, max_completion_tokens=1)
+    ).json()
+    assert body["choices"][0]["message"]["content"] == "one"
+
+    # an answer that fits is untouched
+    body = client.post(url(mock), json=chat_body(stream=False, max_tokens=2)).json()
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["choices"][0]["message"]["content"] == "a b"
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "10", True])
+def test_a_bad_max_tokens_is_a_400(mock: MockLlmServer, client: httpx.Client, value: Any) -> None:
+    response = client.post(url(mock), json=chat_body(stream=False, max_tokens=value))
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "max_tokens"
+
+
 def test_generated_text_mode_is_deterministic(mock: MockLlmServer, client: httpx.Client) -> None:
     texts = [
         assemble(stream_chunks(client, mock, chat_body("same question"))[0])["text"]

@@ -254,23 +254,37 @@ def test_a_hard_budget_cancels_running_tool_calls_and_hands_them_over(
         wait_until(lambda: overlay_dirs(runtime) == [])
 
 
+FORK_SCRIPT = ScriptFile.model_validate(
+    {
+        "replies": [
+            *TWO_TURNS,
+            suggestion("say hello"),
+            {"when": {"purpose": "speculation"}, "text": "hello"},
+        ]
+    }
+)
+
+LONG_SPECULATION = ScriptFile.model_validate(
+    {
+        "replies": [
+            *TWO_TURNS,
+            suggestion("explain at length"),
+            {
+                "when": {"purpose": "speculation"},
+                "text": "word " * 400,
+                "tokens_per_s": 20,  # 20 s to complete: the budget must not wait for it
+            },
+        ]
+    }
+)
+
+
 def test_the_token_budget_stops_a_stream_before_it_completes(runtime: Runtime, ws: Path) -> None:
-    script = ScriptFile.model_validate(
-        {
-            "replies": [
-                *TWO_TURNS,
-                suggestion("explain at length"),
-                {
-                    "when": {"purpose": "speculation"},
-                    "text": "word " * 400,
-                    "tokens_per_s": 20,  # 20 s to complete: the budget must not wait for it
-                },
-            ]
-        }
-    )
+    script = LONG_SPECULATION
     with MockLlmServer(script) as server:
         model = OpenAICompatible(base_url=server.base_url, api_key="k", model="mock")
-        config = spec(token_budget=60)  # the prompt and a few words of the answer
+        # the prompt and a few words of the answer, counted as they stream
+        config = spec(token_budget=60, stream_forks=True)
         with runtime.open_session(workspace=ws, model=model, speculation=config) as s:
             start(s)
             assert settled(s) == "boundary"
@@ -280,3 +294,44 @@ def test_the_token_budget_stops_a_stream_before_it_completes(runtime: Runtime, w
             server.wait_for_stats(lambda st: rid in st.disconnected_request_ids, timeout_s=WAIT)
             s.keystroke("no")
             wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+def test_a_fork_that_is_not_streamed_carries_the_token_budget_as_max_tokens(
+    runtime: Runtime, ws: Path
+) -> None:
+    """The default: the provider stops the answer where the budget ends."""
+    with MockLlmServer(LONG_SPECULATION) as server:
+        model = OpenAICompatible(base_url=server.base_url, api_key="k", model="mock")
+        with runtime.open_session(
+            workspace=ws, model=model, speculation=spec(token_budget=60)
+        ) as s:
+            start(s)
+            assert settled(s) == "boundary"
+            assert s.speculation.boundary_reason == "speculation token budget reached"
+            (request,) = [r for r in server.requests() if r.purpose == "speculation"]
+            assert request.stream is False
+            assert isinstance(request.body, dict)
+            cap = request.body["max_tokens"]
+            assert isinstance(cap, int) and 1 <= cap < 60  # what the prompt left of 60
+            assert request.outcome == "completed"  # cut by the provider, not by a cancel
+            assert s.speculation.tokens > 60 - cap  # its usage is counted
+            s.keystroke("no")
+            wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+def test_forks_are_not_streamed_unless_asked_and_main_turns_always_are(
+    runtime: Runtime, ws: Path
+) -> None:
+    for stream_forks in (False, True):
+        with MockLlmServer(FORK_SCRIPT) as server:
+            model = OpenAICompatible(base_url=server.base_url, api_key="k", model="mock")
+            config = spec(stream_forks=stream_forks)
+            with runtime.open_session(workspace=ws, model=model, speculation=config) as s:
+                start(s)
+                assert settled(s) == "completed"
+                s.keystroke("no")
+                wait_until(lambda: overlay_dirs(runtime) == [])
+            requests = server.requests()
+            assert {"main", "suggestion", "speculation"} <= {r.purpose for r in requests}
+            for r in requests:
+                assert r.stream is (r.purpose == "main" or stream_forks), r

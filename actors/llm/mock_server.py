@@ -484,6 +484,21 @@ def _validate_body(body: Any) -> tuple[str, str | None] | None:
         return "'stream' must be a boolean", "stream"
     if "tools" in body and body["tools"] is not None and not isinstance(body["tools"], list):
         return "'tools' must be an array", "tools"
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            return f"'{name}' must be a positive integer", name
+    return None
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    """The request's cap on completion tokens (``max_completion_tokens`` wins, as at OpenAI)."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
     return None
 
 
@@ -559,6 +574,14 @@ class _Answer:
     interval_s: float
     prompt_tokens: int
     args_chunk_chars: int
+    cut_at_max_tokens: bool = False
+    """The reply was longer than the request's ``max_tokens``: cut, ``finish_reason`` length."""
+
+    @property
+    def finish_reason(self) -> str:
+        if self.cut_at_max_tokens:
+            return "length"
+        return "tool_calls" if self.tool_calls else "stop"
 
     @property
     def text(self) -> str:
@@ -959,6 +982,7 @@ class MockLlmApp:
             # ~4 bytes per token, estimated from the body as sent (re-encoding
             # the messages would cost the server O(history) per request).
             prompt_tokens=max(1, size // 4),
+            max_tokens=_max_tokens(body),
             bad_args_tool=_first_tool_name(body)
             if fault is not None and fault.kind == "bad_tool_args"
             else None,
@@ -1071,7 +1095,7 @@ class MockLlmApp:
                     "index": 0,
                     "message": message,
                     "logprobs": None,
-                    "finish_reason": "tool_calls" if answer.tool_calls else "stop",
+                    "finish_reason": answer.finish_reason,
                 }
             ],
             "usage": answer.usage(),
@@ -1224,7 +1248,11 @@ def _make_answer(
     args_chunk_chars: int,
     prompt_tokens: int,
     bad_args_tool: str | None,
+    max_tokens: int | None = None,
 ) -> _Answer:
+    """The reply as sent. Past ``max_tokens`` it is cut as a provider cuts it: the text
+    stops at the cap, tool calls that did not fit are dropped, ``finish_reason`` is
+    ``length``."""
     plan = stream_plan(reply, default_ttft_ms=ttft_ms, default_tokens_per_s=tokens_per_s)
     calls: list[ScriptToolCall] = list(reply.tool_calls)
     if bad_args_tool is not None and not calls:
@@ -1239,13 +1267,24 @@ def _make_answer(
         )
         for call in calls
     )
-    return _Answer(
+    answer = _Answer(
         text_chunks=plan.chunks,
         tool_calls=tool_calls,
         first_delay_s=plan.first_token_delay_s,
         interval_s=plan.token_interval_s,
         prompt_tokens=prompt_tokens,
         args_chunk_chars=args_chunk_chars,
+    )
+    if max_tokens is None or answer.completion_tokens <= max_tokens:
+        return answer
+    return _Answer(
+        text_chunks=plan.chunks[:max_tokens],
+        tool_calls=(),
+        first_delay_s=plan.first_token_delay_s,
+        interval_s=plan.token_interval_s,
+        prompt_tokens=prompt_tokens,
+        args_chunk_chars=args_chunk_chars,
+        cut_at_max_tokens=True,
     )
 
 
@@ -1285,8 +1324,7 @@ def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]
             delta = {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
             events.append((interval, chunk(delta)))
     body_end = len(events)
-    finish = "tool_calls" if answer.tool_calls else "stop"
-    events.append((0.0, chunk({}, finish)))
+    events.append((0.0, chunk({}, answer.finish_reason)))
     if ex.include_usage:
         usage_chunk = {
             "id": ex.completion_id,

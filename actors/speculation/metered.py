@@ -15,6 +15,14 @@ but three facts about them belong to the speculation:
 * an abort must not remove the overlay before the LLM stream is really gone
   (the task finished and its connection closed), not merely asked to stop.
 
+**Requests that are not streamed** (``SpeculationConfig.stream_forks`` off,
+the default) show nothing until they end, so the budget cannot be checked as
+they run. It travels with them instead: ``max_tokens`` is capped at what the
+budget leaves after the spend so far and this request's prompt, and the
+provider stops there. An answer cut at that cap (``finish_reason`` length)
+has reached the budget. A cancelled one is counted at its prompt's estimate:
+its partial output never reached us.
+
 **The estimate.** Without usage from the provider, a request is taken to cost
 one token per :data:`CHARS_PER_TOKEN` characters of its prompt (message
 texts, tool-call arguments, tool results; the tool definitions are left out,
@@ -138,7 +146,12 @@ class MeteredModel:
                 # (it was queued before the cancel) never touches the network.
                 raise llm_error("connection", "the speculation has ended", retryable=False)
             self._in_flight.append(current)
+            cap = None if request.stream else self._output_cap(current)
         self._check_budget()
+        if cap is not None and (request.max_tokens is None or request.max_tokens > cap):
+            request = request.model_copy(update={"max_tokens": cap})
+        else:
+            cap = None  # the request's own limit is the tighter one
 
         def metered_emit(event: Any) -> None:
             chars = streamed_chars(event)
@@ -160,6 +173,10 @@ class MeteredModel:
                 self._usage_to,
                 SpeculationUsage(request_id=request.request_id, usage=result.usage),
             )
+            if cap is not None and result.finish_reason == "length":
+                self._reach_budget()  # the provider stopped at what the budget left
+            else:
+                self._check_budget()
         return result
 
     # -- accounting -------------------------------------------------------------------
@@ -169,6 +186,14 @@ class MeteredModel:
         with self._lock:
             live = sum(s.estimate() for s in self._in_flight)
             return self._spent + live, self._estimated + live
+
+    def _output_cap(self, current: _Stream) -> int | None:
+        """Completion tokens the budget leaves ``current`` (under the lock; None: no budget)."""
+        if self._budget is None:
+            return None
+        others = sum(s.estimate() for s in self._in_flight if s is not current)
+        left = self._budget - self._spent - others - current.estimate()
+        return max(1, left)
 
     def _check_budget(self) -> None:
         budget = self._budget
@@ -181,6 +206,14 @@ class MeteredModel:
             if total <= budget:
                 return
             self._budget_told = True
+        _tell(self._usage_to, TokenBudgetReached(spent=total))
+
+    def _reach_budget(self) -> None:
+        with self._lock:
+            if self._budget_told:
+                return
+            self._budget_told = True
+            total = self._spent + sum(s.estimate() for s in self._in_flight)
         _tell(self._usage_to, TokenBudgetReached(spent=total))
 
     # -- streams in flight --------------------------------------------------------------

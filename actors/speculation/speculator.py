@@ -197,6 +197,7 @@ class Speculator(PooledActor):
             model_name=setup.model_name or snapshot.model_name,
             system_prompt=snapshot.system_prompt,
             purpose="speculation",
+            stream=config.stream_forks,
             max_turns=config.max_turns,
             call_timeout=main.call_timeout,
             tool_concurrency=main.tool_concurrency,

@@ -38,6 +38,7 @@ def suggestion_request(
     model: Any,
     model_name: str,
     reply_to: Any,
+    stream: bool = False,
 ) -> LlmRequest:
     """The fork request asking for the next input.
 
@@ -53,7 +54,7 @@ def suggestion_request(
         messages=tuple(messages),
         tools=snapshot.tools,
         tool_choice="none" if snapshot.tools else "auto",
-        stream=True,
+        stream=stream,
         stream_deltas=False,
         max_tokens=None,
         temperature=None,

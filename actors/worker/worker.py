@@ -246,6 +246,11 @@ class WorkerConfig:
     """The blob-store actor: large outputs are stored there and summarised in history."""
     blob_limits: BlobLimits = field(default_factory=BlobLimits)
     alert_sink: Any = None
+    stream: bool = True
+    """Ask the model for a streamed answer (text shown as it arrives). A speculation's
+    worker does not by default (``SpeculationConfig.stream_forks``): nobody reads its
+    text as it comes, and one JSON body costs the process far less than an event per
+    token."""
 
 
 @dataclass
@@ -813,6 +818,7 @@ class Worker(PooledActor):
             "tools": tuple(ctx.tools),
             "tool_choice": ctx.tool_choice,
             "stream_tool_deltas": False,  # LlmCompleted carries the assembled calls
+            "stream": self.config.stream,
             "model": self.config.model,
             "reply_to": self.actor_ref,
         }

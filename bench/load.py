@@ -26,7 +26,8 @@ separately, with their keystroke -> overlay-removed time; time saved per
 accepted turn; tokens spent on discarded speculations, including streams an
 abort cancelled (estimated at ~4 characters per token when no usage arrived;
 :mod:`actors.speculation.metered`); main-turn latency (and, with ``compare``,
-the same workload without speculation); RSS per session, peak OS threads and
+the same workload without speculation, over interleaved pairs of runs:
+:func:`run_comparison`); RSS per session, peak OS threads and
 file descriptors; setup / run / teardown / total wall time; and leaks after
 shutdown (overlay directories, threads, file descriptors, live actors) -- all
 of which must be zero.
@@ -41,7 +42,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -552,7 +553,95 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def print_report(report: LoadReport, compare: LoadReport | None = None) -> None:
+@dataclass
+class Comparison:
+    """Main-turn latency with speculation on vs off, over interleaved pairs of runs.
+
+    One pair of runs cannot tell a few per cent apart at the p99: the p99 of a
+    default run's ~540 typed turns is its 5-6 slowest, which a single burst of
+    load sets, and two runs of the *same* arm differed by up to 8% at the p99
+    here. So ``--compare --pairs N`` runs N pairs, each pair on its own seed
+    (``seed``, ``seed + 1``, ...; both arms of a pair see the same workload),
+    alternating the order (on/off, off/on, ...) so that a drift of the
+    machine falls on both arms alike, and pools each arm's turns. The pooled
+    ratio is the verdict; each pair's ratio shows the spread.
+    """
+
+    pairs: list[dict[str, float]]
+    """Per pair: ``seed``, ``on_p50``, ``off_p50``, ``on_p99``, ``off_p99``, ``p99_ratio`` (ms)."""
+    on_ms: dict[str, float]
+    """Quantiles over every typed turn of every run with speculation."""
+    off_ms: dict[str, float]
+
+    @staticmethod
+    def _ratio(on: float, off: float) -> float:
+        return on / off if off and math.isfinite(off) else math.nan
+
+    @property
+    def p50_ratio(self) -> float:
+        return self._ratio(self.on_ms["p50"], self.off_ms["p50"])
+
+    @property
+    def p99_ratio(self) -> float:
+        return self._ratio(self.on_ms["p99"], self.off_ms["p99"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "on_ms": self.on_ms,
+            "off_ms": self.off_ms,
+            "p50_ratio": self.p50_ratio,
+            "p99_ratio": self.p99_ratio,
+        }
+
+
+def run_comparison(
+    options: LoadOptions, pairs: int = 1
+) -> tuple[list[LoadReport], list[LoadReport], Comparison, dict[str, list[float]]]:
+    """``pairs`` interleaved pairs of runs, speculation on and off (see :class:`Comparison`).
+
+    Returns the reports with and without speculation (in run order), the
+    comparison, and the raw samples of the first run with speculation.
+    """
+    if pairs < 1:
+        raise ValueError("pairs must be at least 1")
+    on_reports: list[LoadReport] = []
+    off_reports: list[LoadReport] = []
+    on_turns: list[float] = []
+    off_turns: list[float] = []
+    first_samples: dict[str, list[float]] = {}
+    rows = []
+    for index in range(pairs):
+        seed = options.seed + index
+        order = (True, False) if index % 2 == 0 else (False, True)
+        quantiles: dict[bool, dict[str, float]] = {}
+        for speculation in order:
+            report, samples = run_load(replace(options, speculation=speculation, seed=seed))
+            turns = samples["main_turn"]
+            quantiles[speculation] = report.main_turn_ms
+            if speculation:
+                on_reports.append(report)
+                on_turns += turns
+                first_samples = first_samples or samples
+            else:
+                off_reports.append(report)
+                off_turns += turns
+        on, off = quantiles[True], quantiles[False]
+        rows.append(
+            {
+                "seed": seed,
+                "on_p50": on["p50"],
+                "off_p50": off["p50"],
+                "on_p99": on["p99"],
+                "off_p99": off["p99"],
+                "p99_ratio": Comparison._ratio(on["p99"], off["p99"]),
+            }
+        )
+    comparison = Comparison(rows, _quantiles(on_turns), _quantiles(off_turns))
+    return on_reports, off_reports, comparison, first_samples
+
+
+def print_report(report: LoadReport, comparison: Comparison | None = None) -> None:
     def q(d: dict[str, float]) -> str:
         return f"{d['p50']:.2f} / {d['p95']:.2f} / {d['p99']:.2f} ms (n={d['count']:.0f})"
 
@@ -614,15 +703,25 @@ def print_report(report: LoadReport, compare: LoadReport | None = None) -> None:
             ["leaks after shutdown", ", ".join(f"{k} {v}" for k, v in report.leaks.items())],
         ],
     )
-    if compare is not None:
-        on, off = report.main_turn_ms, compare.main_turn_ms
+    if comparison is not None:
+        on, off = comparison.on_ms, comparison.off_ms
+        count = len(comparison.pairs)
+        rows: list[list[Any]] = []
+        if count > 1:
+            rows += [
+                [f"p99, pair {i + 1} (seed {p['seed']})", p["on_p99"], p["off_p99"], p["p99_ratio"]]
+                for i, p in enumerate(comparison.pairs)
+            ]
+        pooled = f" ({count} pairs pooled)" if count > 1 else ""
+        rows += [
+            ["p50" + pooled, on["p50"], off["p50"], comparison.p50_ratio],
+            ["p99" + pooled, on["p99"], off["p99"], comparison.p99_ratio],
+        ]
         table(
-            "main-turn latency: speculation on vs off (same workload)",
+            f"main-turn latency: speculation on vs off (same workload; "
+            f"{on['count']} / {off['count']} typed turns)",
             ["", "on (ms)", "off (ms)", "on / off"],
-            [
-                ["p50", on["p50"], off["p50"], on["p50"] / off["p50"] if off["p50"] else math.nan],
-                ["p99", on["p99"], off["p99"], on["p99"] / off["p99"] if off["p99"] else math.nan],
-            ],
+            rows,
         )
     if report.errors:
         console.print("[yellow]notes:[/] " + "; ".join(report.errors[:5]))
@@ -632,12 +731,19 @@ def leaks_total(report: LoadReport) -> int:
     return sum(report.leaks.values())
 
 
-def report_json(report: LoadReport, compare: LoadReport | None) -> str:
+def report_json(
+    report: LoadReport,
+    compare: LoadReport | None = None,
+    comparison: Comparison | None = None,
+) -> str:
+    """The JSON report: the (first) run with speculation, the (first) run without, and
+    the pooled comparison (``main_turn_p99_ratio`` is its verdict)."""
     data: dict[str, Any] = {"speculation": asdict(report)}
     if compare is not None:
         data["no_speculation"] = asdict(compare)
-        on, off = report.main_turn_ms["p99"], compare.main_turn_ms["p99"]
-        data["main_turn_p99_ratio"] = on / off if off else None
+    if comparison is not None:
+        data["comparison"] = comparison.as_dict()
+        data["main_turn_p99_ratio"] = comparison.p99_ratio
     return json.dumps(_finite(data), indent=2, allow_nan=False, default=str)
 
 

@@ -147,6 +147,28 @@ def test_bench_typing_every_time_aborts_and_compares(tmp_path: Path) -> None:
     )
 
 
+def test_bench_compare_pools_interleaved_pairs(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = fore(
+        *BENCH, "--think-ms", "600", "--compare", "--pairs", "2", "--seed", "7",
+        "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "2 pairs pooled" in done.stdout
+    data = json.loads(out.read_text())
+    comparison = data["comparison"]
+    assert [p["seed"] for p in comparison["pairs"]] == [7, 8]
+    for pair in comparison["pairs"]:
+        assert pair["p99_ratio"] == pytest.approx(pair["on_p99"] / pair["off_p99"])
+    # every typed turn of both runs of an arm is pooled: more than one run's worth
+    assert comparison["on_ms"]["count"] > data["speculation"]["main_turn_ms"]["count"]
+    assert comparison["off_ms"]["count"] > data["no_speculation"]["main_turn_ms"]["count"]
+    assert data["main_turn_p99_ratio"] == pytest.approx(
+        comparison["on_ms"]["p99"] / comparison["off_ms"]["p99"]
+    )
+    assert data["speculation"]["options"]["seed"] == 7
+
+
 def test_bench_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "latency.png"
@@ -175,6 +197,8 @@ def test_bench_plot_writes_a_png(tmp_path: Path) -> None:
         (("bench", "--turns", "0"), "--turns: must be at least 1"),
         (("bench", "--edit-p", "-0.1"), "--edit-p: must be a non-negative number"),
         (("bench", "--seed", "x"), "--seed: invalid int value"),
+        (("bench", "--pairs", "2"), "--pairs needs --compare"),
+        (("bench", "--compare", "--pairs", "0"), "--pairs: must be at least 1"),
         (
             ("run", "--workspace", ".", "--script", "a.json", "--timeout", "0", "hi"),
             "--timeout: must be a positive number",

@@ -57,6 +57,20 @@ def test_pressure_over_the_threshold_refuses_with_a_reason() -> None:
     assert governor.try_admit() is None
 
 
+def test_a_short_burst_of_long_waits_refuses_by_default() -> None:
+    """The default looks at the window's tail: a few long waits among many short ones."""
+    governor = LoadGovernor()
+    for _ in range(governor.window - 3):
+        governor.record(0.001)
+    for _ in range(3):
+        governor.record(0.008)  # a burst: 5% of the window
+    assert governor.try_admit() is not None
+    p90 = LoadGovernor(percentile=90.0)
+    for wait in [0.001] * (p90.window - 3) + [0.008] * 3:
+        p90.record(wait)
+    assert p90.try_admit() is None  # what a p90 would have let through
+
+
 def test_the_concurrency_cap_holds_until_a_slot_is_released() -> None:
     governor = LoadGovernor(max_concurrent=2)
     assert governor.try_admit() is None and governor.try_admit() is None

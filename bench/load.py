@@ -101,6 +101,36 @@ def think_time(rng: random.Random, dist: str, mean: float) -> float:
     raise ValueError(f"unknown think-time distribution {dist!r}; one of {', '.join(THINK_DISTS)}")
 
 
+def _longest_think(dist: str, mean: float) -> float:
+    """The largest value :func:`think_time` can return."""
+    return {"fixed": mean, "uniform": 2 * mean}.get(dist, 5 * mean)
+
+
+def first_action_delay(rng: random.Random, dist: str, mean: float) -> float:
+    """When a user first acts, for a run that starts in steady state.
+
+    Every user of a closed workload alternates a turn and a think time. Seen at
+    a random instant of steady state, a user is part-way through a think time
+    -- a *long* one more likely than a short one -- so the time left until its
+    next action follows the distribution's equilibrium (residual) law: a think
+    time drawn in proportion to its length, and a uniform fraction of it.
+    Starting every user there makes the action rate flat from the first
+    second. Starting them uniformly over one mean think time (what this did
+    before) let the first round's arrivals and the early users' second round
+    pile up around t = mean: a transient peak of about 1.6x the steady rate,
+    where the slowest turns of every run fell. For ``fixed`` this is a uniform
+    start over the think time; for ``exp`` (memoryless) the think-time law
+    itself.
+    """
+    if mean <= 0:
+        return 0.0
+    longest = _longest_think(dist, mean)
+    while True:  # length-biased draw by rejection (acceptance >= 1/5: the caps bound it)
+        think = think_time(rng, dist, mean)
+        if rng.random() * longest <= think:
+            return rng.random() * think
+
+
 @dataclass
 class LoadOptions:
     sessions: int = 200
@@ -192,10 +222,13 @@ class SimUser(PooledActor):
 
     def on_start(self) -> None:
         self.session.supervisor.tell(Subscribe(address=self.actor_ref))
-        # Users arrive spread over one mean think time (a ramp-up), as they
-        # would in steady state; a burst of every session's first prompt in
-        # the same instant measures the stampede, not the runtime.
-        self.call_after(self.rng.uniform(0, max(0.2, self.options.think_ms / 1000.0)), self._type)
+        # Users start as they would be found in steady state, part-way through
+        # a think time (first_action_delay); a burst of every session's first
+        # prompt in the same instant would measure the stampede, not the runtime.
+        delay = first_action_delay(
+            self.rng, self.options.think_dist, max(0.2, self.options.think_ms / 1000.0)
+        )
+        self.call_after(delay, self._type)
 
     # -- one round -----------------------------------------------------------------
 

@@ -507,6 +507,7 @@ class SessionSupervisor(Supervisor):
             model=model,
             model_name=model_name,
             workspace=self.workspace,
+            governor=self.governor,
         )
         spec = _Speculation(
             id=spec_id,

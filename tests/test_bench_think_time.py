@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from bench.load import THINK_DISTS, think_time
+from bench.load import THINK_DISTS, first_action_delay, think_time
 
 
 @pytest.mark.parametrize("dist", THINK_DISTS)
@@ -38,3 +38,24 @@ def test_no_think_time_and_unknown_distributions() -> None:
     assert think_time(rng, "exp", 0.0) == 0.0
     with pytest.raises(ValueError, match="unknown think-time distribution"):
         think_time(rng, "poisson", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("dist", "expected_mean"),
+    [
+        ("fixed", 1.0),  # uniform over the one think time: half of it
+        ("uniform", 4 / 3),  # E[T^2] / 2E[T] for T uniform on 0..4
+        ("exp", 2.0),  # memoryless: the think-time law itself (less a little for the cap)
+    ],
+)
+def test_first_actions_follow_the_residual_law_of_steady_state(
+    dist: str, expected_mean: float
+) -> None:
+    rng = random.Random(11)
+    delays = [first_action_delay(rng, dist, 2.0) for _ in range(20_000)]
+    assert all(0.0 <= d <= 10.0 for d in delays)
+    assert statistics.fmean(delays) == pytest.approx(expected_mean, rel=0.06)
+
+
+def test_the_first_action_is_immediate_without_think_time() -> None:
+    assert first_action_delay(random.Random(1), "lognormal", 0.0) == 0.0

@@ -9,6 +9,7 @@ turn. The runtime's probe is shown feeding its governor real samples.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +70,54 @@ def test_a_short_burst_of_long_waits_refuses_by_default() -> None:
     for wait in [0.001] * (p90.window - 3) + [0.008] * 3:
         p90.record(wait)
     assert p90.try_admit() is None  # what a p90 would have let through
+
+
+def test_a_request_waits_for_headroom_until_the_pressure_falls() -> None:
+    governor = LoadGovernor(window=10, min_samples=1, max_defer_s=60.0, defer_poll_s=0.005)
+    calmed = threading.Event()
+
+    def calm_down() -> None:
+        for _ in range(10):
+            governor.record(0.0005)  # ten short waits push the long ones out of the window
+        calmed.set()
+
+    async def scenario() -> tuple[float, bool]:
+        calm = await governor.wait_for_headroom()  # no pressure: no wait at all
+        for _ in range(10):
+            governor.record(0.010)
+        asyncio.get_running_loop().call_later(0.05, calm_down)
+        await governor.wait_for_headroom()
+        return calm, calmed.is_set()
+
+    calm, burst_was_over = asyncio.run(scenario())
+    assert calm == 0.0
+    assert burst_was_over  # it returned because the pressure fell (its deadline is 60 s)
+    assert governor.deferred == 1
+    assert not governor.busy()
+
+
+def test_headroom_waits_are_bounded_and_cancellable() -> None:
+    stuck = LoadGovernor(window=5, min_samples=1, max_defer_s=0.05, defer_poll_s=0.005)
+    for _ in range(5):
+        stuck.record(0.050)
+    asyncio.run(stuck.wait_for_headroom())  # returns at max_defer_s: the request goes anyway
+    assert stuck.busy() and stuck.deferred == 1
+
+    async def cancelled() -> bool:
+        slow = LoadGovernor(window=5, min_samples=1, max_defer_s=60.0)
+        for _ in range(5):
+            slow.record(0.050)
+        task = asyncio.ensure_future(slow.wait_for_headroom())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(cancelled())
+    assert LoadGovernor(enabled=False).busy() is False
 
 
 def test_the_concurrency_cap_holds_until_a_slot_is_released() -> None:

@@ -26,10 +26,17 @@ default window), and admits a new speculation only while the window's ``percenti
 stays under ``threshold_ms`` (and fewer than ``max_concurrent`` run). A suggestion is
 still offered when speculation is refused; Tab then runs it as a normal
 turn. The decision logic is plain code; the probe is the only moving part.
+
+Admission alone cannot help with the speculations already running when a
+burst begins, so each of their model requests also waits for headroom
+before it is sent (:meth:`LoadGovernor.wait_for_headroom`, up to
+``max_defer_s``, on the background LLM loop: nothing blocks): their work
+moves out of the burst instead of into it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
@@ -64,6 +71,11 @@ class LoadGovernor:
     max_concurrent: int | None = None
     min_samples: int = 10
     enabled: bool = True
+    max_defer_s: float = 1.0
+    """How long a running speculation's next model request may wait for headroom."""
+    defer_poll_s: float = 0.02
+    deferred: int = 0
+    """Requests that had to wait for headroom (at least one poll)."""
     _waits: deque[float] = field(default_factory=deque, repr=False)
     _running: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -110,6 +122,25 @@ class LoadGovernor:
             self._running += 1
             self.admitted += 1
             return None
+
+    def busy(self) -> bool:
+        """Whether the pressure is over the threshold now (False when disabled)."""
+        return self.enabled and self.pressure_ms() > self.threshold_ms
+
+    async def wait_for_headroom(self) -> float:
+        """Wait (asynchronously) until :meth:`busy` is False or ``max_defer_s`` passed.
+
+        Returns the seconds waited. A cancelled caller stops waiting at once.
+        """
+        if not self.busy():
+            return 0.0
+        started = time.monotonic()
+        with self._lock:
+            self.deferred += 1
+        deadline = started + self.max_defer_s
+        while self.busy() and time.monotonic() < deadline:
+            await asyncio.sleep(self.defer_poll_s)
+        return time.monotonic() - started
 
     def release(self) -> None:
         """An admitted speculation ended."""

@@ -48,6 +48,7 @@ from pykka import ActorDeadError
 
 from actors.llm.errors import llm_error
 from actors.llm.models import Emit, StreamResult
+from actors.speculation.governor import LoadGovernor
 from messages.conversation import AssistantMessage, ToolResult
 from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 from messages.speculation import SpeculationUsage, StreamsIdle, TokenBudgetReached
@@ -108,8 +109,17 @@ class MeteredModel:
     every notification is a ``tell`` (never a call into an actor).
     """
 
-    def __init__(self, inner: Any, usage_to: Any, *, token_budget: int | None = None) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        usage_to: Any,
+        *,
+        token_budget: int | None = None,
+        governor: LoadGovernor | None = None,
+    ) -> None:
         self.inner = inner
+        self._governor = governor
+        """Each request first waits for headroom under it (:mod:`actors.speculation.governor`)."""
         self._usage_to = usage_to
         self._budget = token_budget
         self._lock = threading.Lock()
@@ -139,6 +149,8 @@ class MeteredModel:
     async def stream(
         self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
     ) -> StreamResult:
+        if self._governor is not None:
+            await self._governor.wait_for_headroom()
         current = _Stream(prompt_chars(request))
         with self._lock:
             if self._closed:

@@ -54,6 +54,7 @@ from actors.overlay.store import OverlayStore
 from actors.resolve.pending import PendingActions
 from actors.speculation.fork import fork_prefix, trim_history
 from actors.speculation.gate import SpeculationGate, session_policy
+from actors.speculation.governor import LoadGovernor
 from actors.speculation.metered import MeteredModel
 from actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
 from actors.speculation.transcript import cancelled_calls, hand_over
@@ -109,6 +110,8 @@ class SpeculationSetup:
     model_name: str = ""
     """The wire name to send (empty: the snapshot's, i.e. the main request's)."""
     workspace: Path = field(default_factory=Path)
+    governor: LoadGovernor | None = None
+    """The runtime's load governor: each model request waits for headroom under it."""
 
 
 class Speculator(PooledActor):
@@ -171,7 +174,9 @@ class Speculator(PooledActor):
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
         )
-        self._model = MeteredModel(setup.model, self.actor_ref, token_budget=config.token_budget)
+        self._model = MeteredModel(
+            setup.model, self.actor_ref, token_budget=config.token_budget, governor=setup.governor
+        )
         history = trim_history(snapshot.history, config.max_history, config.history_trim_step)
         state = SessionState(history=list(history))
         self._gate = SpeculationGate(

@@ -79,6 +79,10 @@ class BenchSetupError(RuntimeError):
     """The benchmark could not start (the mock server, the temp directory ...)."""
 
 
+_LONGEST = {"fixed": 1.0, "uniform": 2.0, "lognormal": 5.0, "exp": 5.0}
+"""The longest think time of each distribution, in means (its cap)."""
+
+
 def think_time(rng: random.Random, dist: str, mean: float) -> float:
     """One think time in seconds with the given ``mean``.
 
@@ -92,18 +96,14 @@ def think_time(rng: random.Random, dist: str, mean: float) -> float:
     if dist == "fixed":
         return mean
     if dist == "uniform":
-        return rng.uniform(0.0, 2 * mean)
+        return rng.uniform(0.0, _LONGEST["uniform"] * mean)
     if dist == "lognormal":
         sigma = 1.0
-        return min(5 * mean, rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma))
+        draw = rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
+        return min(_LONGEST["lognormal"] * mean, draw)
     if dist == "exp":
-        return min(5 * mean, rng.expovariate(1 / mean))
+        return min(_LONGEST["exp"] * mean, rng.expovariate(1 / mean))
     raise ValueError(f"unknown think-time distribution {dist!r}; one of {', '.join(THINK_DISTS)}")
-
-
-def _longest_think(dist: str, mean: float) -> float:
-    """The largest value :func:`think_time` can return."""
-    return {"fixed": mean, "uniform": 2 * mean}.get(dist, 5 * mean)
 
 
 def first_action_delay(rng: random.Random, dist: str, mean: float) -> float:
@@ -124,7 +124,7 @@ def first_action_delay(rng: random.Random, dist: str, mean: float) -> float:
     """
     if mean <= 0:
         return 0.0
-    longest = _longest_think(dist, mean)
+    longest = _LONGEST.get(dist, 0.0) * mean  # an unknown ``dist``: think_time says so
     while True:  # length-biased draw by rejection (acceptance >= 1/5: the caps bound it)
         think = think_time(rng, dist, mean)
         if rng.random() * longest <= think:

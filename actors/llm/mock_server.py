@@ -103,7 +103,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Final, Literal, NoReturn, Protocol, Self, cast, get_args
 
@@ -1277,14 +1277,8 @@ def _make_answer(
     )
     if max_tokens is None or answer.completion_tokens <= max_tokens:
         return answer
-    return _Answer(
-        text_chunks=plan.chunks[:max_tokens],
-        tool_calls=(),
-        first_delay_s=plan.first_token_delay_s,
-        interval_s=plan.token_interval_s,
-        prompt_tokens=prompt_tokens,
-        args_chunk_chars=args_chunk_chars,
-        cut_at_max_tokens=True,
+    return replace(
+        answer, text_chunks=plan.chunks[:max_tokens], tool_calls=(), cut_at_max_tokens=True
     )
 
 

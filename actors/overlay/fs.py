@@ -302,11 +302,11 @@ class OverlayFs:
     def displaced_dir(self) -> str:
         """A private directory, removed with the overlay, for what apply displaces.
 
-        Apply hard-links each real file it replaces here first (and moves each
-        file it deletes here), so the old inode is not freed inside the user's
-        Tab: ext4 frees an inode's blocks in the very ``rename`` that drops its
-        last link, which is most of a bare replace's cost. The blocks are freed
-        later, when :meth:`remove` deletes the overlay off the accept path.
+        Apply hard-links each real file it replaces or deletes here first, so
+        the old inode is not freed inside the user's Tab: ext4 frees an inode's
+        blocks in the very ``rename`` that drops its last link, which is most of
+        a bare replace's cost. The blocks are freed later, when :meth:`remove`
+        deletes the overlay off the accept path.
         """
         path = os.path.join(str(self.directory), "displaced")
         os.makedirs(path, mode=0o700, exist_ok=True)

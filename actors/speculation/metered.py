@@ -185,10 +185,8 @@ class MeteredModel:
                 self._usage_to,
                 SpeculationUsage(request_id=request.request_id, usage=result.usage),
             )
-            if cap is not None and result.finish_reason == "length":
-                self._reach_budget()  # the provider stopped at what the budget left
-            else:
-                self._check_budget()
+            # An answer cut at the cap: the provider stopped at what the budget left.
+            self._check_budget(reached=cap is not None and result.finish_reason == "length")
         return result
 
     # -- accounting -------------------------------------------------------------------
@@ -207,7 +205,8 @@ class MeteredModel:
         left = self._budget - self._spent - others - current.estimate()
         return max(1, left)
 
-    def _check_budget(self) -> None:
+    def _check_budget(self, *, reached: bool = False) -> None:
+        """Tell the speculator once the spend passes the budget (or it is ``reached``)."""
         budget = self._budget
         if budget is None:
             return
@@ -215,17 +214,9 @@ class MeteredModel:
             if self._budget_told:
                 return
             total = self._spent + sum(s.estimate() for s in self._in_flight)
-            if total <= budget:
+            if total <= budget and not reached:
                 return
             self._budget_told = True
-        _tell(self._usage_to, TokenBudgetReached(spent=total))
-
-    def _reach_budget(self) -> None:
-        with self._lock:
-            if self._budget_told:
-                return
-            self._budget_told = True
-            total = self._spent + sum(s.estimate() for s in self._in_flight)
         _tell(self._usage_to, TokenBudgetReached(spent=total))
 
     # -- streams in flight --------------------------------------------------------------

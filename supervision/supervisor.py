@@ -137,6 +137,8 @@ def _exited(ref: ActorRef[Any]) -> bool:
 class Supervisor(PooledActor):
     """Starts, watches and restarts its children; see the module docs."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         sup_id: str,

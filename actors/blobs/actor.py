@@ -138,6 +138,8 @@ def _stats(store: FsBlobStore, pins: PinTable, stored: int) -> BlobStoreStats:
 class BlobStoreActor(PooledActor):
     """Stores, loads and collects blobs; pins them per session (see the module docs)."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         store: FsBlobStore,

@@ -47,6 +47,8 @@ __all__ = ["OverlayActor"]
 class OverlayActor(PooledActor):
     """Applies, discards and reports on one speculation's overlay."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         overlay: OverlayFs,

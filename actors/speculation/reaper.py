@@ -67,6 +67,8 @@ class ReapOrder:
 class SpeculationReaper(PooledActor):
     """Stops a speculation's worker, confirms the cancellations, removes the overlay."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(self, order: ReapOrder) -> None:
         super().__init__()
         self.order = order

@@ -117,6 +117,8 @@ class SpeculationSetup:
 class Speculator(PooledActor):
     """Runs one speculation (see module docs)."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(self, setup: SpeculationSetup) -> None:
         super().__init__()
         self.setup = setup

@@ -336,6 +336,8 @@ class _ChainRun:
 class Worker(PooledActor):
     """One session's agent loop (see module docs)."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(self, config: WorkerConfig) -> None:
         super().__init__()
         self.config = config

@@ -206,6 +206,7 @@ class Speculator(PooledActor):
             max_turns=config.max_turns,
             call_timeout=main.call_timeout,
             tool_concurrency=main.tool_concurrency,
+            max_batch_calls=main.max_batch_calls,
             hidden_tools=main.hidden_tools,
             strict_tool_hooks=True,
             blob_store=main.blob_store,

@@ -17,6 +17,11 @@ gets exactly one result -- a real one, or a synthetic ``Skipped`` /
 ``Cancelled`` / ``Aborted`` / ``Interrupted`` one -- so history is never in a
 state an LLM provider rejects.
 
+The model is not trusted to be reasonable. Of one answer's tool
+calls at most ``WorkerConfig.max_batch_calls`` run; each call past them gets
+an error result. However many calls, hooks and steps follow each other, continuations run
+one after another (:meth:`Worker._then`), never nested: the stack stays flat.
+
 A run that is ending stays ended: once a cancel, an abort or a failure has
 begun a run's ending (its on_abort chain), no continuation of work that was
 already under way -- a file-reference preparer, a blob-store answer, a hook
@@ -209,8 +214,20 @@ def match_results(
     return matched
 
 
+def over_cap_text(calls: int, cap: int) -> str:
+    """The result of a call past ``WorkerConfig.max_batch_calls`` (it was not run)."""
+    return (
+        f"Not run: this answer made {calls} tool calls and at most {cap} of them run per "
+        f"answer (the first {cap}). Make this call again in a later answer if it is "
+        "still needed."
+    )
+
+
 MAX_EARLY_CANCELS = 256
 """How many cancels that overtook their submit a worker remembers (oldest dropped)."""
+
+DEFAULT_MAX_BATCH_CALLS = 128
+"""Tool calls of one answer that may run (``WorkerConfig.max_batch_calls``)."""
 
 
 class WorkerBusy(RuntimeError):
@@ -251,6 +268,14 @@ class WorkerConfig:
     worker does not by default (``SpeculationConfig.stream_forks``): nobody reads its
     text as it comes, and one JSON body costs the process far less than an event per
     token."""
+    max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS
+    """Tool calls of one answer that may run; each call past it gets an error result
+    saying so (it is not run, not shown to hooks). A model is not trusted to stay
+    reasonable: this bounds what one answer can set in motion."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_calls < 1:
+            raise ValueError("max_batch_calls must be at least 1")
 
 
 @dataclass
@@ -348,6 +373,8 @@ class Worker(PooledActor):
         """Cancels that named a submit not received yet: submit id -> reason."""
         self._seen_submits: OrderedDict[str, None] = OrderedDict()
         """Submit ids received (bounded): a late cancel for one is not an early cancel."""
+        self._continuations: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._draining = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -942,10 +969,16 @@ class Worker(PooledActor):
         registry = self.config.tools
         calls = assistant.tool_calls
         wanted = None if only is None else {c.id for c in only}
+        cap = self.config.max_batch_calls
         run.calls = []
         for index, call in enumerate(calls):
             if wanted is not None and call.id not in wanted:
                 continue
+            # A call past the cap is never run nor shown to the hooks: its error
+            # result tells the model why.
+            refusal: tuple[str, str] | None = None
+            if index >= cap:  # by position in the answer, also when continuing after a boundary
+                refusal = over_cap_text(len(calls), cap), "refused"
             tool = registry.get(call.name)
             meta = ToolMeta(
                 description=getattr(tool, "description", ""),
@@ -959,11 +992,14 @@ class Worker(PooledActor):
                 purpose=self.config.purpose,
                 call_id=call.id,
                 name=call.name,
-                arguments=copy.deepcopy(dict(call.arguments)),
+                arguments={} if refusal is not None else copy.deepcopy(dict(call.arguments)),
                 meta=meta,
                 tool=tool,
             )
-            run.calls.append(_Call(call=call, ctx=ctx))
+            item = _Call(call=call, ctx=ctx)
+            if refusal is not None:
+                self._synthetic(item, *refusal)
+            run.calls.append(item)
         run.index = 0
         self._pre_tools(run, None)
 
@@ -1072,14 +1108,18 @@ class Worker(PooledActor):
         return ToolCall(id=item.call.id, name=item.call.name, arguments=item.ctx.arguments)
 
     def _skip(self, item: _Call, reason: str) -> None:
+        self._synthetic(
+            item, f"Skipped: {reason or 'a pre_tool_call hook skipped this call'}", "skipped"
+        )
+
+    @staticmethod
+    def _synthetic(item: _Call, output: str, outcome: str) -> None:
+        """The call does not run: ``output`` is its (error) result."""
         item.status = "skipped"
-        item.outcome = "skipped"
+        item.outcome = outcome
         item.post_done = True  # synthetic: nothing for post hooks to check
         item.result = ToolResult(
-            call_id=item.call.id,
-            name=item.call.name,
-            output=f"Skipped: {reason or 'a pre_tool_call hook skipped this call'}",
-            is_error=True,
+            call_id=item.call.id, name=item.call.name, output=output, is_error=True
         )
 
     # -- tools: running -----------------------------------------------------------------
@@ -1788,7 +1828,32 @@ class Worker(PooledActor):
     def _chain_done(self, chain: _ChainRun) -> None:
         if self._chain_run is chain:
             self._chain_run = None  # only a chain in flight is kept (see _abort_detached)
-        chain.done(chain.state)
+        self._then(chain.done, chain.state)
+
+    def _then(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run the continuation ``fn(*args)`` -- iteratively, never nested in another.
+
+        A chain with no hook to run (none registered, or none whose ``tools``
+        pattern matches) ends at once, and its continuation starts the next
+        step: the next call's chain, the next post hook. Called directly, an
+        answer with N tool calls would nest N chains on the stack (a
+        ``RecursionError`` at about 165 calls, and a crashed worker). A
+        continuation that arrives while another one runs is queued instead and
+        run by the outermost call when the current one returns, so the stack
+        stays flat however many calls, hooks or steps follow. Every caller of
+        a chain returns right after starting it, so the order is unchanged.
+        """
+        self._continuations.append((fn, args))
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._continuations:
+                step, step_args = self._continuations.popleft()
+                step(*step_args)
+        finally:
+            self._draining = False
+            self._continuations.clear()  # non-empty only if a step raised (the actor fails)
 
     def _hook_current(self, chain: _ChainRun, token: object) -> bool:
         if token is not self._chain_token:

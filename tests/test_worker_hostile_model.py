@@ -1,0 +1,266 @@
+"""The worker under a hostile (or merely small) model: issue 20, point 10.
+
+* an answer with thousands of tool calls ends as a normal turn: every hook
+  chain and continuation is iterative (the old chain recursed once per call
+  and crashed the worker at about 165 calls), and calls past the per-answer
+  cap get an error result each.
+
+Real sessions on a real Runtime.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from actors.llm import (
+    ScriptedModel,
+)
+from actors.tools import FunctionTool, ToolContext
+from actors.worker.hookrun import DetachedChain, HookGate, HookJob
+from actors.worker.hooks import HookEvent, Hooks, HookSpec, Skip
+from actors.worker.state import pairing_problems
+from actors.worker.worker import DEFAULT_MAX_BATCH_CALLS, WorkerConfig
+from messages.conversation import (
+    ToolResult,
+)
+from messages.session import TurnResult
+from supervision import Runtime
+
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[Runtime]:
+    rt = Runtime(name="hostile-model-test")
+    try:
+        yield rt
+    finally:
+        assert rt.close(timeout=30)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "notes.txt").write_text("alpha\n")
+    return tmp_path
+
+
+class Counter:
+    """A tool that counts how often it really ran (and with what)."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.labels: list[str] = []
+        self.lock = threading.Lock()
+
+    def tool(self) -> FunctionTool[Any]:
+        class Args(BaseModel):
+            label: str = ""
+
+        def run(args: Args, ctx: ToolContext) -> str:
+            with self.lock:
+                self.runs += 1
+                self.labels.append(args.label)
+            return f"counted {args.label}"
+
+        return FunctionTool("count", "counts", Args, run)
+
+
+def results(turn: TurnResult) -> list[ToolResult]:
+    return [i for i in turn.items if isinstance(i, ToolResult)]
+
+
+def roles(messages: Sequence[Any]) -> list[str]:
+    return [type(m).__name__ for m in messages]
+
+
+def no_two_user_turns_in_a_row(messages: Sequence[Any]) -> bool:
+    kinds = roles(messages)
+    return not any(a == b == "UserMessage" for a, b in itertools.pairwise(kinds))
+
+
+# -- point 10: thousands of tool calls in one answer -------------------------------------------
+
+
+def many_calls(n: int) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "count", "arguments": {"label": str(i)}} for i in range(n)]}
+
+
+def hooks_for(variant: str) -> Hooks:
+    """Hooks change the path a call takes through the worker (inline vs the hook lane)."""
+    hooks = Hooks()
+    if variant == "non-matching hooks":  # every chain ends at once, inline
+        hooks.pre_tool_call(lambda ctx: None, tools="other*")
+        hooks.post_tool_call(lambda ctx: None, tools="other*")
+    elif variant == "matching hooks":  # every running call's chains go through the lane
+        hooks.pre_tool_call(lambda ctx: None, tools="count")
+        hooks.post_tool_call(lambda ctx: None, tools="count")
+    return hooks
+
+
+@pytest.mark.parametrize("variant", ["no hooks", "non-matching hooks", "matching hooks"])
+def test_ten_thousand_calls_in_one_answer_end_as_a_normal_turn(
+    runtime: Runtime, workspace: Path, variant: str
+) -> None:
+    counter = Counter()
+    model = ScriptedModel([many_calls(10_000), {"text": "Counted."}] * 3)
+    with runtime.open_session(
+        workspace=workspace, model=model, tools=[counter.tool()], hooks=hooks_for(variant)
+    ) as s:
+        # Several times in a row: the old crash, repeated, made the supervisor give up.
+        for round_ in range(1, 4):
+            turn = s.submit("count a lot", timeout=WAIT)
+            assert turn.status == "completed", turn.error
+            assert turn.items[-1].text == "Counted."
+            done = results(turn)
+            assert len(done) == 10_000
+            cap = DEFAULT_MAX_BATCH_CALLS
+            assert [r.output for r in done[:cap]] == [f"counted {i}" for i in range(cap)]
+            refused = done[cap:]
+            assert all(r.is_error and r.output.startswith("Not run:") for r in refused)
+            assert f"at most {cap}" in refused[0].output and "10000 tool calls" in refused[0].output
+            assert counter.runs == cap * round_
+        assert pairing_problems(s.history) == []
+        assert not [a for a in s.alerts if "worker failed" in a.text]
+
+
+def test_the_chains_stay_flat_when_every_call_runs(runtime: Runtime, workspace: Path) -> None:
+    """With the cap raised, 2,000 calls each pass two empty hook chains, iteratively."""
+    counter = Counter()
+    model = ScriptedModel([many_calls(2_000), {"text": "Counted."}])
+    with runtime.open_session(
+        workspace=workspace,
+        model=model,
+        tools=[counter.tool()],
+        hooks=hooks_for("non-matching hooks"),
+        max_batch_calls=2_000,
+    ) as s:
+        turn = s.submit("count a lot", timeout=WAIT)
+        assert turn.status == "completed", turn.error
+        assert counter.runs == 2_000
+        assert all(not r.is_error for r in results(turn))
+
+
+def test_many_skipping_hooks_and_the_cap_is_configurable(runtime: Runtime, workspace: Path) -> None:
+    counter = Counter()
+    hooks = Hooks()
+    hooks.pre_tool_call(lambda ctx: Skip("not this one") if ctx.arguments["label"] == "1" else None)
+    model = ScriptedModel([many_calls(5), {"text": "Counted."}])
+    with runtime.open_session(
+        workspace=workspace, model=model, tools=[counter.tool()], hooks=hooks, max_batch_calls=3
+    ) as s:
+        turn = s.submit("count", timeout=WAIT)
+        assert turn.status == "completed"
+        outputs = [r.output for r in results(turn)]
+        assert outputs[0] == "counted 0"
+        assert outputs[1] == "Skipped: not this one"
+        assert outputs[2] == "counted 2"
+        assert all("at most 3" in o for o in outputs[3:]) and len(outputs) == 5
+        assert counter.labels == ["0", "2"]
+
+
+def test_worker_limits_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_batch_calls"):
+        WorkerConfig(
+            session_id="s",
+            model=None,
+            gateway=None,
+            tool_pool=None,
+            fs=None,
+            tools=None,  # type: ignore[arg-type]
+            max_batch_calls=0,
+        )
+
+
+class InlineLane:
+    """A hook lane that runs each job at once, on the caller's thread (or refuses it)."""
+
+    def __init__(self, *, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.parked: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self.park = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.refuse:
+            raise RuntimeError("the lane is shut down")
+        if self.park:
+            self.parked.append((fn, args))
+            return
+        fn(*args)
+
+
+class NoTimer:
+    class _Handle:
+        def cancel(self) -> None:
+            pass
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._Handle()
+
+
+class Log:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.warnings.append(event)
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["inline lane", "shut-down lane"])
+def test_a_detached_chain_of_thousands_of_hooks_runs_iteratively(refuse: bool) -> None:
+    """Each hook answered before the lane returns asks for the next: a loop, not a recursion."""
+    ran: list[int] = []
+
+    def hook(i: int) -> Callable[[Any], None]:
+        return lambda ctx: ran.append(i)
+
+    specs = [
+        HookSpec(event=HookEvent.ON_ABORT, fn=hook(i), name=f"h{i}", seq=i) for i in range(3_000)
+    ]
+    log = Log()
+    chain = DetachedChain(
+        HookEvent.ON_ABORT,
+        specs,
+        ctx=None,
+        lane=InlineLane(refuse=refuse),
+        timer=NoTimer(),
+        gate=HookGate(),
+        cap=1,
+        default_timeout=5.0,
+        start_timeout=5.0,
+        log=log,
+    )
+    chain.start()
+    if refuse:
+        assert ran == [] and log.warnings.count("detached_hook_failed") == 3_000
+    else:
+        assert ran == list(range(3_000)) and chain.ran == [f"h{i}" for i in range(3_000)]
+
+
+def test_a_shut_down_lane_answers_thousands_of_waiting_hooks_iteratively() -> None:
+    lane = InlineLane()
+    lane.park = True
+    gate = HookGate()
+    answered: list[BaseException | None] = []
+    spec = HookSpec(event=HookEvent.PRE_TOOL_CALL, fn=lambda ctx: None, name="h")
+
+    def job() -> HookJob:
+        return HookJob(
+            spec, None, on_start=lambda j: None, on_done=lambda j, r, e: answered.append(e)
+        )
+
+    gate.submit(job(), lane, cap=1)  # takes the one slot, parked on the lane
+    for _ in range(3_000):
+        gate.submit(job(), lane, cap=1)  # wait in the gate
+    lane.refuse = True
+    fn, args = lane.parked.pop()
+    fn(*args)  # the first one runs; the slot goes to each waiting job, which the lane refuses
+    assert len(answered) == 3_001
+    assert answered[0] is None and all(isinstance(e, RuntimeError) for e in answered[1:])
+    assert gate.active == 0

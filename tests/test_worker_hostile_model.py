@@ -1,5 +1,7 @@
-"""The worker under a hostile (or merely small) model: issue 20, point 10.
+"""The worker under a hostile (or merely small) model: issue 20, points 6 and 10.
 
+* an empty answer stays in history (two user messages in a row are what real
+  servers and chat templates reject or mis-render);
 * an answer with thousands of tool calls ends as a normal turn: every hook
   chain and continuation is iterative (the old chain recursed once per call
   and crashed the worker at about 165 calls), and calls past the per-answer
@@ -20,6 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 from actors.llm import (
+    FunctionModel,
     ScriptedModel,
 )
 from actors.tools import FunctionTool, ToolContext
@@ -28,8 +31,10 @@ from actors.worker.hooks import HookEvent, Hooks, HookSpec, Skip
 from actors.worker.state import pairing_problems
 from actors.worker.worker import DEFAULT_MAX_BATCH_CALLS, WorkerConfig
 from messages.conversation import (
+    AssistantMessage,
     ToolResult,
 )
+from messages.llm import LlmRequest
 from messages.session import TurnResult
 from supervision import Runtime
 
@@ -83,6 +88,43 @@ def roles(messages: Sequence[Any]) -> list[str]:
 def no_two_user_turns_in_a_row(messages: Sequence[Any]) -> bool:
     kinds = roles(messages)
     return not any(a == b == "UserMessage" for a, b in itertools.pairwise(kinds))
+
+
+# -- point 6: an empty answer is kept -------------------------------------------------------
+
+
+def test_an_empty_answer_stays_in_history(runtime: Runtime, workspace: Path) -> None:
+    model = FunctionModel(lambda request: "" if len(request.messages) == 1 else "Now I answer.")
+    with runtime.open_session(workspace=workspace, model=model) as s:
+        first = s.submit("hi", timeout=WAIT)
+        assert first.status == "completed"
+        assert roles(first.items) == ["UserMessage", "AssistantMessage"]
+        assert first.items[-1] == AssistantMessage(text="")
+        second = s.submit("are you there?", timeout=WAIT)
+        assert second.status == "completed"
+        sent = model.requests[-1].messages
+        assert roles(sent) == ["UserMessage", "AssistantMessage", "UserMessage"]
+        assert no_two_user_turns_in_a_row(s.history)
+
+
+def test_an_empty_final_answer_after_tools_stays_in_history(
+    runtime: Runtime, workspace: Path
+) -> None:
+    counter = Counter()
+
+    def decide(request: LlmRequest) -> Any:
+        if len(request.messages) == 1:
+            return {"tool_calls": [{"name": "count", "arguments": {"label": "a"}}]}
+        return ""
+
+    model = FunctionModel(decide)
+    with runtime.open_session(workspace=workspace, model=model, tools=[counter.tool()]) as s:
+        turn = s.submit("count", timeout=WAIT)
+        assert turn.status == "completed"
+        assert turn.items[-1] == AssistantMessage(text="")
+        s.submit("and now?", timeout=WAIT)
+        assert no_two_user_turns_in_a_row(model.requests[-1].messages)
+        assert pairing_problems(s.history) == []
 
 
 # -- point 10: thousands of tool calls in one answer -------------------------------------------

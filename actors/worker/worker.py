@@ -17,7 +17,8 @@ gets exactly one result -- a real one, or a synthetic ``Skipped`` /
 ``Cancelled`` / ``Aborted`` / ``Interrupted`` one -- so history is never in a
 state an LLM provider rejects.
 
-The model is not trusted to be reasonable. Of one answer's tool
+The model is not trusted to be reasonable. An empty answer is kept in
+history (dropping it would put two user turns in a row). Of one answer's tool
 calls at most ``WorkerConfig.max_batch_calls`` run; each call past them gets
 an error result. However many calls, hooks and steps follow each other, continuations run
 one after another (:meth:`Worker._then`), never nested: the stack stays flat.
@@ -953,9 +954,10 @@ class Worker(PooledActor):
         assistant = message.message
         assert run.llm_base is not None
         self.config.interceptor.on_llm_response(run.llm_base, assistant)
-        if assistant.text or assistant.tool_calls:
-            run.assistant_index = len(self.state.history)
-            self._append(run, assistant)
+        # An empty answer is kept too: dropping it would leave two user turns in
+        # a row in the next request, which real servers and templates reject.
+        run.assistant_index = len(self.state.history)
+        self._append(run, assistant)
         if assistant.tool_calls:
             self._start_tools(run, assistant)
         else:

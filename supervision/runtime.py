@@ -55,6 +55,7 @@ from actors.worker.hooks import Hooks
 from actors.worker.interceptor import Interceptor, Interceptors
 from actors.worker.state import SessionState
 from actors.worker.worker import (
+    DEFAULT_MAX_ARGUMENT_RETRIES,
     DEFAULT_MAX_BATCH_CALLS,
     Worker,
     WorkerConfig,
@@ -277,6 +278,7 @@ class Runtime:
         call_timeout: float = 120.0,
         tool_concurrency: int | None = None,
         max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS,
+        max_argument_retries: int = DEFAULT_MAX_ARGUMENT_RETRIES,
         purpose: Purpose = "main",
         file_ref_cap: int = 16_384,
         speculation: SpeculationConfig | None = None,
@@ -287,8 +289,8 @@ class Runtime:
         ``model`` is a :class:`~actors.llm.ScriptedModel`, a
         :class:`~actors.llm.FunctionModel` or an
         :class:`~actors.llm.OpenAICompatible` endpoint configuration.
-        ``max_batch_calls`` bounds what a model's answer can set in motion (see
-        :class:`~actors.worker.worker.WorkerConfig`).
+        ``max_batch_calls`` and ``max_argument_retries`` bound what a model's
+        answer can do (see :class:`~actors.worker.worker.WorkerConfig`).
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
@@ -333,6 +335,7 @@ class Runtime:
             call_timeout=call_timeout,
             tool_concurrency=tool_concurrency,
             max_batch_calls=max_batch_calls,
+            max_argument_retries=max_argument_retries,
         )
         supervisor_id = f"session:{sid}"
         spec_config = speculation or SpeculationConfig()

@@ -207,6 +207,7 @@ class Speculator(PooledActor):
             call_timeout=main.call_timeout,
             tool_concurrency=main.tool_concurrency,
             max_batch_calls=main.max_batch_calls,
+            max_argument_retries=main.max_argument_retries,
             hidden_tools=main.hidden_tools,
             strict_tool_hooks=True,
             blob_store=main.blob_store,

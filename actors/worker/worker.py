@@ -20,8 +20,12 @@ state an LLM provider rejects.
 The model is not trusted to be reasonable. An empty answer is kept in
 history (dropping it would put two user turns in a row). Of one answer's tool
 calls at most ``WorkerConfig.max_batch_calls`` run; each call past them gets
-an error result. However many calls, hooks and steps follow each other, continuations run
-one after another (:meth:`Worker._then`), never nested: the stack stays flat.
+an error result. A call whose arguments are not a JSON object
+(``ToolCall.arguments_error``) is not run: its error result says why, so the
+model can correct itself, up to ``max_argument_retries`` answers per run; the
+next such answer ends the run as an LLM protocol error. However many calls,
+hooks and steps follow each other, continuations run one after another
+(:meth:`Worker._then`), never nested: the stack stays flat.
 
 A run that is ending stays ended: once a cancel, an abort or a failure has
 begun a run's ending (its on_abort chain), no continuation of work that was
@@ -103,6 +107,7 @@ from messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
+    LlmError,
     LlmFailed,
     LlmRequest,
     LlmRetrying,
@@ -224,11 +229,23 @@ def over_cap_text(calls: int, cap: int) -> str:
     )
 
 
+def bad_arguments_text(call: ToolCall) -> str:
+    """The result of a call whose arguments are not a JSON object (it was not run)."""
+    return (
+        f"Error: the call was not run: its {call.arguments_error}. Call {call.name} again "
+        "with its arguments as one valid JSON object."
+    )
+
+
 MAX_EARLY_CANCELS = 256
 """How many cancels that overtook their submit a worker remembers (oldest dropped)."""
 
 DEFAULT_MAX_BATCH_CALLS = 128
 """Tool calls of one answer that may run (``WorkerConfig.max_batch_calls``)."""
+
+DEFAULT_MAX_ARGUMENT_RETRIES = 3
+"""Answers with unusable tool arguments a run hands back to the model
+(``WorkerConfig.max_argument_retries``)."""
 
 
 class WorkerBusy(RuntimeError):
@@ -273,10 +290,17 @@ class WorkerConfig:
     """Tool calls of one answer that may run; each call past it gets an error result
     saying so (it is not run, not shown to hooks). A model is not trusted to stay
     reasonable: this bounds what one answer can set in motion."""
+    max_argument_retries: int = DEFAULT_MAX_ARGUMENT_RETRIES
+    """How many answers with tool arguments that are not a JSON object
+    (``ToolCall.arguments_error``) a run hands back to the model as error results,
+    so it can correct itself; the next one ends the run as an LLM protocol error.
+    ``0``: the first one does."""
 
     def __post_init__(self) -> None:
         if self.max_batch_calls < 1:
             raise ValueError("max_batch_calls must be at least 1")
+        if self.max_argument_retries < 0:
+            raise ValueError("max_argument_retries must not be negative")
 
 
 @dataclass
@@ -320,6 +344,8 @@ class _Run:
     sent_history_len: int = 0
     """Length of history when ``llm_ctx`` was sent (what came after is its answer)."""
     llm_retried: bool = False
+    argument_retries: int = 0
+    """Answers with unusable tool arguments handed back to the model in this run."""
     streamed_chars: int = 0
     """Text forwarded as TextDelta for the current request attempt (void on a retry)."""
     pending_messages: list[Item] = field(default_factory=list)
@@ -926,7 +952,10 @@ class Worker(PooledActor):
         if run is None:
             return
         run.llm_request_id = None
-        error = message.error
+        self._llm_failed(run, message.error)
+
+    def _llm_failed(self, run: _Run, error: LlmError) -> None:
+        """The request failed (or its answer was unusable): the interceptor may retry once."""
         assert run.llm_base is not None
         retry = self.config.interceptor.on_llm_error(run.llm_base, error)
         if isinstance(retry, RetryRequest) and not run.llm_retried:
@@ -953,6 +982,23 @@ class Worker(PooledActor):
         )
         assistant = message.message
         assert run.llm_base is not None
+        bad = next((c for c in assistant.tool_calls if c.arguments_error is not None), None)
+        if bad is not None:
+            if run.argument_retries >= self.config.max_argument_retries:
+                # The bound is spent: the answer is unusable, as a protocol error.
+                retries = run.argument_retries
+                after = (
+                    f" (after {retries} earlier answer{'' if retries == 1 else 's'} with "
+                    "invalid arguments in this run)"
+                    if retries
+                    else ""
+                )
+                error = LlmError(
+                    kind="protocol", message=f"tool call {bad.name!r}: {bad.arguments_error}{after}"
+                )
+                self._llm_failed(run, error)
+                return
+            run.argument_retries += 1
         self.config.interceptor.on_llm_response(run.llm_base, assistant)
         # An empty answer is kept too: dropping it would leave two user turns in
         # a row in the next request, which real servers and templates reject.
@@ -976,11 +1022,13 @@ class Worker(PooledActor):
         for index, call in enumerate(calls):
             if wanted is not None and call.id not in wanted:
                 continue
-            # A call past the cap is never run nor shown to the hooks: its error
-            # result tells the model why.
+            # A call past the cap, or whose arguments are unusable, is never run nor
+            # shown to the hooks: its error result tells the model why.
             refusal: tuple[str, str] | None = None
             if index >= cap:  # by position in the answer, also when continuing after a boundary
                 refusal = over_cap_text(len(calls), cap), "refused"
+            elif call.arguments_error is not None:
+                refusal = bad_arguments_text(call), "invalid"
             tool = registry.get(call.name)
             meta = ToolMeta(
                 description=getattr(tool, "description", ""),

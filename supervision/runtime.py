@@ -54,7 +54,12 @@ from actors.tools.runner import ThreadRunner
 from actors.worker.hooks import Hooks
 from actors.worker.interceptor import Interceptor, Interceptors
 from actors.worker.state import SessionState
-from actors.worker.worker import Worker, WorkerConfig
+from actors.worker.worker import (
+    DEFAULT_MAX_ARGUMENT_RETRIES,
+    DEFAULT_MAX_BATCH_CALLS,
+    Worker,
+    WorkerConfig,
+)
 from messages.alerts import Alert, AlertLevel, ForgetSession
 from messages.blob_store import ReleaseSession
 from messages.blobs import BlobLimits
@@ -272,6 +277,8 @@ class Runtime:
         max_turns: int = 50,
         call_timeout: float = 120.0,
         tool_concurrency: int | None = None,
+        max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS,
+        max_argument_retries: int = DEFAULT_MAX_ARGUMENT_RETRIES,
         purpose: Purpose = "main",
         file_ref_cap: int = 16_384,
         speculation: SpeculationConfig | None = None,
@@ -282,6 +289,8 @@ class Runtime:
         ``model`` is a :class:`~actors.llm.ScriptedModel`, a
         :class:`~actors.llm.FunctionModel` or an
         :class:`~actors.llm.OpenAICompatible` endpoint configuration.
+        ``max_batch_calls`` and ``max_argument_retries`` bound what a model's
+        answer can do (see :class:`~actors.worker.worker.WorkerConfig`).
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
@@ -325,6 +334,8 @@ class Runtime:
             max_turns=max_turns,
             call_timeout=call_timeout,
             tool_concurrency=tool_concurrency,
+            max_batch_calls=max_batch_calls,
+            max_argument_retries=max_argument_retries,
         )
         supervisor_id = f"session:{sid}"
         spec_config = speculation or SpeculationConfig()

@@ -568,6 +568,13 @@ class SessionSupervisor(Supervisor):
                     self._current = None
                 spec.phase = "ended"
                 self._report(spec, "failed", reason=result.error)
+        elif result.state == "empty":
+            # Nothing to accept: not offered as finished; Tab runs the prompt normally.
+            if spec.phase == "offered":  # an accepting one is reported by its accept
+                if spec is self._current:
+                    self._current = None
+                spec.phase = "ended"
+                self._report(spec, "empty", result=result)
         elif result.state == "completed":
             self._ask_pipelined(spec)
 
@@ -905,6 +912,15 @@ class SessionSupervisor(Supervisor):
                     self._accept_done(spec)
                     return
                 self._submit_normally(suggestion, answer, "conflict", conflicts=result.conflicts)
+                self._accept_done(spec)
+                return
+            if result.state == "empty":  # nothing to accept: the prompt runs normally
+                if cancelled:
+                    called_off()
+                    return
+                spec.phase = "ended"
+                self._report(spec, "empty", result=result)
+                self._submit_normally(suggestion, answer, "submitted")
                 self._accept_done(spec)
                 return
             if result.state not in ("completed", "boundary") or not (

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from actors.llm.errors import LlmException, error_from_payload, llm_error
 from messages.conversation import (
     AssistantMessage,
@@ -29,6 +31,7 @@ from messages.conversation import (
     ToolCall,
     ToolResult,
     UserMessage,
+    invalid_arguments,
 )
 from messages.llm import (
     LlmRequest,
@@ -253,27 +256,67 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def parse_arguments(text: str, name: str) -> dict[str, Any]:
-    """Decode the assembled arguments of one call (``""`` means no arguments)."""
+class ArgumentsInvalid(ValueError):
+    """A call's arguments text is not a JSON object: why, and where (char offset)."""
+
+    def __init__(self, reason: str, position: int | None = None) -> None:
+        # (json's "Unterminated string starting at" already ends with the "at")
+        at = reason if position is None else f"{reason.removesuffix(' at')} at char {position}"
+        super().__init__(at)
+        self.reason = reason
+        self.position = position
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
+def decode_arguments(text: str) -> dict[str, Any]:
+    """Decode the assembled arguments of one call (``""`` means no arguments).
+
+    Raises :class:`ArgumentsInvalid` for anything but one JSON object --
+    malformed text, NaN/Infinity, nesting too deep for the parser.
+    """
     if text.strip() == "":
         return {}
     try:
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
-        raise llm_error(
-            "protocol",
-            f"tool call {name!r}: arguments never formed valid JSON ({exc.msg})",
-            retryable=True,
-        ) from None
+        raise ArgumentsInvalid(exc.msg, exc.pos) from None
+    except RecursionError:
+        raise ArgumentsInvalid("nested too deeply") from None
     except ValueError as exc:
+        raise ArgumentsInvalid(str(exc)) from None
+    if not isinstance(value, dict):
+        raise ArgumentsInvalid(f"expected a JSON object, got {_json_kind(value)}")
+    return value
+
+
+def parse_arguments(text: str, name: str) -> dict[str, Any]:
+    """:func:`decode_arguments`, failing as a protocol error naming the tool."""
+    try:
+        return decode_arguments(text)
+    except ArgumentsInvalid as exc:
         raise llm_error(
             "protocol", f"tool call {name!r}: arguments are not valid JSON ({exc})", retryable=True
         ) from None
-    if not isinstance(value, dict):
-        raise llm_error(
-            "protocol", f"tool call {name!r}: arguments are not a JSON object", retryable=True
-        )
-    return value
+
+
+def tool_call(call_id: str, name: str, text: str) -> ToolCall:
+    """One assembled call. Arguments that are not a JSON object do not fail the answer:
+
+    the call is kept with empty ``arguments`` and an ``arguments_error``
+    (why, where, an excerpt), and the worker decides -- it hands the model an
+    error result so it can correct itself, a bounded number of times per run.
+    """
+    try:
+        return ToolCall(id=call_id, name=name, arguments=decode_arguments(text))
+    except ArgumentsInvalid as exc:
+        error = invalid_arguments(text, exc.reason, exc.position)
+    except ValidationError as exc:  # a JSON object pydantic refuses (e.g. nested too deeply)
+        error = invalid_arguments(text, str(exc.errors()[0]["msg"]))
+    return ToolCall(id=call_id, name=name, arguments_error=error)
 
 
 class StreamAssembler:
@@ -384,10 +427,10 @@ class StreamAssembler:
             if not partial.name:
                 raise llm_error("protocol", f"tool call #{index} has no name", retryable=True)
             calls.append(
-                ToolCall(
-                    id=partial.call_id or f"call_{self.request_id}_{index}",
-                    name=partial.name,
-                    arguments=parse_arguments("".join(partial.arguments), partial.name),
+                tool_call(
+                    partial.call_id or f"call_{self.request_id}_{index}",
+                    partial.name,
+                    "".join(partial.arguments),
                 )
             )
         message = AssistantMessage(text="".join(self.text), tool_calls=tuple(calls))
@@ -413,10 +456,10 @@ def complete_from_body(request_id: str, body: Any) -> tuple[AssistantMessage, Us
             raise llm_error("protocol", f"tool call #{index} is malformed", retryable=True)
         name = str(function["name"])
         calls.append(
-            ToolCall(
-                id=str(raw.get("id") or f"call_{request_id}_{index}"),
-                name=name,
-                arguments=parse_arguments(str(function.get("arguments") or ""), name),
+            tool_call(
+                str(raw.get("id") or f"call_{request_id}_{index}"),
+                name,
+                str(function.get("arguments") or ""),
             )
         )
     text = message.get("content")
@@ -432,10 +475,12 @@ __all__ = [
     "StreamAssembler",
     "arguments_text",
     "complete_from_body",
+    "decode_arguments",
     "parse_arguments",
     "request_body",
     "request_payload",
     "to_openai_messages",
     "to_openai_tool_choice",
     "to_openai_tools",
+    "tool_call",
 ]

@@ -62,7 +62,7 @@ from actors.tools.base import ToolRegistry, ToolServices
 from actors.worker.hooks import HookEvent, HooksView
 from actors.worker.state import SessionState, pairing_problems
 from actors.worker.worker import Worker, WorkerConfig
-from messages.conversation import Item, ToolCall, UserMessage
+from messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
 from messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from messages.runtime import StopNow
 from messages.session import (
@@ -208,6 +208,8 @@ class Speculator(PooledActor):
             max_turns=config.max_turns,
             call_timeout=main.call_timeout,
             tool_concurrency=main.tool_concurrency,
+            max_batch_calls=main.max_batch_calls,
+            max_argument_retries=main.max_argument_retries,
             hidden_tools=main.hidden_tools,
             strict_tool_hooks=True,
             blob_store=main.blob_store,
@@ -414,6 +416,8 @@ class Speculator(PooledActor):
         gate = self._gate
         late = gate.late if gate is not None else []
         if status == "completed":
+            if not _has_answer(items):  # nothing to accept: Tab runs the prompt normally
+                return "empty", ()
             return "completed", items
         if status == "boundary" and result.boundary is not None:
             self.boundary_calls = tuple(
@@ -487,7 +491,7 @@ class Speculator(PooledActor):
         except ActorDeadError:
             pass
         waiting, self._waiting = self._waiting, []
-        if state in ("aborted", "failed"):
+        if state in ("aborted", "failed", "empty"):
             for waiter in waiting:
                 if waiter is not None:
                     waiter.try_set(self._result())
@@ -599,6 +603,14 @@ class Speculator(PooledActor):
         except ActorDeadError:
             self._finish("aborted", items=(), error=message.reason)
         return True
+
+
+def _has_answer(items: tuple[Item, ...]) -> bool:
+    """Whether a transcript holds anything of the model's: a tool call or non-blank text."""
+    return any(
+        isinstance(item, AssistantMessage) and (item.tool_calls or item.text.strip())
+        for item in items
+    )
 
 
 def new_speculation_id() -> str:

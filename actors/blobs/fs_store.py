@@ -7,6 +7,7 @@ through the ``[blob:<id>]`` reference in its history)::
     <root>/blobs/<id>.json     Structured content, compact JSON
     <root>/blobs/<id>.lines    line index of a big text blob (a rebuildable cache)
     <root>/blobs/<id>.jidx     top-level index of a big JSON blob (a rebuildable cache)
+    <root>/blobs/<id>.owner    the session that stored the blob (who may read it)
     <root>/blobs/.tmp-<pid>-*  temp files of writes in progress (or interrupted)
 
 Guarantees the blob-store actor builds on:
@@ -29,6 +30,13 @@ Guarantees the blob-store actor builds on:
   concurrently: each write has its own temp file, readers open files
   themselves, shared caches are lock-protected, and :meth:`collect` calls are
   serialized.
+* **A blob belongs to the session that stored it.** ``store(content,
+  owner=session_id)`` writes ``<id>.owner`` (after the blob, before the id is
+  returned; a blob whose owner file is missing -- legacy, or a crash in
+  between -- belongs to nobody). :meth:`owner` reads it back, so ownership
+  survives the actor's restarts and a new process; the ``inspect`` tool reads
+  only through :class:`~actors.blobs.ownership.SessionBlobs`, which answers a
+  blob of another session exactly as a missing one.
 * **Retention never removes a pinned blob.** :attr:`FsBlobStore.pins` (a
   :class:`~actors.blobs.pins.PinTable`) holds what live sessions reference;
   :meth:`collect` honours it on its own, re-checking each blob just before
@@ -90,7 +98,11 @@ TEXT_SUFFIX = ".txt"
 JSON_SUFFIX = ".json"
 INDEX_SUFFIX = ".lines"
 JSON_INDEX_SUFFIX = ".jidx"
-_SIDECARS = (INDEX_SUFFIX, JSON_INDEX_SUFFIX)
+OWNER_SUFFIX = ".owner"
+_SIDECARS = (INDEX_SUFFIX, JSON_INDEX_SUFFIX, OWNER_SUFFIX)
+MAX_OWNER_BYTES = 64 * 1024
+"""Bytes read of an owner file (a session id is far shorter)."""
+_OWNER_CACHE_SIZE = 4096
 TEMP_PREFIX = ".tmp-"
 INDEX_MIN_BYTES = 64 * 1024
 """Text blobs at least this big get a persistent line-index sidecar."""
@@ -255,6 +267,7 @@ class FsBlobStore:
         self.temp_grace_s = temp_grace_s
         self.pins = pins if pins is not None else PinTable()
         """What live sessions reference: :meth:`collect` never removes these."""
+        self._owners: OrderedDict[uuid.UUID, str] = OrderedDict()
         self._fsync = fsync
         self._index_min_bytes = index_min_bytes
         self._lock = threading.Lock()
@@ -290,11 +303,14 @@ class FsBlobStore:
 
     # ------------------------------------------------------------------ write
 
-    def store(self, content: Content) -> uuid.UUID:
+    def store(self, content: Content, *, owner: str | None = None) -> uuid.UUID:
         """Store ``content`` atomically and return its new UUIDv7 id.
 
-        The id is returned only once the blob is complete and visible; a
-        failure raises :class:`BlobStoreError` and leaves no visible blob.
+        The id is returned only once the blob is complete and visible, and
+        (with ``owner``, a session id) its owner file written; a failure
+        raises :class:`BlobStoreError` and leaves no visible blob. Without an
+        owner the blob belongs to no session: only trusted code that reads the
+        store directly can read it.
         """
         data, suffix = encode_content(content)
         blob_id = new_blob_id()
@@ -302,10 +318,13 @@ class FsBlobStore:
         with _INFLIGHT_LOCK:
             _INFLIGHT_IDS.add(busy)
         try:
+            path = self.blobs_dir / f"{blob_id}{suffix}"
             try:
-                self._write_atomic(self.blobs_dir / f"{blob_id}{suffix}", data, durable=self._fsync)
+                self._write_atomic(path, data, durable=self._fsync)
             except OSError as exc:
                 raise BlobStoreError(f"could not store blob: {exc}") from exc
+            if owner is not None:
+                self._write_owner(blob_id, path, owner)
             if suffix == TEXT_SUFFIX and len(data) >= self._index_min_bytes:
                 index = LineIndex.build(data)
                 self._cache_index(blob_id, index)
@@ -319,6 +338,56 @@ class FsBlobStore:
             with _INFLIGHT_LOCK:
                 _INFLIGHT_IDS.discard(busy)
         return blob_id
+
+    def _write_owner(self, blob_id: uuid.UUID, path: Path, owner: str) -> None:
+        """Write ``<id>.owner``; on failure remove the blob (an id nobody could read is useless).
+
+        Not fsynced: after a power loss a blob may survive without its owner
+        file, and then belongs to nobody (unreadable, collected in time) --
+        the safe direction, for one fsync less per store.
+        """
+        data = json.dumps({"owner": owner}, ensure_ascii=False).encode(ENCODING, ENCODING_ERRORS)
+        try:
+            self._write_atomic(self._owner_path(blob_id), data, durable=False)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise BlobStoreError(f"could not store blob: {exc}") from exc
+        self._cache_owner(blob_id, owner)
+
+    def _owner_path(self, blob_id: uuid.UUID) -> Path:
+        return self.blobs_dir / f"{blob_id}{OWNER_SUFFIX}"
+
+    def _cache_owner(self, blob_id: uuid.UUID, owner: str) -> None:
+        with self._lock:
+            self._owners[blob_id] = owner
+            self._owners.move_to_end(blob_id)
+            while len(self._owners) > _OWNER_CACHE_SIZE:
+                self._owners.popitem(last=False)
+
+    def owner(self, blob_id: uuid.UUID | str) -> str | None:
+        """The session that stored the blob; None if it has no owner or no such blob exists.
+
+        An owner never changes (ids are never reused), so answers are cached;
+        a cached owner of a blob removed since is harmless -- reading it then
+        finds no blob. A missing, unreadable or malformed owner file is None.
+        """
+        key = parse_blob_id(blob_id)
+        with self._lock:
+            cached = self._owners.get(key)
+        if cached is not None:
+            return cached
+        try:
+            with self._owner_path(key).open("rb") as fh:
+                raw = fh.read(MAX_OWNER_BYTES + 1)
+            record = json.loads(raw.decode(ENCODING, ENCODING_ERRORS))
+        except (OSError, ValueError, RecursionError):
+            return None
+        owner = record.get("owner") if isinstance(record, dict) else None
+        if not isinstance(owner, str) or len(raw) > MAX_OWNER_BYTES:
+            return None
+        self._cache_owner(key, owner)
+        return owner
 
     def _write_atomic(self, path: Path, data: bytes, *, durable: bool) -> None:
         """Temp file in the same directory + (fsync) + ``os.replace``.
@@ -705,11 +774,12 @@ class FsBlobStore:
             with contextlib.suppress(FileNotFoundError):
                 self.path_for(key, kind).unlink()
                 removed = True
-        for sidecar in (self._index_path(key), self._json_index_path(key)):
+        for sidecar in (self._index_path(key), self._json_index_path(key), self._owner_path(key)):
             with contextlib.suppress(FileNotFoundError):
                 sidecar.unlink()
         with self._lock:
             self._indexes.pop(key, None)
+            self._owners.pop(key, None)
         self._forget_parsed(key)
         return removed
 
@@ -792,11 +862,16 @@ class FsBlobStore:
         except OSError as exc:
             log.warning("blob_remove_failed", blob_id=str(entry.blob_id), error=str(exc))
             return False
-        for sidecar in (self._index_path(entry.blob_id), self._json_index_path(entry.blob_id)):
+        for sidecar in (
+            self._index_path(entry.blob_id),
+            self._json_index_path(entry.blob_id),
+            self._owner_path(entry.blob_id),
+        ):
             with contextlib.suppress(OSError):
                 sidecar.unlink()
         with self._lock:
             self._indexes.pop(entry.blob_id, None)
+            self._owners.pop(entry.blob_id, None)
         self._forget_parsed(entry.blob_id)
         return True
 
@@ -831,15 +906,22 @@ class FsBlobStore:
                     continue
             elif name.endswith(_SIDECARS):
                 stem, _dot, ext = name.rpartition(".")
-                owner = TEXT_SUFFIX if f".{ext}" == INDEX_SUFFIX else JSON_SUFFIX
-                if f"{stem}{owner}" in present:
+                suffix = f".{ext}"
+                blobs = (
+                    (TEXT_SUFFIX,)
+                    if suffix == INDEX_SUFFIX
+                    else (JSON_SUFFIX,)
+                    if suffix == JSON_INDEX_SUFFIX
+                    else (TEXT_SUFFIX, JSON_SUFFIX)  # an owner file: a blob of either kind
+                )
+                if any(f"{stem}{b}" in present for b in blobs):
                     continue
                 try:
                     if uuid.UUID(stem) in busy_ids or str(uuid.UUID(stem)) != stem:
                         continue
                 except ValueError:
                     continue
-                if (self.blobs_dir / f"{stem}{owner}").exists():
+                if any((self.blobs_dir / f"{stem}{b}").exists() for b in blobs):
                     continue
             else:
                 continue

@@ -200,13 +200,23 @@ class BlobStoreActor(PooledActor):
             if session_id in self._release_after:
                 # The session closed while this work ran; its late pins must go too.
                 self._release_after.discard(session_id)
-                self.pins.release(session_id)
+                self._release(session_id)
 
     @handles(ReleaseSession)
     def _on_release(self, message: ReleaseSession) -> None:
-        self.pins.release(message.session_id)
+        self._release(message.session_id)
         if self._busy.get(message.session_id):
             self._release_after.add(message.session_id)
+
+    def _release(self, session_id: str) -> None:
+        """Drop the pins in memory now; compact the published ones on the blocking lane."""
+        if self.pins.release(session_id):
+            self.run_blocking(self.pins.sync, on_error=self._sync_failed)
+
+    def _sync_failed(self, error: BaseException) -> None:
+        # Only over-protection is left behind (the file lists released pins);
+        # the next collection compacts it again.
+        self.log.warning("blob_pins_sync_failed", error=repr(error))
 
     # -- the BlobStore interface -------------------------------------------------------
 

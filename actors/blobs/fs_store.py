@@ -9,6 +9,7 @@ through the ``[blob:<id>]`` reference in its history)::
     <root>/blobs/<id>.jidx     top-level index of a big JSON blob (a rebuildable cache)
     <root>/blobs/<id>.owner    the session that stored the blob (who may read it)
     <root>/blobs/.tmp-<pid>-*  temp files of writes in progress (or interrupted)
+    <root>/blobs/.pins/        the pins each live store publishes (actors.blobs.shared_pins)
 
 Guarantees the blob-store actor builds on:
 
@@ -37,10 +38,13 @@ Guarantees the blob-store actor builds on:
   survives the actor's restarts and a new process; the ``inspect`` tool reads
   only through :class:`~actors.blobs.ownership.SessionBlobs`, which answers a
   blob of another session exactly as a missing one.
-* **Retention never removes a pinned blob.** :attr:`FsBlobStore.pins` (a
-  :class:`~actors.blobs.pins.PinTable`) holds what live sessions reference;
-  :meth:`collect` honours it on its own, re-checking each blob just before
-  removing it, so a pin taken while a collection runs is honoured too.
+* **Retention never removes a pinned blob, whichever process pinned it.**
+  :attr:`FsBlobStore.pins` (a :class:`~actors.blobs.pins.PinTable`) holds what
+  live sessions reference, and publishes it under ``.pins/`` for the other
+  processes sharing the directory; :meth:`collect` honours its own table and
+  every live store's published pins, re-checking each blob just before
+  removing it under the directory's collection lock, so a pin taken while a
+  collection runs -- here or in another process -- is honoured too.
 * **Cheap line ranges.** Text blobs of at least ``index_min_bytes`` get a
   sparse line index (:mod:`actors.blobs.line_index`) written next to them at
   store time and rebuilt if missing or stale, so :meth:`read_lines` seeks
@@ -86,6 +90,13 @@ from pydantic import JsonValue
 from actors.blobs.json_index import JsonIndex, encode_indexed
 from actors.blobs.line_index import LineIndex
 from actors.blobs.pins import PinTable
+from actors.blobs.shared_pins import (
+    COLLECT_LOCK_TIMEOUT_S,
+    PINS_DIR,
+    ForeignPins,
+    PinJournal,
+    gc_lock,
+)
 from messages.blob_store import CollectReport
 from messages.blobs import BlobKind, Content, Structured, Text
 
@@ -225,10 +236,12 @@ class FsBlobStore:
     summary entering history, the blob is referenced by nobody. ``fsync=False``
     skips the fsyncs (tests, throwaway stores); atomicity is kept.
 
-    ``pins`` is the retention protection of live sessions (a new, empty
-    :class:`PinTable` by default). It belongs to the store rather than to the
-    blob-store actor so it survives the actor's restarts: whoever owns the
-    store (the runtime) owns the pins. ``parsed_cache_bytes`` bounds the
+    ``pins`` is the retention protection of live sessions (by default a new,
+    empty :class:`PinTable` that publishes under ``.pins/`` for other
+    processes; an injected table publishes only if it has a journal). It
+    belongs to the store rather than to the blob-store actor so it survives
+    the actor's restarts: whoever owns the store (the runtime) owns the pins,
+    and calls :meth:`close` when it is done. ``parsed_cache_bytes`` bounds the
     parsed-JSON cache; ``json_index_min_bytes`` (default: half of it) is the
     size from which structured blobs get a top-level index; ``temp_grace_s``
     is the age after which the sweep removes any temp file, even one whose
@@ -265,8 +278,12 @@ class FsBlobStore:
         self.max_age_s = max_age_s
         self.grace_s = grace_s
         self.temp_grace_s = temp_grace_s
-        self.pins = pins if pins is not None else PinTable()
+        self.pins_dir = self.blobs_dir / PINS_DIR
+        self._own_pins = pins is None
+        self.pins = PinTable(journal=PinJournal(self.pins_dir)) if pins is None else pins
         """What live sessions reference: :meth:`collect` never removes these."""
+        self._foreign = ForeignPins(self.pins_dir)
+        """What the other live stores on this directory pin."""
         self._owners: OrderedDict[uuid.UUID, str] = OrderedDict()
         self._fsync = fsync
         self._index_min_bytes = index_min_bytes
@@ -283,6 +300,14 @@ class FsBlobStore:
         self.blobs_dir.mkdir(parents=True, exist_ok=True)
         self._dir_key = os.path.realpath(self.blobs_dir)
         self.sweep_temp()
+
+    def close(self) -> None:
+        """Withdraw this store's published pins (the runtime closes). Idempotent.
+
+        The store stays usable; a later pin publishes again.
+        """
+        if self._own_pins:
+            self.pins.close()
 
     # ------------------------------------------------------------------ paths
 
@@ -795,8 +820,12 @@ class FsBlobStore:
         Protected are the ids in ``referenced`` (e.g.
         :func:`actors.blobs.summary.referenced_blob_ids` of live histories),
         every blob pinned in :attr:`pins`, and in ``pins`` when another table
-        is passed. Pins are re-checked right before each removal, so a pin
-        taken while this runs still protects its blob. First every
+        is passed, and every blob another live store on this directory
+        publishes as pinned (:mod:`actors.blobs.shared_pins`). Pins are
+        re-checked right before each removal under the directory's
+        collection lock, so a pin taken while this runs -- in this process or
+        another -- still protects its blob; a blob whose lock cannot be had in
+        time is kept for the next run. First every
         unprotected blob older than ``max_age_s`` goes; then, oldest first,
         unprotected blobs go until the total is at most ``max_total_bytes``.
         Blobs younger than ``grace_s`` always stay. Age is ``now - mtime``
@@ -805,11 +834,36 @@ class FsBlobStore:
         now = time.time() if now is None else now
         refs = {parse_blob_id(r) for r in referenced}
         tables = [self.pins] if pins is None or pins is self.pins else [self.pins, pins]
+        own = {
+            t.journal.token for t in tables if t.journal is not None and t.journal.token is not None
+        }
+        foreign = self._foreign
 
         def is_protected(blob_id: uuid.UUID) -> bool:
-            return blob_id in refs or any(table.is_pinned(blob_id) for table in tables)
+            return (
+                blob_id in refs
+                or any(table.is_pinned(blob_id) for table in tables)
+                or blob_id in foreign
+            )
+
+        def remove(entry: _Entry) -> bool | None:
+            """True: removed; False: pinned after all; None: kept (lock busy, unlink failed)."""
+            with gc_lock(self.pins_dir, exclusive=True, timeout=COLLECT_LOCK_TIMEOUT_S) as state:
+                if state == "busy":
+                    return None
+                # Under the lock no pin can land: what the tables and the other
+                # stores' files say now holds until the blob is gone.
+                foreign.refresh(own)
+                if not foreign.certain:
+                    return None  # another store's pins are unreadable: keep everything
+                if is_protected(entry.blob_id):
+                    return False
+                return True if self._remove(entry) else None
 
         with self._collect_lock:
+            for table in tables:
+                table.sync()  # compact our published pins after releases
+            foreign.refresh(own, full=True)  # who is alive; files of gone stores removed
             entries = sorted(self._scan(), key=lambda e: (e.mtime, e.blob_id))
             removed: list[_Entry] = []
             protected: dict[uuid.UUID, None] = {}
@@ -819,21 +873,33 @@ class FsBlobStore:
                 if self.max_age_s is not None and age > self.max_age_s:
                     if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
-                    elif age >= self.grace_s and self._remove(entry):
-                        removed.append(entry)
-                        continue
+                    elif age >= self.grace_s:
+                        outcome = remove(entry)
+                        if outcome:
+                            removed.append(entry)
+                            continue
+                        if outcome is False:
+                            protected[entry.blob_id] = None
                 kept.append(entry)
             total = sum(e.size for e in kept)
             if self.max_total_bytes is not None:
-                for entry in list(kept):
+                survivors: list[_Entry] = []
+                for index, entry in enumerate(kept):
                     if total <= self.max_total_bytes:
+                        survivors.extend(kept[index:])
                         break
                     if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
-                    elif now - entry.mtime >= self.grace_s and self._remove(entry):
-                        removed.append(entry)
-                        kept.remove(entry)
-                        total -= entry.size
+                    elif now - entry.mtime >= self.grace_s:
+                        outcome = remove(entry)
+                        if outcome:
+                            removed.append(entry)
+                            total -= entry.size
+                            continue
+                        if outcome is False:
+                            protected[entry.blob_id] = None
+                    survivors.append(entry)
+                kept = survivors
             report = CollectReport(
                 removed=tuple(e.blob_id for e in removed),
                 removed_bytes=sum(e.size for e in removed),

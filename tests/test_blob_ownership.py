@@ -10,6 +10,7 @@ Real runtimes, real files, a real second process for persistence.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 from pydantic import BaseModel
 
 from actors.blobs.actor import BlobStoreActor
-from actors.blobs.fs_store import BlobNotFound, FsBlobStore
+from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore
 from actors.blobs.inspect_tool import Inspect, InspectArgs
 from actors.blobs.ownership import SessionBlobs, readable_by
 from actors.blobs.selectors import InspectError, inspect_blob
@@ -74,6 +75,24 @@ def test_the_owner_is_stored_with_the_blob_and_read_back_by_a_new_instance(
     assert readable_by(fresh, mine, "s-1") and not readable_by(fresh, mine, "s-2")
     # The owner file goes with the blob.
     assert fresh.delete(mine) and not (tmp_path / "blobs" / f"{mine}.owner").exists()
+
+
+def test_a_failed_owner_write_leaves_no_blob_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FsBlobStore(tmp_path, fsync=False)
+    real_open = os.open
+
+    def no_owner_files(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".owner"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_owner_files)
+    with pytest.raises(BlobStoreError, match="could not store blob"):
+        store.store(Text(text="x" * 100), owner="s")
+    monkeypatch.undo()
+    assert store.blob_ids() == [] and [p.name for p in store.blobs_dir.iterdir()] == []
 
 
 def test_a_corrupt_owner_file_belongs_to_nobody(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The file-system blob store: plain, thread-safe, no actors.
 
-Layout (flat, independent of sessions -- a session refers to a blob only
-through the ``[blob:<id>]`` reference in its history)::
+Layout (flat: a session refers to a blob through the ``[blob:<id>]``
+reference in its history; the owner file says which session may read it)::
 
     <root>/blobs/<id>.txt      Text content, the exact UTF-8 bytes
     <root>/blobs/<id>.json     Structured content, compact JSON

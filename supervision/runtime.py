@@ -462,6 +462,8 @@ class Runtime:
         self._sessions.clear()
         for session_id in list(self._session_models):
             self._forget_models(session_id)
+        if self.blob_fs is not None:
+            self.blob_fs.close()  # withdraw the pins it publishes for other processes
         if self._owned_blob_dir is not None:
             shutil.rmtree(self._owned_blob_dir, ignore_errors=True)
         self._drop_empty_overlay_dir()

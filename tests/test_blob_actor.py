@@ -185,10 +185,10 @@ def test_a_session_released_during_its_store_keeps_no_pin(
     entered, release = threading.Event(), threading.Event()
     original = store.store
 
-    def gated(content: Any) -> uuid.UUID:
+    def gated(content: Any, **kwargs: Any) -> uuid.UUID:
         entered.set()
         assert release.wait(WAIT)
-        return original(content)
+        return original(content, **kwargs)
 
     store.store = gated  # type: ignore[method-assign]
     ref = start(system, store)

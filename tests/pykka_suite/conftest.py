@@ -53,6 +53,16 @@ DELIBERATE_DIFFERENCES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _restore_root_log_level() -> Iterator[None]:
+    # Fore: pykka's log_handler fixture leaves the root logger at NOTSET;
+    # the rest of Fore's suite must not run with every debug record enabled.
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         reason = DELIBERATE_DIFFERENCES.get(getattr(item, "originalname", item.name))

@@ -169,12 +169,17 @@ class Speculator(PooledActor):
         main = setup.main
         config = setup.config
         snapshot = setup.snapshot
-        self._overlay_actor, self.overlay = OverlayActor.for_store(
-            setup.overlays,
+        # Created first and kept at once, so that whatever fails next, the
+        # reaper (or the runtime's close) still knows of it; owned by the
+        # session, so closing the session waits for its removal.
+        self.overlay = setup.overlays.create(
             main.fs,
-            session_id=main.session_id,
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
+            owner=main.session_id,
+        )
+        self._overlay_actor = OverlayActor.start(
+            self.overlay, journal_dir=setup.overlays.journal_dir, session_id=main.session_id
         )
         self._model = MeteredModel(
             setup.model, self.actor_ref, token_budget=config.token_budget, governor=setup.governor
@@ -277,6 +282,8 @@ class Speculator(PooledActor):
                         ref.tell(StopNow())
                     except ActorDeadError:
                         pass
+            if self._overlay_actor is None and self.overlay is not None:
+                self.overlay.remove(0.0)  # no actor owns it; the runtime's close checks
 
     # -- progress and budgets ---------------------------------------------------------
 

@@ -47,6 +47,7 @@ from actors.gate.shell_rules import (
     Severity,
     Verdict,
     classify_simple_command,
+    command_name,
     environment_assignment,
     git_paths,
     read_only,
@@ -106,6 +107,8 @@ _EXPANSION_OPERATORS = frozenset(
     }
 )  # fmt: skip
 _VARIABLE_TYPES = frozenset({"variable_name", "special_variable_name"})
+_SAFE_TRANSFORMS = frozenset("QEAaUuLKk")
+"""``${x@op}`` operators that only transform the value (``P`` runs the prompt expansion)."""
 _WORD_SPECIALS = frozenset("$`'\"()<>;&|")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:,+%@^-][A-Za-z0-9_./:,+%@^=-]*")
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -290,7 +293,7 @@ def _classify_source(source: str, context: _Context) -> Verdict:
 
 def _refuse_text(source: str) -> Verdict | None:
     if not source.strip():
-        return unknown("the command is empty")
+        return read_only("the command is empty: nothing runs")
     if len(source) > MAX_COMMAND_CHARS:
         return unknown("the command is too long to check")
     if source.isascii():
@@ -502,9 +505,10 @@ def _command(
     rule = classify_simple_command(name.text, [argument.text for argument in arguments], nested)
     if rule.severity is not Severity.READ_ONLY:
         return worst(rule, *verdicts)
-    if name.text == "git":
+    command = command_name(name.text)
+    if command == "git":
         context.git_reads = True
-    return worst(rule, *verdicts, _operands(name.text, arguments, context))
+    return worst(rule, *verdicts, _operands(command, arguments, context))
 
 
 # ---------------------------------------------------------------------------
@@ -565,6 +569,11 @@ def _operands(name: str, arguments: list[_Word], context: _Context) -> Verdict:
         problem_verdict = scope.path(path)
         if problem_verdict is not None:
             return problem_verdict
+    if found.follows is not None:
+        for path in found.paths or ["."]:
+            problem_verdict = scope.walk(path, found.follows)
+            if problem_verdict is not None:
+                return problem_verdict
     return verdict
 
 
@@ -1011,6 +1020,12 @@ def _expansion(node: tree_sitter.Node, context: _Context) -> Verdict:
     inner = children[1:-1]
     if inner[0].type == "#" and len(inner) == 2 and inner[1].type in _VARIABLE_TYPES:
         return _READ_ONLY
+    if len(inner) == 3 and inner[0].type in _VARIABLE_TYPES and inner[1].type == "@":
+        # ${x@Q}, ${x@U} ... only transform the value; ${x@P} expands it as a
+        # prompt string, which runs the command substitutions inside it.
+        if inner[2].type in _SAFE_TRANSFORMS and _exact(inner[1]) and _exact(inner[2]):
+            return _READ_ONLY
+        return unknown(f"the ${{...@{inner[2].type}}} transformation is not checked")
     if inner[0].type not in _VARIABLE_TYPES:
         return _generic(node, context, f"the ${{...}} form with {inner[0].type!r} is not checked")
     verdict = _substitution_floor(node)

@@ -82,7 +82,7 @@ PLAIN_READ_ONLY: frozenset[str] = frozenset(
         "basename", "dirname", "pwd", "which", "type",
         # printing and the environment
         "echo", "printf", "printenv", "whoami", "id", "uname", "nproc", "seq",
-        "true", "false",
+        "true", "false", "numfmt",
     }
 )  # fmt: skip
 """Commands with no option that writes a file or runs another program."""
@@ -961,6 +961,9 @@ _REMOTE_WRITES = frozenset(
 )
 
 
+_REMOTE_SHOW_LOCAL = frozenset({"-n", "--no-query", "-v", "--verbose"})
+
+
 def _git_remote(args: Sequence[str]) -> Verdict:
     rest = list(args)
     while rest and rest[0] in ("-v", "--verbose"):
@@ -974,7 +977,7 @@ def _git_remote(args: Sequence[str]) -> Verdict:
     flags = {arg for arg in options if arg.startswith("-")}
     if action == "get-url" and flags <= {"--push", "--all"} and len(operands) <= 1:
         return read_only("git remote get-url prints a URL")
-    if action == "show" and "-n" in flags and flags <= {"-n", "-v", "--verbose"}:
+    if action == "show" and flags & {"-n", "--no-query"} and flags <= _REMOTE_SHOW_LOCAL:
         return read_only("git remote show -n reads the local configuration")
     if action == "show":
         return unknown("git remote show contacts the remote (use -n)")
@@ -1391,6 +1394,18 @@ def _wrapper_rule(name: str, args: Sequence[str | None]) -> Verdict:
     return unknown(f"{name} runs another command")
 
 
+SYSTEM_DIRECTORIES: frozenset[str] = frozenset({"/usr/bin", "/bin"})
+"""Where ``/usr/bin/rg`` is the system's ``rg``: only root can put a program there."""
+
+
+def command_name(name: str) -> str:
+    """The name the rules judge: ``/usr/bin/cat`` and ``/bin/cat`` are ``cat``."""
+    directory, _, base = name.rpartition("/")
+    if directory in SYSTEM_DIRECTORIES and base:
+        return base
+    return name
+
+
 def classify_simple_command(name: str, args: Sequence[str | None], nested: Nested) -> Verdict:
     """Classify one simple command from its literal name and its arguments.
 
@@ -1398,6 +1413,7 @@ def classify_simple_command(name: str, args: Sequence[str | None], nested: Neste
     classifies a command string this command would itself run (``bash -c``,
     ``eval``) so a write hidden in there still counts as a write.
     """
+    name = command_name(name)
     if "/" in name:
         base = os.path.basename(name)
         if base in WRITE_ROOTS:

@@ -55,8 +55,23 @@ MAX_GLOB_ENTRIES = 4096
 """Directory entries one command's globs may list before the check gives up (doubt)."""
 MAX_GLOB_PATHS = 1024
 """Paths one glob may produce (after brace expansion) before the check gives up."""
+MAX_WALK_ENTRIES = 20_000
+"""Entries a symlink-following walk (``grep -R``) may have before the check gives up."""
 MAX_DIRECTORIES = 16
 """Directories one command may be running in (after ``cd``) before the check gives up."""
+
+DEVICES: frozenset[str] = frozenset(
+    {
+        "/dev/null",
+        "/dev/zero",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/stdin",
+        "/dev/stdout",
+        "/dev/stderr",
+    }
+)
+"""Paths outside the workspace that hold nothing of anyone's: reading them is harmless."""
 
 _WILD = re.compile(r"[*?\[\\{}]")
 """A pattern component with any of these is matched against directory entries."""
@@ -112,7 +127,7 @@ def _f(*names: str) -> frozenset[str]:
 NO_PATHS: frozenset[str] = frozenset(
     {
         "echo", "printf", "seq", "true", "false", "pwd", "whoami", "id", "uname", "nproc",
-        "basename", "dirname", "printenv", "type", "which", "tr", "expr",
+        "basename", "dirname", "printenv", "type", "which", "tr", "expr", "numfmt",
     }
 )  # fmt: skip
 """Commands that open no file their arguments name (``which`` and ``type`` search ``PATH``)."""
@@ -298,6 +313,9 @@ class PathArguments:
 
     paths: list[str] = field(default_factory=list)
     doubt: str | None = None
+    follows: str | None = None
+    """The option that makes the command walk its operands following symlinks (``-R``):
+    every symlink below them must stay inside too."""
 
 
 def path_arguments(name: str, args: Sequence[str]) -> PathArguments:
@@ -362,10 +380,9 @@ def path_arguments(name: str, args: Sequence[str]) -> PathArguments:
     followed = options & model.follows
     if followed:
         option = min(followed)
-        dash = "-" if len(option) == 1 else "--"
-        found.doubt = f"{name} {dash}{option} follows symlinks that may lead outside the workspace"
+        found.follows = f"{name} {'-' if len(option) == 1 else '--'}{option}"
     if name == "diff" and options & {"r", "recursive"} and "no-dereference" not in options:
-        found.doubt = "diff -r follows symlinks that may lead outside the workspace"
+        found.follows = "diff -r"
     leading = model.leading
     if options & model.leading_given_by or options & model.no_leading:
         leading = 0
@@ -426,7 +443,7 @@ def _find_arguments(args: Sequence[str]) -> PathArguments:
     i = 0
     while i < len(args) and (args[i] in _FIND_OPTIONS_BEFORE_PATHS or args[i].startswith("-O")):
         if args[i] == "-L":
-            found.doubt = "find -L follows symlinks that may lead outside the workspace"
+            found.follows = "find -L"
         i += 1
     if i < len(args) and args[i] == "--":
         i += 1
@@ -443,7 +460,7 @@ def _find_arguments(args: Sequence[str]) -> PathArguments:
         if arg in _FIND_FILE_LISTS:
             found.doubt = f"find {arg} reads a list of paths the check cannot see"
         if arg in _FIND_FOLLOWS:
-            found.doubt = f"find {arg} follows symlinks that may lead outside the workspace"
+            found.follows = f"find {arg}"
         newer = arg.startswith("-newer") and len(arg) == 8 and arg[7] != "t"
         if (arg in _FIND_FILE_PRIMARIES or newer) and i < len(args):
             if args[i] != DYNAMIC:
@@ -503,6 +520,8 @@ class Scope:
 
     def path(self, text: str, bases: Sequence[str] | None = None) -> Verdict | None:
         """Doubt if ``text`` leads outside the workspace from any directory the command is in."""
+        if text in DEVICES:
+            return None
         if text.startswith("/") and private_process_path(text):
             return _private(text)
         for base in self._physical() if bases is None else bases:
@@ -585,6 +604,50 @@ class Scope:
         # No match leaves the word as it is: the literal text is a path too.
         literal = self._resolve(_unescape(pattern) or ".", base)
         return literal if isinstance(literal, Verdict) else None
+
+    def walk(self, text: str, how: str) -> Verdict | None:
+        """Doubt if a walk below ``text`` that follows symlinks (``how``) could leave the workspace.
+
+        Every directory the walk reaches is listed -- through symlinks that
+        stay inside too -- and every symlink in them must resolve inside.
+        Bounded by :data:`MAX_WALK_ENTRIES`.
+        """
+        pending: list[str] = []
+        for base in self._physical():
+            start = self._resolve(text, base)
+            if isinstance(start, Verdict):
+                return start
+            if start is not None:
+                pending.append(start)
+        seen: set[str] = set()
+        budget = MAX_WALK_ENTRIES
+        while pending:
+            rel = pending.pop()
+            if rel in seen:
+                continue
+            seen.add(rel)
+            try:
+                with os.scandir(os.path.join(self.root, rel) if rel else self.root) as entries:
+                    found = [
+                        (entry.name, entry.is_symlink(), entry.is_dir(follow_symlinks=False))
+                        for entry in entries
+                    ]
+            except OSError:
+                continue  # not a directory (or unreadable): nothing below it
+            budget -= len(found)
+            if budget < 0:
+                return unknown(f"{how} walks too many entries to check for symlinks")
+            for name, link, directory in found:
+                child = posixpath.join(rel, name) if rel else name
+                if directory:
+                    pending.append(child)
+                elif link:
+                    target = self._resolve(child, "")
+                    if isinstance(target, Verdict):
+                        return unknown(f"{how} follows symlinks: {target.reason}")
+                    if target is not None and self.lookup(target).kind == "dir":
+                        pending.append(target)
+        return None
 
     def _list(self, rel: str) -> list[str] | None:
         names = self._listed.get(rel)

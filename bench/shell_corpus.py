@@ -37,6 +37,10 @@ class CorpusEntry:
     group: str
     peer: Literal["allow", "deny"] | None = None
     """A peer's verdict in its own tests: ``allow`` (runs without asking) or ``deny``."""
+    harmless: bool | None = None
+    """Our judgement where it departs from the peer's: ``False`` for a command a peer
+    allows that can write, run code, reach the network or read outside the workspace;
+    ``True`` for one a peer refuses out of its own caution (``note`` says why)."""
     note: str = ""
 
 
@@ -61,24 +65,28 @@ def _entry(record: dict[str, object], where: str) -> CorpusEntry:
     command, expected = record.get("command"), record.get("expected")
     source, group = record.get("source"), record.get("group", "")
     peer, note = record.get("peer"), record.get("note", "")
+    harmless = record.get("harmless")
     if not isinstance(command, str) or expected not in _CLASSES:
         raise ValueError(f"{where}: needs a string command and an expected class")
     if not isinstance(source, str) or not source or not isinstance(group, str):
         raise ValueError(f"{where}: needs a source and a string group")
     if peer is not None and peer not in _PEER_VERDICTS:
         raise ValueError(f"{where}: peer must be 'allow' or 'deny'")
-    if not isinstance(note, str):
-        raise ValueError(f"{where}: note must be a string")
-    return CorpusEntry(command, expected, source, group, peer, note)  # type: ignore[arg-type]
+    if not isinstance(note, str) or (harmless is not None and not isinstance(harmless, bool)):
+        raise ValueError(f"{where}: note must be a string and harmless a boolean")
+    if harmless is not None and not note:
+        raise ValueError(f"{where}: a harmless judgement needs a note saying why")
+    return CorpusEntry(command, expected, source, group, peer, harmless, note)  # type: ignore[arg-type]
 
 
-def make_workspace(base: Path) -> Path:
+def make_workspace(base: Path, *, hostile: bool = True) -> Path:
     """Build the corpus workspace under ``base`` (idempotent) and return its path.
 
     ``ws/`` holds ``README.md``, ``file.txt``, ``src/app.py``, ``sub/``,
-    ``docs/``, ``inlink -> src`` (inside), ``leak -> ../outside/secret`` and
-    ``outdir -> ../outside`` (both leading out); ``outside/secret`` sits
-    next to it.
+    ``docs/`` and ``inlink -> src`` (inside); ``outside/secret`` sits next to
+    it. The hostile workspace (the corpus's) also has ``leak ->
+    ../outside/secret`` and ``outdir -> ../outside``, symlinks leading out; a
+    plain one (an ordinary project, for measuring usefulness) has not.
     """
     outside = base / "outside"
     workspace = base / "ws"
@@ -89,7 +97,9 @@ def make_workspace(base: Path) -> Path:
     (workspace / "README.md").write_text("# readme\n")
     (workspace / "file.txt").write_text("a\n")
     (workspace / "src" / "app.py").write_text("x = 1\n")
-    links = {"leak": outside / "secret", "outdir": outside, "inlink": Path("src")}
+    links: dict[str, Path] = {"inlink": Path("src")}
+    if hostile:
+        links.update(leak=outside / "secret", outdir=outside)
     for name, target in links.items():
         if not (workspace / name).is_symlink():
             (workspace / name).symlink_to(target)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -257,8 +258,8 @@ def _scope_for(
         text = os.fspath(workspace)
         if not isinstance(text, str) or not os.path.isabs(text):
             return unknown(f"the workspace {text!r} is not an absolute directory")
-        root = os.path.realpath(text)
-        if not os.path.isdir(root):
+        root = _real_directory(text)
+        if root is None:
             return unknown(f"the workspace {text!r} is not a directory")
         start = root if cwd is None else os.path.realpath(os.path.join(root, os.fspath(cwd)))
     except (TypeError, ValueError, OSError) as exc:
@@ -267,6 +268,38 @@ def _scope_for(
         return unknown(f"the directory {os.fspath(cwd or '')!r} is outside the workspace")
     rel = "" if start == root else start[len(root.rstrip("/")) + 1 :]
     return Scope(root, rel)
+
+
+_roots: dict[str, tuple[int, int, str]] = {}
+_roots_lock = threading.Lock()
+
+
+def _real_directory(path: str) -> str | None:
+    """``realpath(path)`` if it is a directory (None if not), remembered per directory.
+
+    A gate call asks for the same workspace every time; one ``stat`` says it
+    is still the directory resolved before (same device and inode), so the
+    component-by-component ``realpath`` runs once per workspace, not per call.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    with _roots_lock:
+        known = _roots.get(path)
+    if known is not None and known[:2] == (st.st_dev, st.st_ino):
+        return known[2]
+    real = os.path.realpath(path)
+    real_st = os.stat(real)
+    if (real_st.st_dev, real_st.st_ino) != (st.st_dev, st.st_ino):
+        return None  # swapped while we looked: doubt
+    with _roots_lock:
+        if len(_roots) > 64:
+            _roots.clear()
+        _roots[path] = (st.st_dev, st.st_ino, real)
+    return real
 
 
 def _classify_source(source: str, context: _Context) -> Verdict:
@@ -883,8 +916,15 @@ def _word(node: tree_sitter.Node, context: _Context) -> _Word:
 
 
 def _literal(verdict: Verdict, text: str | None) -> _Word:
-    """A word whose value is ``text`` (None: only known at run time), quoted for globbing."""
-    return _Word(verdict, text, None if text is None else _GLOB_SPECIAL.sub(r"\\\g<0>", text))
+    """A word whose value is ``text`` (None: only known at run time)."""
+    return _Word(verdict, text)
+
+
+def _glob_form(word: _Word) -> str | None:
+    """``word`` in glob syntax: a literal with its specials escaped, or its pattern."""
+    if word.text is not None:
+        return _GLOB_SPECIAL.sub(r"\\\g<0>", word.text)
+    return word.pattern
 
 
 _GLOB_SPECIAL = re.compile(r"[\\*?\[\]{},~]")
@@ -993,8 +1033,9 @@ def _concatenation(node: tree_sitter.Node, context: _Context) -> _Word:
             dynamic = True
         else:
             parts.append(word.text)
-        if patterns is not None and word.pattern is not None:
-            patterns.append(word.pattern)
+        form = None if patterns is None else _glob_form(word)
+        if patterns is not None and form is not None:
+            patterns.append(form)
         else:
             patterns = None
     if not dynamic:

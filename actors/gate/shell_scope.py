@@ -47,7 +47,7 @@ from actors.tools.paths import (
     Entry,
     FsError,
     PathOutOfScope,
-    lstat_lookup,
+    lstat_entry,
     resolve_in_workspace,
 )
 
@@ -500,11 +500,12 @@ class Scope:
     duration of one classification only (the tree may change between calls).
     """
 
+    __slots__ = ("_cache", "_entries_left", "_listed", "directories", "git_directories", "root")
+
     def __init__(self, root: str, cwd: str = "") -> None:
         self.root = root
         self.directories: list[_Directory] = [_Directory(cwd, cwd)]
         self.git_directories: set[str] = set()
-        self._real_lookup = lstat_lookup(root)
         self._cache: dict[str, Entry] = {}
         self._listed: dict[str, list[str]] = {}
         self._entries_left = MAX_GLOB_ENTRIES
@@ -512,7 +513,7 @@ class Scope:
     def lookup(self, rel: str) -> Entry:
         entry = self._cache.get(rel)
         if entry is None:
-            entry = self._real_lookup(rel)
+            entry = lstat_entry(self.root, rel)
             self._cache[rel] = entry
         return entry
 

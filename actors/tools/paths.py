@@ -90,6 +90,8 @@ Lookup = Callable[[str], Entry]
 
 May raise ``OSError`` (permission denied, say); the caller decides what that means."""
 
+_MISSING, _DIR, _FILE = Entry("missing"), Entry("dir"), Entry("file")
+
 MAX_SYMLINK_HOPS = 40
 """Symlinks one resolution may follow (Linux's own limit), so a loop ends."""
 
@@ -207,18 +209,23 @@ def _below_root(path: str, root: str, original: str) -> list[str]:
     return parts[index:]
 
 
+def lstat_entry(root: str, rel: str) -> Entry:
+    """What ``rel`` under ``root`` is, by ``lstat`` (and ``readlink`` for a symlink)."""
+    full = f"{root}/{rel}" if rel else root
+    try:
+        mode = os.lstat(full).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return _MISSING
+    if stat_mod.S_ISLNK(mode):
+        return Entry("link", os.readlink(full))
+    return _DIR if stat_mod.S_ISDIR(mode) else _FILE
+
+
 def lstat_lookup(root: str) -> Lookup:
-    """A :data:`Lookup` backed by ``lstat``/``readlink`` under ``root`` (the shell gate's)."""
+    """A :data:`Lookup` backed by ``lstat``/``readlink`` under ``root``."""
 
     def lookup(rel: str) -> Entry:
-        full = os.path.join(root, rel)
-        try:
-            mode = os.lstat(full).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            return Entry("missing")
-        if stat_mod.S_ISLNK(mode):
-            return Entry("link", os.readlink(full))
-        return Entry("dir" if stat_mod.S_ISDIR(mode) else "file")
+        return lstat_entry(root, rel)
 
     return lookup
 

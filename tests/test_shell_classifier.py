@@ -170,6 +170,7 @@ def test_arbitrary_text_never_raises(ws: Path, command: str) -> None:
     verdict = explain_shell_command(command, ws)
     assert classify_shell_command(command, ws) in CLASSES
     assert verdict.reason
+    assert len(verdict.reason.splitlines()) == 1, verdict.reason  # one line, whatever the command
     assert classify_shell_command(command, None) in CLASSES
 
 

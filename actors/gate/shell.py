@@ -25,6 +25,16 @@ Every call is bounded: the input length, the tree size, the walk's depth, the
 number of nodes visited and the number of command strings parsed (nested
 scripts and re-read text) are capped, and hitting a cap is doubt -- so the
 cost of a hostile command is bounded by construction, not by a timer.
+
+"Read-only" also means "reads only the workspace": the classifier needs the
+workspace (a speculation may read nothing else), and every path a command
+opens -- operands, option values, ``<`` targets, glob and brace expansions,
+``cd``/``git -C`` directories, the trees ``grep -R`` walks -- is held to the
+scope rule the file tools apply (:mod:`actors.gate.shell_scope`,
+:func:`actors.tools.paths.resolve_in_workspace`). Another process's data under
+``/proc`` and ``ps`` are never read-only. Git runs only where its local config
+was probed (every directory it may run in), and without a workspace git and
+every path are doubt.
 """
 
 from __future__ import annotations
@@ -222,7 +232,23 @@ def explain_shell_command(
     workspace: str | os.PathLike[str] | None,
     cwd: str | os.PathLike[str] | None = None,
 ) -> Verdict:
-    """Like :func:`classify_shell_command`, with the reason for the verdict."""
+    """Like :func:`classify_shell_command`, with the reason for the verdict (one line)."""
+    verdict = _explain(command, workspace, cwd)
+    if _LINE_BREAKS.search(verdict.reason) is None:
+        return verdict
+    # A path or word quoted in the reason may hold a newline: the model sees one line.
+    reason = _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], verdict.reason)
+    return Verdict(verdict.severity, reason)
+
+
+_LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
+
+
+def _explain(
+    command: str,
+    workspace: str | os.PathLike[str] | None,
+    cwd: str | os.PathLike[str] | None,
+) -> Verdict:
     if not isinstance(command, str):
         return unknown("the command is not a string")
     scope = _scope_for(workspace, cwd)

@@ -128,9 +128,12 @@ NO_PATHS: frozenset[str] = frozenset(
     {
         "echo", "printf", "seq", "true", "false", "pwd", "whoami", "id", "uname", "nproc",
         "basename", "dirname", "printenv", "type", "which", "tr", "expr", "numfmt",
+        "bash", "sh", "zsh", "dash",
     }
 )  # fmt: skip
-"""Commands that open no file their arguments name (``which`` and ``type`` search ``PATH``)."""
+"""Commands that open no file their arguments name (``which`` and ``type`` search ``PATH``;
+a shell's ``-c`` script is classified as a command of its own, and its other arguments
+are only ``$0``, ``$1`` ...)."""
 
 _GREP = PathModel(
     values="ABCmdDeX",

@@ -9,8 +9,9 @@ workspace-relative paths.
 filesystem*, not only lexically:
 
 1. the path is normalised lexically (:func:`actors.tools.paths.normalize`);
-2. it is canonicalised by walking it component by component from the root
-   with ``dir_fd`` syscalls, following symlinks only while their targets stay
+2. it is canonicalised by the scope rule shared with the shell gate
+   (:func:`actors.tools.paths.resolve_in_workspace`): walked component by
+   component from the root, following symlinks only while their targets stay
    inside the root (at most 40 hops);
 3. the operation then walks the canonical path again opening every directory
    with ``O_NOFOLLOW`` and the file itself with ``O_NOFOLLOW``.
@@ -33,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from actors.tools.paths import FsError, PathOutOfScope, normalize
+from actors.tools.paths import (
+    FsError,
+    PathOutOfScope,
+    lstat_lookup,
+    normalize,
+    resolve_in_workspace,
+)
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -155,6 +162,7 @@ class WorkspaceFs:
             raise NotADirectory(f"workspace root {root} is not a directory")
         self.root = Path(real)
         self._root = real
+        self._lookup = lstat_lookup(real)
 
     def __repr__(self) -> str:
         return f"WorkspaceFs({self._root!r})"
@@ -165,51 +173,14 @@ class WorkspaceFs:
         return self._canonical(normalize(path, self._root))
 
     def _canonical(self, rel: str) -> str:
-        """Follow symlinks inside the root; refuse any that lead out."""
-        pending = rel.split("/") if rel else []
-        done: list[str] = []
-        hops = 0
-        fd = os.open(self._root, _ROOT_FLAGS)
+        """Follow symlinks inside the root; refuse any that lead out (the shared scope rule)."""
         try:
-            while pending:
-                name = pending.pop(0)
-                try:
-                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    return "/".join([*done, name, *pending])
-                except NotADirectoryError as exc:
-                    raise NotADirectory(f"{'/'.join(done)} is not a directory") from exc
-                except OSError as exc:
-                    raise _translate(exc, rel) from exc
-                if stat_mod.S_ISLNK(st.st_mode):
-                    hops += 1
-                    if hops > _MAX_HOPS:
-                        raise FsError(f"{rel}: too many levels of symbolic links")
-                    target = os.readlink(name, dir_fd=fd)
-                    # Relative targets are relative to the link's directory.
-                    joined = posixpath.join(self._root, *done, target)
-                    try:
-                        new = normalize(joined, self._root, strip=False)
-                    except PathOutOfScope:
-                        link = "/".join([*done, name])
-                        raise PathOutOfScope(
-                            f"{link} is a symlink that leads outside the workspace"
-                        ) from None
-                    pending = (new.split("/") if new else []) + pending
-                    done = []
-                    os.close(fd)
-                    fd = os.open(self._root, _ROOT_FLAGS)
-                    continue
-                if pending:
-                    if not stat_mod.S_ISDIR(st.st_mode):
-                        raise NotADirectory(f"{'/'.join([*done, name])} is not a directory")
-                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                    os.close(fd)
-                    fd = next_fd
-                done.append(name)
-            return "/".join(done)
-        finally:
-            os.close(fd)
+            found = resolve_in_workspace(rel, self._root, self._lookup)
+        except OSError as exc:
+            raise _translate(exc, rel) from exc
+        if found.stop == "not_dir":
+            raise NotADirectory(f"{found.at} is not a directory")
+        return found.rel
 
     def _open_dir(self, rel: str, *, create: bool = False) -> int:
         """Open the canonical directory ``rel`` without following any symlink."""

@@ -185,6 +185,13 @@ class DirCache:
             return None, name
 
 
+def open_dir(root: str, rel: str) -> int:
+    """An owned descriptor of the directory ``rel``, opened component by component
+    with ``O_NOFOLLOW`` (raises ``OSError``; :class:`PathChanged` via the cache)."""
+    with DirCache(root) as cache:
+        return os.dup(cache.open(rel))
+
+
 def identity(cache: DirCache, rel: str) -> Ident | None:
     """The cheap identity of what ``rel`` holds now (None when absent)."""
     parent_fd, name = cache.lookup_parent(rel)

@@ -90,8 +90,18 @@ from typing import Literal
 
 import structlog
 
-from actors.overlay._realfs import DirCache, Ident, PathChanged, kind_of, observe, write_all
+from actors.overlay._realfs import (
+    DIR_FLAGS,
+    DirCache,
+    Ident,
+    PathChanged,
+    kind_of,
+    observe,
+    open_dir,
+    write_all,
+)
 from actors.tools.fs import (
+    MAX_WALK_DEPTH,
     SKIP_DIRS,
     DirEntry,
     FileStat,
@@ -596,20 +606,61 @@ class OverlayFs:
             return
         if kind != "dir":
             return
-        yield from self._walk(base)
+        yield from self._walk(base, self._open_real_dir(base), 0)
 
-    def _walk(self, rel: str) -> Iterator[str]:
-        files, dirs = self._walk_children(rel)
-        for name in files:
-            yield posixpath.join(rel, name) if rel else name
-        for name, walk_into in dirs:
-            if walk_into and name not in SKIP_DIRS:
-                yield from self._walk(posixpath.join(rel, name) if rel else name)
+    def _open_real_dir(self, rel: str) -> int | None:
+        """An owned descriptor of the real directory ``rel`` (None: there is none).
+
+        Opened one component at a time with ``O_NOFOLLOW``: a component swapped
+        for a symlink fails the open instead of leading out of the workspace.
+        """
+        try:
+            return open_dir(self._root, rel)
+        except (OSError, PathChanged):
+            return None
+
+    def _walk(self, rel: str, fd: int | None, depth: int) -> Iterator[str]:
+        """Union files under ``rel`` in ``os.walk`` order; ``fd`` is its real directory (owned).
+
+        Every real subdirectory is opened relative to its parent's descriptor
+        with ``O_NOFOLLOW`` (see :func:`actors.tools.fs.walk_files`): a directory
+        swapped for a symlink mid-walk is skipped, never followed out.
+        """
+        try:
+            files, dirs = self._union_children(rel, fd)
+            for name in files:
+                yield posixpath.join(rel, name) if rel else name
+            for name, walk_into in dirs:
+                if not walk_into or name in SKIP_DIRS or depth >= MAX_WALK_DEPTH:
+                    continue
+                child_fd: int | None = None
+                if fd is not None:
+                    try:
+                        child_fd = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    except OSError:
+                        child_fd = None  # only in the overlay, or swapped since the listing
+                yield from self._walk(
+                    posixpath.join(rel, name) if rel else name, child_fd, depth + 1
+                )
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def _walk_children(self, rel: str) -> tuple[list[str], list[tuple[str, bool]]]:
+        """Union children of ``rel`` (see :meth:`_union_children`)."""
+        fd = self._open_real_dir(rel)
+        try:
+            return self._union_children(rel, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _union_children(self, rel: str, fd: int | None) -> tuple[list[str], list[tuple[str, bool]]]:
         """Union children of ``rel`` classified as ``os.walk`` does: ``(files, dirs)``.
 
-        ``dirs`` pairs each directory name with whether to walk into it
+        ``fd`` is the real directory (None: it exists only in the overlay); its
+        entries are listed through the descriptor, never by path. ``dirs``
+        pairs each directory name with whether to walk into it
         (``os.walk(followlinks=False)`` lists a symlink to a directory among
         the directories but does not enter it). A real symlink is classified
         by its target *in the union view* -- the real target may have been
@@ -619,26 +670,26 @@ class OverlayFs:
         """
         files: set[str] = set()
         dirs: dict[str, bool] = {}
-        start = os.path.join(self._root, rel) if rel else self._root
         with self._lock:
             overlay_aware = bool(self._entries)
-        try:
-            with os.scandir(start) as it:
-                for item in it:
-                    try:
-                        link = item.is_symlink()
-                        if link and overlay_aware:
-                            is_dir = self._link_is_dir(rel, item)
+        if fd is not None:
+            try:
+                with os.scandir(fd) as it:
+                    for item in it:
+                        try:
+                            link = item.is_symlink()
+                            if link and overlay_aware:
+                                is_dir = self._link_is_dir(rel, item)
+                            else:
+                                is_dir = item.is_dir()
+                        except OSError:
+                            link, is_dir = False, False
+                        if is_dir:
+                            dirs[item.name] = not link
                         else:
-                            is_dir = item.is_dir()
-                    except OSError:
-                        link, is_dir = False, False
-                    if is_dir:
-                        dirs[item.name] = not link
-                    else:
-                        files.add(item.name)
-        except OSError:
-            pass
+                            files.add(item.name)
+            except OSError:
+                pass
         with self._lock:
             for name in self._children.get(rel, ()):
                 entry = self._entries[posixpath.join(rel, name) if rel else name]

@@ -29,6 +29,7 @@ from actors.overlay import (
     recover,
     sweep_dead,
 )
+from actors.tools.fsclock import wait_for_tick
 from messages.overlay import ApplyResult, ConflictReport
 
 WAIT = 15.0
@@ -37,12 +38,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
+    """A workspace whose files are stamped before any overlay the test creates."""
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("alpha\n")
     (root / "b.txt").write_text("beta\n")
     (root / "src").mkdir()
     (root / "src" / "main.py").write_text("print('hi')\n")
+    wait_for_tick()
     return root
 
 
@@ -55,6 +58,12 @@ def store(tmp_path: Path) -> Iterator[OverlayStore]:
 
 @pytest.fixture
 def ov(store: OverlayStore, ws: Path) -> OverlayFs:
+    return store.create(ws)
+
+
+def fresh(store: OverlayStore, ws: Path) -> OverlayFs:
+    """An overlay started after the test's own changes to ``ws`` (they are its baseline)."""
+    wait_for_tick()
     return store.create(ws)
 
 
@@ -81,10 +90,9 @@ def applied(result: ApplyResult | ConflictReport) -> ApplyResult:
 # -- the reference behaviours -------------------------------------------------------------
 
 
-def test_apply_copies_back_and_creates_missing_directories(
-    ov: OverlayFs, ws: Path, store: OverlayStore
-) -> None:
+def test_apply_copies_back_and_creates_missing_directories(ws: Path, store: OverlayStore) -> None:
     os.chmod(ws / "a.txt", 0o755)
+    ov = fresh(store, ws)
     ov.write_bytes("a.txt", b"changed\n")
     ov.write_bytes("deep/new/dir/file.txt", b"new\n")
     ov.mkdir("empty/dir")
@@ -123,13 +131,12 @@ def test_apply_with_nothing_written_is_empty_and_touches_nothing(
     assert not journal_dir.exists()
 
 
-def test_apply_deletes_recreates_and_changes_types(
-    ov: OverlayFs, ws: Path, store: OverlayStore
-) -> None:
+def test_apply_deletes_recreates_and_changes_types(ws: Path, store: OverlayStore) -> None:
     (ws / "gone").mkdir()
     (ws / "gone" / "x").write_text("x")
     (ws / "dir2file").mkdir()
     (ws / "dir2file" / "y").write_text("y")
+    ov = fresh(store, ws)
     ov.delete("b.txt")
     ov.delete("gone/x")
     ov.delete("gone")
@@ -318,12 +325,13 @@ def test_parent_replaced_by_a_symlink_before_apply_is_a_conflict(
 
 
 def test_symlink_swapped_in_during_staging_cannot_redirect_a_write(
-    ov: OverlayFs, ws: Path, store: OverlayStore, tmp_path: Path
+    ws: Path, store: OverlayStore, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (ws / "zdir").mkdir()
     (ws / "zdir" / "z.txt").write_text("z")
+    ov = fresh(store, ws)
     ov.write_bytes("a.txt", b"new a")
     ov.write_bytes("zdir/z.txt", b"new z")
     before = snapshot(ws)
@@ -432,6 +440,7 @@ def crash_workspace(tmp_path: Path) -> Path:
             (ws / rel).mkdir()
         else:
             (ws / rel).write_bytes(data)
+    wait_for_tick()
     return ws
 
 
@@ -576,7 +585,7 @@ def test_a_torn_journal_header_is_discarded(tmp_path: Path) -> None:
 
 
 def test_apply_copies_when_hard_links_are_impossible(
-    ov: OverlayFs, ws: Path, store: OverlayStore, monkeypatch: pytest.MonkeyPatch
+    ws: Path, store: OverlayStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
 
@@ -584,8 +593,9 @@ def test_apply_copies_when_hard_links_are_impossible(
         calls.append("link")
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
-    monkeypatch.setattr(os, "link", no_link)
     os.chmod(ws / "a.txt", 0o640)
+    ov = fresh(store, ws)
+    monkeypatch.setattr(os, "link", no_link)
     ov.write_bytes("a.txt", b"copied")
     ov.write_bytes("n/new.txt", b"new")
     applied(apply_overlay(ov, store.journal_dir))

@@ -20,12 +20,16 @@ import stat as stat_mod
 from dataclasses import dataclass
 from typing import Literal
 
+from actors.tools.fsclock import Stamp
 from messages.overlay import FileBase
 
 ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _CHUNK = 1024 * 1024
+
+Ident = Stamp
+"""Cheap identity of a file version (inode, size, mtime, ctime): same identity, same content."""
 
 
 class PathChanged(Exception):
@@ -35,21 +39,6 @@ class PathChanged(Exception):
         super().__init__(f"{rel}: {detail}")
         self.rel = rel
         self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Ident:
-    """Cheap identity of a file version: if it is unchanged the content is too."""
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> Ident:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)

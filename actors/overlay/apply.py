@@ -386,6 +386,8 @@ def _conflict(entry: PlannedEntry, found: FileBase) -> OverlayConflict | None:
 
 
 def _compare(expected: FileBase, found: FileBase, final: str) -> ConflictKind | None:
+    if expected.changed_since_start:
+        return "changed_since_start"  # what it held at the start is unknown
     was, now = expected.kind, found.kind
     if was == "absent":
         if now == "absent" or (now == "dir" and final == "dir"):

@@ -59,6 +59,7 @@ from actors.speculation.metered import MeteredModel
 from actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
 from actors.speculation.transcript import cancelled_calls, hand_over
 from actors.tools.base import ToolRegistry, ToolServices
+from actors.tools.fsclock import Instant
 from actors.worker.hooks import HookEvent, HooksView
 from actors.worker.state import SessionState, pairing_problems
 from actors.worker.worker import Worker, WorkerConfig
@@ -112,6 +113,9 @@ class SpeculationSetup:
     workspace: Path = field(default_factory=Path)
     governor: LoadGovernor | None = None
     """The runtime's load governor: each model request waits for headroom under it."""
+    started: Instant = field(default_factory=Instant.now)
+    """When the speculation started (its session supervisor built this setup): a
+    real file that changed at or after it is never overwritten by the accept."""
 
 
 class Speculator(PooledActor):
@@ -173,6 +177,7 @@ class Speculator(PooledActor):
             session_id=main.session_id,
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
+            started=setup.started,
         )
         self._model = MeteredModel(
             setup.model, self.actor_ref, token_budget=config.token_budget, governor=setup.governor

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
+from actors.tools.fsclock import record_own
 from actors.tools.paths import FsError, PathOutOfScope, normalize
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -225,7 +226,10 @@ class WorkspaceFs:
                         os.mkdir(name, 0o777, dir_fd=fd)
                     except FileExistsError:
                         pass
+                    else:
+                        record_own(os.fstat(fd))  # our change: the parent gained an entry
                     next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    record_own(os.fstat(next_fd))
                 except OSError as exc:
                     raise _translate(exc, rel) from exc
                 os.close(fd)
@@ -351,6 +355,7 @@ class WorkspaceFs:
             except FileNotFoundError:
                 pass
             atomic_write_at(fd, name, data, mode=mode)
+            _record_change(fd, name)
         finally:
             os.close(fd)
 
@@ -368,6 +373,7 @@ class WorkspaceFs:
                     os.unlink(name, dir_fd=fd)
             except OSError as exc:
                 raise _translate(exc, rel) from exc
+            record_own(os.fstat(fd))
         finally:
             os.close(fd)
 
@@ -484,6 +490,19 @@ def atomic_write_at(
         except OSError:
             pass
         raise
+
+
+def _record_change(dir_fd: int, name: str) -> None:
+    """Record a write this view made (its file and directory) as Fore's own change.
+
+    A speculation starting in the same clock tick must not take it for a
+    user's edit (:mod:`actors.tools.fsclock`).
+    """
+    try:
+        record_own(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+        record_own(os.fstat(dir_fd))
+    except OSError:
+        pass
 
 
 def _kind(mode: int) -> Literal["file", "dir", "other"]:

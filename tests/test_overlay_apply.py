@@ -369,12 +369,14 @@ def test_a_late_user_edit_during_staging_is_caught(
     assert leftovers(ws) == []
 
 
-def test_a_failed_apply_names_the_files_it_did_change(
+def test_an_operation_failing_after_the_commit_point_is_rolled_back(
     ov: OverlayFs, ws: Path, store: OverlayStore
 ) -> None:
-    """Past the commit point an operation can still fail; the error says what changed."""
+    """Past the commit point an operation can still fail: apply undoes what it did,
+    before it returns, and says nothing changed (issue 19, point 4)."""
     ov.write_bytes("a.txt", b"new a")
     ov.write_bytes("b.txt", b"new b")
+    before = snapshot(ws)
 
     def lose_b(phase: str, n: int) -> None:
         if phase == "prepared":  # b's staged temp vanishes before it is moved
@@ -383,9 +385,10 @@ def test_a_failed_apply_names_the_files_it_did_change(
 
     with pytest.raises(ApplyFailed) as info:
         apply_overlay(ov, store.journal_dir, fault=lose_b)
-    assert info.value.applied == ("a.txt",)
-    assert (ws / "a.txt").read_bytes() == b"new a"
-    assert (ws / "b.txt").read_text() == "beta\n"
+    assert info.value.applied == ()
+    assert "rolled back" in str(info.value)
+    assert snapshot(ws) == before
+    assert os.listdir(store.journal_dir) == []  # nothing left for recovery to redo
 
 
 # -- crash recovery -----------------------------------------------------------------------
@@ -597,13 +600,18 @@ def test_apply_copies_when_hard_links_are_impossible(
     ov = fresh(store, ws)
     monkeypatch.setattr(os, "link", no_link)
     ov.write_bytes("a.txt", b"copied")
+    ov.write_bytes("b.txt", b"copied too")
     ov.write_bytes("n/new.txt", b"new")
     applied(apply_overlay(ov, store.journal_dir))
-    assert calls == ["link"]  # tried once, then copied every file
+    # Each kind of link is tried once (staging, keeping in the overlay, keeping
+    # next to the file), then every file is copied.
+    assert calls == ["link"] * 3
     assert (ws / "a.txt").read_bytes() == b"copied"
+    assert (ws / "b.txt").read_bytes() == b"copied too"
     assert (ws / "a.txt").stat().st_mode & 0o777 == 0o640
     assert (ws / "n" / "new.txt").read_bytes() == b"new"
     assert (ws / "a.txt").stat().st_nlink == 1
+    assert leftovers(ws) == []
 
 
 def test_applied_files_do_not_change_with_the_discarded_overlay(

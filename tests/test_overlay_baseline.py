@@ -253,6 +253,28 @@ def test_foreign_and_own_changes_are_told_apart(ws: Path) -> None:
     assert changed_since(os.stat(ws / "app.py"), after)
 
 
+def test_a_pipelined_speculation_is_not_in_conflict_with_the_accept_before_it(
+    store: OverlayStore, ws: Path
+) -> None:
+    """Tab-Tab: the next speculation starts right after an accept (here: "in the
+    same tick", the worst case) and edits the same file -- even once the first
+    overlay is removed (which would move the applied file's ctime if it still
+    shared its inode)."""
+    first = store.create(ws)
+    first.write_bytes("app.py", b"x = 2\n")
+    first.write_bytes("pkg/new.py", b"new\n")
+    assert isinstance(apply_overlay(first, store.journal_dir), ApplyResult)
+    second = store.create(ws, started=Instant(wall_ns=0, mono_ns=time.monotonic_ns()))
+    second._multigrain = False
+    assert first.remove()
+    second.write_bytes("app.py", b"x = 3\n")
+    second.write_bytes("pkg/new.py", b"newer\n")
+    second.write_bytes("pkg/another.py", b"another\n")
+    result = apply_overlay(second, store.journal_dir)
+    assert isinstance(result, ApplyResult), result
+    assert (ws / "app.py").read_text() == "x = 3\n"
+
+
 def test_the_own_change_record_is_bounded(ws: Path) -> None:
     own = OwnChanges(capacity=2)
     stamps = []

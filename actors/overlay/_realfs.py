@@ -17,6 +17,7 @@ import errno
 import hashlib
 import os
 import stat as stat_mod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -69,6 +70,8 @@ class DirCache:
     def __init__(self, root: str) -> None:
         self.root = root
         self._fds: dict[str, int] = {"": os.open(root, ROOT_FLAGS)}
+        self.before_mkdir: Callable[[str], None] | None = None
+        """Test seam (apply's fault injection): called before each directory is created."""
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -107,6 +110,8 @@ class DirCache:
             if not create:
                 raise
             try:
+                if self.before_mkdir is not None:
+                    self.before_mkdir(rel)
                 os.mkdir(name, 0o777, dir_fd=parent_fd)
                 if created is not None:
                     created.append(rel)

@@ -400,8 +400,12 @@ structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr)
 from actors.overlay import OverlayStore, apply_overlay
 
 ws, root, phase, stop_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+keep = sys.argv[5] if len(sys.argv) > 5 else "overlay"
 store = OverlayStore(root)
 ov = store.create(ws)
+if keep == "next to the file":  # no private directory: displaced files are kept in the tree
+    with open(os.path.join(ov.directory, "displaced"), "wb"):
+        pass
 for i in range(8):
     ov.write_bytes(f"f{i}.txt", f"new {i}\n".encode())
 ov.write_bytes("fresh/dir/n.txt", b"brand new\n")
@@ -447,11 +451,11 @@ def crash_workspace(tmp_path: Path) -> Path:
     return ws
 
 
-def run_child_until(ws: Path, root: Path, phase: str, stop_at: int) -> Path:
+def run_child_until(ws: Path, root: Path, phase: str, stop_at: int, keep: str = "overlay") -> Path:
     """Start an applying child, wait until it stops at the fault point, SIGKILL it."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(ws), str(root), phase, str(stop_at)],
+        [sys.executable, "-c", CHILD, str(ws), str(root), phase, str(stop_at), keep],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
@@ -495,11 +499,14 @@ def assert_all_old_or_all_new(ws: Path) -> str:
         ("op", OPS - 1, "new"),
     ],
 )
+@pytest.mark.parametrize("keep", ["overlay", "next to the file"])
 def test_crash_mid_apply_recovers_all_old_or_all_new(
-    tmp_path: Path, phase: str, stop_at: int, expected: str
+    tmp_path: Path, phase: str, stop_at: int, expected: str, keep: str
 ) -> None:
+    """Whichever way displaced files were kept, recovery leaves no temp file and no
+    kept link behind (they are in the tree when the overlay's directory is unusable)."""
     ws = crash_workspace(tmp_path)
-    journal_dir = run_child_until(ws, tmp_path / "overlays", phase, stop_at)
+    journal_dir = run_child_until(ws, tmp_path / "overlays", phase, stop_at, keep)
     journals = [n for n in os.listdir(journal_dir) if n.endswith(".journal")]
     assert len(journals) == 1
     header = json.loads((journal_dir / journals[0]).read_text().splitlines()[0])
@@ -507,6 +514,8 @@ def test_crash_mid_apply_recovers_all_old_or_all_new(
     if phase == "staged":
         assert leftovers(ws) != []  # staged temps exist next to their targets
         assert {k: v for k, v in snapshot(ws).items() if ".fore-" not in k} == OLD
+    if phase == "prepared" and keep == "next to the file":
+        assert [p for p in leftovers(ws) if ".fore-keep-" in p] != []
     records = recover(journal_dir)
     assert [r.action for r in records] == ["rolled_back" if expected == "old" else "rolled_forward"]
     assert records[0].problems == ()

@@ -277,3 +277,33 @@ def test_running_out_of_inodes_after_the_commit_point_rolls_back(
     assert tree(ws) == before
     assert leftovers(ws) == []
     assert os.listdir(store.journal_dir) == []
+
+
+def test_the_undo_never_writes_outside_the_workspace(tmp_path: Path) -> None:
+    """A directory is swapped for a symlink to outside after the commit point, then
+    an operation fails: the undo works through the descriptors apply opened
+    (O_NOFOLLOW) -- nothing is written into the outside directory."""
+    ws = tmp_path / "ws"
+    seed(ws)
+    (ws / "zdir").mkdir()
+    (ws / "zdir" / "z.txt").write_text("z\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    wait_for_tick()
+    store = OverlayStore(tmp_path / "overlays")
+    ov = store.create(ws)
+    ov.write_bytes("zdir/z.txt", b"new z\n")
+    ov.delete("a.txt")
+    ov.write_bytes("zdir/new.txt", b"new\n")
+
+    def swap_then_fail(syscall: str, rel: str) -> None:
+        if syscall == "replace" and rel == "zdir/z.txt":
+            (ws / "zdir").rename(tmp_path / "zdir-moved")
+            (ws / "zdir").symlink_to(outside)
+            raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(ApplyFailed):
+        apply_overlay(ov, journal_dir(ov), sys_fault=swap_then_fail)
+    assert os.listdir(outside) == []
+    assert (ws / "a.txt").read_text() == "alpha\n"  # the delete was undone
+    assert [p for p in os.listdir(tmp_path / "zdir-moved") if ".fore-" in p] == []

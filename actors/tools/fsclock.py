@@ -139,11 +139,10 @@ class Instant:
 
 
 class _Probe:
-    """A private memory file whose ctime this process bumps to read the file clock."""
+    """Reads the file clock by stamping a private memory file (made and closed per read:
+    no descriptor outlives the call)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._fd: int | None = None
         self._failed = not hasattr(os, "memfd_create")
 
     def stamp(self) -> int | None:
@@ -154,20 +153,22 @@ class _Probe:
         later than every stamp handed out before (and it becomes the floor of
         every later one). Elsewhere the result is a coarse stamp.
         """
-        with self._lock:
-            if self._failed:
-                return None
-            try:
-                if self._fd is None:
-                    self._fd = os.memfd_create("fore-file-clock", os.MFD_CLOEXEC)
-                fd = self._fd
-                for _ in range(2):
-                    os.fstat(fd)
-                    os.fchmod(fd, 0o600)
-                return os.fstat(fd).st_ctime_ns
-            except OSError:
-                self._failed = True
-                return None
+        if self._failed:
+            return None
+        try:
+            fd = os.memfd_create("fore-file-clock", os.MFD_CLOEXEC)
+        except OSError:
+            self._failed = True
+            return None
+        try:
+            for _ in range(2):
+                os.fstat(fd)
+                os.fchmod(fd, 0o600)
+            return os.fstat(fd).st_ctime_ns
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
 
 _PROBE = _Probe()

@@ -29,11 +29,12 @@ import os
 import posixpath
 import secrets
 import stat as stat_mod
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
+from actors.tools.fsclock import record_own
 from actors.tools.paths import (
     FsError,
     PathOutOfScope,
@@ -196,7 +197,10 @@ class WorkspaceFs:
                         os.mkdir(name, 0o777, dir_fd=fd)
                     except FileExistsError:
                         pass
+                    else:
+                        record_own(os.fstat(fd))  # our change: the parent gained an entry
                     next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    record_own(os.fstat(next_fd))
                 except OSError as exc:
                     raise _translate(exc, rel) from exc
                 os.close(fd)
@@ -284,16 +288,17 @@ class WorkspaceFs:
 
     def iter_files(self, path: str = "") -> Iterator[str]:
         base = self.resolve(path)
-        start = os.path.join(self._root, base) if base else self._root
-        if os.path.isfile(start):
+        st = self.stat(base)
+        if st is None or st.kind == "other":
+            return
+        if st.kind == "file":
             yield base
             return
-        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            rel_dir = os.path.relpath(dirpath, self._root)
-            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-            for filename in sorted(filenames):
-                yield posixpath.join(rel_dir, filename) if rel_dir else filename
+        try:
+            fd = self._open_dir(base)
+        except FsError:
+            return
+        yield from walk_files(fd, base)
 
     def exec_dir(self, path: str) -> str:
         rel = self.resolve(path)
@@ -321,6 +326,7 @@ class WorkspaceFs:
             except FileNotFoundError:
                 pass
             atomic_write_at(fd, name, data, mode=mode)
+            _record_change(fd, name)
         finally:
             os.close(fd)
 
@@ -338,12 +344,85 @@ class WorkspaceFs:
                     os.unlink(name, dir_fd=fd)
             except OSError as exc:
                 raise _translate(exc, rel) from exc
+            record_own(os.fstat(fd))
         finally:
             os.close(fd)
 
     def mkdir(self, path: str) -> None:
         rel = self.resolve(path)
         os.close(self._open_dir(rel, create=True))
+
+
+MAX_WALK_DEPTH = 128
+"""Walks (``glob``, ``grep``) go no deeper than this below their start: each level
+holds one directory descriptor, so a hostile tree cannot exhaust them."""
+
+
+def walk_files(
+    fd: int, base: str, *, max_depth: int = MAX_WALK_DEPTH
+) -> Generator[str, None, None]:
+    """Every file under the open directory ``fd`` (whose path is ``base``), as ``os.walk``
+    lists them -- but by directory descriptor, never by path.
+
+    ``os.walk`` opens each subdirectory by its path, so a directory swapped for
+    a symlink between the listing and the descent is followed wherever it
+    leads: names from outside the workspace came back. Here each subdirectory
+    is opened relative to its parent's descriptor with ``O_NOFOLLOW``: a swapped
+    name fails to open (and is skipped) instead of leading out. The order and
+    classification are ``os.walk(followlinks=False)``'s: a directory's files
+    (sorted), then its subdirectories (sorted, :data:`SKIP_DIRS` skipped) in
+    turn; a symlink to a directory is not entered, a symlink to anything else is
+    a file. ``fd`` is owned (closed) by the walk, also when it is abandoned.
+    """
+    stack: list[tuple[int, str, Iterator[str]]] = [(fd, base, iter(()))]
+    try:
+        files, dirs = _list_fd(fd)
+        stack[0] = (fd, base, iter(dirs))
+        for name in files:
+            yield posixpath.join(base, name) if base else name
+        while stack:
+            parent_fd, parent_rel, pending = stack[-1]
+            child = next(pending, None)
+            if child is None:
+                stack.pop()
+                os.close(parent_fd)
+                continue
+            if len(stack) > max_depth:
+                continue
+            try:
+                child_fd = os.open(child, _DIR_FLAGS, dir_fd=parent_fd)
+            except OSError:
+                continue  # gone, or swapped for a symlink or a file since the listing
+            rel = posixpath.join(parent_rel, child) if parent_rel else child
+            stack.append((child_fd, rel, iter(())))
+            files, dirs = _list_fd(child_fd)
+            stack[-1] = (child_fd, rel, iter(dirs))
+            for file in files:
+                yield posixpath.join(rel, file)
+    finally:
+        for open_fd, _, _ in stack:
+            os.close(open_fd)
+
+
+def _list_fd(fd: int) -> tuple[list[str], list[str]]:
+    """``(files, subdirectories to walk)`` of an open directory, sorted, as ``os.walk`` sees it."""
+    files: list[str] = []
+    dirs: list[str] = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    if entry.name not in SKIP_DIRS:
+                        dirs.append(entry.name)
+                else:
+                    files.append(entry.name)
+    except OSError:
+        return [], []
+    return sorted(files), sorted(dirs)
 
 
 def atomic_write_at(
@@ -382,6 +461,19 @@ def atomic_write_at(
         except OSError:
             pass
         raise
+
+
+def _record_change(dir_fd: int, name: str) -> None:
+    """Record a write this view made (its file and directory) as Fore's own change.
+
+    A speculation starting in the same clock tick must not take it for a
+    user's edit (:mod:`actors.tools.fsclock`).
+    """
+    try:
+        record_own(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+        record_own(os.fstat(dir_fd))
+    except OSError:
+        pass
 
 
 def _kind(mode: int) -> Literal["file", "dir", "other"]:

@@ -24,8 +24,10 @@ import pytest
 from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
 from actors.tools.base import Invocation
 from actors.tools.builtin import Shell
-from actors.tools.builtin.shell import CALL_MARKER, _new_pid, last_pid, looks_secret, scrub_env
+from actors.tools.builtin.shell import looks_secret
 from actors.tools.cancel import CancelToken
+from actors.tools.envscrub import scrub_env
+from actors.tools.proctrack import CALL_MARKER, _new_pid, last_pid
 from messages.conversation import ToolCall
 
 WAIT = 15.0

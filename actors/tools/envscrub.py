@@ -206,20 +206,30 @@ def random_token(run: str) -> bool:
     return alternating and entropy >= 3.0 and not wordlike
 
 
+_PATH_HEAD = re.compile(r"(?:/|~/|\./|\.\./)+(?:[a-z0-9._-]+|[A-Z][a-z]*)(?:/|$)")
+
+
+def _is_path(word: str) -> bool:
+    """A path starts with ``/``, ``~/``, ``./`` or ``../`` and a plain first component
+    (``/usr``, ``/home``, ``/Users``, ``/1000``); a base64 token that happens to start
+    with ``/`` has a random one."""
+    return word.startswith(("/", "~/", "./", "../")) and _PATH_HEAD.match(word) is not None
+
+
 _WORD_BREAK = re.compile(r"[\s:;,'\"=()\[\]{}<>|&*!$`\\]+")
 
 
 def _has_token(text: str) -> bool:
     """Whether ``text`` (not a URL) holds a known-format or random-looking token.
 
-    Words that are paths (``/…``, ``~/…``, ``./…``, ``../…``) are never tokens:
-    path lists, temporary directories and store hashes are structure, not secrets.
+    Words that are paths (:func:`_is_path`) are never tokens: path lists,
+    temporary directories and store hashes are structure, not secrets.
     """
     if _KNOWN_FORMATS.search(text):
         return True
     text = _UUID.sub(" ", _STORE_HASH.sub("/", text))
     for word in _WORD_BREAK.split(text):
-        if len(word) < MIN_TOKEN or word.startswith(("/", "~/", "./", "../")):
+        if len(word) < MIN_TOKEN or _is_path(word):
             continue
         if any(random_token(run.group()) for run in _RUN.finditer(word)):
             return True

@@ -29,7 +29,11 @@ to refresh stat data, so it can never make the user's own ``git commit`` or
 ``git add`` fail at that moment. Locks git needs to write (commit, add,
 checkout) are not optional and are still taken. The cost: a stale index is
 not refreshed by the agent's reads (git re-checks those files on each
-status until the user's own git refreshes it).
+status until the user's own git refreshes it). Older git (2.39) still
+refreshes the index in ``git diff`` and ``git describe --dirty``, so a
+*speculation's* command also gets a private copy of the index
+(:mod:`actors.tools.gitindex`, ``GIT_INDEX_FILE``): it reads the same entries
+and can never write the user's.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ import contextlib
 import os
 import secrets
 import selectors
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 
@@ -48,6 +54,7 @@ from pydantic import Field
 from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from actors.tools.cancel import ToolCancelled
 from actors.tools.envscrub import scrub_env, secret_name
+from actors.tools.gitindex import private_index
 from actors.tools.proctrack import (
     CALL_MARKER,
     TrackedCall,
@@ -167,9 +174,14 @@ class Shell(Tool[ShellArgs]):
             **_ENV_OVERRIDES,
             CALL_MARKER: secrets.token_hex(16),
         }
+        scratch = None
+        if _speculative(ctx):
+            scratch = tempfile.mkdtemp(prefix="fore-shell-")
+            env.update(private_index(cwd, env, scratch))
         try:
             call = self.tracker().spawn(args.command, cwd=cwd, env=env)
         except (OSError, TrackingUnavailable) as exc:
+            _remove(scratch)
             raise ToolError(f"could not start the command: {exc}") from None
         proc = call.proc
         ctx.cancel.on_cancel(lambda _reason: call.kill())
@@ -185,6 +197,7 @@ class Shell(Tool[ShellArgs]):
                 timed_out = proc.returncode is None
         finally:
             _finish(call)
+            _remove(scratch)
         if ctx.cancel.cancelled:
             raise ToolCancelled(ctx.cancel.reason or "cancelled")
         if timed_out:
@@ -193,6 +206,18 @@ class Shell(Tool[ShellArgs]):
                 + format_result(None, out, err)
             )
         return format_result(call.returncode(), out, err)
+
+
+def _speculative(ctx: ToolContext) -> bool:
+    """Whether the call runs in a speculation (its view of the files is an overlay)."""
+    from actors.overlay.fs import OverlayFs  # the overlay package builds on actors.tools
+
+    return isinstance(ctx.fs, OverlayFs)
+
+
+def _remove(scratch: str | None) -> None:
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _finish(call: TrackedCall) -> None:

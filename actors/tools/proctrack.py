@@ -12,7 +12,8 @@ process cannot opt out of. Three backends, chosen once per process by
   cgroup in ``/proc/self/cgroup``; a directory ``fore.<pid>.<id>`` is created
   under it, and one ``c<n>`` below that for each call. The command's bash
   joins its call's cgroup before it runs a single word of the command: a
-  sealed, immutable ``memfd`` holding a three-line script is passed to bash
+  sealed, immutable ``memfd`` (one per call, closed in the runtime once bash
+  has it) holding a four-line script is passed to bash
   as ``BASH_ENV``, which a non-interactive bash sources first (it writes
   ``$$`` into ``cgroup.procs``, closes the memfd and restores the caller's
   ``BASH_ENV`` / ``POSIXLY_CORRECT``; if the write fails the command does not
@@ -478,9 +479,7 @@ class CgroupTracker(Tracker):
         self._lock = threading.Lock()
         self._counter = 0
         self._leftovers: list[str] = []
-        self._join_fd = -1
         try:
-            self._join_fd = _join_memfd()
             self._probe()
         except BaseException:
             self.close()
@@ -538,10 +537,6 @@ class CgroupTracker(Tracker):
 
     def close(self) -> None:
         """Kill every call cgroup still present and remove the runtime's directory."""
-        if self._join_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._join_fd)
-            self._join_fd = -1
         _remove_tree(self.root)
 
     # -- calls --------------------------------------------------------------------------
@@ -565,16 +560,21 @@ class CgroupTracker(Tracker):
         for name in _SAVED:
             if name in env:
                 child_env[f"FORE_SHELL_{name}"] = env[name]
-        child_env["BASH_ENV"] = f"/proc/self/fd/{self._join_fd}"
         child_env["FORE_SHELL_CGROUP"] = os.path.join(path, "cgroup.procs")
+        join_fd = -1
         try:
-            proc = _popen([BASH, "-c", command], cwd, child_env, pass_fds=(self._join_fd,))
+            join_fd = _join_memfd()  # per call: the runtime keeps no descriptor between calls
+            child_env["BASH_ENV"] = f"/proc/self/fd/{join_fd}"
+            proc = _popen([BASH, "-c", command], cwd, child_env, pass_fds=(join_fd,))
         except BaseException:
             os.close(kill_fd)
             os.close(events_fd)
             with contextlib.suppress(OSError):
                 os.rmdir(path)
             raise
+        finally:
+            if join_fd >= 0:
+                os.close(join_fd)
         return _CgroupCall(
             self,
             proc=proc,

@@ -369,10 +369,11 @@ _JOIN_SCRIPT = """\
 builtin echo $$ > "$FORE_SHELL_CGROUP" || {{ builtin echo "fore: the command could not join its \
 call's cgroup; it was not run" >&2; builtin exit 125; }}
 builtin unset -v FORE_SHELL_CGROUP BASH_ENV; builtin exec {fd}<&-
+if [[ -n ${{FORE_SHELL_BASH_ENV+set}} ]]; then builtin export BASH_ENV="$FORE_SHELL_BASH_ENV"; \
+builtin unset -v FORE_SHELL_BASH_ENV; [[ -n ${{FORE_SHELL_POSIXLY_CORRECT+set}} ]] || \
+builtin . "$BASH_ENV"; fi
 if [[ -n ${{FORE_SHELL_POSIXLY_CORRECT+set}} ]]; then builtin export \
 POSIXLY_CORRECT="$FORE_SHELL_POSIXLY_CORRECT"; builtin unset -v FORE_SHELL_POSIXLY_CORRECT; fi
-if [[ -n ${{FORE_SHELL_BASH_ENV+set}} ]]; then builtin export BASH_ENV="$FORE_SHELL_BASH_ENV"; \
-builtin unset -v FORE_SHELL_BASH_ENV; builtin . "$BASH_ENV"; fi
 """
 _STRIPPED = ("SHELLOPTS", "BASHOPTS")
 _SAVED = ("POSIXLY_CORRECT", "BASH_ENV")
@@ -420,6 +421,12 @@ class _CgroupCall(TrackedCall):
 
     def kill(self) -> None:
         with self._lock:
+            if self.proc.returncode is None:
+                # A cancel that comes before bash has joined its cgroup (it joins
+                # right after exec) finds the cgroup empty: the group kill takes
+                # bash itself, before it can run or fork anything. The group id
+                # is the leader's pid, ours until it is reaped.
+                kill_group(self.proc.pid)
             if not self._released:
                 with contextlib.suppress(OSError):
                     os.write(self._kill_fd, b"1")

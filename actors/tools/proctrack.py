@@ -47,8 +47,8 @@ process cannot opt out of. Three backends, chosen once per process by
   go to init); the runtime then sees no ``swept`` report and falls back to
   the sweep of :class:`GroupTracker` (process group, session and the
   environment marker), which catches what kept any of them. It costs a
-  Python start per call (about 15-30 ms, measured in ``bench/tools.py``), and
-  the same "another daemon started it" limit applies.
+  Python start per call (25-60 ms on a loaded 2-core machine, measured in
+  ``bench/tools.py``), and the same "another daemon started it" limit applies.
 
 * :class:`GroupTracker` (``"group"``) -- off Linux, or where neither works:
   the command leads its own session and process group; the group is killed

@@ -368,7 +368,7 @@ def own_cgroup(path: str = "/proc/self/cgroup") -> str | None:
 _JOIN_SCRIPT = """\
 builtin echo $$ > "$FORE_SHELL_CGROUP" || {{ builtin echo "fore: the command could not join its \
 call's cgroup; it was not run" >&2; builtin exit 125; }}
-builtin unset -v FORE_SHELL_CGROUP BASH_ENV; builtin exec {fd}<&-
+builtin echo J >&{ack}; builtin unset -v FORE_SHELL_CGROUP BASH_ENV; builtin exec {fd}<&- {ack}>&-
 if [[ -n ${{FORE_SHELL_BASH_ENV+set}} ]]; then builtin export BASH_ENV="$FORE_SHELL_BASH_ENV"; \
 builtin unset -v FORE_SHELL_BASH_ENV; [[ -n ${{FORE_SHELL_POSIXLY_CORRECT+set}} ]] || \
 builtin . "$BASH_ENV"; fi
@@ -379,11 +379,12 @@ _STRIPPED = ("SHELLOPTS", "BASHOPTS")
 _SAVED = ("POSIXLY_CORRECT", "BASH_ENV")
 
 
-def _join_memfd() -> int:
-    """A sealed memfd holding the join script (which closes the memfd's own number)."""
+def _join_memfd(ack: int) -> int:
+    """A sealed memfd holding the join script (which closes the memfd's own number, and
+    acknowledges the join on descriptor ``ack``)."""
     fd = os.memfd_create("fore-shell-join", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        os.write(fd, _JOIN_SCRIPT.format(fd=fd).encode())
+        os.write(fd, _JOIN_SCRIPT.format(fd=fd, ack=ack).encode())
         seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
     except BaseException:
@@ -412,10 +413,14 @@ class _CgroupCall(TrackedCall):
         path: str,
         kill_fd: int,
         events_fd: int,
+        ack_fd: int,
+        since: float,
+        first: int | None,
     ):
         self.proc, self.token = proc, token
         self._tracker, self._path = tracker, path
         self._kill_fd, self._events_fd = kill_fd, events_fd
+        self._ack_fd, self._since, self._first = ack_fd, since, first
         self._lock = threading.Lock()
         self._released = False
 
@@ -441,7 +446,26 @@ class _CgroupCall(TrackedCall):
             os.close(self._kill_fd)
             os.close(self._events_fd)
         self._tracker.release(self._path, empty)
-        return 0
+        killed = 0
+        if not self._joined():
+            # The command ran without joining its cgroup (killed before it could,
+            # or a bash that skipped BASH_ENV): fall back to the group, session and
+            # marker sweep rather than trust an empty cgroup.
+            log.warning("shell_cgroup_not_joined", pid=self.proc.pid)
+            killed = kill_marked(self.token, self._since, self._first, session=self.proc.pid)
+        return killed
+
+    def _joined(self) -> bool:
+        """Whether the join script acknowledged the join (its byte is in the pipe by now:
+        the command, and so its start-up, is over)."""
+        try:
+            os.set_blocking(self._ack_fd, False)
+            try:
+                return os.read(self._ack_fd, 16).startswith(b"J")
+            except BlockingIOError:
+                return False
+        finally:
+            os.close(self._ack_fd)
 
     def _wait_empty(self, deadline: float) -> bool:
         """Until ``populated 0`` (``cgroup.events`` signals changes as POLLPRI), bounded."""
@@ -569,17 +593,21 @@ class CgroupTracker(Tracker):
                 child_env[f"FORE_SHELL_{name}"] = env[name]
         child_env["FORE_SHELL_CGROUP"] = os.path.join(path, "cgroup.procs")
         join_fd = -1
+        since, first = time.time(), last_pid()
+        ack_r, ack_w = os.pipe2(os.O_CLOEXEC)
         try:
-            join_fd = _join_memfd()  # per call: the runtime keeps no descriptor between calls
+            join_fd = _join_memfd(ack_w)  # per call: the runtime keeps no descriptor between calls
             child_env["BASH_ENV"] = f"/proc/self/fd/{join_fd}"
-            proc = _popen([BASH, "-c", command], cwd, child_env, pass_fds=(join_fd,))
+            proc = _popen([BASH, "-c", command], cwd, child_env, pass_fds=(join_fd, ack_w))
         except BaseException:
             os.close(kill_fd)
             os.close(events_fd)
+            os.close(ack_r)
             with contextlib.suppress(OSError):
                 os.rmdir(path)
             raise
         finally:
+            os.close(ack_w)
             if join_fd >= 0:
                 os.close(join_fd)
         return _CgroupCall(
@@ -589,6 +617,9 @@ class CgroupTracker(Tracker):
             path=path,
             kill_fd=kill_fd,
             events_fd=events_fd,
+            ack_fd=ack_r,
+            since=since,
+            first=first,
         )
 
 

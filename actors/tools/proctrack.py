@@ -17,7 +17,10 @@ process cannot opt out of. Three backends, chosen once per process by
   as ``BASH_ENV``, which a non-interactive bash sources first (it writes
   ``$$`` into ``cgroup.procs``, closes the memfd and restores the caller's
   ``BASH_ENV`` / ``POSIXLY_CORRECT``; if the write fails the command does not
-  run, exit 125). Every descendant is born in the cgroup whatever it does to
+  run, exit 125). The script acknowledges the join on a pipe; a call whose
+  bash never acknowledged it (killed before it could, or a bash that skipped
+  ``BASH_ENV``) is swept like :class:`GroupTracker` does instead of trusting
+  an empty cgroup, and logged. Every descendant is born in the cgroup whatever it does to
   its session, group or environment; ending the call writes ``cgroup.kill``
   (the kernel kills every member, including one forking at that moment),
   waits until ``cgroup.events`` says ``populated 0`` and removes the

@@ -138,6 +138,8 @@ STATUS_POLL_S = 0.2
 TICK_S = 0.1
 """Redraw period while something on screen has a clock (spinners, durations)."""
 APPROVAL_WAIT_S = 600.0
+DEBOUNCE_RETRY_S = 0.15
+"""Past the session's accept debounce (``SpeculationConfig.accept_debounce_ms``, 100 ms)."""
 RUN_END_GRACE_S = 1.0
 """How long a finished run's answer waits for its TurnFinished event before closing it."""
 
@@ -239,6 +241,8 @@ class ChatApp:
             multiline=False,
         )
         self.buffer.on_text_changed += self._text_changed
+        self.buffer.on_completions_changed += self._completions_changed
+        self._tab_pending = False
         self.app: Application[int] = Application(
             layout=self._layout(),
             key_bindings=merge_key_bindings([load_key_bindings(), self._bindings()]),
@@ -404,10 +408,13 @@ class ChatApp:
             buf = self.buffer
             if self.ghost is not None and not buf.text:
                 self._accept_suggestion()
-            elif buf.complete_state is not None:
+            elif buf.complete_state is not None and buf.complete_state.completions:
                 buf.complete_next()
             elif self._completing_word():
-                buf.start_completion(select_first=False)
+                # The listing may still run (completion while typing): take its
+                # first answer when it comes; if none runs, start one.
+                self._tab_pending = True
+                buf.start_completion(select_first=True)
 
         @kb.add("s-tab")
         def _cycle(event: KeyPressEvent) -> None:
@@ -466,9 +473,18 @@ class ChatApp:
                 self.backend.dismiss()  # a suggestion still on its way is not wanted now
         event.current_buffer.insert_text(data)
 
+    def _completions_changed(self, buffer: Buffer) -> None:
+        state = buffer.complete_state
+        if self._tab_pending and state is not None and state.completions:
+            self._tab_pending = False
+            if state.complete_index is None:
+                buffer.go_to_completion(0)
+
     def _text_changed(self, _buffer: Buffer) -> None:
         # Paste, history (↑/↓), a completion: anything that fills the prompt is
         # not Tab, so it throws the suggestion away too.
+        if self.buffer.complete_state is None:
+            self._tab_pending = False
         if self.buffer.text and self.ghost is not None:
             self._dismiss("edited")
 
@@ -559,6 +575,15 @@ class ChatApp:
             result: AcceptResult = await loop.run_in_executor(
                 self._executor, lambda: self.backend.accept(timeout=ACCEPT_TIMEOUT_S)
             )
+            if result.outcome == "debounced":
+                # The runtime ignores a Tab this soon after the previous accept began
+                # (a double press). This one was pressed on a suggestion shown after
+                # that accept ended -- the UI takes no Tab while one runs -- so it is
+                # deliberate: once the debounce window has passed, it is sent again.
+                await asyncio.sleep(DEBOUNCE_RETRY_S)
+                result = await loop.run_in_executor(
+                    self._executor, lambda: self.backend.accept(timeout=ACCEPT_TIMEOUT_S)
+                )
         except Exception as exc:
             self._end()
             why = one_line(str(exc) or type(exc).__name__, 160)
@@ -574,8 +599,7 @@ class ChatApp:
     def _accept_lines(self, result: AcceptResult) -> list[Line]:
         outcome = result.outcome
         if outcome == "debounced":
-            self.ghost = result.suggestion
-            return []
+            return [_line("class:dim", "  (Tab ignored: pressed twice)")]
         if outcome == "no_suggestion":
             return [(("class:dim", "  (that suggestion is no longer on offer)"),)]
         if outcome in ("accepted", "boundary"):

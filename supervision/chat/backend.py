@@ -87,14 +87,14 @@ APPROVAL_HOOK_MARGIN_S = 30.0
 """The hook's own deadline is the approver's wait plus this (the approver answers first)."""
 
 
-def chat_runtime(*, name: str = "fore-chat") -> Runtime:
+def chat_runtime(*, name: str = "fore-chat", **options: Any) -> Runtime:
     """The runtime ``fore chat`` runs on.
 
     The load governor is off: it keeps speculation from taking time from other
     sessions' turns, and a terminal has one session, whose person is reading
     while its speculation runs -- skipping it would only hide the feature.
     """
-    return Runtime(name=name, speculation_governor=LoadGovernor(enabled=False))
+    return Runtime(name=name, speculation_governor=LoadGovernor(enabled=False), **options)
 
 
 class SessionBackend:

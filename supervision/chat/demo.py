@@ -109,11 +109,11 @@ def make_workspace(root: Path) -> Path:
 
 @dataclass(frozen=True)
 class Pace:
-    """How fast the demo model answers (the benchmark and tests make it faster)."""
+    """How fast the demo model answers (tests make it faster; ``None``: no pacing)."""
 
-    main_ttft_ms: int = 250
-    main_tokens_per_s: float = 60.0
-    fork_ttft_ms: int = 150
+    main_ttft_ms: int | None = 250
+    main_tokens_per_s: float | None = 60.0
+    fork_ttft_ms: int | None = 150
     slow_tokens_per_s: float = 4.0
 
 
@@ -174,7 +174,7 @@ class DemoModel:
     def __call__(self, request: LlmRequest) -> ScriptReply:
         if request.purpose in ("suggestion", "pipelined"):
             text = json.dumps({"suggestion": next_suggestion(request.messages)})
-            return ScriptReply(text=text, ttft_ms=self.pace.fork_ttft_ms)
+            return ScriptReply(text=text, ttft_ms=self.pace.fork_ttft_ms or 0)
         reply = self._agent(request.messages)
         if request.purpose == "main":
             pacing = {
@@ -183,8 +183,8 @@ class DemoModel:
             }
         else:
             pacing = {"ttft_ms": self.pace.fork_ttft_ms}
-        merged = {**pacing, **reply}
-        return ScriptReply.model_validate(merged)
+        given = {key: value for key, value in pacing.items() if value is not None}
+        return ScriptReply.model_validate({**given, **reply})
 
     # -- the agent loop's answers -----------------------------------------------------------
 

@@ -72,7 +72,7 @@ def status_line(state: StatusInput, width: int) -> Line:
     left = f" {one_line(state.model, 24)} │ {state.mode.value} (⇧Tab) │ "
     saved = format_duration(state.totals.time_saved_s)
     right = f" │ {tokens_text(state.totals.tokens)} │ saved {saved} by Tab "
-    middle = state.busy or state.speculation
+    middle = one_line(state.busy or state.speculation, 300)
     room = max(0, width - len(left) - len(right))
     if len(middle) > room:
         middle = middle[: max(0, room - 1)] + "…" if room > 0 else ""

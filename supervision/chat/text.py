@@ -14,7 +14,8 @@ def sanitize(text: str) -> str:
 
     Newlines stay; tabs become spaces; every other C0/C1 control character
     (ESC included, so no cursor moves, colours or title changes) becomes a
-    visible ``\\xNN``.
+    visible ``\\xNN``; line separators, bidi overrides and lone surrogates
+    (which no terminal encoding can write) a visible ``\\uNNNN``.
     """
     if text.isprintable():
         return text
@@ -28,6 +29,8 @@ def sanitize(text: str) -> str:
             continue
         elif ch < " " or ch == "\x7f" or "\x80" <= ch <= "\x9f":
             out.append(f"\\x{ord(ch):02x}")
+        elif "\ud800" <= ch <= "\udfff":
+            out.append(f"\\u{ord(ch):04x}")  # a lone surrogate cannot even be encoded
         elif ch in _INVISIBLE_MOVERS:
             out.append(f"\\u{ord(ch):04x}")  # line separators and bidi overrides
         else:

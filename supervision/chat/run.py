@@ -8,6 +8,7 @@ too small to show the prompt, the status line and a tool line.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -56,11 +57,15 @@ def terminal_problem(stdin: TextIO, stdout: TextIO) -> str | None:
             "fore chat needs an interactive terminal (stdin and stdout must be a TTY); "
             "for one headless turn use: fore run --workspace DIR PROMPT"
         )
-    size = shutil.get_terminal_size(fallback=(0, 0))
-    if size.columns < MIN_COLUMNS or size.lines < MIN_ROWS:
+    try:
+        # The terminal's own size: COLUMNS / LINES in the environment may be stale.
+        columns, lines = os.get_terminal_size(stdout.fileno())
+    except (OSError, ValueError):
+        columns, lines = 0, 0
+    if columns < MIN_COLUMNS or lines < MIN_ROWS:
         return (
             f"fore chat needs a terminal of at least {MIN_COLUMNS}x{MIN_ROWS} "
-            f"(this one is {size.columns}x{size.lines}): make the window larger"
+            f"(this one is {columns}x{lines}): make the window larger"
         )
     return None
 

@@ -546,8 +546,8 @@ class ChatApp:
                 changed = status != self.spec_status
                 self.spec_status = status
                 if changed:
-                    if status.state == "completed":
-                        self.trace.mark("spec_ready", tool_calls=status.tool_calls)
+                    if status.state in FINAL_STATES:
+                        self.trace.mark("spec_final", state=status.state)
                     self.app.invalidate()
                 if status.state in FINAL_STATES and not self._poll_again:
                     return
@@ -679,7 +679,7 @@ class ChatApp:
         self._end()
         if error is not None:
             self.transcript.note((("class:error", f"  ✗ error: {error}"),))
-        self._flush_transcript()
+        self._flush_transcript(mark="turn_done")
 
     async def _run_ended(self, result: TurnResult) -> None:
         """Finish a run's lines: after its own TurnFinished event, or from its result.

@@ -272,6 +272,28 @@ def test_ctrl_c_cancels_a_running_turn_and_the_prompt_stays_usable(
     assert not chat.thread.is_alive()
 
 
+def test_a_prompt_sent_while_a_turn_runs_is_queued_and_sent_after_it(
+    open_chat: Callable[..., Chat],
+) -> None:
+    chat = open_chat(model=DemoModel(Pace()).model())  # paced: the first turn takes a while
+    chat.keys("hi" + ENTER + "second" + ENTER)
+    chat.wait_printed("› second  (queued)")
+    chat.wait(lambda: chat.printed().count("I am the demo's scripted model") == 2, "both answers")
+    assert chat.printed().index("› hi") < chat.printed().index("› second")
+
+
+def test_ctrl_c_takes_a_queued_prompt_back(open_chat: Callable[..., Chat]) -> None:
+    chat = open_chat()
+    chat.keys("count slowly" + ENTER)
+    chat.wait(lambda: chat.app.busy == "turn", "the slow turn")
+    chat.keys("next one" + ENTER)
+    chat.wait(lambda: chat.app.queued == "next one", "the queued prompt")
+    chat.keys(CTRL_C)
+    chat.wait_printed("⊘ cancelled")
+    chat.wait(lambda: chat.app.buffer.text == "next one", "the prompt back in the line")
+    assert "› next one" not in chat.printed()
+
+
 def test_ctrl_d_leaves(open_chat: Callable[..., Chat]) -> None:
     chat = open_chat()
     chat.keys(CTRL_D)

@@ -192,7 +192,7 @@ def test_the_suggestion_is_grey_tab_applies_it_and_typing_aborts(
     term.type("hi")
     term.keys("Enter")
     term.wait(ghost_is(ADD_TEST), "the suggestion in the prompt")
-    term.wait_text("ready: 1 tool call, 1 file", "the speculation to be ready")
+    term.wait_text("ready: 1 call, 1 file", "the speculation to be ready")
     # grey (or dim) ghost text, drawn by the terminal
     coloured = [line for line in term.screen(colours=True).splitlines() if ADD_TEST in line]
     assert coloured, "the suggestion is not on the screen"
@@ -207,7 +207,7 @@ def test_the_suggestion_is_grey_tab_applies_it_and_typing_aborts(
 
     # the pipelined suggestion comes next; typing throws it and its speculation away
     term.wait(ghost_is(FIX), "the pipelined suggestion")
-    term.wait_text("ready: 1 tool call, 1 file", "its speculation to be ready")
+    term.wait_text("ready: 1 call, 1 file", "its speculation to be ready")
     term.type("x")
     screen = term.wait(lambda s: prompt_line(s).rstrip() == PROMPT + "x", "the typed key")
     assert FIX not in prompt_line(screen)

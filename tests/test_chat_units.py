@@ -383,11 +383,11 @@ def test_the_speculation_wording() -> None:
     assert speculation_text(None, shown=False, accepting=False) == "no suggestion"
     running = status(state="running", tool_calls=2, files_written=1)
     assert speculation_text(running, shown=True, accepting=False) == (
-        "speculating: 2 tool calls, 1 file"
+        "speculating: 2 calls, 1 file"
     )
     ready = status(state="completed", tool_calls=1, files_written=2)
     assert speculation_text(ready, shown=True, accepting=False) == (
-        "ready: 1 tool call, 2 files · Tab applies"
+        "ready: 1 call, 2 files · Tab applies"
     )
     stopped = status(state="boundary", boundary_tool="shell", boundary_reason="writes")
     assert speculation_text(stopped, shown=True, accepting=False) == (

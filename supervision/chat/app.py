@@ -8,7 +8,7 @@ history, so it can be scrolled back, searched and copied like any output)::
       ? allow shell python3 -m unittest -q?  y / n / a    ← an approval, when asked
     › add a test for an empty title                       ← the prompt; the suggestion
                                                             is grey ghost text here
-     demo │ auto-edit (⇧Tab) │ ready: 2 tool calls … │ 1.2k tok │ saved 3.1 s by Tab
+     demo │ auto-edit ⇧Tab │ ready: 2 calls, 1 file · Tab applies │ 1.2k tok │ Tab saved 3.1 s
 
 Threads. The UI thread (prompt_toolkit's asyncio loop) never waits on the
 runtime: blocking session calls (submit, accept, the speculation status) run
@@ -214,6 +214,8 @@ class ChatApp:
         self.hint = ""
         self.approvals: deque[_Approval] = deque()
         self._pending_ghost: str | None = None
+        self.queued: str | None = None
+        """A prompt sent while a turn ran: it goes when the turn ends."""
         self._ended_runs: set[str] = set()
         self._ended_order: deque[str] = deque()
         self._suggestion_possible = False
@@ -585,16 +587,16 @@ class ChatApp:
                     self._executor, lambda: self.backend.accept(timeout=ACCEPT_TIMEOUT_S)
                 )
         except Exception as exc:
-            self._end()
             why = one_line(str(exc) or type(exc).__name__, 160)
             self._print_lines([_line("class:error", f"  ✗ the accept failed: {why}")])
+            self._end()
             return
         self.trace.mark("accept_result", outcome=result.outcome, files=list(result.files_applied))
         if result.turn is not None:
             await self._run_ended(result.turn)
         lines = self._accept_lines(result)
-        self._end()
         self._flush_transcript(extra=lines, mark="transcript_shown")
+        self._end()
 
     def _accept_lines(self, result: AcceptResult) -> list[Line]:
         outcome = result.outcome
@@ -651,7 +653,13 @@ class ChatApp:
             self._command(command.name, command.argument)
             return
         if self.busy is not None:
-            self._set_hint("a turn is running: Ctrl-C cancels it")
+            if self.queued is not None:
+                self._set_hint("a prompt is already queued: Ctrl-C cancels the turn")
+                return
+            # Typed while a turn runs: it goes when the turn ends (Ctrl-C takes it back).
+            self.buffer.reset(append_to_history=True)
+            self.queued = text
+            self._set_hint(f"queued: {one_line(text, 60)}")
             return
         self.buffer.reset(append_to_history=True)
         self._send(text)
@@ -676,10 +684,10 @@ class ChatApp:
             error = one_line(str(exc) or type(exc).__name__, 160)
         if result is not None:
             await self._run_ended(result)
-        self._end()
         if error is not None:
             self.transcript.note((("class:error", f"  ✗ error: {error}"),))
         self._flush_transcript(mark="turn_done")
+        self._end()
 
     async def _run_ended(self, result: TurnResult) -> None:
         """Finish a run's lines: after its own TurnFinished event, or from its result.
@@ -717,6 +725,11 @@ class ChatApp:
         self.hint = "Ctrl-C again (or Ctrl-D) leaves" if self._exit_armed else ""
         self._suggestion_possible = True
         pending, self._pending_ghost = self._pending_ghost, None
+        queued, self.queued = self.queued, None
+        if queued is not None:
+            # The person already typed what comes next: no suggestion is wanted.
+            self._send(queued, "queued")
+            return
         if pending is not None:
             self._show_ghost(pending)
         self.app.invalidate()
@@ -731,6 +744,10 @@ class ChatApp:
                 self._answer(Decision.DENY)
         if self.busy in ("turn", "accept"):
             self.backend.cancel()
+            queued, self.queued = self.queued, None
+            if queued is not None and not self.buffer.text:
+                self.buffer.text = queued  # taken back: it is in the prompt line again
+                self.buffer.cursor_position = len(queued)
             self._set_hint("cancelling… (Ctrl-C again leaves)")
         elif self.buffer.text:
             self.buffer.reset()
@@ -850,15 +867,13 @@ class ChatApp:
         try:
             await loop.run_in_executor(self._executor, self.backend.reset)
         except Exception as exc:
-            self._end()
             why = one_line(str(exc), 120)
             self._print_lines(
                 [_line("class:error", f"  ✗ could not start a new conversation: {why}")]
             )
+            self._end()
             return
         self.transcript = Transcript()
-        self._end()
-        self._suggestion_possible = False
 
         def wipe() -> None:
             output = self.app.output
@@ -868,6 +883,8 @@ class ChatApp:
 
         await run_in_terminal(wipe)
         self._print_text(["(a new conversation)"])
+        self._end()
+        self._suggestion_possible = False
 
     # -- events from the session ---------------------------------------------------------------
 

@@ -31,7 +31,7 @@ def speculation_text(status: SpeculationStatus | None, *, shown: bool, accepting
         return "no suggestion"
     if status is None or status.state == "idle":
         return "suggestion shown · Tab runs it"
-    work = f"{_plural(status.tool_calls, 'tool call')}, {_plural(status.files_written, 'file')}"
+    work = f"{_plural(status.tool_calls, 'call')}, {_plural(status.files_written, 'file')}"
     state = status.state
     if state == "running":
         return f"speculating: {work}"
@@ -69,9 +69,9 @@ class StatusInput:
 
 def status_line(state: StatusInput, width: int) -> Line:
     """One line, at most ``width`` columns (the speculation part is shortened first)."""
-    left = f" {one_line(state.model, 24)} │ {state.mode.value} (⇧Tab) │ "
+    left = f" {one_line(state.model, 24)} │ {state.mode.value} ⇧Tab │ "
     saved = format_duration(state.totals.time_saved_s)
-    right = f" │ {tokens_text(state.totals.tokens)} │ saved {saved} by Tab "
+    right = f" │ {tokens_text(state.totals.tokens)} │ Tab saved {saved} "
     middle = one_line(state.busy or state.speculation, 300)
     room = max(0, width - len(left) - len(right))
     if len(middle) > room:

@@ -510,3 +510,100 @@ def test_the_demo_suggests_the_tour_then_notes_forever() -> None:
         seen.append(step)
         history.append(UserMessage(text=step))
     assert seen == [OPENING, ADD_TEST, FIX, RUN_TESTS, ADD_NOTE, ADD_NOTE]
+
+
+class BlockingBackend:
+    """A ChatBackend whose blocking calls block until released: the UI must not care."""
+
+    model_label = "blocking"
+
+    def __init__(self, workspace: Path) -> None:
+        import queue
+
+        self.workspace = workspace
+        self.release = threading.Event()
+        self.calls: list[str] = []
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self.generation = 0
+
+    def submit(self, text: str, *, timeout: float) -> Any:
+        from messages.session import TurnResult
+
+        self.calls.append(f"submit:{text}")
+        self.release.wait(WAIT)
+        return TurnResult(run_id="r1", session_id="s", status="cancelled", error="cancelled")
+
+    def accept(self, *, timeout: float) -> Any:
+        self.calls.append("accept")
+        self.release.wait(WAIT)
+        raise RuntimeError("released")
+
+    def speculation(self) -> Any:
+        self.calls.append("speculation")
+        self.release.wait(WAIT)
+        raise RuntimeError("released")
+
+    def dismiss(self) -> None:
+        self.calls.append("dismiss")
+
+    def cancel(self) -> None:
+        self.calls.append("cancel")
+
+    def events(self, timeout: float) -> tuple[int, Iterator[Any]]:
+        import queue
+
+        def pump() -> Iterator[Any]:
+            while True:
+                try:
+                    yield self.queue.get(timeout=timeout)
+                except queue.Empty:
+                    return
+
+        return self.generation, pump()
+
+    def reset(self) -> None:
+        self.release.wait(WAIT)
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_the_ui_never_waits_on_the_runtime(tmp_path: Path) -> None:
+    from messages.speculation import Suggestion, SuggestionReady
+
+    backend = BlockingBackend(tmp_path)
+    policy = ApprovalPolicy(ApprovalMode.DEFAULT, cwd=tmp_path)
+    with create_pipe_input() as pipe:
+        chat = ChatApp(backend, policy, input=pipe, output=DummyOutput())  # type: ignore[arg-type]
+        done = threading.Event()
+        thread = threading.Thread(
+            target=lambda: (asyncio.run(chat.run_async()), done.set()), daemon=True
+        )
+        thread.start()
+        try:
+            wait_for(lambda: chat.app.is_running, "the app")
+            # a suggestion whose status read blocks forever: the ghost still shows ...
+            suggestion = Suggestion(id="g", text="do it", source="model", snapshot_version="v")
+            backend.queue.put(SuggestionReady(session_id="s", suggestion=suggestion))
+            wait_for(lambda: chat.ghost == "do it", "the ghost")
+            wait_for(lambda: "speculation" in backend.calls, "the status read (blocked)")
+            # ... and a key still removes it at once, telling the runtime without waiting
+            pipe.send_text("x")
+            wait_for(lambda: chat.ghost is None and chat.buffer.text == "x", "the key")
+            assert "dismiss" in backend.calls
+            # a turn that never answers: the prompt still edits, Ctrl-C still cancels
+            pipe.send_text("\r")
+            wait_for(lambda: "submit:x" in backend.calls, "the blocked submit")
+            pipe.send_text("more")
+            wait_for(lambda: chat.buffer.text == "more", "typing during the turn")
+            pipe.send_text("\x03")
+            wait_for(lambda: "cancel" in backend.calls, "the cancel")
+            backend.release.set()
+            wait_for(lambda: chat.busy is None, "the turn's end")
+        finally:
+            backend.release.set()
+            loop = chat._loop
+            if loop is not None:
+                loop.call_soon_threadsafe(chat._leave)
+            thread.join(WAIT)
+        assert done.is_set()

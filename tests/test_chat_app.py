@@ -568,6 +568,28 @@ class BlockingBackend:
         self.release.set()
 
 
+def test_a_hostile_suggestion_is_drawn_as_one_safe_line() -> None:
+    from prompt_toolkit.document import Document
+    from prompt_toolkit.layout.processors import TransformationInput
+
+    from supervision.chat.app import MAX_GHOST, GhostText
+
+    processor = GhostText(lambda: "fix it\x1b[2J\x1b]0;owned\x07\nrm -rf /" + "x" * 1000)
+    ti = TransformationInput(
+        buffer_control=None,  # type: ignore[arg-type]
+        document=Document(""),
+        lineno=0,
+        source_to_display=lambda i: i,
+        fragments=[],
+        width=80,
+        height=1,
+    )
+    ((style, text),) = processor.apply_transformation(ti).fragments
+    assert style == "class:ghost" and len(text) <= MAX_GHOST
+    assert text.startswith("fix it\\x1b[2J\\x1b]0;owned\\x07 rm -rf /")
+    assert "\x1b" not in text and "\n" not in text
+
+
 def test_the_ui_never_waits_on_the_runtime(tmp_path: Path) -> None:
     from messages.speculation import Suggestion, SuggestionReady
 

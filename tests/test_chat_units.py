@@ -51,7 +51,15 @@ from supervision.chat.demo import ADD_NOTE, ADD_TEST, FIX, OPENING, RUN_TESTS
 from supervision.chat.paths import at_word, complete_path, reference_text
 from supervision.chat.status import StatusInput, speculation_text, status_line
 from supervision.chat.text import one_line, sanitize
-from supervision.chat.transcript import Totals, Transcript, diff_summary, file_changes
+from supervision.chat.transcript import (
+    MAX_LIVE_CHARS,
+    MAX_LIVE_TOOLS,
+    MAX_TEXT_CHARS,
+    Totals,
+    Transcript,
+    diff_summary,
+    file_changes,
+)
 
 S = "s1"
 
@@ -359,7 +367,7 @@ def test_diff_summary_counts_lines_per_file() -> None:
     ]
 
 
-@given(st.lists(st.text(max_size=40), max_size=30))
+@given(st.lists(st.text(max_size=80), max_size=40))
 def test_streamed_text_is_never_lost_or_duplicated(chunks: list[str]) -> None:
     t = Transcript()
     printed: list[str] = []
@@ -369,7 +377,48 @@ def test_streamed_text_is_never_lost_or_duplicated(chunks: list[str]) -> None:
     t.event(TurnFinished(session_id=S, result=turn()))
     printed += plain(t.commit())
     expected = sanitize("".join(chunks)).lstrip("\n").rstrip("\n")
-    assert "\n".join(printed) == expected
+    assert "".join(printed) == expected.replace("\n", "")
+    if all(len(line) < MAX_LIVE_CHARS for line in expected.split("\n")):
+        assert "\n".join(printed) == expected
+
+
+def test_the_live_area_stays_a_few_rows_whatever_the_model_does() -> None:
+    t = Transcript()
+    calls = tuple(ToolCall(id=f"c{i}", name="grep", arguments={"pattern": "x"}) for i in range(100))
+    t.event(ItemAdded(session_id=S, run_id="r1", item=AssistantMessage(tool_calls=calls)))
+    for call in calls:
+        t.event(ToolStarted(session_id=S, run_id="r1", call_id=call.id, name="grep"))
+    live = plain(t.live())
+    assert len(live) == MAX_LIVE_TOOLS + 1
+    assert live[-1] == f"  … {100 - MAX_LIVE_TOOLS} more tool calls"
+    u = Transcript()
+    u.event(TextDelta(session_id=S, run_id="r1", text="y" * (MAX_LIVE_CHARS * 5 + 7)))
+    printed = plain(u.commit())
+    assert printed == ["y" * (MAX_LIVE_CHARS * 5 + 7)]
+    assert plain(u.live()) == [""]
+
+
+def test_an_answer_prints_a_bounded_amount_and_says_how_much_it_left_out() -> None:
+    t = Transcript()
+    for _ in range(30):
+        t.event(TextDelta(session_id=S, run_id="r1", text=("z" * 9_999 + "\n")))
+    t.event(TurnFinished(session_id=S, result=turn()))
+    printed = plain(t.commit())
+    assert sum(len(line) for line in printed[:-1]) <= MAX_TEXT_CHARS
+    assert printed[-1] == f"  … {300_000 - MAX_TEXT_CHARS:,} more characters not shown"
+
+
+def test_a_huge_edit_is_counted_without_a_quadratic_diff() -> None:
+    old = "".join(f"old {i}\n" for i in range(3000))
+    new = "".join(f"new {i}\n" for i in range(2500))
+    call = ToolCall(
+        id="a", name="edit", arguments={"path": "big.py", "old_string": old, "new_string": new}
+    )
+    items = [
+        AssistantMessage(tool_calls=(call,)),
+        ToolResult(call_id="a", name="edit", output="ok"),
+    ]
+    assert plain(diff_summary(items, ["big.py"])) == ["  ~ big.py  +2500 −3000"]
 
 
 # -- status ------------------------------------------------------------------------------------

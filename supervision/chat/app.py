@@ -140,6 +140,8 @@ TICK_S = 0.1
 APPROVAL_WAIT_S = 600.0
 DEBOUNCE_RETRY_S = 0.15
 """Past the session's accept debounce (``SpeculationConfig.accept_debounce_ms``, 100 ms)."""
+MAX_GHOST = 300
+"""The longest suggestion drawn (one line, sanitized)."""
 RUN_END_GRACE_S = 1.0
 """How long a finished run's answer waits for its TurnFinished event before closing it."""
 
@@ -160,7 +162,8 @@ class GhostText(Processor):
         ti = transformation_input
         ghost = self._ghost()
         if ghost and ti.lineno == 0 and not ti.document.text:
-            return Transformation([*ti.fragments, ("class:ghost", ghost)])
+            # The session filters suggestions, but the screen does not rely on it.
+            return Transformation([*ti.fragments, ("class:ghost", one_line(ghost, MAX_GHOST))])
         return Transformation(ti.fragments)
 
 

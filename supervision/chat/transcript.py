@@ -43,8 +43,13 @@ Fragment = tuple[str, str]
 Line = tuple[Fragment, ...]
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-MAX_LIVE_CHARS = 16_384
-"""A live text block longer than this is committed even without a newline."""
+MAX_LIVE_CHARS = 1_000
+"""A streaming line longer than this is printed even without a newline (the live area
+stays a few rows tall)."""
+MAX_TEXT_CHARS = 200_000
+"""Text one answer may print; the rest is counted, not shown (the history keeps it)."""
+MAX_LIVE_TOOLS = 10
+"""Tool lines the live area shows; a bigger batch shows "… N more"."""
 
 ToolState = Literal["queued", "running", "done", "failed", "skipped", "cancelled"]
 _FINAL_TOOL_STATES = frozenset({"done", "failed", "skipped", "cancelled"})
@@ -56,6 +61,16 @@ class TextBlock:
     style: str = "class:answer"
     open: bool = True
     """Still streaming (more text may come)."""
+    size: int = 0
+    """Characters taken so far (shown or still live)."""
+    dropped: int = 0
+    """Characters past :data:`MAX_TEXT_CHARS`, not shown."""
+
+    def add(self, text: str) -> None:
+        room = max(0, MAX_TEXT_CHARS - self.size)
+        self.text += text[:room]
+        self.size += min(len(text), room)
+        self.dropped += max(0, len(text) - room)
 
 
 @dataclass
@@ -233,6 +248,8 @@ class Transcript:
                 break
             elif block.text:
                 out.extend(_text_lines(block.text, block.style))
+            if isinstance(block, TextBlock) and block.dropped:
+                out.append((("class:dim", f"  … {block.dropped:,} more characters not shown"),))
             self.blocks.pop(0)
         return out
 
@@ -240,13 +257,20 @@ class Transcript:
         """The lines still changing (redrawn in place above the prompt)."""
         now = self._clock()
         out: list[Line] = []
+        tools = hidden = 0
         for block in self.blocks:
             if isinstance(block, NoteBlock):
                 out.append(block.line)
             elif isinstance(block, ToolBlock):
+                tools += 1
+                if tools > MAX_LIVE_TOOLS:
+                    hidden += 1
+                    continue
                 out.append(tool_line(block, now))
             elif block.text or block.open:
                 out.extend(_text_lines(block.text, block.style))
+        if hidden:
+            out.append((("class:dim", f"  … {hidden} more tool calls"),))
         return out
 
     @property
@@ -268,10 +292,11 @@ class Transcript:
         self._streamed = True
         text = sanitize(text)
         last = self.blocks[-1] if self.blocks else None
-        if isinstance(last, TextBlock) and last.open:
-            last.text += text
-        else:
-            self.blocks.append(TextBlock(text.lstrip("\n")))
+        if not (isinstance(last, TextBlock) and last.open):
+            text = text.lstrip("\n")
+            last = TextBlock("")
+            self.blocks.append(last)
+        last.add(text)
 
     def _close_text(self) -> None:
         for block in self.blocks:
@@ -303,7 +328,9 @@ class Transcript:
         if isinstance(item, AssistantMessage):
             if item.text and (speculated or not self._streamed):
                 self._close_text()
-                self.blocks.append(TextBlock(sanitize(item.text).strip("\n"), open=False))
+                answer = TextBlock("", open=False)
+                answer.add(sanitize(item.text).strip("\n"))
+                self.blocks.append(answer)
             self._streamed = False
             self._close_text()
             for call in item.tool_calls:
@@ -341,11 +368,17 @@ class FileChange:
     known: bool = False
 
 
+MAX_DIFF_WORK = 250_000
+"""Line pairs a per-file count may compare; past it the count is the lines' own numbers
+(a hostile edit of thousands of lines must not stall the UI in a quadratic diff)."""
+
+
 def _count(old: str, new: str) -> tuple[int, int]:
+    a, b = old.splitlines(), new.splitlines()
+    if len(a) * len(b) > MAX_DIFF_WORK:
+        return len(b), len(a)
     added = removed = 0
-    matcher = difflib.SequenceMatcher(
-        a=old.splitlines()[:2000], b=new.splitlines()[:2000], autojunk=False
-    )
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag in ("replace", "delete"):
             removed += i2 - i1

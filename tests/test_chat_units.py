@@ -382,6 +382,18 @@ def test_streamed_text_is_never_lost_or_duplicated(chunks: list[str]) -> None:
         assert "\n".join(printed) == expected
 
 
+@given(ANY_TEXT, ANY_TEXT, st.sampled_from(["queued", "running", "done", "failed", "skipped"]))
+def test_a_tool_line_is_one_bounded_safe_line(name: str, value: str, state: str) -> None:
+    from supervision.chat.transcript import ToolBlock, tool_line
+
+    block = ToolBlock(call_id="c", name=name, args=short_arguments(name, {"command": value}))
+    block.state = state  # type: ignore[assignment]
+    block.started, block.duration_s, block.detail = 1.0, 0.5, "refused"
+    text = "".join(t for _s, t in tool_line(block, 2.0))
+    assert len(text) <= 40 + 72 + 30
+    assert "\n" not in text and not any(unsafe(ch) for ch in text)
+
+
 def test_the_live_area_stays_a_few_rows_whatever_the_model_does() -> None:
     t = Transcript()
     calls = tuple(ToolCall(id=f"c{i}", name="grep", arguments={"pattern": "x"}) for i in range(100))

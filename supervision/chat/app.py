@@ -94,7 +94,7 @@ from supervision.chat.status import (
     speculation_text,
     status_line,
 )
-from supervision.chat.text import format_duration, one_line, sanitize
+from supervision.chat.text import format_duration, one_line
 from supervision.chat.trace import Trace
 from supervision.chat.transcript import SPINNER, Line, Totals, Transcript, diff_summary
 
@@ -140,6 +140,8 @@ TICK_S = 0.1
 APPROVAL_WAIT_S = 600.0
 DEBOUNCE_RETRY_S = 0.15
 """Past the session's accept debounce (``SpeculationConfig.accept_debounce_ms``, 100 ms)."""
+MAX_ECHO = 1_000
+"""The longest echo of a prompt (a paste of a whole file is sent whole, echoed short)."""
 MAX_GHOST = 300
 """The longest suggestion drawn (one line, sanitized)."""
 RUN_END_GRACE_S = 1.0
@@ -345,7 +347,7 @@ class ChatApp:
         request = self.approvals[0].request
         more = f"  (+{len(self.approvals) - 1} waiting)" if len(self.approvals) > 1 else ""
         return [
-            ("class:approval", f"  ? allow {sanitize(request.tool)}"),
+            ("class:approval", f"  ? allow {one_line(request.tool, 40)}"),
             ("", f"  {request.summary}" if request.summary else ""),
             (
                 "class:dim",
@@ -353,7 +355,7 @@ class ChatApp:
             ),
             (
                 "class:approval.keys",
-                f"    y yes · n no · a always allow {sanitize(request.tool)} · Esc no",
+                f"    y yes · n no · a always allow {one_line(request.tool, 40)} · Esc no",
             ),
         ]
 
@@ -629,7 +631,7 @@ class ChatApp:
                 summary += f" ({why}), which ran now"
             return [*lines, (("class:accept", summary),)]
         if outcome == "conflict":
-            names = ", ".join(sanitize(c) for c in result.conflicts) or "files"
+            names = one_line(", ".join(result.conflicts), 200) or "files"
             text = f"  ⚠ {names} changed since the speculation ran: it ran again on them"
             return [_line("class:alert.warn", text)]
         if outcome == "stale":
@@ -820,7 +822,7 @@ class ChatApp:
         request = pending.request
         self.transcript.note(
             (
-                ("class:approval", f"  ? {sanitize(request.tool)}"),
+                ("class:approval", f"  ? {one_line(request.tool, 40)}"),
                 ("", f"  {request.summary}"),
                 ("class:dim", f"  → {word}"),
             )
@@ -954,7 +956,7 @@ class ChatApp:
     # -- printing ------------------------------------------------------------------------------
 
     def _echo(self, text: str, note: str = "") -> None:
-        line: Line = (("class:prompt.echo", "› "), ("class:user", sanitize(text)))
+        line: Line = (("class:prompt.echo", "› "), ("class:user", one_line(text, MAX_ECHO)))
         if note:
             line = (*line, ("class:dim", f"  ({note})"))
         self.transcript.note(line)

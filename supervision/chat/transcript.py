@@ -99,7 +99,7 @@ Block = TextBlock | ToolBlock | NoteBlock
 
 def tool_line(block: ToolBlock, now: float) -> Line:
     """One tool call as one line: mark, name, short arguments, state, duration."""
-    name = sanitize(block.name)
+    name = one_line(block.name, 40)
     args = block.args
     if block.state == "running":
         elapsed = now - block.started if block.started is not None else 0.0

@@ -140,6 +140,7 @@ TICK_S = 0.1
 APPROVAL_WAIT_S = 600.0
 DEBOUNCE_RETRY_S = 0.15
 """Past the session's accept debounce (``SpeculationConfig.accept_debounce_ms``, 100 ms)."""
+MAX_KEPT_LINES = 20_000
 MAX_ECHO = 1_000
 """The longest echo of a prompt (a paste of a whole file is sent whole, echoed short)."""
 MAX_GHOST = 300
@@ -209,8 +210,8 @@ class ChatApp:
         self.approval_wait_s = approval_wait_s
         self.transcript = Transcript()
         self.totals = Totals()
-        self.printed: list[str] = []
-        """Every line printed above the app, as plain text (tests read it)."""
+        self.printed: deque[str] = deque(maxlen=MAX_KEPT_LINES)
+        """The lines printed above the app, as plain text (the newest; tests read them)."""
         self.ghost: str | None = None
         self.spec_status: SpeculationStatus | None = None
         self.busy: str | None = None
@@ -550,6 +551,8 @@ class ChatApp:
                     return
                 if self.ghost != ghost or self.ghost is None:
                     return
+                if status.suggestion not in (None, ghost):
+                    status = SpeculationStatus()  # the previous suggestion's: not this one's yet
                 changed = status != self.spec_status
                 self.spec_status = status
                 if changed:

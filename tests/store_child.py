@@ -124,7 +124,8 @@ def cmd_batches(args: dict[str, Any]) -> None:
     transaction, the earlier items of that batch already inserted. PostgreSQL:
     after ``good`` batches, the next batch quotes ``blob`` (whose reference row
     the parent holds uncommitted), so it blocks mid-transaction; the parent
-    kills this process there.
+    kills this process there (it waits for a line on stdin before that batch, so the
+    parent can take the lock first).
     """
     kill_at = args.get("kill_at")
     if kill_at is not None:
@@ -149,6 +150,8 @@ def cmd_batches(args: dict[str, Any]) -> None:
     for turn in range(args["good"]):
         store.append(sid, TurnBatch(items=turn_items(f"good:{turn}", args["items"])))
     say("good-written", pid=os.getpid())
+    if args.get("blob") is not None:
+        sys.stdin.readline()  # the parent takes its lock first, then says go
     store.append(sid, TurnBatch(items=turn_items("doomed", args["items"], args.get("blob"))))
     say("doomed-written")  # reached only if nobody killed us
     time.sleep(600)

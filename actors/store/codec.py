@@ -77,15 +77,21 @@ def new_session_id() -> str:
     return uuid.UUID(bytes=uuid_utils.uuid7().bytes).hex
 
 
-def check_text(field: str, value: str, max_chars: int = MAX_TEXT_FIELD_CHARS) -> str:
-    """``value`` if it is short enough and writable as UTF-8 (no lone surrogates)."""
+def check_text(
+    field: str, value: str, max_chars: int = MAX_TEXT_FIELD_CHARS, *, nul: bool = False
+) -> str:
+    """``value`` if it is short enough and writable as UTF-8 (no lone surrogates).
+
+    NUL is refused unless ``nul`` (a text stored inside JSON, where it is escaped):
+    a PostgreSQL text column cannot hold it.
+    """
     if len(value) > max_chars:
         raise InvalidRecord(f"{field} is longer than {max_chars} characters")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidRecord(f"{field} is not valid Unicode (a lone surrogate)") from None
-    if "\x00" in value:
+    if not nul and "\x00" in value:
         raise InvalidRecord(f"{field} contains a NUL character")
     return value
 
@@ -222,7 +228,9 @@ def title_preview(items: Iterable[Any]) -> str:
     """A one-line title from the first user message: whitespace folded, cut to 100 chars."""
     for item in items:
         if isinstance(item, UserMessage):
-            text = " ".join(item.text.split())
+            # Control characters (NUL included: PostgreSQL text cannot hold it) become spaces.
+            printable = "".join(c if c.isprintable() else " " for c in item.text[: 4 * TITLE_CHARS])
+            text = " ".join(printable.split())
             if text:
                 return text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
     return ""
@@ -273,7 +281,7 @@ def encode_labels(labels: Sequence[str]) -> str:
     if len(labels) > MAX_PENDING_ACTIONS:
         raise InvalidRecord(f"at most {MAX_PENDING_ACTIONS} pending actions are kept")
     for index, label in enumerate(labels):
-        check_text(f"pending action {index}", label, MAX_LABEL_CHARS)
+        check_text(f"pending action {index}", label, MAX_LABEL_CHARS, nul=True)
     return json.dumps(list(labels), ensure_ascii=False)
 
 

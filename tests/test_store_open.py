@@ -43,11 +43,15 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
-def nothing_open(path: Path) -> None:
-    """No file of the SQLite store open in this process and no renewal thread running."""
+def renewers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("fore-store-renew")}
+
+
+def nothing_open(path: Path, threads_before: set[threading.Thread]) -> None:
+    """No file of the SQLite store open in this process and no new renewal thread running."""
     names = {str(path), f"{path}-wal", f"{path}-shm"}
     assert not [f.path for f in psutil.Process().open_files() if f.path in names]
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("fore-store-renew")]
+    assert renewers() <= threads_before
 
 
 def pg_connections(cluster: PgCluster, url: str) -> int:
@@ -205,12 +209,12 @@ def test_a_damaged_sqlite_file_is_refused_untouched(tmp_path: Path, how: str) ->
     path = tmp_path / "sessions.db"
     make_store_file(path)
     damage(path, how)
-    before = path.read_bytes()
+    before, threads = path.read_bytes(), renewers()
     with pytest.raises(StoreCorrupted) as info:
         open_store(f"sqlite://{path}")
     one_line(info.value)
     assert path.read_bytes() == before
-    nothing_open(path)
+    nothing_open(path, threads)
 
 
 def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
@@ -219,9 +223,10 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
     conn.commit()
     conn.close()
+    threads = renewers()
     with pytest.raises(NotASessionStore, match="customers"):
         open_store(f"sqlite://{path}")
-    nothing_open(path)
+    nothing_open(path, threads)
     conn = sqlite3.connect(path)
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     conn.close()
@@ -278,12 +283,13 @@ def test_a_newer_schema_is_refused_untouched(
         store.append(sid, TurnBatch(items=(UserMessage(text="keep me"),)))
         assert store.schema_version() == migrations.LATEST
     bump_version(store_url, migrations.LATEST + 1)
+    threads = renewers()
     with pytest.raises(SchemaTooNew, match="newer than") as info:
         open_store(store_url)
     one_line(info.value)
     assert (info.value.found, info.value.supported) == (migrations.LATEST + 1, migrations.LATEST)
     if store_url.startswith("sqlite"):
-        nothing_open(Path(store_url.removeprefix("sqlite://")))
+        nothing_open(Path(store_url.removeprefix("sqlite://")), threads)
     else:
         no_pg_connections(request.getfixturevalue("pg_cluster"), store_url)
 

@@ -271,6 +271,15 @@ def test_postgres_kill_mid_batch_leaves_it_all_or_nothing(
     # Hold the doomed batch's blob-reference row uncommitted: its insert must wait for us,
     # inside its transaction, after every item of the batch was inserted.
     blocker = psycopg.connect(pg_url)
+    monitor = psycopg.connect(pg_url, autocommit=True)  # fresh activity on every query
+
+    def waiting_on_locks() -> int:
+        row = monitor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+            " 'fore-session-store' AND wait_event_type = 'Lock'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     try:
         child = children("batches", url=pg_url, sid="s", items=items, good=good, blob=blob)
         child.expect("good-written")
@@ -282,19 +291,19 @@ def test_postgres_kill_mid_batch_leaves_it_all_or_nothing(
         child.proc.stdin.write("go\n")
         child.proc.stdin.flush()
         deadline = time.monotonic() + DEADLINE
-        while True:  # until the child's transaction is waiting on our row lock
-            row = blocker.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
-                " 'fore-session-store' AND wait_event_type = 'Lock'"
-            ).fetchone()
-            if row and row[0]:
-                break
+        while not waiting_on_locks():  # until the child's transaction waits on our row lock
             assert time.monotonic() < deadline, "the child's batch never reached the lock"
             time.sleep(0.05)
         child.kill()
+        # The server notices the dead client (client_connection_check_interval) and
+        # ends its transaction -- with the batch's pipelined COMMIT unexecuted.
+        while waiting_on_locks():
+            assert time.monotonic() < deadline, "the dead client's statement never ended"
+            time.sleep(0.05)
     finally:
         blocker.rollback()
         blocker.close()
+        monitor.close()
     with open_store(pg_url) as store:
         assert groups(tags(store, "s")) == [(f"good:{t}", items) for t in range(good)]
         snap = store.open_session("s")

@@ -15,9 +15,11 @@ transaction whose first statement locks the session's row; a read is
 ``REPEATABLE READ READ ONLY`` (one snapshot for the record and its items).
 Every wait has a deadline: ``connect_timeout`` for a connection,
 ``statement_timeout`` and ``lock_timeout`` on the server, the pool's wait for
-a free connection; an idle transaction of a dead client is ended by the
-server (``idle_in_transaction_session_timeout``), so a killed writer's locks
-are freed even when its socket lingers.
+a free connection. A dead client's transaction is ended by the server: an idle
+one by ``idle_in_transaction_session_timeout``, a running statement within a
+second by ``client_connection_check_interval`` (PostgreSQL 14+) -- so a killed
+writer's locks are freed promptly and the rest of its pipelined batch, COMMIT
+included, never runs.
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ class _PgTx:
         self._conn = conn
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        cur = self._conn.execute(sql, params)
-        return cur.fetchall() if cur.description is not None else []
+        return self._conn.execute(sql, params).fetchall()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, params)
 
     def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         with self._conn.cursor() as cur:
@@ -155,8 +159,17 @@ class PostgresSessionStore(SqlSessionStore):
         self._start_renewing(auto_renew)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        import psycopg
+
         for statement in self._session_settings:
             conn.execute(statement)
+        try:
+            # PostgreSQL 14+: a statement whose client died (kill -9) is cancelled within a
+            # second and its transaction rolled back, instead of holding its locks until a
+            # timeout -- and going on with statements the client had already pipelined.
+            conn.execute("SET client_connection_check_interval = 1000")
+        except psycopg.errors.UndefinedObject:
+            pass
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Tx]:
@@ -165,10 +178,19 @@ class PostgresSessionStore(SqlSessionStore):
 
         try:
             with self._pool.connection(timeout=self._timeout) as conn:
-                conn.execute(BEGIN_WRITE if write else BEGIN_READ)
                 try:
-                    yield _PgTx(conn)
-                    conn.execute("COMMIT")
+                    if write:
+                        # Pipeline mode: statements whose results nobody reads travel
+                        # together, so an append is two round trips (BEGIN + the
+                        # reservation; then the inserts + COMMIT), not one per statement.
+                        with conn.pipeline():
+                            conn.execute(BEGIN_WRITE)
+                            yield _PgTx(conn)
+                            conn.execute("COMMIT")
+                    else:
+                        conn.execute(BEGIN_READ)
+                        yield _PgTx(conn)
+                        conn.execute("COMMIT")
                 except BaseException:
                     if not conn.closed and conn.info.transaction_status != 0:  # not IDLE
                         try:
@@ -182,7 +204,7 @@ class PostgresSessionStore(SqlSessionStore):
     @contextmanager
     def _migration_transaction(self) -> Iterator[Tx]:
         with self._transaction(write=True) as tx:
-            tx.rows("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATION_LOCK,))
+            tx.rows("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATION_LOCK,))  # wait here
             yield tx
 
     def _has_version_table(self, tx: Tx) -> bool:

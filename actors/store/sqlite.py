@@ -86,6 +86,9 @@ class _SqliteTx:
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self._conn.execute(sql, params).fetchall()
 
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, params)
+
     def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         self._conn.executemany(sql, params)
 

@@ -1,7 +1,7 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell`` -- the micro-benchmarks;
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store`` -- the micro-benchmarks;
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
-MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell")
+MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell", "store")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

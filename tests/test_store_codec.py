@@ -17,7 +17,10 @@ from actors.store import InvalidRecord, NewSession, StoreCorrupted, TurnBatch, o
 from actors.store.codec import TITLE_CHARS, blob_refs, encode_config, title_preview
 from actors.store.owner import certainly_dead, describe, parse_owner, this_process
 from actors.store.url import PostgresTarget, SqliteTarget, parse_store_url, redact
+from messages.alerts import Alert
 from messages.conversation import AssistantMessage, UserMessage
+
+ALERT = Alert(level="info", text="x", source="test")
 
 path_text = st.text(
     st.characters(exclude_categories=("Cs", "Cc"), exclude_characters="\x00"), min_size=1
@@ -150,3 +153,73 @@ def test_a_damaged_row_is_named_not_crashed(tmp_path: Path) -> None:
     conn.close()
     with open_store(url) as store, pytest.raises(StoreCorrupted, match="1 stored items where 2"):
         store.load(sid)
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "call"),
+    [
+        ("sessions", "next_seq", "many", "load"),
+        ("sessions", "created_at", "yesterday", "load"),
+        ("sessions", "model_settings", "[1, 2]", "load"),
+        ("sessions", "pending_actions", "{}", "load"),
+        ("sessions", "updated_at", "soon", "list"),
+        ("sessions", "turn_count", "some", "open"),
+        ("sessions", "next_seq", "lots", "fork"),
+        ("alerts", "body", "{}", "load"),
+        ("schema_version", "version", -1, "open_store"),
+    ],
+)
+def test_values_of_the_wrong_shape_are_corruption_not_a_crash(
+    tmp_path: Path, table: str, column: str, value: object, call: str
+) -> None:
+    url = f"sqlite://{tmp_path}/s.db"
+    with open_store(url) as store:
+        sid = store.create_session(
+            NewSession(session_id="s", workspace="/w", model_name="m")
+        ).session_id
+        store.append(sid, TurnBatch(items=(UserMessage(text="a"),), alerts=(ALERT,)))
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute(f"UPDATE {table} SET {column} = ?", (value,))
+    conn.commit()
+    conn.close()
+    if call == "open_store":
+        with pytest.raises(StoreCorrupted):
+            open_store(url)
+        return
+    with open_store(url) as store, pytest.raises(StoreCorrupted):
+        if call == "load":
+            store.load(sid)
+        elif call == "list":
+            store.list_sessions()
+        elif call == "open":
+            store.open_session(sid)
+        else:
+            store.fork(sid)
+
+
+def test_an_item_that_would_not_read_back_is_refused(tmp_path: Path) -> None:
+    with open_store(f"sqlite://{tmp_path}/s.db") as store:
+        sid = store.create_session(NewSession(workspace="/w", model_name="m")).session_id
+        bad = UserMessage.model_construct(text=5)  # bypasses validation: not a valid item
+        batch = TurnBatch.model_construct(items=(UserMessage(text="ok"), bad))
+        with pytest.raises(InvalidRecord, match="item 1"):
+            store.append(sid, batch)
+        assert store.load(sid).items == ()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"timeout": float("nan")},
+        {"timeout": 0},
+        {"lease_ttl": float("inf")},
+        {"lease_ttl": "30"},
+        {"max_connections": 2.5},
+        {"max_connections": 0},
+        {"owner": 5},
+        {"owner": ""},
+    ],
+)
+def test_bad_store_options_are_refused(tmp_path: Path, options: dict[str, object]) -> None:
+    with pytest.raises(InvalidRecord):
+        open_store(f"sqlite://{tmp_path}/s.db", **options)  # type: ignore[arg-type]

@@ -93,9 +93,17 @@ def open_store(
     third of it (without, call :meth:`SessionStore.renew_leases` yourself).
     ``timeout`` bounds every wait: a lock, a connection, a server's answer.
     """
-    if not (0.1 <= timeout <= 600.0):
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not (0.1 <= timeout <= 600.0)
+    ):
         raise InvalidRecord("timeout must be between 0.1 and 600 seconds")
-    if isinstance(max_connections, bool) or not 1 <= max_connections <= 64:
+    if (
+        isinstance(max_connections, bool)
+        or not isinstance(max_connections, int)
+        or not 1 <= max_connections <= 64
+    ):
         raise InvalidRecord("max_connections must be from 1 to 64")
     target = parse_store_url(url)
     who = owner if owner is not None else str(this_process())

@@ -191,7 +191,11 @@ def encode_items(items: Sequence[Any]) -> list[str]:
     total = 0
     for index, item in enumerate(items):
         try:
-            body = _ITEM.validate_python(item).model_dump_json()
+            body = _ITEM.validate_python(item).model_dump_json(warnings="error")
+            # What is stored must load back as the very same text, or a resume would fail
+            # on it later (a model_construct'ed item with a field of the wrong type...).
+            if _ITEM.validate_json(body).model_dump_json() != body:
+                raise ValueError("it does not read back as the same JSON")
         except (ValidationError, ValueError, TypeError) as exc:
             raise InvalidRecord(
                 f"item {index} cannot be stored as JSON: {_one_line(exc)}"
@@ -259,7 +263,8 @@ def encode_alerts(alerts: Sequence[Alert]) -> list[str]:
     out: list[str] = []
     for index, alert in enumerate(alerts):
         try:
-            body = alert.model_dump_json()
+            body = alert.model_dump_json(warnings="error")
+            Alert.model_validate_json(body)
         except (ValueError, TypeError) as exc:
             raise InvalidRecord(
                 f"alert {index} cannot be stored as JSON: {_one_line(exc)}"

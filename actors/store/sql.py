@@ -17,8 +17,8 @@ from __future__ import annotations
 import abc
 import threading
 import weakref
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -187,13 +187,31 @@ class _Sql:
         )
 
 
+@contextmanager
+def _decoding(what: str) -> Iterator[None]:
+    """Values read back that are not of their column's shape: a damaged store, one error."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except (ValueError, TypeError, IndexError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise StoreCorrupted(f"{what}: a stored value is damaged ({detail})") from None
+
+
 class SqlSessionStore(SessionStore):
     """The shared implementation; see :mod:`actors.store.sqlite` and ``.postgres``."""
 
     def __init__(self, *, url: str, owner: str, lease_ttl: float, dialect: Dialect) -> None:
-        if not (0.5 <= lease_ttl <= 3600.0):
+        if (
+            isinstance(lease_ttl, bool)
+            or not isinstance(lease_ttl, int | float)
+            or not (0.5 <= lease_ttl <= 3600.0)
+        ):
             raise InvalidRecord("lease_ttl must be between 0.5 and 3600 seconds")
         self.url = url
+        if not isinstance(owner, str) or not owner:
+            raise InvalidRecord("the owner id must be a non-empty str")
         self.owner = codec.check_text("the owner id", owner, codec.MAX_ID_CHARS)
         self.lease_ttl = float(lease_ttl)
         self._dialect = dialect
@@ -259,9 +277,9 @@ class SqlSessionStore(SessionStore):
                 )
             return 0
         value = tx.rows(self._sql.version)[0][0]
-        if value is None:
-            raise StoreCorrupted(f"{self.url}: the schema_version table is empty")
-        return int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StoreCorrupted(f"{self.url}: the schema_version table holds {value!r}")
+        return value
 
     def _start_renewing(self, auto_renew: bool) -> None:
         if auto_renew:
@@ -288,7 +306,8 @@ class SqlSessionStore(SessionStore):
         if not rows:
             raise SessionExists(sid)
         self._hold(sid)
-        created = float(rows[0][0])
+        with _decoding(f"session {sid!r}"):
+            created = float(rows[0][0])
         return SessionRecord(
             session_id=sid,
             workspace=workspace,
@@ -326,13 +345,15 @@ class SqlSessionStore(SessionStore):
             holder, expires_in = found[0]
             if (
                 holder is not None
-                and certainly_dead(holder)
+                and certainly_dead(str(holder))
                 and tx.rows(self._sql.take_over, (self.owner, self.lease_ttl, sid, holder))
             ):
                 log.info("store_lease_taken_over", session=sid, dead_holder=holder)
                 self._hold(sid)
                 return
-            raise SessionLeased(sid, describe(str(holder)), float(expires_in or 0.0))
+            with _decoding(f"session {sid!r}"):
+                remaining = float(expires_in or 0.0)
+            raise SessionLeased(sid, describe(str(holder)), remaining)
 
     def load(self, session_id: str) -> SessionSnapshot:
         self._check_open()
@@ -344,6 +365,17 @@ class SqlSessionStore(SessionStore):
             item_rows = tx.rows(self._sql.items, (sid,))
             alert_rows = tx.rows(self._sql.alerts, (sid,))
             ref_rows = tx.rows(self._sql.refs, (sid,))
+        with _decoding(f"session {sid!r}"):
+            return self._snapshot(sid, found[0], item_rows, alert_rows, ref_rows)
+
+    def _snapshot(
+        self,
+        sid: str,
+        found: Row,
+        item_rows: list[Row],
+        alert_rows: list[Row],
+        ref_rows: list[Row],
+    ) -> SessionSnapshot:
         (
             workspace,
             model_name,
@@ -361,7 +393,7 @@ class SqlSessionStore(SessionStore):
             total_tokens,
             cached_tokens,
             pending,
-        ) = found[0]
+        ) = found
         count = len(item_rows)
         if count != next_seq or (count and (item_rows[0][0] != 0 or item_rows[-1][0] != count - 1)):
             raise StoreCorrupted(
@@ -394,7 +426,7 @@ class SqlSessionStore(SessionStore):
                 total_tokens=total_tokens,
                 cached_tokens=cached_tokens,
             ),
-            blob_refs=tuple(blob for (blob,) in ref_rows),
+            blob_refs=tuple(str(blob) for (blob,) in ref_rows),
         )
 
     def append(self, session_id: str, batch: TurnBatch) -> Appended:
@@ -435,7 +467,8 @@ class SqlSessionStore(SessionStore):
                 holder = found[0][0]
                 self._drop(sid)
                 raise LeaseLost(sid, None if holder is None else describe(str(holder)))
-            next_seq, turn_count, next_alert = (int(v) for v in reserved[0])
+            with _decoding(f"session {sid!r}"):
+                next_seq, turn_count, next_alert = (int(v) for v in reserved[0])
             first = next_seq - n
             turn = turn_count - 1
             if bodies:
@@ -472,10 +505,12 @@ class SqlSessionStore(SessionStore):
             found = tx.rows(self._sql.fork_source, (source,))
             if not found:
                 raise SessionNotFound(source)
-            next_seq, turn_count = int(found[0][0]), int(found[0][1])
+            with _decoding(f"session {source!r}"):
+                next_seq, turn_count = int(found[0][0]), int(found[0][1])
             cut, kept_turns = next_seq, turn_count
             if turns is not None and turns < turn_count:
-                cut = int(tx.rows(self._sql.fork_cut, (source, turns))[0][0])
+                with _decoding(f"session {source!r}"):
+                    cut = int(tx.rows(self._sql.fork_cut, (source, turns))[0][0])
                 kept_turns = turns
             created = tx.rows(
                 self._sql.fork_session,
@@ -496,13 +531,15 @@ class SqlSessionStore(SessionStore):
             if not found:
                 raise SessionNotFound(sid)
             holder, expires_in = found[0]
+            with _decoding(f"session {sid!r}"):
+                remaining = float(expires_in or 0.0)
             if (
                 holder is not None
                 and holder != self.owner
-                and float(expires_in) > 0
-                and not certainly_dead(holder)
+                and remaining > 0
+                and not certainly_dead(str(holder))
             ):
-                raise SessionLeased(sid, describe(str(holder)), float(expires_in))
+                raise SessionLeased(sid, describe(str(holder)), remaining)
             for statement in self._sql.delete:
                 tx.run(statement, (sid,))
         self._drop(sid)
@@ -518,11 +555,15 @@ class SqlSessionStore(SessionStore):
             else:
                 ws = codec.check_text("workspace", workspace)
                 rows = tx.rows(self._sql.list_workspace, (ws, limit))
-        out = []
-        for (
+        with _decoding(f"{self.url}: the session list"):
+            return tuple(self._summary(row) for row in rows)
+
+    @staticmethod
+    def _summary(row: Row) -> SessionSummary:
+        (
             sid,
             title,
-            ws,
+            workspace,
             model_name,
             created_at,
             updated_at,
@@ -531,28 +572,25 @@ class SqlSessionStore(SessionStore):
             parent_id,
             holder,
             expires_in,
-        ) in rows:
-            leased = (
-                holder is not None
-                and expires_in is not None
-                and float(expires_in) > 0
-                and not certainly_dead(holder)
-            )
-            out.append(
-                SessionSummary(
-                    session_id=sid,
-                    title=title,
-                    workspace=ws,
-                    model_name=model_name,
-                    created_at=float(created_at),
-                    updated_at=float(updated_at),
-                    item_count=int(next_seq),
-                    turn_count=int(turn_count),
-                    parent_id=parent_id,
-                    leased_by=describe(holder) if leased else None,
-                )
-            )
-        return tuple(out)
+        ) = row
+        leased = (
+            holder is not None
+            and expires_in is not None
+            and float(expires_in) > 0
+            and not certainly_dead(str(holder))
+        )
+        return SessionSummary(
+            session_id=sid,
+            title=title,
+            workspace=workspace,
+            model_name=model_name,
+            created_at=float(created_at),
+            updated_at=float(updated_at),
+            item_count=int(next_seq),
+            turn_count=int(turn_count),
+            parent_id=parent_id,
+            leased_by=describe(str(holder)) if leased else None,
+        )
 
     def referenced_blobs(self) -> frozenset[str]:
         self._check_open()
@@ -600,7 +638,7 @@ class SqlSessionStore(SessionStore):
     def schema_version(self) -> int:
         self._check_open()
         with self._transaction(write=False) as tx:
-            return int(tx.rows(self._sql.version)[0][0])
+            return self._stored_version_in(tx)
 
     def close(self) -> None:
         with self._lock:

@@ -281,7 +281,10 @@ def test_postgres_kill_mid_batch_leaves_it_all_or_nothing(
         return int(row[0]) if row else 0
 
     try:
-        child = children("batches", url=pg_url, sid="s", items=items, good=good, blob=blob)
+        # timeout=600: the child's own lock_timeout (600 s) is not what ends its wait.
+        child = children(
+            "batches", url=pg_url, sid="s", items=items, good=good, blob=blob, timeout=600
+        )
         child.expect("good-written")
         blocker.execute(
             "INSERT INTO fore.blob_refs (session_id, blob_id, first_seq) VALUES ('s', %s, 0)",

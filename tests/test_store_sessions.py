@@ -274,6 +274,8 @@ def test_bad_batches_write_nothing(store: SessionStore) -> None:
         store.append(sid, TurnBatch(items=(UserMessage(text="x" * (17 * 1024 * 1024)),)))
     with pytest.raises(InvalidRecord):
         store.append(sid, "not a batch")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRecord):
+        store.create_session({"workspace": "/w"})  # type: ignore[arg-type]
     snap = store.load(sid)
     assert [i.text for i in snap.items] == ["ok"]  # type: ignore[union-attr]
     assert snap.record.turn_count == 1

@@ -290,6 +290,8 @@ class SqlSessionStore(SessionStore):
 
     def create_session(self, new: NewSession) -> SessionRecord:
         self._check_open()
+        if not isinstance(new, NewSession):
+            raise InvalidRecord(f"create_session takes a NewSession, not {type(new).__name__}")
         sid = codec.check_session_id(
             new.session_id if new.session_id is not None else codec.new_session_id()
         )

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -31,7 +32,11 @@ DEADLINE = 120.0
 
 
 class Child:
-    """A ``tests.store_child`` process; ``expect`` waits (bounded) for one of its events."""
+    """A ``tests.store_child`` process; ``expect`` waits (bounded) for one of its events.
+
+    A thread reads its stdout into a queue: select() on the pipe would miss a line
+    that arrived together with the previous one (already in the reader's buffer).
+    """
 
     def __init__(self, command: str, **args: Any) -> None:
         self.proc = subprocess.Popen(
@@ -44,27 +49,36 @@ class Child:
             env={**os.environ, "FORE_LOG_LEVEL": "error"},
         )
         self.pid = self.proc.pid
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)  # end of output
 
     def expect(self, event: str, timeout: float = DEADLINE) -> dict[str, Any]:
-        assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                assert left > 0, f"child {self.pid} never said {event!r}"
-                if not sel.select(left):
-                    continue
-                line = self.proc.stdout.readline()
-                if not line:
-                    err = self.proc.stderr.read() if self.proc.stderr else ""
-                    raise AssertionError(f"child {self.pid} ended before {event!r}: {err[-3000:]}")
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue  # a log line
-                if isinstance(message, dict) and message.get("child") == event:
-                    return message
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"child {self.pid} never said {event!r}"
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.lines.put(None)
+                self.proc.wait(timeout=DEADLINE)
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise AssertionError(f"child {self.pid} ended before {event!r}: {err[-3000:]}")
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # a log line
+            if isinstance(message, dict) and message.get("child") == event:
+                return message
 
     def finish(self) -> None:
         """Close its stdin (a holder then closes its store) and wait for a clean exit."""
@@ -83,6 +97,7 @@ class Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=DEADLINE)
+        self.reader.join(timeout=DEADLINE)
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()

@@ -6,7 +6,11 @@ Each measurement prints its baseline from the same run:
     transaction: record, items, alerts, blob references; items validated into
     the pydantic models) and ``open_session`` (lease + load), p50/p99 -- target
     p99 <= 50 ms -- vs a bare ``SELECT body … ORDER BY seq`` of the same rows
-    with ``json.loads`` of each (no models, no record);
+    with ``json.loads`` of each (no models, no record). Measured with the
+    collector settings a Runtime applies while it is open
+    (:mod:`actors.core.tuning`): a resume runs inside one. A load allocates
+    some ten thousand objects, so with CPython's default thresholds full
+    collections land in it -- shown for reference, they make its p99;
 (b) **a turn's write on SQLite** (``append`` of 4 items, ``synchronous=FULL``:
     on disk when it returns), p50/p99, vs a bare ``executemany`` of the same
     rows + ``COMMIT`` on the same file settings -- what the write-ahead rule
@@ -34,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.core import configure_logging
+from actors.core import configure_logging, tuning
 from actors.store import NewSession, SessionStore, TurnBatch, open_store
 from actors.store.pgtemp import PgCluster, PgClusterError, find_bindir
 from bench._common import BenchFailed, console, machine_line, percentile, ratio, table
@@ -110,9 +114,16 @@ def _sqlite(base: Path, runs: int, turns: int) -> dict[str, float]:
 
         for fn in (bare_load, lambda: store.load(sid), resume):  # warm caches
             fn()
-        load = _timed(lambda: store.load(sid), runs)
-        opened = _timed(resume, runs)
-        bare = _timed(bare_load, runs)
+        # For reference, CPython's default collector settings first (gc.freeze is for good).
+        untuned = _timed(lambda: store.load(sid), runs)
+        # A resume runs inside a Runtime, which tunes the collector while it is open.
+        tuning.tune()
+        try:
+            load = _timed(lambda: store.load(sid), runs)
+            opened = _timed(resume, runs)
+            bare = _timed(bare_load, runs)
+        finally:
+            tuning.untune()
 
         # (b) one turn's write vs a bare executemany + COMMIT, same file settings.
         sid2 = store.create_session(NewSession(workspace="/w", model_name="m")).session_id
@@ -151,6 +162,8 @@ def _sqlite(base: Path, runs: int, turns: int) -> dict[str, float]:
             ["open_session (lease + load) + release", _ms(opened, 50), _ms(opened, 99),
              _ms(bare, 50), _ms(bare, 99), ratio(_ms(opened, 99), _ms(bare, 99)),
              f"p99 ≤ {RESUME_TARGET_MS:g} ms"],
+            ["load, CPython's default GC (reference)", _ms(untuned, 50), _ms(untuned, 99),
+             "", "", "", ""],
         ],
     )  # fmt: skip
     table(
@@ -165,6 +178,7 @@ def _sqlite(base: Path, runs: int, turns: int) -> dict[str, float]:
         "sqlite_resume_p50_ms": _ms(opened, 50),
         "sqlite_resume_p99_ms": _ms(opened, 99),
         "sqlite_bare_load_p99_ms": _ms(bare, 99),
+        "sqlite_load_default_gc_p99_ms": _ms(untuned, 99),
         "sqlite_append_p50_ms": _ms(appends, 50),
         "sqlite_append_p99_ms": _ms(appends, 99),
         "sqlite_bare_write_p99_ms": _ms(bare_writes, 99),

@@ -53,7 +53,8 @@ MIN_SQLITE = (3, 35, 0)
 """``RETURNING`` and ``ON CONFLICT DO NOTHING`` on an ``INSERT … SELECT``."""
 QUICK_CHECK_MAX_BYTES = 512 * 1024 * 1024
 """Files up to this size get a full ``PRAGMA quick_check`` at open (about a second per GB
-here); larger ones only the structural checks, their damage found when it is read."""
+here, warm page cache); larger ones only the structural checks, their damage found when
+it is read."""
 
 _BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
 _CORRUPT = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}

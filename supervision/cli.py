@@ -1,7 +1,7 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell`` -- the micro-benchmarks;
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store|chat`` -- the micro-benchmarks;
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
 * ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted);
 * ``fore mock-llm`` -- the built-in mock LLM server.
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
-MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell", "chat")
+MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell", "store", "chat")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

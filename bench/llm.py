@@ -39,13 +39,13 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource
 
-from actors.core import ActorSystem, PooledActor
-from actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.netio import FastAsyncTransport
-from bench._common import console, machine_line, percentile, ratio, table
-from messages.conversation import UserMessage
-from messages.llm import (
+from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.netio import FastAsyncTransport
+from fore.bench._common import console, machine_line, percentile, ratio, table
+from fore.messages.conversation import UserMessage
+from fore.messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,

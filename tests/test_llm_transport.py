@@ -15,9 +15,9 @@ import aiohttp
 import httpx
 import pytest
 
-from actors.llm.loop import LlmLoop
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.netio import FastAsyncTransport, env_proxies, httpx_error
+from fore.actors.llm.loop import LlmLoop
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.netio import FastAsyncTransport, env_proxies, httpx_error
 
 
 def run(coro: object) -> object:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from messages.llm import LlmError, LlmErrorKind
+from fore.messages.llm import LlmError, LlmErrorKind
 
 
 class LlmException(Exception):

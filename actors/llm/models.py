@@ -31,14 +31,14 @@ import httpx
 import structlog
 from httpx_sse import EventSource, SSEError
 
-from actors.llm.errors import (
+from fore.actors.llm.errors import (
     LlmException,
     error_from_payload,
     error_from_status,
     llm_error,
     provider_error_details,
 )
-from actors.llm.script import (
+from fore.actors.llm.script import (
     ScriptCursor,
     ScriptFile,
     ScriptReply,
@@ -46,14 +46,14 @@ from actors.llm.script import (
     split_fragments,
     stream_plan,
 )
-from actors.llm.wire import (
+from fore.actors.llm.wire import (
     StreamAssembler,
     arguments_text,
     complete_from_body,
     request_payload,
 )
-from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage, item_text
-from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
+from fore.messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage, item_text
+from fore.messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 
 Emit = Callable[[Any], None]
 """Receives a model's stream events: LlmTextDelta / LlmToolCallDelta, or a plain ``str``

@@ -27,7 +27,7 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.system import ActorSystem
 from fore.messages.alerts import (
     Alert,
@@ -127,15 +127,13 @@ def default_state(
         return state
 
 
-class AlertSink(PooledActor):
+class AlertSink(ForeActor):
     """Logs, keeps (bounded, per session) and fans out alerts.
 
     ``state`` holds the subscribers and history; without it the sink uses
     :func:`default_state` of its actor system, so a restart keeps both.
     ``per_session`` applies only when a new state is created.
     """
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,

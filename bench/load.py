@@ -453,6 +453,9 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             overlay_root=root / "overlays",
             blob_dir=root / "blobs",
             speculation_governor=LoadGovernor(enabled=options.governor),
+            # The benchmark owns its process: the GC and GIL settings that a
+            # many-session service would choose (actors/core/tuning.py).
+            tune_process=True,
         )
         model = OpenAICompatible(
             base_url=server.base_url,

@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from fore.actors.core import configure_logging
 from fore.actors.overlay import OverlayFs, OverlayStore, apply_overlay
 from fore.actors.tools.fs import WorkspaceFs
 from fore.bench._common import console, machine_line, percentile, ratio, table
@@ -129,7 +128,6 @@ def _writes(store: OverlayStore, ws: Path, count: int) -> tuple[list[float], lis
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
-    configure_logging()
     runs = 20 if quick else 100
     console.print(f"[bold]bench overlay[/] — {machine_line()}")
     base = Path(tempfile.mkdtemp(prefix="fore-bench-overlay-"))

@@ -1,6 +1,6 @@
 """The shell classifier's corpus: commands with the class they must get, kept as data.
 
-The commands live in ``tests/data/shell_corpus/*.jsonl`` (one JSON object a
+The commands live in ``bench/data/shell_corpus/*.jsonl`` (one JSON object a
 line: ``command``, ``expected``, ``source``, ``group``, and for commands taken
 from other agents' test suites ``peer`` -- what that agent decided -- see the
 README there). This module loads them for the classifier's tests and its
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-CORPUS_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "shell_corpus"
-"""Where the corpus files are (the source tree: they are test data, not shipped)."""
+CORPUS_DIR = Path(__file__).resolve().parent / "data" / "shell_corpus"
+"""Where the corpus files are: package data of the benchmarks, so that ``fore bench
+shell`` works from an installed wheel and the tests read the same files."""
 
 Expected = Literal["read-only", "write", "unknown"]
 _CLASSES = frozenset({"read-only", "write", "unknown"})
@@ -46,11 +47,6 @@ class CorpusEntry:
 
 def load_corpus(*files: str) -> list[CorpusEntry]:
     """The entries of the named corpus files (default: all), in file and line order."""
-    if not CORPUS_DIR.is_dir():
-        raise FileNotFoundError(
-            f"the shell corpus is test data in the source tree ({CORPUS_DIR}); "
-            "run this from a checkout"
-        )
     paths = [CORPUS_DIR / f"{name}.jsonl" for name in files] or sorted(CORPUS_DIR.glob("*.jsonl"))
     entries: list[CorpusEntry] = []
     for path in paths:

@@ -22,7 +22,15 @@ import httpx
 
 from fore.actors.llm import ScriptedModel
 from fore.actors.tools import CancelToken, ToolContext, WorkspaceFs, default_registry, invoke_tool
-from fore.bench._common import console, machine_line, os_threads, percentile, ratio, rss_bytes, table
+from fore.bench._common import (
+    console,
+    machine_line,
+    os_threads,
+    percentile,
+    ratio,
+    rss_bytes,
+    table,
+)
 from fore.messages.conversation import ToolCall, UserMessage
 from fore.messages.llm import LlmRequest
 from fore.messages.session import Submit

@@ -196,6 +196,8 @@ class EventBase(Message):
 
 
 class RunStarted(EventBase):
+    """A run began: ``text`` is the user's prompt as submitted."""
+
     kind: Literal["run_started"] = "run_started"
     run_id: str
     text: str
@@ -210,12 +212,16 @@ class ItemAdded(EventBase):
 
 
 class TextDelta(EventBase):
+    """A piece of the assistant's answer as it streams (see :class:`LlmRetried`)."""
+
     kind: Literal["text_delta"] = "text_delta"
     run_id: str
     text: str
 
 
 class ToolStarted(EventBase):
+    """A tool call began running (after the gate and the ``pre_tool_call`` hooks)."""
+
     kind: Literal["tool_started"] = "tool_started"
     run_id: str
     call_id: str
@@ -223,6 +229,8 @@ class ToolStarted(EventBase):
 
 
 class ToolFinished(EventBase):
+    """A tool call ended: ``outcome`` is how (ok, error, cancelled, timeout, skipped …)."""
+
     kind: Literal["tool_finished"] = "tool_finished"
     run_id: str
     call_id: str
@@ -233,6 +241,8 @@ class ToolFinished(EventBase):
 
 
 class RunPaused(EventBase):
+    """A hook paused the run (``where`` it paused, ``reason`` why); ``Resume`` goes on."""
+
     kind: Literal["run_paused"] = "run_paused"
     run_id: str
     reason: str
@@ -240,11 +250,15 @@ class RunPaused(EventBase):
 
 
 class TurnFinished(EventBase):
+    """The run ended; ``result`` is the same :class:`TurnResult` ``submit`` returns."""
+
     kind: Literal["turn_finished"] = "turn_finished"
     result: TurnResult
 
 
 class AlertRaised(EventBase):
+    """A user-facing warning or error about this session (also in ``session.alerts``)."""
+
     kind: Literal["alert"] = "alert"
     alert: Alert
 

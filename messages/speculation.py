@@ -120,6 +120,8 @@ SuggestionSource = Literal["model", "hint", "pipelined"]
 
 
 class Suggestion(Message):
+    """The predicted next prompt (``source``: the model, a hint, or pipelined by a speculation)."""
+
     id: str
     text: str
     source: SuggestionSource

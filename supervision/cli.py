@@ -118,6 +118,15 @@ def _log_level_flag(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fore-runtime")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
@@ -125,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Fore: a runtime for LLM coding-agent sessions (pooled actors, typed messages)."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     bench = sub.add_parser(
@@ -312,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from fore.actors.core.logs import configure_logging
 
         try:
-            configure_logging(level=args.log_level, force=True)
+            configure_logging(level=args.log_level)
         except ValueError as exc:  # a bad FORE_LOG_LEVEL
             raise UsageError(f"{PROG}: {exc}") from None
         if args.command == "bench":

@@ -26,17 +26,17 @@ import time
 from collections import deque
 from typing import Any, Generic, Literal, TypeVar, overload
 
-import structlog
 from pykka import ActorDeadError, ActorProxy, ActorRef
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
 from fore.actors.core.future import PooledFuture, check_ask_timeout
+from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import ActorExit, PooledActor
 from fore.messages.runtime import StopNow
 
 A = TypeVar("A", bound=PooledActor)
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HandleState = Literal["starting", "running", "restarting", "dead"]
 

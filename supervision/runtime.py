@@ -38,7 +38,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import structlog
 from pykka import ActorRef
 
 from fore.actors.alerts import AlertSink, AlertSinkState
@@ -46,12 +45,13 @@ from fore.actors.blobs.actor import BlobStoreActor
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.blobs.inspect_tool import Inspect
 from fore.actors.core import tuning
-from fore.actors.core.logs import configure_logging
+from fore.actors.core.logs import get_logger
 from fore.actors.core.system import ActorSystem
 from fore.actors.filerefs.interceptor import FileRefInterceptor
 from fore.actors.filerefs.resolver import prepare_submit
 from fore.actors.llm.gateway import LlmGateway
 from fore.actors.llm.loop import LlmLoop
+from fore.actors.llm.models import ChatModel
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
@@ -89,7 +89,7 @@ from fore.supervision.session import Session
 from fore.supervision.session_supervisor import SessionSupervisor
 from fore.supervision.supervisor import Supervisor
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Runtime:
@@ -113,12 +113,9 @@ class Runtime:
         blob_max_bytes: int | None = 2 * 1024**3,
         blob_max_age_s: float | None = 7 * 24 * 3600.0,
         overlay_root: str | os.PathLike[str] | None = None,
-        log_level: str | None = None,
-        log_json: bool | None = None,
-        tune_process: bool = True,
+        tune_process: bool = False,
         speculation_governor: LoadGovernor | None = None,
     ) -> None:
-        configure_logging(level=log_level, json=log_json)
         self.name = name
         self._tuned = False
         self.system = ActorSystem(
@@ -277,7 +274,7 @@ class Runtime:
         self,
         *,
         workspace: str | os.PathLike[str],
-        model: Any,
+        model: ChatModel,
         session_id: str | None = None,
         system_prompt: str | None = None,
         tools: Iterable[Tool[Any]] = (),
@@ -293,7 +290,7 @@ class Runtime:
         purpose: Purpose = "main",
         file_ref_cap: int = 16_384,
         speculation: SpeculationConfig | None = None,
-        fast_model: Any = None,
+        fast_model: ChatModel | None = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 

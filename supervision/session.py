@@ -25,6 +25,7 @@ from fore.messages.session import (
     AddTool,
     AlertRaised,
     CancelRun,
+    EventBase,
     GetHistory,
     GetRunState,
     PauseRun,
@@ -312,7 +313,7 @@ class Session:
         state: RunState = self._worker.ask(GetRunState(), timeout=10)
         return state
 
-    def events(self, timeout: float | None = None) -> Iterator[Any]:
+    def events(self, timeout: float | None = None) -> Iterator[EventBase]:
         """Typed session events as they come.
 
         Ends when the session closes, or -- with ``timeout`` -- when no event
@@ -324,7 +325,7 @@ class Session:
                 return
             yield event
 
-    def drain_events(self) -> list[Any]:
+    def drain_events(self) -> list[EventBase]:
         """Every buffered event, without waiting."""
         return self._events.drain()
 

@@ -43,8 +43,9 @@ from pykka import ActorDeadError, ActorRef
 from pykka.messages import _ActorStop
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ActorExit, PooledActor, handles
+from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles
 from fore.actors.core.timer import TimerHandle
+from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
 from fore.messages.runtime import (
     ChildExited,
@@ -78,11 +79,11 @@ def _ignore_error(
     got(child_id, None)
 
 
-class SupervisorIntensityError(RuntimeError):
+class SupervisorIntensityError(ForeError, RuntimeError):
     """A supervisor gave up: its children restarted too often."""
 
 
-class ChildRejectedError(TypeError):
+class ChildRejectedError(ForeError, TypeError):
     """A child spec's ``start`` did not return the ``ActorRef`` of a pooled actor.
 
     Only :class:`~actors.core.pooled.PooledActor`\\ s report their exits to a
@@ -134,10 +135,8 @@ def _exited(ref: ActorRef[Any]) -> bool:
     return not isinstance(actor, PooledActor) or actor.has_exited
 
 
-class Supervisor(PooledActor):
+class Supervisor(ForeActor):
     """Starts, watches and restarts its children; see the module docs."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,

@@ -395,8 +395,8 @@ def test_an_operation_failing_after_the_commit_point_is_rolled_back(
 
 CHILD = r"""
 import os, sys, threading
-import structlog
-structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+from fore.actors.core.logs import configure_logging
+configure_logging(stream=sys.stderr)
 from fore.actors.overlay import OverlayStore, apply_overlay
 
 ws, root, phase, stop_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

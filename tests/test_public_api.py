@@ -6,6 +6,7 @@ import importlib
 import inspect
 import math
 import pkgutil
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,14 +14,34 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from fore import messages
+import fore
+import fore.lowlevel
+import fore.messages
+import fore.testing
 from fore.messages.base import Message
+
+
+def _message_modules() -> list[Any]:
+    return [
+        importlib.import_module(f"fore.messages.{info.name}")
+        for info in pkgutil.iter_modules(fore.messages.__path__)
+    ]
+
+
+# Every public name of every message module, for the round-trip tests below.
+messages = SimpleNamespace(
+    **{
+        name: obj
+        for module in _message_modules()
+        for name, obj in vars(module).items()
+        if not name.startswith("_")
+    }
+)
 
 
 def message_classes() -> list[type[Message]]:
     found: list[type[Message]] = []
-    for info in pkgutil.iter_modules(messages.__path__):
-        module = importlib.import_module(f"fore.messages.{info.name}")
+    for module in _message_modules():
         for _, obj in inspect.getmembers(module, inspect.isclass):
             mine = issubclass(obj, Message) and obj.__module__ == module.__name__
             if mine and not obj.__name__.startswith("_"):
@@ -28,10 +49,55 @@ def message_classes() -> list[type[Message]]:
     return found
 
 
-def test_every_message_type_is_exported_from_messages() -> None:
-    missing = [cls.__name__ for cls in message_classes() if not hasattr(messages, cls.__name__)]
-    assert missing == []
-    assert set(messages.__all__) >= {cls.__name__ for cls in message_classes()}
+# -- the tiers ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tier", [fore, fore.testing, fore.lowlevel], ids=lambda m: m.__name__)
+def test_every_name_a_tier_lists_resolves_and_is_documented(tier: Any) -> None:
+    for name in tier.__all__:
+        value = getattr(tier, name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            assert value.__doc__, f"{tier.__name__}.{name} has no docstring"
+
+
+def test_the_application_tier_is_small() -> None:
+    assert len(fore.__all__) <= 60
+    assert set(fore.__all__) == {"ForeError", "__version__", *fore._WHERE}
+    assert len(set(fore.__all__)) == len(fore.__all__)
+    assert issubclass(fore.ToolError, fore.ForeError)
+
+
+def test_internal_packages_export_nothing() -> None:
+    # The grab-bags of the old layout are gone: deep imports inside Fore,
+    # the tiers outside it.
+    for package in ("fore.actors", "fore.messages"):
+        module = importlib.import_module(package)
+        public = [
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_") and not isinstance(v, ModuleType)
+        ]
+        assert public == [], f"{package} exports {public}"
+
+
+def test_every_public_error_is_a_fore_error() -> None:
+    import fore.actors.blobs.fs_store
+    import fore.actors.core.errors
+    import fore.actors.llm.errors
+    import fore.actors.tools.paths
+    import fore.supervision.supervisor
+
+    for module in (
+        fore.actors.core.errors,
+        fore.actors.blobs.fs_store,
+        fore.actors.llm.errors,
+        fore.actors.tools.paths,
+        fore.supervision.supervisor,
+    ):
+        for name, obj in vars(module).items():
+            mine = inspect.isclass(obj) and obj.__module__ == module.__name__
+            if mine and issubclass(obj, BaseException) and not name.startswith("_"):
+                assert issubclass(obj, fore.ForeError), f"{module.__name__}.{name}"
 
 
 @pytest.mark.parametrize("cls", message_classes(), ids=lambda c: c.__name__)
@@ -41,42 +107,37 @@ def test_every_message_is_frozen_and_strict(cls: type[Message]) -> None:
 
 
 def test_the_names_the_issues_spell_out_are_importable() -> None:
-    from fore.actors import (  # noqa: F401
+    from fore import (  # noqa: F401  # noqa: F401
         Abort,
+        Alert,
+        AlertLevel,
+        AssistantMessage,
         Cancel,
         Continue,
         ContinueWithMessages,
         Finish,
-        FunctionModel,
+        Item,
         Pause,
         Paused,
-        RecordingHook,
-        ScriptedHook,
-        ScriptedModel,
+        Runtime,
         Skip,
+        SystemMessage,
+        ToolCall,
+        ToolResult,
+        UserMessage,
         classify_shell_command,
         evaluate_tool_call,
     )
-    from fore.messages import (  # noqa: F401
-        Alert,
-        AlertLevel,
-        AssistantMessage,
+    from fore.messages.blobs import (  # noqa: F401
         Content,
-        FileRef,
         Inline,
-        Item,
-        Paste,
         Stored,
         Structured,
-        SystemMessage,
         Text,
-        TextSegment,
-        ToolCall,
         ToolOutput,
-        ToolResult,
-        UserMessage,
     )
-    from fore.supervision import Runtime  # noqa: F401
+    from fore.messages.conversation import FileRef, Paste, TextSegment  # noqa: F401
+    from fore.testing import FunctionModel, RecordingHook, ScriptedHook, ScriptedModel  # noqa: F401
 
     assert callable(ScriptedModel.from_file)
 

@@ -21,9 +21,9 @@ from typing import Any, NoReturn
 
 import pytest
 from pykka import ActorDeadError
-from structlog.testing import capture_logs
 
 from fore.actors.core import ActorExit, ActorSystem, PooledActor, PooledFuture, handles
+from fore.actors.core.logs import capture_logs
 from fore.actors.core.timer import Timer
 from fore.messages.base import Message
 

@@ -1,7 +1,7 @@
 """The corpus as data: every command gets its expected class, peers' unsafe commands are
 never read-only, and Fore allows at least 95% of the harmless commands peers allow.
 
-The corpus is ``tests/data/shell_corpus/*.jsonl`` (see the README there). It is
+The corpus is ``bench/data/shell_corpus/*.jsonl`` (see the README there). It is
 classified in the corpus workspace (with symlinks leading out); the usefulness
 share is measured in the same workspace without them, an ordinary project.
 """

@@ -1,6 +1,6 @@
 """The command families issue 19 allows where provably safe, as properties (point 9).
 
-The corpus (``tests/data/shell_corpus``) pins examples; these generate many more:
+The corpus (``bench/data/shell_corpus``) pins examples; these generate many more:
 awk programs assembled from harmless and dangerous statements, ``bash -c`` and
 ``$(...)`` wrapped around commands of every class, ``NAME=value`` prefixes for
 every name. A wrapper never makes a command look safer than it is, and a

@@ -26,9 +26,9 @@ from typing import Any, ClassVar, NoReturn
 import pykka
 import pytest
 from pykka import ActorDeadError, ActorRef
-from structlog.testing import capture_logs
 
 from fore.actors.core import ActorExit, ActorSystem, PooledActor, PooledFuture, handles, stop_now
+from fore.actors.core.logs import capture_logs
 from fore.messages.runtime import (
     ChildSpec,
     ChildStatus,

@@ -36,8 +36,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import structlog
-
 from fore.actors.blobs.fs_store import (
     BlobNotFound,
     BlobStoreError,
@@ -53,7 +51,8 @@ from fore.actors.blobs.summary import (
     to_tool_output,
 )
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.logs import get_logger
+from fore.actors.core.pooled import ForeActor, handles
 from fore.messages.blob_store import (
     BlobExists,
     BlobStoreStats,
@@ -71,7 +70,7 @@ from fore.messages.blobs import BlobLimits, Content, Inline, Stored, Text, ToolO
 
 __all__ = ["BlobStoreActor", "store_output"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _decide(message: StoreToolOutput, limits: BlobLimits) -> ToolOutput:
@@ -154,10 +153,8 @@ def _stats(store: FsBlobStore, pins: PinTable, stored: int) -> BlobStoreStats:
     )
 
 
-class BlobStoreActor(PooledActor):
+class BlobStoreActor(ForeActor):
     """Stores, loads and collects blobs; pins them per session (see the module docs)."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,

@@ -83,7 +83,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import structlog
 import uuid_utils
 from pydantic import JsonValue
 
@@ -97,13 +96,15 @@ from fore.actors.blobs.shared_pins import (
     PinJournal,
     gc_lock,
 )
+from fore.actors.core.logs import get_logger
+from fore.errors import ForeError
 from fore.messages.blob_store import CollectReport
 from fore.messages.blobs import BlobKind, Content, Structured, Text
 
 _PartKey = uuid.UUID | tuple[uuid.UUID, int, int]
 """A parsed-JSON cache key: a blob id (the whole blob), or a blob id and a byte span."""
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 TEXT_SUFFIX = ".txt"
 JSON_SUFFIX = ".json"
@@ -134,7 +135,7 @@ _O_BINARY = getattr(os, "O_BINARY", 0)  # Windows; 0 elsewhere
 _KINDS: tuple[BlobKind, ...] = ("text", "structured")
 
 
-class BlobStoreError(Exception):
+class BlobStoreError(ForeError):
     """Base of every blob-store failure (I/O errors, corrupt blobs, ...)."""
 
 

@@ -30,13 +30,12 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 
-import structlog
-
 from fore.actors.blobs.shared_pins import PinJournal
+from fore.actors.core.logs import get_logger
 
 __all__ = ["PinTable"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class PinTable:

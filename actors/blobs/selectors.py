@@ -98,6 +98,7 @@ from fore.actors.blobs.summary import (
     utf8_size,
     with_article,
 )
+from fore.errors import ForeError
 from fore.messages.blobs import BlobKind, BlobLimits, Content, Text
 
 SELECTOR_HELP = (
@@ -136,7 +137,7 @@ MAX_BLOB_ID_CHARS = 256
 _BAD_ESCAPE_RE = re.compile(r"~(?![01])")
 
 
-class InspectError(Exception):
+class InspectError(ForeError):
     """Any ``inspect`` failure; ``message`` is what the model sees (one line)."""
 
     def __init__(self, message: str) -> None:

@@ -60,11 +60,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import structlog
+from fore.actors.core.logs import get_logger
 
 __all__ = ["PINS_DIR", "ForeignPins", "LockState", "PinJournal", "gc_lock"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PINS_DIR = ".pins"
 LOCK_SUFFIX = ".lock"

@@ -9,8 +9,20 @@ from fore.actors.core.errors import (
 )
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import configure_logging
-from fore.actors.core.pooled import ActorExit, PooledActor, handles, stop_now, stop_now_all
-from fore.actors.core.system import ActorSystem, current_system, default_system, shutdown_default_system
+from fore.actors.core.pooled import (
+    ActorExit,
+    ForeActor,
+    PooledActor,
+    handles,
+    stop_now,
+    stop_now_all,
+)
+from fore.actors.core.system import (
+    ActorSystem,
+    current_system,
+    default_system,
+    shutdown_default_system,
+)
 from fore.actors.core.timer import TimerHandle
 
 __all__ = [
@@ -20,6 +32,7 @@ __all__ = [
     "ActorSystemClosed",
     "AskTimeout",
     "BlockingOnDispatcherError",
+    "ForeActor",
     "PooledActor",
     "PooledFuture",
     "TimerHandle",

@@ -13,12 +13,12 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-import structlog
+from fore.actors.core.logs import get_logger
 
 if TYPE_CHECKING:
     from fore.actors.core.mailbox import Mailbox
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _SHUTDOWN: Any = object()
 

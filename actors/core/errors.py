@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pykka
 
+from fore.errors import ForeError
 
-class AskTimeout(pykka.Timeout):
+
+class AskTimeout(ForeError, pykka.Timeout):
     """An ask was not answered before its deadline.
 
     A subclass of :class:`pykka.Timeout`, so code written against pykka keeps
@@ -13,7 +15,7 @@ class AskTimeout(pykka.Timeout):
     """
 
 
-class ActorCrashed(Exception):
+class ActorCrashed(ForeError):
     """The actor failed while handling this message (or before reaching it).
 
     Answers the ask whose handler raised a ``BaseException`` such as
@@ -22,11 +24,11 @@ class ActorCrashed(Exception):
     """
 
 
-class UnhandledMessageError(Exception):
+class UnhandledMessageError(ForeError):
     """An actor received a message type it has no handler for."""
 
 
-class BlockingOnDispatcherError(RuntimeError):
+class BlockingOnDispatcherError(ForeError, RuntimeError):
     """A handler tried to wait on a pending future on a dispatcher thread.
 
     A dispatcher thread runs many actors; one that sits in ``future.get()``
@@ -38,7 +40,7 @@ class BlockingOnDispatcherError(RuntimeError):
     """
 
 
-class ActorSystemClosed(RuntimeError):
+class ActorSystemClosed(ForeError, RuntimeError):
     """An actor was started in an actor system that is shutting down (or shut down).
 
     Without this, an actor registered after the shutdown took its snapshot of

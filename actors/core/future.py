@@ -20,15 +20,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import structlog
 from pykka import ThreadingFuture, Timeout
 from pykka._types import OptExcInfo
 
 from fore.actors.core.dispatcher import on_a_dispatcher_thread
 from fore.actors.core.errors import AskTimeout, BlockingOnDispatcherError
+from fore.actors.core.logs import get_logger
 
 T = TypeVar("T")
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DoneCallback = Callable[["PooledFuture[Any]"], None]
 

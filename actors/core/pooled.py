@@ -26,12 +26,16 @@ these differences, each fixing a problem of one-thread-per-actor:
   so pykka's usual shutdown (``ActorRegistry.stop_all()``), lookups and
   broadcasts see them too;
 * an ask with a message nobody handles is answered ``None`` and logged, as
-  pykka does, unless the class sets ``strict_messages = True`` (every Fore
-  actor does): then the asker gets :class:`UnhandledMessageError`.
+  pykka does, unless the class sets ``strict_messages = True``: then the
+  asker gets :class:`UnhandledMessageError`.
 
-Failures are logged on the ``pykka`` logger in pykka's own words ("Unhandled
-exception in …:", "Exception returned from … to caller:", "Unexpected
-message received by …"), so a host's pykka log handling keeps working.
+A plain ``PooledActor`` logs as pykka does: on the ``pykka`` logger, in
+pykka's own words ("Unhandled exception in …:", "Exception returned from …
+to caller:", "Unexpected message received by …"), so code written against
+pykka keeps its log handling. Fore's own actors derive from
+:class:`ForeActor`: strict about messages, and each failure logged once, as
+a Fore event (``actor_failed``, ``unhandled_message``) on the ``fore.actor``
+logger with the actor's class, id and session.
 
 Handlers must not block: :meth:`PooledActor.run_blocking` runs blocking work
 on the blocking lane and delivers the result back as a message,
@@ -56,13 +60,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import pykka
-import structlog
 from pykka import ActorDeadError, ActorRef, ActorRegistry
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
 from fore.actors.core.errors import ActorCrashed, UnhandledMessageError
 from fore.actors.core.future import PooledFuture, check_ask_timeout
+from fore.actors.core.logs import get_logger
 from fore.actors.core.mailbox import Mailbox
 from fore.actors.core.system import ActorSystem, current_system
 from fore.messages.runtime import StopNow
@@ -74,7 +78,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 M = TypeVar("M")
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 _pykka_log = logging.getLogger("pykka")
 """pykka's logger: failures are reported there, in pykka's words."""
 
@@ -195,6 +199,9 @@ class PooledActor(pykka.Actor):
     registry_name: str | None = None
     """A unique name to register under, for process-wide singletons."""
 
+    pykka_logging: ClassVar[bool] = True
+    """Log failures on the ``pykka`` logger in pykka's words (else as Fore events)."""
+
     strict_messages: ClassVar[bool] = False
     """Whether an ask carrying a message without a handler fails.
 
@@ -273,7 +280,7 @@ class PooledActor(pykka.Actor):
     def log(self) -> Any:
         """A structlog logger bound to this actor's class, id and session."""
         if self._fore_log is None:
-            self._fore_log = structlog.get_logger("fore.actor").bind(
+            self._fore_log = get_logger("fore.actor").bind(
                 actor=type(self).__name__,
                 actor_id=self.actor_urn[-12:],
                 session=self.session_id,
@@ -552,7 +559,10 @@ class PooledActor(pykka.Actor):
         except Exception:
             exc_info = sys.exc_info()
             if envelope.reply_to is not None:
-                _pykka_log.info("Exception returned from %s to caller:", self, exc_info=exc_info)
+                if self.pykka_logging:
+                    _pykka_log.info(
+                        "Exception returned from %s to caller:", self, exc_info=exc_info
+                    )
                 _settle_exception(envelope.reply_to, exc_info)
             else:
                 self._fore_fail(exc_info)
@@ -630,10 +640,12 @@ class PooledActor(pykka.Actor):
         exception_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Log a failure as pykka does, plus Fore's structured event."""
+        """Log a failure once: as pykka does, or as Fore's ``actor_failed`` event."""
         exc_info = (exception_type, exception_value, traceback)
-        _pykka_log.error("Unhandled exception in %s:", self, exc_info=exc_info)  # type: ignore[arg-type]
-        self.log.error("actor_failed", error=repr(exception_value), exc_info=exc_info)
+        if self.pykka_logging:
+            _pykka_log.error("Unhandled exception in %s:", self, exc_info=exc_info)  # type: ignore[arg-type]
+        else:
+            self.log.error("actor_failed", error=repr(exception_value), exc_info=exc_info)
 
     # -- typed dispatch -------------------------------------------------------
 
@@ -666,14 +678,30 @@ class PooledActor(pykka.Actor):
         ``strict_messages`` actor rejects an ask with
         :class:`UnhandledMessageError` instead, so nobody misreads ``None``.
         """
-        _pykka_log.warning("Unexpected message received by %s: %s", self, message)
-        self.log.warning("unhandled_message", message_type=type(message).__name__)
+        if self.pykka_logging:
+            _pykka_log.warning("Unexpected message received by %s: %s", self, message)
+        else:
+            self.log.warning("unhandled_message", message_type=type(message).__name__)
         envelope = self._fore_current
         if self.strict_messages and envelope is not None and envelope.reply_to is not None:
             raise UnhandledMessageError(
                 f"{type(self).__name__} has no handler for {type(message).__name__}"
             )
         return None
+
+
+class ForeActor(PooledActor):
+    """The base of Fore's own actors: typed messages, failures logged as Fore events.
+
+    Unlike a plain :class:`PooledActor`, which follows pykka, an ask whose
+    message has no handler fails with :class:`UnhandledMessageError` (a typed
+    asker must not misread ``None``), and a failure is logged once on the
+    ``fore.actor`` logger with the actor's class, id and session -- the
+    context an operator of many sessions needs -- rather than in pykka's words.
+    """
+
+    pykka_logging = False
+    strict_messages = True
 
 
 def _settle_exception(future: Any, exc_info: Any) -> None:

@@ -20,15 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import structlog
-
 from fore.actors.core.blocking import BlockingLane
 from fore.actors.core.dispatcher import Dispatcher
-from fore.actors.core.logs import configure_logging
+from fore.actors.core.logs import get_logger
 from fore.actors.core.registry import Registry
 from fore.actors.core.timer import Timer
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _tls = threading.local()
 _default_lock = threading.Lock()
@@ -51,9 +49,6 @@ class ActorSystem:
         blocking_threads: int = 16,
         hook_threads: int = 16,
     ) -> None:
-        # Idempotent: a bare system (scripts, tests, the process default) logs
-        # through the same configured structlog as a Runtime does.
-        configure_logging()
         self.name = name
         self.registry = Registry()
         self.timer = Timer(name=f"{name}-timer")

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
+from fore.actors.core.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class TimerHandle:

@@ -36,8 +36,10 @@ long-running Python services:
 
 :func:`tune` and :func:`untune` are reference-counted: several runtimes in a
 process share one setting, and the previous thresholds come back when the
-last one closes. ``Runtime(tune_process=False)`` leaves both alone, for an
-application that manages them itself.
+last one closes -- the freeze included (``gc.unfreeze()``), so a host process
+is left as it was. It is opt-in: ``Runtime(tune_process=True)``, which the
+``fore`` CLI's ``bench`` and ``chat`` use; a runtime embedded in an
+application leaves the interpreter's settings to the application.
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ import gc
 import sys
 import threading
 
-import structlog
+from fore.actors.core.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 THRESHOLDS = (10_000, 2, 50)
 SWITCH_INTERVAL_S = 0.001
@@ -80,7 +82,7 @@ def tune() -> None:
 
 def untune() -> None:
     """Undo one :func:`tune`; the last one restores the previous thresholds."""
-    global _users, _saved, _saved_switch
+    global _users, _saved, _saved_switch, _frozen
     with _lock:
         if _users == 0:
             return
@@ -89,6 +91,9 @@ def untune() -> None:
             return
         gc.set_threshold(*_saved)
         _saved = None
+        if _frozen:
+            gc.unfreeze()
+            _frozen = False
         if _saved_switch is not None:
             sys.setswitchinterval(_saved_switch)
             _saved_switch = None

@@ -67,6 +67,7 @@ from fore.actors.filerefs.tokenizer import file_refs, render_user_text
 from fore.actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound
 from fore.actors.tools.paths import FsError, PathOutOfScope
 from fore.actors.worker.state import PreparedInput, submit_segments
+from fore.errors import ForeError
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import Item, Segment, SystemMessage
 from fore.messages.session import Submit
@@ -121,7 +122,7 @@ _REASONS = {
 }
 
 
-class ResolveError(Exception):
+class ResolveError(ForeError):
     """A reference that cannot be attached.
 
     ``path`` is the path as the user typed it; ``reason`` is a short phrase

@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from fore.errors import ForeError
 from fore.messages.llm import LlmError, LlmErrorKind
 
 
-class LlmException(Exception):
+class LlmException(ForeError):
     """Carries an :class:`LlmError` through the provider code."""
 
     def __init__(self, error: LlmError) -> None:

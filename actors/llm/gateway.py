@@ -18,7 +18,7 @@ latency p99 with speculation on went from 1.40x to 0.95x of speculation off.
 
 from __future__ import annotations
 
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.llm.loop import LlmLoop
 from fore.messages.llm import CancelLlmRequest, GatewayStats, GetGatewayStats, LlmRequest
 
@@ -26,14 +26,12 @@ FOREGROUND_PURPOSES = frozenset({"main"})
 """Purposes served by the foreground lane; every other purpose is background."""
 
 
-class LlmGateway(PooledActor):
+class LlmGateway(ForeActor):
     """Fronts the runtime's LLM loops (shared by every session).
 
     ``background`` is the loop for speculative purposes; without it every
     request uses ``loop``.
     """
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import structlog
 from pykka import ActorDeadError
 
+from fore.actors.core.logs import get_logger
 from fore.actors.llm import evloop
 from fore.actors.llm.errors import LlmException
 from fore.actors.llm.models import ChatModel, RetryPolicy
@@ -55,7 +55,7 @@ from fore.messages.llm import (
     LlmToolCallDelta,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class RetryBudget:

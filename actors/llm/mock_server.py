@@ -108,7 +108,6 @@ from pathlib import Path
 from typing import IO, Any, Final, Literal, NoReturn, Protocol, Self, cast, get_args
 
 import httpx
-import structlog
 import uvicorn
 from pydantic import Field, JsonValue, ValidationError, field_validator
 from starlette.applications import Starlette
@@ -116,6 +115,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fore.actors.core.logs import configure_logging, get_logger
 from fore.actors.llm import evloop
 from fore.actors.llm.script import (
     ScriptCursor,
@@ -149,7 +149,7 @@ __all__ = [
     "main",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FaultKind = Literal[
     "500",
@@ -1986,20 +1986,13 @@ def _build_parser() -> _Parser:
 
 def _configure_cli_logging(level: str) -> None:
     """Logs to stderr: stdout carries only the port line a parent process parses."""
+    # This is a program of its own (``fore mock-llm``): it may configure the
+    # process's logging -- uvicorn's loggers and Fore's, both on stderr.
     numeric = logging.getLevelName(level.upper())
     logging.basicConfig(
         stream=sys.stderr, level=numeric, format="%(levelname)s %(name)s: %(message)s"
     )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    configure_logging(level=level.lower(), stream=sys.stderr)
 
 
 async def _serve_until_signal(server: _UvicornServer, sock: socket.socket) -> None:

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
 
 import httpx
-import structlog
 from httpx_sse import EventSource, SSEError
 
+from fore.actors.core.logs import get_logger
 from fore.actors.llm.errors import (
     LlmException,
     error_from_payload,
@@ -52,14 +52,20 @@ from fore.actors.llm.wire import (
     complete_from_body,
     request_payload,
 )
-from fore.messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage, item_text
+from fore.messages.conversation import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    item_text,
+)
 from fore.messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 
 Emit = Callable[[Any], None]
 """Receives a model's stream events: LlmTextDelta / LlmToolCallDelta, or a plain ``str``
 for text (the gateway builds one message per coalesced flush, not one per token)."""
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

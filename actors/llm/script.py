@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue, ValidationError
 
+from fore.errors import ForeError
 from fore.messages.base import Message
 
 __all__ = [
@@ -76,7 +77,7 @@ chunk, which hides client bugs that only show when a token is split.
 """
 
 
-class ScriptError(ValueError):
+class ScriptError(ForeError, ValueError):
     """A script file that cannot be read, parsed or validated.
 
     The message names the file and either the JSON position (syntax errors)

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from fore.actors.llm.errors import LlmException, error_from_payload, llm_error
+from fore.errors import ForeError
 from fore.messages.conversation import (
     AssistantMessage,
     Item,
@@ -256,7 +257,7 @@ def _finite_float(token: str) -> float:
     return value
 
 
-class ArgumentsInvalid(ValueError):
+class ArgumentsInvalid(ForeError, ValueError):
     """A call's arguments text is not a JSON object: why, and where (char offset)."""
 
     def __init__(self, reason: str, position: int | None = None) -> None:

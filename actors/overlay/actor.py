@@ -25,7 +25,7 @@ from typing import Any
 from pykka import ActorRef
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.overlay.apply import apply_overlay
 from fore.actors.overlay.fs import OverlayClosed, OverlayFs
 from fore.actors.overlay.store import OverlayStore
@@ -45,10 +45,8 @@ from fore.messages.overlay import (
 __all__ = ["OverlayActor"]
 
 
-class OverlayActor(PooledActor):
+class OverlayActor(ForeActor):
     """Applies, discards and reports on one speculation's overlay."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,

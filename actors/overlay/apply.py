@@ -90,8 +90,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
-
+from fore.actors.core.logs import get_logger
 from fore.actors.overlay._keep import Keeper, Kept, NotRestored, SysFault, no_fault
 from fore.actors.overlay._realfs import (
     DirCache,
@@ -116,7 +115,7 @@ from fore.messages.overlay import (
     RecoveryRecord,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FaultHook = Callable[[str, int], None]
 """Test seam: ``fault(phase, n)`` after the n-th staged file (``"staged"``), at

@@ -104,8 +104,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import structlog
-
+from fore.actors.core.logs import get_logger
 from fore.actors.overlay._realfs import (
     DIR_FLAGS,
     DirCache,
@@ -131,7 +130,7 @@ from fore.actors.tools.fsclock import Instant, changed_since, multigrain
 from fore.actors.tools.paths import FsError, PathOutOfScope, normalize
 from fore.messages.overlay import FileBase, OverlayChange
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 """Default bound of an overlay's upper layer (bytes of file content)."""

@@ -41,15 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import structlog
 
+from fore.actors.core.logs import get_logger
 from fore.actors.overlay.apply import recover
 from fore.actors.overlay.fs import DEFAULT_MAX_BYTES, OverlayFs
 from fore.actors.tools.fs import WorkspaceFs
 from fore.actors.tools.fsclock import Instant
+from fore.errors import ForeError
 from fore.messages.overlay import RecoveryRecord, SweepReport
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ROOT_NAME = "fore-overlays"
 JOURNAL_DIR = "journal"
@@ -66,7 +67,7 @@ __all__ = [
 ]
 
 
-class OverlayStoreError(OSError):
+class OverlayStoreError(ForeError, OSError):
     """The overlay root is unusable (not a directory, or owned by another user)."""
 
 

@@ -30,16 +30,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from pydantic import Field
 
+from fore.actors.core.logs import get_logger
 from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from fore.actors.tools.builtin.files import apply_edit, decode_text
 from fore.actors.tools.fs import FsView
 
 DIFF_CAP = 12_000
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class StalePreview(ToolError):

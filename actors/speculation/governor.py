@@ -44,12 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.logs import get_logger
+from fore.actors.core.pooled import ForeActor, handles
 from fore.messages.speculation import LoadSample
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["LoadGovernor", "LoadProbe"]
 
@@ -153,10 +152,8 @@ class LoadGovernor:
             return self._running
 
 
-class _ProbeActor(PooledActor):
+class _ProbeActor(ForeActor):
     """Receives probe ticks; how late each arrives is the actor-side wait."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(self, governor: LoadGovernor) -> None:
         super().__init__()

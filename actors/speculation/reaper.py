@@ -47,7 +47,7 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, PooledActor, handles
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.metered import MeteredModel
@@ -78,10 +78,8 @@ class ReapOrder:
     remove_timeout: float = 30.0
 
 
-class SpeculationReaper(PooledActor):
+class SpeculationReaper(ForeActor):
     """Stops a speculation's worker, confirms the cancellations, removes the overlay."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(self, order: ReapOrder) -> None:
         super().__init__()

@@ -46,7 +46,7 @@ from typing import Any
 from pykka import ActorDeadError
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.actor import OverlayActor
 from fore.actors.overlay.apply import ApplyFailed
@@ -64,6 +64,7 @@ from fore.actors.tools.fsclock import Instant
 from fore.actors.worker.hooks import HookEvent, HooksView
 from fore.actors.worker.state import SessionState, pairing_problems
 from fore.actors.worker.worker import Worker, WorkerConfig
+from fore.errors import ForeError
 from fore.messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
 from fore.messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from fore.messages.runtime import StopNow
@@ -92,7 +93,7 @@ from fore.messages.speculation import (
 )
 
 
-class ApplyOutcomeUnknown(RuntimeError):
+class ApplyOutcomeUnknown(ForeError, RuntimeError):
     """An accept's apply ended in a way that does not say which files it changed
     (the ask timed out, the speculator crashed): the suggestion must not be run
     again on top of a tree that may be half-applied."""
@@ -125,10 +126,8 @@ class SpeculationSetup:
     real file that changed at or after it is never overwritten by the accept."""
 
 
-class Speculator(PooledActor):
+class Speculator(ForeActor):
     """Runs one speculation (see module docs)."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(self, setup: SpeculationSetup) -> None:
         super().__init__()

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fore.actors.tools.cancel import CancelToken, ToolCancelled
 from fore.actors.tools.paths import FsError
+from fore.errors import ForeError
 from fore.messages.blobs import Inline, Stored
 from fore.messages.conversation import ToolCall
 from fore.messages.tools import Outcome, ToolDefinition
@@ -33,7 +34,7 @@ ArgsT = TypeVar("ArgsT", bound=BaseModel)
 PENDING_STORE_UNAVAILABLE = "Pending action store unavailable for custom tools in this runtime."
 
 
-class ToolError(Exception):
+class ToolError(ForeError):
     """An expected failure; its message is the error result the model sees."""
 
 

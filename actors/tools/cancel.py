@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import structlog
+from fore.actors.core.logs import get_logger
+from fore.errors import ForeError
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
-class ToolCancelled(Exception):
+class ToolCancelled(ForeError):
     """Raised inside a tool when its call was cancelled."""
 
 

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from fore.errors import ForeError
 
-class FsError(Exception):
+
+class FsError(ForeError):
     """A filesystem operation failed; the message is meant for the model."""
 
 

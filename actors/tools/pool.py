@@ -67,7 +67,7 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
 from fore.actors.tools.base import (
     Invocation,
@@ -202,10 +202,8 @@ def ordering_key(fs: Any, path: str) -> str:
     return str(write_key(path, None if root is None else str(root)))
 
 
-class ToolPool(PooledActor):
+class ToolPool(ForeActor):
     """Runs tool calls for every session (see module docs)."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,

@@ -31,14 +31,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
+from fore.actors.core.logs import get_logger
+from fore.errors import ForeError
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
 
 
-class RunnerSaturated(RuntimeError):
+class RunnerSaturated(ForeError, RuntimeError):
     """No runner thread is free and the thread limit is reached."""
 
 

@@ -32,8 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import structlog
-
+from fore.actors.core.logs import get_logger
 from fore.actors.worker.hooks import (
     NOT_APPLICABLE,
     HookEvent,
@@ -43,7 +42,7 @@ from fore.actors.worker.hooks import (
     run_hook,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 JobState = Literal["new", "waiting", "queued", "running", "done", "cancelled", "abandoned"]
 

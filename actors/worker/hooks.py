@@ -75,6 +75,7 @@ from typing import Any, ClassVar
 
 from pydantic import TypeAdapter, ValidationError
 
+from fore.errors import ForeError
 from fore.messages.conversation import (
     AssistantMessage,
     FileRef,
@@ -331,7 +332,7 @@ class AbortContext:
 # -- errors ------------------------------------------------------------------------
 
 
-class HookError(Exception):
+class HookError(ForeError):
     """A hook failed; names the event, the hook and how (``kind``)."""
 
     kind: HookFailureKind = "raised"
@@ -359,7 +360,7 @@ class HookTimeout(HookError):
     kind: HookFailureKind = "timeout"
 
 
-class ConditionError(Exception):
+class ConditionError(ForeError):
     """A hook's ``when`` condition raised (raised by :func:`run_hook`)."""
 
 

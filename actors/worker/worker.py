@@ -51,7 +51,7 @@ from pykka import ActorDeadError
 
 from fore.actors.blobs.summary import fits_utf8, truncated_fallback
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
 from fore.actors.speculation.fork import snapshot_version
 from fore.actors.tools.base import ToolRegistry, ToolServices
@@ -91,6 +91,7 @@ from fore.actors.worker.hooks import (
 )
 from fore.actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
+from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
 from fore.messages.blob_store import ReferenceBlobs, StoredOutput, StoreToolOutput
 from fore.messages.blobs import BlobLimits, Inline, Stored, Text
@@ -248,7 +249,7 @@ DEFAULT_MAX_ARGUMENT_RETRIES = 3
 (``WorkerConfig.max_argument_retries``)."""
 
 
-class WorkerBusy(RuntimeError):
+class WorkerBusy(ForeError, RuntimeError):
     """A submit arrived while a run is in progress."""
 
 
@@ -385,10 +386,8 @@ class _ChainRun:
     """Fires if the hook has not started within ``Hooks.start_timeout``."""
 
 
-class Worker(PooledActor):
+class Worker(ForeActor):
     """One session's agent loop (see module docs)."""
-
-    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(self, config: WorkerConfig) -> None:
         super().__init__()

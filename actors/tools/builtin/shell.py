@@ -48,9 +48,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 
-import structlog
 from pydantic import Field
 
+from fore.actors.core.logs import get_logger
 from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from fore.actors.tools.cancel import ToolCancelled
 from fore.actors.tools.envscrub import scrub_env, secret_name
@@ -64,7 +64,7 @@ from fore.actors.tools.proctrack import (
     get_tracker,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STREAM_CAP = 30_000
 """Bytes kept per stream (half from the start, half from the end)."""

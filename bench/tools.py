@@ -42,10 +42,17 @@ from typing import Any
 from pydantic import BaseModel
 
 from fore.actors.core import ActorSystem, PooledActor
-from fore.actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs, invoke_tool
+from fore.actors.tools import (
+    FunctionTool,
+    ToolContext,
+    ToolPool,
+    ToolRegistry,
+    WorkspaceFs,
+    invoke_tool,
+)
 from fore.actors.tools.builtin import Shell, default_registry
 from fore.actors.tools.cancel import CancelToken
-from fore.actors.tools.proctrack import get_tracker, tracking_unavailable
+from fore.actors.tools.proctrack import TrackingKind, get_tracker, tracking_unavailable
 from fore.bench._common import BenchFailed, console, machine_line, percentile, ratio, table
 from fore.messages.conversation import ToolCall
 from fore.messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished, ToolCallFinished
@@ -206,7 +213,8 @@ def run(*, quick: bool = False) -> dict[str, float]:
             ideal = FAIR_SESSIONS * fair_calls * FAIR_CALL_S / FAIR_GLOBAL_CAP
 
             latencies = _cancel_latencies(pool, sink, sink_actor, fs, workdir, cancels)
-            backends = [k for k in ("cgroup", "subreaper", "group") if not tracking_unavailable(k)]
+            kinds: tuple[TrackingKind, ...] = ("cgroup", "subreaper", "group")
+            backends = [k for k in kinds if not tracking_unavailable(k)]
             by_backend = {
                 kind: _cancel_latencies(
                     pool, sink, sink_actor, fs, workdir, cancels, Shell(tracking=kind)
@@ -347,13 +355,13 @@ def _verdict(ok: bool, target: str) -> str:
     return f"{target} {'ok' if ok else 'MISSED'}"
 
 
-def _shell_costs(fs: WorkspaceFs, backends: list[str], calls: int) -> dict[str, float]:
+def _shell_costs(fs: WorkspaceFs, backends: list[TrackingKind], calls: int) -> dict[str, float]:
     """Median seconds of one ``shell`` call of ``true`` per backend, and of a bare bash.
 
     Interleaved: each round runs the bare baseline and every backend once, so a
     load change on the machine hits all of them alike.
     """
-    tools = {kind: ToolRegistry([Shell(tracking=kind)]) for kind in backends}  # type: ignore[arg-type]
+    tools: dict[str, ToolRegistry] = {k: ToolRegistry([Shell(tracking=k)]) for k in backends}
     call = ToolCall(id="t", name="shell", arguments={"command": "true"})
     samples: dict[str, list[float]] = {kind: [] for kind in ["bare", *backends]}
 

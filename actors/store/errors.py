@@ -10,8 +10,10 @@ redacted.
 
 from __future__ import annotations
 
+from fore.errors import ForeError
 
-class StoreError(Exception):
+
+class StoreError(ForeError):
     """Base of every session-store error."""
 
 

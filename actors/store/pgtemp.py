@@ -23,10 +23,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fore.errors import ForeError
+
 BINDIR_ENV = "FORE_PG_BINDIR"
 
 
-class PgClusterError(RuntimeError):
+class PgClusterError(ForeError, RuntimeError):
     """The cluster could not be created or started (the message says which step and why)."""
 
 

@@ -22,8 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import structlog
-
+from fore.actors.core.logs import get_logger
 from fore.actors.store import codec, migrations
 from fore.actors.store.api import SessionStore
 from fore.actors.store.errors import (
@@ -49,7 +48,7 @@ from fore.actors.store.records import (
 )
 from fore.messages.llm import Usage
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Row = tuple[Any, ...]
 

@@ -26,9 +26,9 @@ import os
 import shutil
 from collections.abc import Mapping
 
-import structlog
+from fore.actors.core.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 _MAX_DEPTH = 256

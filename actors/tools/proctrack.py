@@ -86,9 +86,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
-import structlog
+from fore.actors.core.logs import get_logger
+from fore.errors import ForeError
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 TrackingKind = Literal["auto", "cgroup", "subreaper", "group"]
 
@@ -105,7 +106,7 @@ _SWEEP_MARGIN_S = 2.0
 """Processes created this long before the call started are still checked (clock slack)."""
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailable(ForeError, RuntimeError):
     """The requested backend cannot work on this machine (the message says why)."""
 
 

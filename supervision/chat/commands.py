@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
+from fore.errors import ForeError
+
 COMMANDS: dict[str, str] = {
     "help": "keys and commands",
     "model": "the model this session talks to",
@@ -48,7 +50,7 @@ class Command:
     argument: str = ""
 
 
-class UnknownCommand(ValueError):
+class UnknownCommand(ForeError, ValueError):
     pass
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from fore.errors import ForeError
 from fore.messages.gate import ApprovalMode
 from fore.supervision.chat.app import ChatApp
 from fore.supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
@@ -42,7 +43,7 @@ class ChatOptions:
     max_turns: int = 50
 
 
-class ChatError(Exception):
+class ChatError(ForeError):
     """Cannot start: one line for the person, exit code 2."""
 
 

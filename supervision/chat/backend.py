@@ -92,8 +92,11 @@ def chat_runtime(*, name: str = "fore-chat", **options: Any) -> Runtime:
 
     The load governor is off: it keeps speculation from taking time from other
     sessions' turns, and a terminal has one session, whose person is reading
-    while its speculation runs -- skipping it would only hide the feature.
+    while its speculation runs -- skipping it would only hide the feature. The
+    process is the terminal's own, so it takes the runtime's GC and GIL
+    settings (``tune_process``), which keep Tab and typing inside their budgets.
     """
+    options.setdefault("tune_process", True)
     return Runtime(name=name, speculation_governor=LoadGovernor(enabled=False), **options)
 
 

@@ -209,9 +209,11 @@ def test_coalescing_merges_deltas_and_flushes_before_the_terminal_event(
 
     The first delta goes out at once (nothing was sent in the window before
     it); the rest is buffered and flushed, in one message, just before
-    ``LlmCompleted`` -- so no text is ever lost or reordered.
+    ``LlmCompleted`` -- so no text is ever lost or reordered. (Paced, so the
+    first delta arrives on its own: what one read of the socket brings is
+    handed on as one piece of text.)
     """
-    reply = ScriptReply(text="one two three four five six")
+    reply = ScriptReply(text="one two three four five six", tokens_per_s=100)
     server.set_script(ScriptFile(replies=(reply,)))
     harness = loop_harness(coalesce_ms=600_000)
     events = harness.events(harness.request(http_model(server), **session("coalesced")))
@@ -288,7 +290,7 @@ def test_server_error_is_retried_then_succeeds(harness: Harness, server: MockLlm
     [
         ("500", "server"),
         ("malformed", "protocol"),
-        ("truncated", "protocol"),
+        ("truncated", "incomplete"),
         ("bad_tool_args", "protocol"),
         ("cut", "connection"),
     ],
@@ -525,6 +527,10 @@ def test_gateway_rejects_a_request_without_a_model(harness: Harness) -> None:
 # -- pure parts --
 
 
+FINISHED = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+"""The chunk that ends a complete answer (one without a finish reason is incomplete)."""
+
+
 def _chunks_for(arguments: list[str], cuts: list[list[int]]) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
     for index, (text, points) in enumerate(zip(arguments, cuts, strict=True)):
@@ -616,7 +622,7 @@ def test_assembler_rejects_truncated_and_broken_streams() -> None:
     assembler.feed({"choices": [{"index": 0, "delta": {"content": "half"}}]})
     with pytest.raises(LlmException) as info:
         assembler.finish(saw_done=False)
-    assert info.value.error.kind == "protocol"
+    assert info.value.error.kind == "incomplete"
     broken = StreamAssembler("r")
     broken.feed(_chunks_for(['{"a": 1'], [[]])[0])
     broken.feed(
@@ -629,6 +635,7 @@ def test_assembler_rejects_truncated_and_broken_streams() -> None:
             ]
         }
     )
+    broken.feed(FINISHED)
     with pytest.raises(LlmException, match="never formed valid JSON"):
         broken.finish(saw_done=True)
     with pytest.raises(LlmException):
@@ -661,6 +668,7 @@ def test_non_finite_tool_arguments_are_a_protocol_error(number: str) -> None:
             ]
         }
     )
+    assembler.feed(FINISHED)
     with pytest.raises(LlmException) as info:
         assembler.finish(saw_done=True)
     assert info.value.error.kind == "protocol"
@@ -684,7 +692,7 @@ def test_request_body_is_deterministic_and_complete() -> None:
     second = json.dumps(request_body(request, "m"), ensure_ascii=False, separators=(",", ":"))
     assert first == second
     wire = to_openai_messages(items)
-    assert wire[2]["content"] is None
+    assert wire[2]["content"] == ""  # not null: llama.cpp-class servers answer null with 500
     assert wire[2]["tool_calls"][0]["function"]["arguments"] == '{"b":1,"a":"é"}'
     assert wire[3] == {"role": "tool", "tool_call_id": "c1", "content": "ok"}
     body = request_body(request, "m")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from messages.llm import LlmError, LlmErrorKind
+from messages.llm import Deadline, LlmError, LlmErrorKind
 
 
 class LlmException(Exception):
@@ -27,9 +27,10 @@ def llm_error(
     retry_after_s: float | None = None,
     provider_message: str | None = None,
     param: str | None = None,
+    deadline: Deadline | None = None,
 ) -> LlmException:
     if retryable is None:
-        retryable = kind in ("rate_limit", "server", "connection", "timeout")
+        retryable = kind in ("rate_limit", "server", "connection", "timeout", "incomplete")
     return LlmException(
         LlmError(
             kind=kind,
@@ -39,8 +40,18 @@ def llm_error(
             retry_after_s=retry_after_s,
             provider_message=provider_message,
             param=param,
+            deadline=deadline,
         )
     )
+
+
+def format_size(n: int) -> str:
+    """A size for a message: ``16 MiB``, ``64 KiB``, ``300 B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value.is_integer() else f"{value:.1f} {unit}"
+    return f"{n} B"
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:

@@ -926,6 +926,9 @@ class Worker(PooledActor):
         assistant = message.message
         assert run.llm_base is not None
         self.config.interceptor.on_llm_response(run.llm_base, assistant)
+        if message.finish_reason == "length":
+            self._cut_off(run, assistant)
+            return
         if assistant.text or assistant.tool_calls:
             run.assistant_index = len(self.state.history)
             self._append(run, assistant)
@@ -933,6 +936,24 @@ class Worker(PooledActor):
             self._start_tools(run, assistant)
         else:
             self._turn_end(run, assistant)
+
+    def _cut_off(self, run: _Run, assistant: AssistantMessage) -> None:
+        """The provider cut the answer off (``finish_reason`` length): keep its text, run nothing.
+
+        Ends the run ``cut_off`` (see :data:`~messages.session.RunStatus`): a cut
+        answer is not what the model meant to say, so reporting it ``completed``
+        would hide the loss.
+        """
+        dropped = len(assistant.tool_calls)
+        kept = assistant.model_copy(update={"tool_calls": ()}) if dropped else assistant
+        if kept.text:
+            run.assistant_index = len(self.state.history)
+            self._append(run, kept)
+        reason = "the model's answer was cut off at its output limit (finish_reason length)"
+        if dropped:
+            reason += f"; its {dropped} tool call(s) were not run"
+        self.alert(AlertLevel.WARN, reason, "llm")
+        self._finish(run, "cut_off", reason, abort=True)
 
     # -- tools: pre hooks ------------------------------------------------------------------
 

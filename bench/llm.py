@@ -20,7 +20,12 @@ The mock server runs in a child process (its own GIL). Measured:
   is slower, and a ratio against it would measure sharding, not the
   gateway); the single stock client is printed too, for reference;
 * cancel-to-closed latency: from telling the gateway to cancel a live stream to
-  the requester's ``LlmCancelled`` (sent after the connection is closed).
+  the requester's ``LlmCancelled`` (sent after the connection is closed);
+* hostile servers (:mod:`bench.llm_hostile`): the peak RSS a client process
+  gains from one request to each (a 300 MB line, gzip bombs on a stream, an
+  error body and a whole body, a million tool calls), measured in a fresh
+  process per case against the limit (64 MB), with an ordinary answer's
+  growth in the same run as the baseline.
 
 Run: ``fore bench llm`` (or ``python -m bench.llm [--quick] [--requests N]``).
 """
@@ -186,6 +191,60 @@ def _bare_round(
     return asyncio.run(main())
 
 
+HOSTILE_RSS_LIMIT = 64 * 1024 * 1024
+"""The most one hostile answer may add to a client's peak RSS."""
+
+
+def _hostile_rss() -> dict[str, float]:
+    """Peak RSS growth of a fresh client process under each hostile answer (module docs)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bench._common import BenchFailed
+    from bench.llm_hostile import BENIGN, CASES, HostileServer
+
+    root = str(Path(__file__).resolve().parents[1])
+    cases = [c for c in CASES.values() if not c.timed]
+    rows = []
+    results: dict[str, float] = {}
+    over = []
+    with HostileServer(BENIGN) as benign:
+        for case in cases:
+            with HostileServer(case) as server:
+                done = subprocess.run(
+                    [sys.executable, "-m", "bench.llm_hostile", server.base_url,
+                     benign.base_url, "stream" if case.stream else "body"],
+                    capture_output=True, text=True, timeout=300, cwd=root, check=False,
+                )  # fmt: skip
+            if done.returncode != 0:
+                raise BenchFailed(f"hostile case {case.name}: the probe failed: {done.stderr}")
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            growth = float(found["growth"])
+            results[case.name] = growth / 1e6
+            if growth > HOSTILE_RSS_LIMIT:
+                over.append(case.name)
+            outcome = str(found["outcome"])
+            rows.append(
+                [
+                    case.what,
+                    growth / 1e6,
+                    growth / HOSTILE_RSS_LIMIT,
+                    float(found["seconds"]),
+                    outcome if len(outcome) <= 70 else outcome[:67] + "...",
+                ]
+            )
+    table(
+        f"hostile servers: peak RSS growth of a client process (limit "
+        f"{HOSTILE_RSS_LIMIT // 2**20} MiB; 'benign' is the same-run baseline)",
+        ["answer", "growth MB", "growth / limit", "seconds", "how the request ended"],
+        rows,
+    )
+    if over:
+        raise BenchFailed(f"hostile answers grew the client past the limit: {', '.join(over)}")
+    return results
+
+
 def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]:
     n = requests or (200 if quick else 1000)
     cancels = 30 if quick else 100
@@ -310,7 +369,9 @@ def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]
             ["cancel → closed p99 (ms)", percentile(cancel_latencies, 99) * 1e3, "≤ 5"],
         ],
     )
+    hostile = _hostile_rss()
     return {
+        **{f"hostile_rss_mb_{name}": value for name, value in hostile.items()},
         "requests": float(n),
         "throughput_ratio": throughput_ratio,
         "throughput_ratio_stock_httpx": stock_ratio,

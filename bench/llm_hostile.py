@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["CASES", "Case", "HostileServer", "gzip_bomb", "sse_chunk"]
+__all__ = ["BENIGN", "CASES", "Case", "HostileServer", "gzip_bomb", "probe", "sse_chunk"]
 
 MIB = 1024 * 1024
 
@@ -88,9 +88,25 @@ _SSE = (("Content-Type", "text/event-stream"),)
 _JSON = (("Content-Type", "application/json"),)
 _GZIP = (("Content-Encoding", "gzip"),)
 
+BENIGN = Case(
+    "benign",
+    "a normal answer (200 words)",
+    "200 OK",
+    _SSE,
+    lambda: iter(
+        [
+            *(sse_chunk({"content": f"word{i} "}) for i in range(200)),
+            sse_chunk({}, "stop"),
+            b"data: [DONE]\n\n",
+        ]
+    ),
+)
+"""The baseline of the RSS benchmark: what an ordinary answer costs the same client."""
+
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
+        BENIGN,
         Case(
             "long_line",
             "a 300 MB SSE line with no newline",
@@ -307,3 +323,94 @@ def _read_request(conn: socket.socket) -> None:
         if not part:
             raise ConnectionResetError("request cut short")
         body += part
+
+
+# -- the client side, in a process of its own (``fore bench llm`` measures its peak RSS) --
+
+
+def probe(base_url: str, benign_url: str, *, stream: bool) -> dict[str, object]:
+    """Ask ``base_url`` once through the real provider; the peak RSS it added, and how it ended.
+
+    Run in a fresh process (``python -m bench.llm_hostile URL BENIGN_URL``): a
+    first request to the benign server warms everything (imports, the event
+    loop, the connection pool), then the RSS is read and the hostile request
+    made; its cost is the process's peak RSS (``ru_maxrss``) minus that.
+    """
+    import httpx
+    import psutil
+
+    from actors.llm import LlmException, OpenAICompatible, RetryPolicy, evloop
+    from actors.llm.netio import FastAsyncTransport
+    from messages.conversation import UserMessage
+    from messages.llm import LlmRequest
+
+    def ask(url: str, stream: bool) -> str:
+        model = OpenAICompatible(
+            base_url=url, api_key="k", model="m", retry=RetryPolicy(max_retries=0)
+        )
+        request = LlmRequest(
+            request_id="r", session_id="s", messages=(UserMessage(text="hi"),), stream=stream
+        )
+
+        async def go() -> str:
+            async with httpx.AsyncClient(transport=FastAsyncTransport()) as http:
+                result = await model.stream(request, lambda event: None, http)
+                return f"completed ({len(result.message.text)} characters)"
+
+        try:
+            return evloop.run(go())
+        except LlmException as exc:
+            return f"{exc.error.kind}: {exc.error.message}"
+
+    ask(benign_url, True)
+    before = psutil.Process().memory_info().rss
+    exact = _reset_peak_rss()
+    peak = [before]
+    stop = threading.Event()
+
+    def sample() -> None:  # where the peak cannot be reset: sample it
+        while not stop.wait(0.002):
+            peak[0] = max(peak[0], psutil.Process().memory_info().rss)
+
+    sampler = None if exact else threading.Thread(target=sample, daemon=True)
+    if sampler is not None:
+        sampler.start()
+    began = time.perf_counter()
+    outcome = ask(base_url, stream)
+    seconds = time.perf_counter() - began
+    stop.set()
+    if sampler is not None:
+        sampler.join()
+        high = peak[0]
+    else:
+        high = _peak_rss()
+    return {"growth": max(0, high - before), "outcome": outcome, "seconds": seconds}
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak RSS to its current RSS (Linux: ``clear_refs`` 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return _peak_rss() > 0
+
+
+def _peak_rss() -> int:
+    """The peak RSS since the last reset (``VmHWM``), in bytes; 0 when unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    url, benign, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    sys.stdout.write(json.dumps(probe(url, benign, stream=mode == "stream")) + "\n")

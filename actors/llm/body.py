@@ -61,8 +61,9 @@ class BodyLimits:
 
     max_line_bytes: int = 1024 * 1024
     """One SSE line, and one event's data (a chunk of a streamed answer)."""
-    max_stream_bytes: int = 256 * 1024 * 1024
-    """One streamed answer, all events together (bounds a flood of empty events too)."""
+    max_stream_bytes: int = 64 * 1024 * 1024
+    """One streamed answer, all events together (bounds a flood of empty events too).
+    At ~150 bytes of SSE per token that is ~400k tokens, above any model's output."""
     max_body_bytes: int = 8 * 1024 * 1024
     """One non-streamed answer body (parsed whole, so it is held whole)."""
     max_error_body_bytes: int = 64 * 1024

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -72,12 +73,17 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, min(seconds, 3600.0))
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ufffd]")
+
+
 def provider_error_details(body: bytes) -> tuple[str | None, str | None]:
     """The provider's error message and ``param`` from an OpenAI-style error body."""
     try:
         data: Any = json.loads(body)
     except ValueError:
-        text = body.decode("utf-8", errors="replace").strip()
+        # Whatever the body is (an HTML page, binary junk), a readable line of it.
+        text = body[:2000].decode("utf-8", errors="replace")
+        text = " ".join(_CONTROL.sub(" ", text).split())
         return (text[:500] or None), None
     error = data.get("error") if isinstance(data, Mapping) else None
     if isinstance(error, Mapping):

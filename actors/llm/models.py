@@ -25,7 +25,7 @@ import socket
 import ssl
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -502,35 +502,36 @@ class OpenAICompatible:
         decoder = BoundedDecoder.for_response(response)
         sse = SseParser(limits.max_line_bytes)
         raw = cast(AsyncGenerator[bytes, None], response.aiter_raw())
+        feed = _feed_batch if pause else _feed_each
         total = 0
         saw_done = False
         ended = False
         try:
-            while not ended:
+            while not ended and not saw_done:
                 try:
                     chunk = await anext(raw)
                 except StopAsyncIteration:
                     ended = True
-                    events = sse.close()
+                    pieces: Iterable[bytes] = (b"",)
                 else:
-                    events = []
-                    for piece in decoder.decode(chunk):
-                        total += len(piece)
-                        if total > limits.max_stream_bytes:
-                            raise llm_error(
-                                "protocol",
-                                f"the event stream passed {format_size(limits.max_stream_bytes)}"
-                                " (the client's limit, BodyLimits.max_stream_bytes): refused",
-                                retryable=False,
-                            )
-                        events += sse.feed(piece)
-                if events:
-                    feed = _feed_batch if pause else _feed_each
-                    if feed(assembler, events, emit, want_text):
+                    pieces = decoder.decode(chunk)
+                # Events are handled per decoded piece (at most PIECE_BYTES), so what
+                # one raw chunk inflates to is never held as events all at once.
+                for piece in pieces:
+                    total += len(piece)
+                    if total > limits.max_stream_bytes:
+                        raise llm_error(
+                            "protocol",
+                            f"the event stream passed {format_size(limits.max_stream_bytes)}"
+                            " (the client's limit, BodyLimits.max_stream_bytes): refused",
+                            retryable=False,
+                        )
+                    events = sse.feed(piece) if piece else sse.close()
+                    if events and feed(assembler, events, emit, want_text):
                         saw_done = True
                         break
                 clock.data(assembler.progress)
-                if pause and not ended and len(chunk) < _BATCH_FULL_BYTES:
+                if pause and not ended and not saw_done and len(chunk) < _BATCH_FULL_BYTES:
                     await asyncio.sleep(pause)
             message, usage, reason = assembler.finish(saw_done=saw_done)
             if saw_done:

@@ -209,11 +209,9 @@ def test_coalescing_merges_deltas_and_flushes_before_the_terminal_event(
 
     The first delta goes out at once (nothing was sent in the window before
     it); the rest is buffered and flushed, in one message, just before
-    ``LlmCompleted`` -- so no text is ever lost or reordered. (Paced, so the
-    first delta arrives on its own: what one read of the socket brings is
-    handed on as one piece of text.)
+    ``LlmCompleted`` -- so no text is ever lost or reordered.
     """
-    reply = ScriptReply(text="one two three four five six", tokens_per_s=100)
+    reply = ScriptReply(text="one two three four five six")
     server.set_script(ScriptFile(replies=(reply,)))
     harness = loop_harness(coalesce_ms=600_000)
     events = harness.events(harness.request(http_model(server), **session("coalesced")))

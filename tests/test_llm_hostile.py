@@ -216,12 +216,14 @@ _events = st.lists(st.lists(_data, min_size=1, max_size=3), max_size=8)
 
 
 def _encode(events: list[list[bytes]], newline: bytes, comments: bool) -> bytes:
+    """An event stream of ``events``; ``comments`` adds keep-alives, other fields and the
+    space-less ``data:`` spelling."""
     out = b""
     for event in events:
         if comments:
-            out += b": keep-alive" + newline
+            out += b": keep-alive" + newline + b"event: message" + newline + b"id: 7" + newline
         for line in event:
-            out += b"data: " + line + newline
+            out += (b"data:" if comments else b"data: ") + line + newline
         out += newline
     return out
 

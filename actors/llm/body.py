@@ -202,33 +202,52 @@ class SseParser:
             self._partial.clear()
         else:
             text = piece
-        lines = text.split(b"\n")
-        tail = lines.pop()
-        if len(tail) > self._max:
-            raise _too_large("one line of the event stream", self._max, "max_line_bytes")
-        self._partial += tail
+        # Blank lines end events: split on them, and take the usual event -- one
+        # ``data: ...`` line -- without looking at it line by line.
+        blocks = text.split(b"\n\n")
+        tail = blocks.pop()
         events: list[bytes] = []
-        for line in lines:
-            if not line:
-                if self._data:
-                    data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-                    self._data = []
-                    self._data_size = 0
-                    data = data.strip()
-                    if data:
-                        events.append(data)
+        for block in blocks:
+            if not self._data and block.startswith(b"data: ") and b"\n" not in block:
+                if len(block) > self._max:
+                    raise _too_large("one line of the event stream", self._max, "max_line_bytes")
+                data = block[6:].strip()
+                if data:
+                    events.append(data)
                 continue
-            if len(line) > self._max:
-                raise _too_large("one line of the event stream", self._max, "max_line_bytes")
-            if line.startswith(b"data:"):
-                value = line[6:] if line.startswith(b"data: ") else line[5:]
-                self._data_size += len(value) + 1
-                if self._data_size > self._max:
-                    raise _too_large("one event of the stream", self._max, "max_line_bytes")
-                self._data.append(value)
-            elif line == b"data":
-                self._data.append(b"")
+            for line in block.split(b"\n"):
+                self._line(line, events)
+            self._line(b"", events)  # the blank line that ended the block
+        lines = tail.split(b"\n")
+        partial = lines.pop()
+        if len(partial) > self._max:
+            raise _too_large("one line of the event stream", self._max, "max_line_bytes")
+        for line in lines:
+            self._line(line, events)
+        self._partial += partial
         return events
+
+    def _line(self, line: bytes, events: list[bytes]) -> None:
+        """One complete line (without its end)."""
+        if not line:  # dispatch the event
+            if self._data:
+                data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+                self._data = []
+                self._data_size = 0
+                data = data.strip()
+                if data:
+                    events.append(data)
+            return
+        if len(line) > self._max:
+            raise _too_large("one line of the event stream", self._max, "max_line_bytes")
+        if line.startswith(b"data:"):
+            value = line[6:] if line.startswith(b"data: ") else line[5:]
+            self._data_size += len(value) + 1
+            if self._data_size > self._max:
+                raise _too_large("one event of the stream", self._max, "max_line_bytes")
+            self._data.append(value)
+        elif line == b"data":
+            self._data.append(b"")
 
     def close(self) -> list[bytes]:
         """The data of an event the body ended in the middle of (a server may omit the

@@ -44,6 +44,7 @@ from actors.llm.errors import (
     llm_error,
     provider_error_details,
 )
+from actors.llm.netio import FLOW_EXTENSION
 from actors.llm.script import (
     ScriptCursor,
     ScriptFile,
@@ -532,7 +533,7 @@ class OpenAICompatible:
                         break
                 clock.data(assembler.progress)
                 if pause and not ended and not saw_done and len(chunk) < _BATCH_FULL_BYTES:
-                    await asyncio.sleep(pause)
+                    await _pause(response, pause)
             message, usage, reason = assembler.finish(saw_done=saw_done)
             if saw_done:
                 clock.done()
@@ -567,6 +568,19 @@ class OpenAICompatible:
         )
 
 
+async def _pause(response: httpx.Response, seconds: float) -> None:
+    """Let a stream's events pile up for ``seconds``: in the kernel's socket buffer when
+    the transport can stop reading (:data:`~actors.llm.netio.FLOW_EXTENSION`), else in
+    the client's."""
+    flow: Any = response.extensions.get(FLOW_EXTENSION)
+    paused = flow is not None and bool(flow.pause_reading())
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if paused:
+            flow.resume_reading()
+
+
 def _loads(data: bytes) -> Any:
     try:
         return json.loads(data)
@@ -579,7 +593,8 @@ def _loads(data: bytes) -> Any:
 
 
 def _feed(assembler: StreamAssembler, chunks: Sequence[Any], emit: Emit, want_text: bool) -> None:
-    """Feed decoded chunks; text goes out before any tool event that follows it."""
+    """Feed decoded chunks, text passed on in one piece per batch (before any tool event
+    that follows it)."""
     text = assembler.text
     seen = len(text)
     for chunk in chunks:
@@ -606,10 +621,19 @@ def _until_done(events: list[bytes]) -> tuple[list[bytes], bool]:
 def _feed_each(
     assembler: StreamAssembler, events: list[bytes], emit: Emit, want_text: bool
 ) -> bool:
-    """Decode and feed events one by one; whether ``[DONE]`` came."""
-    events, done = _until_done(events)
-    _feed(assembler, [_loads(data) for data in events], emit, want_text)
-    return done
+    """Decode and feed events one by one, text passed on per event (a watched stream shows
+    each token as the server sent it); whether ``[DONE]`` came."""
+    text = assembler.text
+    for data in events:
+        if data == b"[DONE]":
+            return True
+        seen = len(text)
+        tool_events = assembler.feed(_loads(data))
+        if want_text and len(text) > seen:  # text before tool calls, as in a delta
+            emit(text[seen] if len(text) == seen + 1 else "".join(text[seen:]))
+        for event in tool_events:
+            emit(event)
+    return False
 
 
 def _feed_batch(

@@ -356,41 +356,54 @@ class StreamAssembler:
             )
 
     def feed(self, chunk: Any) -> list[LlmTextDelta | LlmToolCallDelta]:
-        if not isinstance(chunk, Mapping):
+        # Called once per streamed token: decoded JSON objects are dicts, so the
+        # checks test for ``dict`` first (an ABC ``isinstance`` costs several
+        # times more) and fall back to ``Mapping`` for other callers.
+        if type(chunk) is not dict and not isinstance(chunk, Mapping):
             raise llm_error("protocol", "stream chunk is not a JSON object", retryable=True)
         if chunk.get("error") is not None:
             raise error_from_payload(chunk["error"], where="stream")
         self.chunks += 1
-        usage = usage_from(chunk.get("usage"))
-        if usage is not None:
-            self.usage = usage
+        raw_usage = chunk.get("usage")
+        if raw_usage:
+            usage = usage_from(raw_usage)
+            if usage is not None:
+                self.usage = usage
         events: list[LlmTextDelta | LlmToolCallDelta] = []
-        choices = chunk.get("choices") or []
-        if not isinstance(choices, list):
+        choices = chunk.get("choices")
+        if not choices:
+            return events
+        if type(choices) is not list:
             raise llm_error("protocol", "stream chunk has malformed choices", retryable=True)
         for choice in choices:
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+            if type(choice) is not dict and not isinstance(choice, Mapping):
                 continue
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, Mapping):
-                raise llm_error("protocol", "stream chunk has a malformed delta", retryable=True)
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._grow(len(content))
-                self.progress += 1
-                self.text.append(content)
-                if self.text_events:
-                    events.append(
-                        LlmTextDelta.model_construct(request_id=self.request_id, text=content)
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if delta:
+                if type(delta) is not dict and not isinstance(delta, Mapping):
+                    raise llm_error(
+                        "protocol", "stream chunk has a malformed delta", retryable=True
                     )
-            for raw in delta.get("tool_calls") or []:
-                event = self._tool_delta(raw)
-                if event is not None:
-                    events.append(event)
-            # Reasoning models stream their thinking first (not kept): progress all the same.
-            for field_name in ("reasoning_content", "reasoning"):
-                thought = delta.get(field_name)
-                if isinstance(thought, str) and thought:
+                content = delta.get("content")
+                if content and type(content) is str:
+                    self._grow(len(content))
+                    self.progress += 1
+                    self.text.append(content)
+                    if self.text_events:
+                        events.append(
+                            LlmTextDelta.model_construct(request_id=self.request_id, text=content)
+                        )
+                tool_calls = delta.get("tool_calls")
+                if tool_calls:
+                    for raw in tool_calls:
+                        event = self._tool_delta(raw)
+                        if event is not None:
+                            events.append(event)
+                # Reasoning models stream their thinking first (not kept): progress all
+                # the same.
+                if delta.get("reasoning_content") or delta.get("reasoning"):
                     self.progress += 1
             reason = choice.get("finish_reason")
             if reason:

@@ -177,6 +177,11 @@ class MeteredModel:
                 with self._lock:
                     current.streamed += chars
                 self._check_budget()
+            if isinstance(event, str | LlmTextDelta):
+                # Counted, not passed on: nobody reads a speculation's text as it
+                # streams (its answer arrives whole in LlmCompleted), and each piece
+                # would be two actor messages (to the worker, on to the speculator).
+                return
             emit(event)
 
         result: StreamResult | None = None

@@ -248,9 +248,8 @@ class WorkerConfig:
     alert_sink: Any = None
     stream: bool = True
     """Ask the model for a streamed answer (text shown as it arrives). A speculation's
-    worker does not by default (``SpeculationConfig.stream_forks``): nobody reads its
-    text as it comes, and one JSON body costs the process far less than an event per
-    token."""
+    worker follows ``SpeculationConfig.stream_forks`` (on by default, so that an abort
+    closes the stream and the server stops generating)."""
 
 
 @dataclass

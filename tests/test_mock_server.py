@@ -1083,3 +1083,15 @@ def test_json_mode_answers_a_json_object(mock: MockLlmServer, client: httpx.Clie
         client, mock, {**chat_body(), "messages": messages, "response_format": fmt}
     )
     assert json.loads(assemble(chunks)["text"]) == {"a": 1}
+
+
+def test_background_streams_in_ticks_carry_the_same_answer(client: httpx.Client) -> None:
+    """``background_tick_ms`` groups a fork's writes; what is sent is unchanged."""
+    reply = ScriptReply(text="one two three four five six seven eight", tokens_per_s=200)
+    with MockLlmServer(script_of(reply, reply), background_tick_ms=50) as server:
+        fork, _ = stream_chunks(client, server, chat_body(), {"X-Fore-Purpose": "speculation"})
+        main_turn, _ = stream_chunks(client, server, chat_body())
+    assert assemble(fork) == assemble(main_turn)
+    assert assemble(fork)["text"] == reply.text
+    with pytest.raises(ValueError, match="background_tick_ms"):
+        MockLlmServer(background_tick_ms=-1)

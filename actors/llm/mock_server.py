@@ -251,6 +251,14 @@ class MockSettings:
     """The model's output limit: a ``max_tokens`` above it is a 400 (strict mode)."""
     record_limit: int = 1000
     """How many requests :meth:`MockLlmApp.requests` keeps (oldest dropped)."""
+    background_tick_ms: float = 0.0
+    """Streams of background purposes (anything but ``main``) are written in ticks of
+    this many ms: events due within one tick go out in one write. 0: every event at
+    its own time, as a real server writes each token. The load benchmark sets it:
+    there the mock shares the machine with the runtime it measures, and writing every
+    fork's every token cost the mock several times the CPU of the runtime's own
+    reading of them; a server that writes once per tick still notices a client that
+    left within a tick."""
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0:
@@ -271,6 +279,8 @@ class MockSettings:
             raise ValueError(f"record_limit must be >= 1, got {self.record_limit}")
         if self.max_output_tokens < 1:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
+        if not self.background_tick_ms >= 0:
+            raise ValueError(f"background_tick_ms must be >= 0, got {self.background_tick_ms}")
 
 
 class FaultSpec(Message):
@@ -1220,7 +1230,8 @@ class MockLlmApp:
         together (one write) at once.
         """
         loop = asyncio.get_running_loop()
-        due = loop.time()
+        due = start = loop.time()
+        tick = self.settings.background_tick_ms / 1000.0 if ex.purpose != "main" else 0.0
         buffer = bytearray()
         last = len(events) - 1
         kind = ex.fault.kind if ex.fault is not None else None
@@ -1239,7 +1250,10 @@ class MockLlmApp:
                     self._finish(ex.record, "completed")
                 if delay > 0:
                     due += delay
-                    wait = due - loop.time()
+                    send_at = due
+                    if tick and i > 0:  # after the first event: at the end of its tick
+                        send_at = start + math.ceil((due - start) / tick) * tick
+                    wait = send_at - loop.time()
                     if wait > 0:
                         if buffer:
                             yield bytes(buffer)
@@ -1485,19 +1499,26 @@ def _make_answer(
 def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]:
     """Every SSE event of the response with the pause before it, faults applied."""
 
+    # Every chunk is the same object around its delta: encoded once, then spliced
+    # around each delta (byte for byte what encoding the whole object gives; an
+    # answer is hundreds of chunks and the mock's CPU is shared with what it measures).
+    head = (
+        "data: "
+        + _dumps(
+            {
+                "id": ex.completion_id,
+                "object": "chat.completion.chunk",
+                "created": ex.created,
+                "model": ex.model,
+            }
+        )[:-1]
+        + ',"choices":[{"index":0,"delta":'
+    ).encode("utf-8")
+    usage_tail = ',"usage":null' if ex.include_usage else ""
+
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        obj: dict[str, Any] = {
-            "id": ex.completion_id,
-            "object": "chat.completion.chunk",
-            "created": ex.created,
-            "model": ex.model,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            ],
-        }
-        if ex.include_usage:
-            obj["usage"] = None
-        return b"data: " + _dumps(obj).encode("utf-8") + b"\n\n"
+        tail = f',"logprobs":null,"finish_reason":{_dumps(finish_reason)}}}]{usage_tail}}}'
+        return head + (_dumps(delta) + tail).encode("utf-8") + b"\n\n"
 
     interval = answer.interval_s
     role_content = None if (answer.tool_calls and not answer.text_chunks) else ""
@@ -1678,6 +1699,7 @@ class MockLlmServer:
         strict: bool = True,
         max_output_tokens: int = 16_384,
         record_limit: int = 1000,
+        background_tick_ms: float = 0.0,
         log_level: str = "warning",
         startup_timeout_s: float = 10.0,
         shutdown_timeout_s: float = 5.0,
@@ -1695,6 +1717,7 @@ class MockLlmServer:
             strict=strict,
             max_output_tokens=max_output_tokens,
             record_limit=record_limit,
+            background_tick_ms=background_tick_ms,
         )
         self.app = MockLlmApp(script, self.settings)
         self._requested_port = port
@@ -1836,6 +1859,7 @@ class MockLlmServer:
         strict: bool = True,
         max_output_tokens: int = 16_384,
         record_limit: int = 1000,
+        background_tick_ms: float = 0.0,
         log_level: str = "warning",
         startup_timeout_s: float = 30.0,
         shutdown_timeout_s: float = 10.0,
@@ -1860,6 +1884,8 @@ class MockLlmServer:
             repr(float(retry_after_s)),
             "--record-limit",
             str(record_limit),
+            "--background-tick-ms",
+            repr(float(background_tick_ms)),
             "--max-output-tokens",
             str(max_output_tokens),
             "--log-level",
@@ -2189,6 +2215,13 @@ def _build_parser() -> _Parser:
         help="answer 400 to every request whose tool_choice names a function",
     )
     parser.add_argument(
+        "--background-tick-ms",
+        type=_number(float, 0),
+        default=0.0,
+        help="write streams of background purposes (not main) once per tick of this many "
+        "ms; 0 writes every token at its time (default: %(default)s)",
+    )
+    parser.add_argument(
         "--lenient",
         action="store_true",
         help="accept what real servers refuse (null content, orphan tool messages, "
@@ -2279,6 +2312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             strict=not args.lenient,
             max_output_tokens=args.max_output_tokens,
             record_limit=args.record_limit,
+            background_tick_ms=args.background_tick_ms,
         )
     except ValueError as exc:
         return fail(str(exc))

@@ -151,11 +151,14 @@ SpeculationState = Literal[
     "accepted",
     "stale",
     "skipped",
+    "empty",
 ]
 """``stale``: the session's tools or system prompt changed after the snapshot
 the speculation forked from, so its requests no longer match the main one.
 ``skipped``: the suggestion was offered but not speculated -- the runtime had
-no headroom for it (:class:`~actors.speculation.governor.LoadGovernor`)."""
+no headroom for it (:class:`~actors.speculation.governor.LoadGovernor`).
+``empty``: the speculation's answer had no text and no tool calls: there is
+nothing to accept, and Tab runs the suggestion as a normal turn."""
 
 
 class SpeculationStatus(Message):
@@ -188,7 +191,9 @@ class SpeculationProgress(EventBase):
     detail: str = ""
 
 
-SpeculationOutcome = Literal["accepted", "aborted", "boundary", "failed", "conflict", "stale"]
+SpeculationOutcome = Literal[
+    "accepted", "aborted", "boundary", "failed", "conflict", "stale", "empty"
+]
 
 
 class SpeculationFinished(EventBase):
@@ -285,7 +290,8 @@ class AcceptResult(Message):
         "aborted",
     ]
     """``submitted``: nothing was speculated for the suggestion (speculation off,
-    or no headroom), so Tab ran it as a normal turn (in ``turn``). ``aborted``:
+    or no headroom), or its speculation came back empty, so Tab ran it as a
+    normal turn (in ``turn``). ``aborted``:
     while Tab waited for the speculation, the user submitted something else (or
     the caller stopped waiting): the speculation was aborted, nothing applied."""
     suggestion: str | None = None

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
 from messages.conversation import (
     AssistantMessage,
@@ -29,6 +31,7 @@ from messages.conversation import (
     ToolCall,
     ToolResult,
     UserMessage,
+    invalid_arguments,
 )
 from messages.llm import (
     LlmRequest,
@@ -273,8 +276,28 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def parse_arguments(text: str, name: str) -> dict[str, Any]:
-    """Decode the assembled arguments of one call (``""`` means no arguments)."""
+class ArgumentsInvalid(ValueError):
+    """A call's arguments text is not a JSON object: why, and where (char offset)."""
+
+    def __init__(self, reason: str, position: int | None = None) -> None:
+        # (json's "Unterminated string starting at" already ends with the "at")
+        at = reason if position is None else f"{reason.removesuffix(' at')} at char {position}"
+        super().__init__(at)
+        self.reason = reason
+        self.position = position
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return kinds.get(type(value), "a number")
+
+
+def decode_arguments(text: str) -> dict[str, Any]:
+    """Decode the assembled arguments of one call (``""`` means no arguments).
+
+    Raises :class:`ArgumentsInvalid` for anything but one JSON object --
+    malformed text, NaN/Infinity, nesting too deep for the parser.
+    """
     if text.strip() == "":
         return {}
     try:
@@ -285,20 +308,40 @@ def parse_arguments(text: str, name: str) -> dict[str, Any]:
             text, strict=False, parse_constant=_refuse_constant, parse_float=_finite_float
         )
     except json.JSONDecodeError as exc:
-        raise llm_error(
-            "protocol",
-            f"tool call {name!r}: arguments never formed valid JSON ({exc.msg})",
-            retryable=True,
-        ) from None
+        raise ArgumentsInvalid(exc.msg, exc.pos) from None
+    except RecursionError:
+        raise ArgumentsInvalid("nested too deeply") from None
     except ValueError as exc:
+        raise ArgumentsInvalid(str(exc)) from None
+    if not isinstance(value, dict):
+        raise ArgumentsInvalid(f"expected a JSON object, got {_json_kind(value)}")
+    return value
+
+
+def parse_arguments(text: str, name: str) -> dict[str, Any]:
+    """:func:`decode_arguments`, failing as a protocol error naming the tool."""
+    try:
+        return decode_arguments(text)
+    except ArgumentsInvalid as exc:
         raise llm_error(
             "protocol", f"tool call {name!r}: arguments are not valid JSON ({exc})", retryable=True
         ) from None
-    if not isinstance(value, dict):
-        raise llm_error(
-            "protocol", f"tool call {name!r}: arguments are not a JSON object", retryable=True
-        )
-    return value
+
+
+def tool_call(call_id: str, name: str, text: str) -> ToolCall:
+    """One assembled call. Arguments that are not a JSON object do not fail the answer:
+
+    the call is kept with empty ``arguments`` and an ``arguments_error``
+    (why, where, an excerpt), and the worker decides -- it hands the model an
+    error result so it can correct itself, a bounded number of times per run.
+    """
+    try:
+        return ToolCall(id=call_id, name=name, arguments=decode_arguments(text))
+    except ArgumentsInvalid as exc:
+        error = invalid_arguments(text, exc.reason, exc.position)
+    except ValidationError as exc:  # a JSON object pydantic refuses (e.g. nested too deeply)
+        error = invalid_arguments(text, str(exc.errors()[0]["msg"]))
+    return ToolCall(id=call_id, name=name, arguments_error=error)
 
 
 MAX_ANSWER_CHARS = 16 * 1024 * 1024
@@ -506,21 +549,18 @@ class StreamAssembler:
         calls = []
         for index in sorted(self.calls):
             partial = self.calls[index]
-            try:
-                if not partial.name:
-                    raise llm_error("protocol", f"tool call #{index} has no name", retryable=True)
-                arguments = parse_arguments("".join(partial.arguments), partial.name)
-            except LlmException:
+            if not partial.name:
                 if cut:
                     continue  # cut off mid-call
-                raise
-            calls.append(
-                ToolCall(
-                    id=partial.call_id or f"call_{self.request_id}_{index}",
-                    name=partial.name,
-                    arguments=arguments,
-                )
+                raise llm_error("protocol", f"tool call #{index} has no name", retryable=True)
+            call = tool_call(
+                partial.call_id or f"call_{self.request_id}_{index}",
+                partial.name,
+                "".join(partial.arguments),
             )
+            if cut and call.arguments_error is not None:
+                continue  # cut off mid-call: never offered to the model as a mistake of its own
+            calls.append(call)
         message = AssistantMessage(text="".join(self.text), tool_calls=tuple(calls))
         return message, self.usage or Usage(), self.finish_reason
 
@@ -544,22 +584,18 @@ def complete_from_body(request_id: str, body: Any) -> tuple[AssistantMessage, Us
     calls = []
     for index, raw in enumerate(raw_calls):
         function = raw.get("function") if isinstance(raw, Mapping) else None
-        try:
-            if not isinstance(function, Mapping) or not function.get("name"):
-                raise llm_error("protocol", f"tool call #{index} is malformed", retryable=True)
-            name = str(function["name"])
-            arguments = parse_arguments(str(function.get("arguments") or ""), name)
-        except LlmException:
+        if not isinstance(function, Mapping) or not function.get("name"):
             if cut:
                 continue  # cut off mid-call (see StreamAssembler.finish)
-            raise
-        calls.append(
-            ToolCall(
-                id=str(raw.get("id") or f"call_{request_id}_{index}"),
-                name=name,
-                arguments=arguments,
-            )
+            raise llm_error("protocol", f"tool call #{index} is malformed", retryable=True)
+        call = tool_call(
+            str(raw.get("id") or f"call_{request_id}_{index}"),
+            str(function["name"]),
+            str(function.get("arguments") or ""),
         )
+        if cut and call.arguments_error is not None:
+            continue
+        calls.append(call)
     text = message.get("content")
     assistant = AssistantMessage(
         text=text if isinstance(text, str) else "", tool_calls=tuple(calls)
@@ -574,10 +610,12 @@ __all__ = [
     "StreamAssembler",
     "arguments_text",
     "complete_from_body",
+    "decode_arguments",
     "parse_arguments",
     "request_body",
     "request_payload",
     "to_openai_messages",
     "to_openai_tool_choice",
     "to_openai_tools",
+    "tool_call",
 ]

@@ -40,6 +40,7 @@ _RUN_EXIT = {
     "aborted": 3,
     "max_turns": 4,
     "paused": 5,
+    "cut_off": 6,
     "cancelled": 130,
 }
 
@@ -230,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Run one turn in WORKSPACE and print its events (JSON lines with --json). "
             "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget spent, "
-            "5 paused, 130 cancelled, 2 usage error."
+            "5 paused, 6 answer cut off at the model's output limit, 130 cancelled, "
+            "2 usage error."
         ),
     )
     run.add_argument("prompt", help="the prompt (@path references are attached)")
@@ -572,6 +574,8 @@ def _run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
             return EXIT_FAILED
         result = box["result"]
+        if result.status == "cut_off":
+            sys.stderr.write(f"{PROG} run: incomplete answer: {result.error}\n")
         if result.status == "error":
             sys.stderr.write(f"{PROG} run: error: {result.error}\n")
         elif args.json and not out.saw_end:

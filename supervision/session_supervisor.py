@@ -390,6 +390,7 @@ class SessionSupervisor(Supervisor):
             model_name=model_name,
             reply_to=self.actor_ref,
             stream=self.spec_config.stream_forks,
+            max_tokens=self.spec_config.suggestion_max_tokens,
         )
         self.worker_config.gateway.tell(request)
 

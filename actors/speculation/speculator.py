@@ -478,10 +478,12 @@ class Speculator(ForeActor):
             self.boundary_tool = None
             self.boundary_reason = gate.refused
             return "boundary", items
-        if status in ("paused", "max_turns"):
+        if status in ("paused", "max_turns", "cut_off"):
             self.boundary_tool = None
             if status == "max_turns":
                 self.boundary_reason = "speculation turn limit reached"
+            elif status == "cut_off" and self._limit is None:
+                self.boundary_reason = result.error or "the answer was cut off"
             else:
                 self.boundary_reason = self._limit or result.error or "budget reached"
             return "boundary", items

@@ -235,6 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
     )
     run.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    run.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ask the endpoint for whole answers, not streams (servers whose tool calling "
+        "works only unstreamed, e.g. llama-cpp-python's chatml-function-calling)",
+    )
     run.add_argument("--system", help="a system prompt")
     run.add_argument(
         "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
@@ -420,6 +426,7 @@ def _run_model(args: argparse.Namespace) -> Any:
             model=model_name,
             api_key=args.api_key,
             retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+            stream=False if args.no_stream else None,
         )
     except ValueError as exc:  # e.g. a malformed FORE_EXTRA_HEADERS
         raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None

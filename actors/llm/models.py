@@ -152,6 +152,14 @@ class OpenAICompatible:
     environment variables: ``FORE_BASE_URL`` / ``OPENAI_BASE_URL``,
     ``FORE_API_KEY`` / ``OPENAI_API_KEY``, ``FORE_MODEL`` / ``OPENAI_MODEL``, and
     ``FORE_EXTRA_HEADERS`` (a JSON object of extra headers).
+
+    ``stream=False`` asks this endpoint for whole answers even where the caller
+    asked for a stream (``None``, the default: as each request says). Some
+    servers can do tool calling only unstreamed -- llama-cpp-python's
+    ``chatml-function-calling`` answers a streamed ``tool_choice: "auto"`` with
+    HTTP 500 when the model picks a tool. The caller still gets the answer's
+    text as one delta once it is complete. The price: an abort cannot stop such
+    a server's generation (it notices a closed connection only when it writes).
     """
 
     def __init__(
@@ -163,7 +171,9 @@ class OpenAICompatible:
         headers: Mapping[str, str] | None = None,
         timeouts: Timeouts | None = None,
         retry: RetryPolicy | None = None,
+        stream: bool | None = None,
     ) -> None:
+        self.stream_answers = stream
         self.base_url = (
             base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL") or "https://api.openai.com/v1"
         ).rstrip("/")
@@ -203,6 +213,9 @@ class OpenAICompatible:
     async def stream(
         self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
     ) -> StreamResult:
+        whole = self.stream_answers is False and request.stream
+        if whole:
+            request = request.model_copy(update={"stream": False})
         payload = request_payload(request, request.model_name or self.name)
         t = self.timeouts
         # One asyncio deadline guards the whole attempt and is moved along as
@@ -232,7 +245,10 @@ class OpenAICompatible:
                         response.status_code, await response.aread(), response.headers
                     )
                 if not request.stream:
-                    return _complete(request, response, await response.aread())
+                    result = _complete(request, response, await response.aread())
+                    if whole and request.stream_deltas and result.message.text:
+                        emit(result.message.text)
+                    return result
                 return await self._read_stream(request, response, emit, guard, phase)
         except LlmException:
             raise

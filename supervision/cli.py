@@ -1,7 +1,9 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell`` -- the micro-benchmarks;
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|real_server`` -- the
+  micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
+  ``bench/llama_server.py``);
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
-MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell")
+MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell", "real_server")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

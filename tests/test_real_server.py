@@ -164,7 +164,7 @@ def test_fore_run_runs_a_tool_using_turn(llama_fc: LlamaServer, workspace: Path)
             "--workspace", str(workspace),
             "--base-url", llama_fc.base_url, "--model", llama_fc.model,
             "--no-stream", "--max-turns", "3", "--timeout", str(TURN_TIMEOUT), "--json",
-            "Which files are here?",
+            "Use list_directory to list the files here.",
         ],
         capture_output=True, text=True, timeout=TURN_TIMEOUT + 60, env=env, check=False,
     )  # fmt: skip

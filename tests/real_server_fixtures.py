@@ -54,10 +54,13 @@ def _serve(
 ) -> Iterator[LlamaServer]:
     log = factory.mktemp("llama") / f"{name}.log"
     server = LlamaServer(setup, log_path=log, chat_format=chat_format, n_ctx=n_ctx)
+    problem = None
     try:
         server.start()
     except ServerFailed as exc:
-        pytest.fail(f"real-server tier: {exc}", pytrace=False)
+        problem = str(exc)
+    if problem is not None:
+        pytest.fail(f"real-server tier: {problem}", pytrace=False)
     try:
         yield server
     finally:

@@ -83,10 +83,12 @@ class Sample:
 
 
 CLOSE_CALL_TOKENS = 4.0
-"""An answer that ended by itself within this many tokens of the abort may have ended
-before the abort could reach the server: such a sample proves nothing either way and
-is taken again. (A streamed answer is checked for a gone client after every token;
-one that is not streamed runs to its end -- hundreds of tokens here.)"""
+CLOSE_CALL_S = 1.0
+"""An answer that ended by itself within this many tokens (or seconds: log lines are
+stamped when read, a little late under load) of the abort may have ended before the
+abort could reach the server: such a sample proves nothing either way and is taken
+again. A streamed answer is checked for a gone client after every token; one that is
+not streamed runs to its end -- hundreds of tokens, many seconds here."""
 _MS_PER_TOKEN = re.compile(r"eval time =\s*[\d.]+ ms /\s*\d+ runs\s*\(\s*([\d.]+) ms per token")
 
 
@@ -97,10 +99,14 @@ def judge_abort(log: ServerLog, mark: int, abort_mark: int, aborted_at: float) -
     just before the abort. None: inconclusive (the answer ended before the
     abort, or too close to it to tell), take the sample again.
     """
-    line = log.wait_for(STOPPED, since=abort_mark, timeout=STOP_WAIT_S)
-    ended = next((x for x in log.since(mark) if GENERATION_ENDED.search(x.text)), None)
-    if ended is not None and ended.at <= aborted_at:
+
+    def ended_before() -> bool:
+        ended = next((x for x in log.since(mark) if GENERATION_ENDED.search(x.text)), None)
+        return ended is not None and ended.at <= aborted_at
+
+    if ended_before():
         return None
+    line = log.wait_for(STOPPED, since=abort_mark, timeout=STOP_WAIT_S)
     if line is None:  # still generating: wait for the end, so the next sample finds it idle
         end = log.wait_for(GENERATION_ENDED, since=abort_mark, timeout=IDLE_WAIT_S)
         ran_on = (end.at if end else time.monotonic()) - aborted_at
@@ -110,7 +116,7 @@ def judge_abort(log: ServerLog, mark: int, abort_mark: int, aborted_at: float) -
         return Sample(seconds, stopped=True)
     per_token = _ms_per_token(log.since(mark), line)
     tokens = seconds * 1e3 / per_token if per_token else float("inf")
-    if tokens <= CLOSE_CALL_TOKENS:
+    if tokens <= CLOSE_CALL_TOKENS or seconds <= CLOSE_CALL_S:
         return None
     return Sample(
         seconds, stopped=False, detail=f"generated ~{tokens:.0f} more tokens, to the answer's end"

@@ -135,6 +135,8 @@ class AlertSink(PooledActor):
     ``per_session`` applies only when a new state is created.
     """
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         *,

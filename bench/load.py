@@ -29,8 +29,10 @@ abort cancelled (estimated at ~4 characters per token when no usage arrived;
 the same workload without speculation, over interleaved pairs of runs:
 :func:`run_comparison`); RSS per session, peak OS threads and
 file descriptors; setup / run / teardown / total wall time; and leaks after
-shutdown (overlay directories, threads, file descriptors, live actors) -- all
-of which must be zero.
+shutdown -- all of which must be zero: overlays of a session still on disk
+when its ``Session.close()`` returned (or a close that timed out), overlay
+directories on disk when ``Runtime.close()`` returned, threads, file
+descriptors, live actors, and an unclean ``Runtime.close()``.
 """
 
 from __future__ import annotations
@@ -392,6 +394,19 @@ class LoadReport:
     errors: list[str]
 
 
+def count_overlay_dirs(rt: Runtime) -> int:
+    """Overlay directories of this process on disk (its journal directory aside).
+
+    Counted from the disk, not from what the runtime believes: a leak is
+    whatever is still there right after ``close()`` returned.
+    """
+    process_dir = rt.overlays.process_dir
+    try:
+        return sum(1 for p in process_dir.iterdir() if p != rt.overlays.journal_dir)
+    except FileNotFoundError:
+        return 0
+
+
 def _quantiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"count": 0, "p50": math.nan, "p95": math.nan, "p99": math.nan}
@@ -419,7 +434,12 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     try:
         script_file = ScriptFile.model_validate(script(options.turns))
         server = MockLlmServer.spawn(
-            script_file, ttft_ms=options.ttft_ms, tokens_per_s=options.tokens_per_s
+            script_file,
+            ttft_ms=options.ttft_ms,
+            tokens_per_s=options.tokens_per_s,
+            # The mock shares the machine: fork streams written per 50 ms tick, not per
+            # token (see MockSettings.background_tick_ms).
+            background_tick_ms=50.0,
         )
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)
@@ -518,17 +538,19 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
         closing = time.monotonic()
         for user in users:
             user.stop()
+        # Each close returns only once the session's overlays are gone: count
+        # any still on disk at that moment (and any close that says it timed out).
+        session_overlays = 0
         for session, _ in sessions:
-            session.close()
+            closed_cleanly = session.close()
+            left = len(rt.overlays.outstanding(session.id))
+            session_overlays += left if left or closed_cleanly else 1
         clean = rt.close(timeout=60)
         teardown = time.monotonic() - closing
-        overlays_left = (
-            sum(1 for p in rt.overlays.process_dir.iterdir() if p != rt.overlays.journal_dir)
-            if rt.overlays.process_dir.exists()
-            else 0
-        )
+        overlays_left = count_overlay_dirs(rt)
         leaked_threads = [t for t in threading.enumerate() if t.ident not in threads_before]
         leaks = {
+            "session_overlays": session_overlays,
             "overlay_dirs": overlays_left,
             "threads": len(leaked_threads),
             "file_descriptors": max(0, process.num_fds() - fds_before),
@@ -579,6 +601,10 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
         if leaked_threads:
             report.errors.append(
                 "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])
+            )
+        if rt.overlays_left:
+            report.errors.append(
+                "overlays left: " + "; ".join(str(o) for o in rt.overlays_left[:10])
             )
         return report, samples
     finally:

@@ -15,6 +15,10 @@ Two levels:
 Retention never removes a blob a live session references: storing pins the
 blob for ``session_id``, :class:`ReferenceBlobs` pins what a history shows,
 and :class:`ReleaseSession` drops a closed session's pins.
+
+Reading is a separate right (:mod:`actors.blobs.ownership`): a blob belongs to
+the session that stored it; pinning a blob -- quoting its id -- grants no
+read.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ BlobIdText = Annotated[str, BeforeValidator(_id_text)]
 class StoreBlob(Message):
     """Store ``content``; answered with the new blob's id (``uuid.UUID``).
 
-    With ``session_id`` the blob is pinned for that session until it closes;
-    without, only the store's grace period protects it from retention.
+    With ``session_id`` the blob belongs to that session (only it may read it
+    through a session-scoped read) and is pinned for it until it closes;
+    without, it belongs to no session and only the store's grace period
+    protects it from retention.
     """
 
     content: Content
@@ -53,20 +59,25 @@ class LoadBlob(Message):
 
     ``blob_id`` is validated by the store (never used raw in a path): a
     non-UUID is answered with ``InvalidBlobId``, a missing blob with
-    ``BlobNotFound``.
+    ``BlobNotFound``. With ``session_id`` the read is the session's: a blob
+    another session (or no session) stored is answered with the same
+    ``BlobNotFound``; without it the read is the runtime's own (trusted).
     """
 
     blob_id: BlobIdText
+    session_id: str | None = None
 
 
 class BlobExists(Message):
     """Whether a complete blob with this id is stored; answered with a ``bool``.
 
     A non-UUID ``blob_id`` is answered with ``InvalidBlobId`` (not ``False``:
-    a malformed id is a bug of the asker, not a missing blob).
+    a malformed id is a bug of the asker, not a missing blob). With
+    ``session_id``, a blob that session may not read is ``False``.
     """
 
     blob_id: BlobIdText
+    session_id: str | None = None
 
 
 class StoreToolOutput(Message):
@@ -125,6 +136,10 @@ class ReferenceBlobs(Message):
     The pins last until :class:`ReleaseSession` for ``session_id``; a blob
     stays while *any* session pins it, so a blob created by session A and
     referenced by session B survives A's close.
+
+    A pin is not a read right: B quoting A's id keeps A's blob on disk, but
+    B's ``inspect`` of it is answered "not found" like any unknown id (a
+    session reads only the blobs it stored; :mod:`actors.blobs.ownership`).
     """
 
     session_id: str

@@ -70,6 +70,35 @@ def _finite_json(arguments: dict[str, JsonValue]) -> dict[str, JsonValue]:
     return arguments
 
 
+MAX_ARGUMENTS_ERROR = 600
+"""Longest ``ToolCall.arguments_error`` (the excerpt is cut to fit; a hostile model's
+megabytes of arguments never reach history)."""
+
+ARGUMENTS_EXCERPT = 80
+"""Characters of the raw arguments quoted on each side of the point where parsing failed."""
+
+
+def invalid_arguments(raw: str, reason: str, position: int | None = None) -> str:
+    """The ``arguments_error`` for ``raw`` arguments that failed with ``reason``.
+
+    Says what went wrong, where (``at char N``), how long the text was, and
+    quotes a bounded excerpt around the failure (its start when ``position``
+    is unknown), so the model can see and correct its mistake. Pure and
+    bounded whatever the size of ``raw``.
+    """
+    reason = " ".join(reason.split())[:200]
+    if position is not None:  # json's "Unterminated string starting at" names no place
+        reason = f"{reason.removesuffix(' at')} at char {position}"
+    start = 0 if position is None else max(0, position - ARGUMENTS_EXCERPT)
+    end = min(len(raw), (position or 0) + ARGUMENTS_EXCERPT)
+    excerpt = raw[start:end]
+    text = (
+        f"arguments are not valid JSON: {reason} (of {len(raw)} chars); near: "
+        f"{'…' if start > 0 else ''}{excerpt!r}{'…' if end < len(raw) else ''}"
+    )
+    return text[:MAX_ARGUMENTS_ERROR]
+
+
 class ToolCall(Message):
     """A tool call the model asked for.
 
@@ -90,6 +119,12 @@ class ToolCall(Message):
     arguments: Annotated[dict[str, JsonValue], AfterValidator(_finite_json)] = Field(
         default_factory=dict
     )
+    arguments_error: str | None = Field(default=None, max_length=MAX_ARGUMENTS_ERROR)
+    """Set when the model's arguments could not be used (not valid JSON, not a
+    JSON object, nested too deeply): why, where, and an excerpt of what it sent
+    (:func:`invalid_arguments`). ``arguments`` is then empty. The LLM layer
+    keeps such a call instead of failing the whole answer; the worker decides
+    (it hands the model an error result, a bounded number of times per run)."""
 
 
 class UserMessage(Message):

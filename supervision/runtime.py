@@ -3,8 +3,8 @@
 ``Runtime`` owns an :class:`~actors.core.system.ActorSystem` (dispatcher,
 timer, blocking lane, registry), the root supervisor, the shared actors every
 session uses (tool pool, LLM gateway) with the threads behind them, and a
-supervisor per open session. Closing it shuts the tree down in reverse start
-order and then stops every runtime thread, so nothing outlives it::
+supervisor per open session. Closing it shuts the tree down and then stops
+every runtime thread, so nothing outlives it::
 
     root (one_for_one)
     ├── alert_sink       AlertSink     (every user-facing warning and error)
@@ -14,6 +14,15 @@ order and then stops every runtime thread, so nothing outlives it::
     └── sessions         Supervisor    (one_for_one)
         └── session:<id> Supervisor    (one_for_one)
             └── worker   Worker
+
+**Close order.** The sessions go first, and the close then waits -- with
+everything their speculations' reapers need still running (tool pool, LLM
+loops, timer, blocking lane) -- until every overlay the runtime created is
+removed; only then are the shared actors and the threads stopped. Whatever
+is still on disk after that (a reaper past its deadline) is removed by the
+close itself, when nothing can write into it any more; what cannot be is
+named, with the reason, in :attr:`Runtime.overlays_left` and the close
+returns False. No cleanup runs after ``close()`` has returned.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from actors.filerefs.interceptor import FileRefInterceptor
 from actors.filerefs.resolver import prepare_submit
 from actors.llm.gateway import LlmGateway
 from actors.llm.loop import LlmLoop
-from actors.overlay.store import OverlayStore
+from actors.overlay.store import OverlayLeft, OverlayStore
 from actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from actors.speculation.governor import LoadGovernor, LoadProbe
 from actors.tools.base import Tool, ToolRegistry, ToolServices
@@ -54,7 +63,12 @@ from actors.tools.runner import ThreadRunner
 from actors.worker.hooks import Hooks
 from actors.worker.interceptor import Interceptor, Interceptors
 from actors.worker.state import SessionState
-from actors.worker.worker import Worker, WorkerConfig
+from actors.worker.worker import (
+    DEFAULT_MAX_ARGUMENT_RETRIES,
+    DEFAULT_MAX_BATCH_CALLS,
+    Worker,
+    WorkerConfig,
+)
 from messages.alerts import Alert, AlertLevel, ForgetSession
 from messages.blob_store import ReleaseSession
 from messages.blobs import BlobLimits
@@ -124,6 +138,8 @@ class Runtime:
         """Each open session's model and fast model: told to forget it when it closes."""
         self._closed = False
         self.overlays = OverlayStore(overlay_root)
+        self.overlays_left: tuple[OverlayLeft, ...] = ()
+        """Overlays the last close could not remove, each with its reason (normally none)."""
         swept = self.overlays.sweep_dead()  # overlays (and journals) of dead processes
         recovered = self.overlays.recover()  # our own interrupted applies (normally none)
         if swept.removed or swept.recovered or recovered:
@@ -272,6 +288,8 @@ class Runtime:
         max_turns: int = 50,
         call_timeout: float = 120.0,
         tool_concurrency: int | None = None,
+        max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS,
+        max_argument_retries: int = DEFAULT_MAX_ARGUMENT_RETRIES,
         purpose: Purpose = "main",
         file_ref_cap: int = 16_384,
         speculation: SpeculationConfig | None = None,
@@ -282,6 +300,8 @@ class Runtime:
         ``model`` is a :class:`~actors.llm.ScriptedModel`, a
         :class:`~actors.llm.FunctionModel` or an
         :class:`~actors.llm.OpenAICompatible` endpoint configuration.
+        ``max_batch_calls`` and ``max_argument_retries`` bound what a model's
+        answer can do (see :class:`~actors.worker.worker.WorkerConfig`).
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
@@ -325,6 +345,8 @@ class Runtime:
             max_turns=max_turns,
             call_timeout=call_timeout,
             tool_concurrency=tool_concurrency,
+            max_batch_calls=max_batch_calls,
+            max_argument_retries=max_argument_retries,
         )
         supervisor_id = f"session:{sid}"
         spec_config = speculation or SpeculationConfig()
@@ -397,17 +419,31 @@ class Runtime:
             except Exception as exc:  # a model's bookkeeping must not break a close
                 log.warning("model_forget_failed", session=session_id, error=repr(exc))
 
-    def _close_session(self, session_id: str, *, timeout: float = 30.0) -> None:
+    def _close_session(self, session_id: str, *, timeout: float = 30.0) -> list[OverlayLeft]:
+        """Stop a session's actors and wait for its speculations' overlays to be removed.
+
+        Returns the overlays still on disk at ``timeout`` (each with its reason).
+        """
         self._sessions.pop(session_id, None)
         if self._closed:
             self._forget_models(session_id)
-            return
+            return []
+        deadline = time.monotonic() + timeout
         try:
             self.sessions_supervisor.ask(
                 StopChild(child_id=f"session:{session_id}"), timeout=timeout
             )
         except Exception as exc:
             log.warning("session_close_incomplete", session=session_id, error=repr(exc))
+        # Its speculators are stopped; their reapers remove the overlays in
+        # order (worker stopped, tools and stream cancelled, then the overlay).
+        left = self.overlays.wait_removed(session_id, timeout=max(0.0, deadline - time.monotonic()))
+        if left:
+            log.warning(
+                "session_close_overlays_left",
+                session=session_id,
+                overlays=[str(item) for item in left],
+            )
         try:
             self.alert_sink.tell(ForgetSession(session=session_id))
         except Exception as exc:
@@ -418,6 +454,7 @@ class Runtime:
             except Exception as exc:  # the store is restarting or gone: nothing is pinned
                 log.debug("blob_release_skipped", session=session_id, error=repr(exc))
         self._forget_models(session_id)
+        return left
 
     # -- shutdown ---------------------------------------------------------------
 
@@ -426,9 +463,11 @@ class Runtime:
         return self._closed
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Orderly shutdown of the tree, then of every runtime thread.
+        """Orderly shutdown: sessions, their overlays, the rest of the tree, every thread.
 
-        Returns whether everything stopped within ``timeout``.
+        Returns whether everything stopped within ``timeout`` and every overlay
+        the runtime created is gone (see the module docs for the order; what
+        is left is named in :attr:`overlays_left`).
         """
         if self._closed:
             return True
@@ -439,6 +478,19 @@ class Runtime:
         deadline = time.monotonic() + timeout
         clean = True
         self._load_probe.close()
+        # 1. The sessions, while what their speculations' reapers use still runs.
+        try:
+            self.root.ask(
+                StopChild(child_id="sessions"), timeout=max(0.1, deadline - time.monotonic())
+            )
+        except Exception as exc:
+            clean = False
+            log.warning("runtime_sessions_shutdown_incomplete", error=repr(exc))
+        # 2. The reapers finish: every overlay removed, each after its worker
+        # stopped and its tool calls and stream were cancelled. Half of what is
+        # left at most, so the rest of the shutdown keeps its time.
+        self.overlays.wait_removed(timeout=max(0.0, (deadline - time.monotonic()) / 2))
+        # 3. The rest of the tree, then every thread.
         try:
             self.root.stop(timeout=max(0.1, deadline - time.monotonic()))
         except Exception as exc:
@@ -448,9 +500,19 @@ class Runtime:
         clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.llm_background_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
+        # 4. Nothing runs any more that could write into an overlay: what a
+        # reaper did not finish (past its deadline, stopped early, its removal
+        # dropped by the shut-down lane) is removed here, or named.
+        left = self.overlays.remove_outstanding(timeout=max(0.1, deadline - time.monotonic()))
+        self.overlays_left = tuple(left)
+        if left:
+            clean = False
+            log.warning("runtime_overlays_left", overlays=[str(item) for item in left])
         self._sessions.clear()
         for session_id in list(self._session_models):
             self._forget_models(session_id)
+        if self.blob_fs is not None:
+            self.blob_fs.close()  # withdraw the pins it publishes for other processes
         if self._owned_blob_dir is not None:
             shutil.rmtree(self._owned_blob_dir, ignore_errors=True)
         self._drop_empty_overlay_dir()

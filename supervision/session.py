@@ -344,10 +344,15 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop the session's actors and free everything it held."""
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop the session's actors and free everything it held.
+
+        Returns only once its speculations' overlays are removed, or ``timeout``
+        has passed: False then, and the overlays left are logged with the
+        reason (``session_close_overlays_left``).
+        """
         if self._closed:
-            return
+            return True
         self._closed = True
         try:
             if self._supervisor is not None:
@@ -358,5 +363,6 @@ class Session:
                 self._alert_sink.tell(UnsubscribeAlerts(address=self._alert_events))
         except Exception:
             pass
-        self.runtime._close_session(self.id, timeout=timeout)
+        left = self.runtime._close_session(self.id, timeout=timeout)
         self._events.close()
+        return not left

@@ -137,6 +137,8 @@ def _exited(ref: ActorRef[Any]) -> bool:
 class Supervisor(PooledActor):
     """Starts, watches and restarts its children; see the module docs."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         sup_id: str,
@@ -164,6 +166,8 @@ class Supervisor(PooledActor):
         self._op_gen = 0
         """Bumped when an op starts or is superseded; a stale op's callbacks do nothing."""
         self._backoffs: set[TimerHandle] = set()
+        self._wound_up = False
+        """Set (first) by _wind_up, which kill() may run from another thread."""
         self._status: SupervisorStatus = "running"
         self._waiters: list[tuple[PooledFuture[Any] | None, Any]] = []
         """Replies answered (with the value) when the shutdown ends or the supervisor exits."""
@@ -197,6 +201,7 @@ class Supervisor(PooledActor):
         (``True`` for a stop) rather than the ``ActorDeadError`` an exit gives
         deferred replies nobody answered.
         """
+        self._wound_up = True
         self._kill_children()
         self._drop_ops()
         self._answer_waiters()
@@ -593,6 +598,12 @@ class Supervisor(PooledActor):
 
         holder.append(self.call_after(delay, resume))
         self._backoffs.add(holder[0])
+        if self._wound_up:
+            # kill() may wind this supervisor up from another thread while this
+            # handler runs: it set the flag before cancelling the backoffs it
+            # saw, so a timer added after that is cancelled here.
+            holder[0].cancel()
+            self._backoffs.discard(holder[0])
 
     def _retry_start(self, child: _Child) -> None:
         # A child whose start failed counts as a crash of that child alone: the

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 _passed = 0
@@ -20,9 +18,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # fully-skipped collection.
     if exitstatus == 0 and _passed == 0:
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-
-
-def pytest_configure(config: Any) -> None:
-    import logging
-
-    logging.getLogger("pykka").setLevel(logging.CRITICAL)

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from actors.blobs.fs_store import FsBlobStore
-from actors.llm import ScriptedModel
+from actors.llm import FunctionModel, ScriptedModel
 from actors.tools import FunctionTool, ToolContext
 from actors.worker.hooks import Continue, Hooks, PostToolCallContext
 from messages.blob_store import CollectBlobs, GetBlobStoreStats
@@ -58,12 +58,11 @@ def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_p
         return Continue()
 
     hooks.post_tool_call(full_output_seen, tools="big")
-    model = ScriptedModel(
-        [
-            {"text": "Producing.", "tool_calls": [{"name": "big", "arguments": {"n": lines}}]},
-            {"text": "Let me look at the middle."},
-        ]
-    )
+    replies: list[Any] = [
+        {"text": "Producing.", "tool_calls": [{"name": "big", "arguments": {"n": lines}}]},
+        {"text": "Let me look at the middle."},
+    ]
+    model = FunctionModel(lambda request: replies.pop(0))
     workspace = tmp_path / "ws"
     workspace.mkdir()
     with runtime.open_session(
@@ -79,23 +78,13 @@ def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_p
         assert "── head ──" in result.output and "line 000001" in result.output
         assert seen_sizes == [lines * 53]  # the post_tool_call hook saw the full output
 
-        inspect_model = ScriptedModel(
-            [
-                {
-                    "text": "",
-                    "tool_calls": [
-                        {
-                            "name": "inspect",
-                            "arguments": {"blob_id": blob_id, "selector": "lines:10001-10050"},
-                        }
-                    ],
-                },
-                {"text": "Found it."},
-            ]
-        )
-        with runtime.open_session(workspace=workspace, model=inspect_model) as reader:
-            turn = reader.submit("inspect it", timeout=WAIT)
-            (inspected,) = tool_results(turn.items)
+        # The session that stored the blob reads it (another session could not:
+        # tests/test_blob_ownership.py).
+        inspect = {"blob_id": blob_id, "selector": "lines:10001-10050"}
+        replies[:] = [{"text": "", "tool_calls": [{"name": "inspect", "arguments": inspect}]}]
+        replies.append({"text": "Found it."})
+        turn = s.submit("inspect it", timeout=WAIT)
+        (inspected,) = tool_results(turn.items)
         assert not inspected.is_error
         # 50 lines (~2.7 KB) are past the inline threshold, yet the model reads them
         # themselves: inspect's answer is never stored again as a blob of a blob.

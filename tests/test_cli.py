@@ -87,6 +87,7 @@ def check_report(report: dict[str, Any], sessions: int) -> None:
     assert report["main_turn_ms"]["count"] > 0
     assert report["main_turn_ms"]["p50"] > 0
     assert report["leaks"] == {
+        "session_overlays": 0,
         "overlay_dirs": 0,
         "threads": 0,
         "file_descriptors": 0,

@@ -13,6 +13,7 @@ has a timeout so a bug fails the test instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import traceback
@@ -175,6 +176,8 @@ class Probe:
 
 class Worker(PooledActor):
     """A typed actor exercising every hook; all it observes goes to its probe."""
+
+    strict_messages = True
 
     def __init__(self, probe: Probe, peer: ActorRef[Any] | None = None) -> None:
         super().__init__()
@@ -466,6 +469,8 @@ class Bird(Message):
 
 
 class Zoo(PooledActor):
+    strict_messages = True
+
     @handles(Animal)
     def _animal(self, message: Animal) -> str:
         return "animal"
@@ -1768,6 +1773,49 @@ def test_unknown_typed_message_is_rejected_for_asks_and_ignored_for_tells(
     ref.stop(timeout=WAIT)
 
 
+class Lenient(PooledActor):
+    """A pykka-style actor: not strict, so unknown asks are answered ``None``."""
+
+    @handles(Ping)
+    def _ping(self, message: Ping) -> str:
+        return "pong"
+
+
+def test_an_unknown_ask_is_answered_none_and_logged_as_pykka_does_unless_strict(
+    system: ActorSystem, caplog: pytest.LogCaptureFixture
+) -> None:
+    ref = Lenient.start()
+
+    with caplog.at_level(logging.WARNING, logger="pykka"):
+        assert ref.ask(Unknown(), timeout=WAIT) is None
+    assert ref.ask(Ping(), timeout=WAIT) == "pong"
+    mine = [
+        r
+        for r in caplog.records
+        if r.name == "pykka" and r.levelno >= logging.WARNING and str(ref) in r.getMessage()
+    ]
+    (record,) = mine  # other actors of the suite may log on "pykka" meanwhile
+    assert record.getMessage().startswith(f"Unexpected message received by {ref}")
+    assert ref.is_alive()
+    ref.stop(timeout=WAIT)
+
+
+def test_pooled_actors_are_visible_to_pykkas_registry_and_its_stop_all(system: ActorSystem) -> None:
+    refs = [Lenient.start() for _ in range(3)]
+
+    for ref in refs:
+        assert ref in pykka.ActorRegistry.get_all()
+        assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is ref
+    assert set(pykka.ActorRegistry.get_by_class(Lenient)) == set(refs)
+
+    pykka.ActorRegistry.stop_all(timeout=WAIT)  # pykka's usual shutdown reaches them
+
+    for ref in refs:
+        assert not ref.is_alive()
+        assert ref not in pykka.ActorRegistry.get_all()
+        assert system.registry.get_by_urn(ref.actor_urn) is None
+
+
 def test_handles_dispatches_on_the_nearest_type_in_the_mro(system: ActorSystem) -> None:
     zoo = Zoo.start()
     puppies = PuppyZoo.start()
@@ -1987,7 +2035,7 @@ def test_registry_finds_actors_by_urn_session_and_name(system: ActorSystem, prob
     registry = actor_of(beta).system.registry
 
     assert registry is system.registry
-    assert pykka.ActorRegistry.get_by_urn(beta.actor_urn) is None, "not in pykka's registry"
+    assert pykka.ActorRegistry.get_by_urn(beta.actor_urn) is beta, "visible to pykka too"
     assert registry.get_by_urn(beta.actor_urn) == beta
     assert set(registry.get_by_session("alpha")) == set(alpha)
     assert registry.get_by_session("beta") == [beta]

@@ -43,6 +43,8 @@ class Fail(Message):
 
 
 class Quiet(PooledActor):
+    strict_messages = True
+
     def __init__(self, session: str | None = None) -> None:
         super().__init__()
         self.session_id = session
@@ -94,6 +96,7 @@ class Stray(Message):
 
 class Quiet(PooledActor):
     session_id = "sess-42"
+    strict_messages = True
 
 system = ActorSystem(name="bare")
 if sys.argv[1] == "explicit":

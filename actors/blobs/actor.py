@@ -8,6 +8,12 @@ a dispatcher thread never waits for the disk. Large tool outputs arrive as
 :class:`~messages.blob_store.StoreToolOutput`: classified, summarised and
 stored the same way, answered with the text history keeps.
 
+A blob belongs to the session that stored it (an ``<id>.owner`` file, see
+:mod:`actors.blobs.ownership`): ``LoadBlob`` and ``BlobExists`` with a
+``session_id`` answer another session's blob as a missing one. Without a
+``session_id`` they are the trusted, runtime-level access (no model reaches
+them).
+
 Retention never removes a blob a live session references. Pins live in a
 :class:`~actors.blobs.pins.PinTable` that is *not* this actor's state: by
 default it is the store's own table (``store.pins``), which the runtime owns
@@ -33,6 +39,7 @@ from typing import Any
 import structlog
 
 from actors.blobs.fs_store import (
+    BlobNotFound,
     BlobStoreError,
     FsBlobStore,
     InvalidBlobId,
@@ -95,7 +102,7 @@ def store_output(
     if isinstance(output, Inline):
         table.pin(message.session_id, referenced_blob_ids([output.text]))
         return StoredOutput(history_text=output.text)
-    blob_id = store.store(output.content)
+    blob_id = store.store(output.content, owner=message.session_id)
     text = history_text(blob_id, output.summary)
     table.pin(message.session_id, {blob_id} | referenced_blob_ids([output.summary]))
     try:
@@ -108,10 +115,22 @@ def store_output(
 def _store_blob(
     store: FsBlobStore, pins: PinTable, content: Content, session_id: str | None
 ) -> uuid.UUID:
-    blob_id = store.store(content)
+    blob_id = store.store(content, owner=session_id)
     if session_id is not None:
         pins.pin(session_id, (blob_id,))
     return blob_id
+
+
+def _load(store: FsBlobStore, blob_id: uuid.UUID, session_id: str | None) -> Content:
+    if session_id is not None and store.owner(blob_id) != session_id:
+        raise BlobNotFound(f"no blob {blob_id}")  # the very words of a missing blob
+    return store.load(blob_id)
+
+
+def _exists(store: FsBlobStore, blob_id: uuid.UUID, session_id: str | None) -> bool:
+    if session_id is not None and store.owner(blob_id) != session_id:
+        return False
+    return store.exists(blob_id)
 
 
 def _reference(pins: PinTable, message: ReferenceBlobs) -> int:
@@ -137,6 +156,8 @@ def _stats(store: FsBlobStore, pins: PinTable, stored: int) -> BlobStoreStats:
 
 class BlobStoreActor(PooledActor):
     """Stores, loads and collects blobs; pins them per session (see the module docs)."""
+
+    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(
         self,
@@ -181,13 +202,23 @@ class BlobStoreActor(PooledActor):
             if session_id in self._release_after:
                 # The session closed while this work ran; its late pins must go too.
                 self._release_after.discard(session_id)
-                self.pins.release(session_id)
+                self._release(session_id)
 
     @handles(ReleaseSession)
     def _on_release(self, message: ReleaseSession) -> None:
-        self.pins.release(message.session_id)
+        self._release(message.session_id)
         if self._busy.get(message.session_id):
             self._release_after.add(message.session_id)
+
+    def _release(self, session_id: str) -> None:
+        """Drop the pins in memory now; compact the published ones on the blocking lane."""
+        if self.pins.release(session_id):
+            self.run_blocking(self.pins.sync, on_error=self._sync_failed)
+
+    def _sync_failed(self, error: BaseException) -> None:
+        # Only over-protection is left behind (the file lists released pins);
+        # the next collection compacts it again.
+        self.log.warning("blob_pins_sync_failed", error=repr(error))
 
     # -- the BlobStore interface -------------------------------------------------------
 
@@ -225,8 +256,10 @@ class BlobStoreActor(PooledActor):
         if blob_id is None or reply is None:
             return
         self.run_blocking(
-            self.store.load,
+            _load,
+            self.store,
             blob_id,
+            message.session_id,
             then=functools.partial(_answer, reply),
             on_error=functools.partial(_fail, reply),
         )
@@ -238,8 +271,10 @@ class BlobStoreActor(PooledActor):
         if blob_id is None or reply is None:
             return
         self.run_blocking(
-            self.store.exists,
+            _exists,
+            self.store,
             blob_id,
+            message.session_id,
             then=functools.partial(_answer, reply),
             on_error=functools.partial(_fail, reply),
         )

@@ -1,13 +1,15 @@
 """The file-system blob store: plain, thread-safe, no actors.
 
-Layout (flat, independent of sessions -- a session refers to a blob only
-through the ``[blob:<id>]`` reference in its history)::
+Layout (flat: a session refers to a blob through the ``[blob:<id>]``
+reference in its history; the owner file says which session may read it)::
 
     <root>/blobs/<id>.txt      Text content, the exact UTF-8 bytes
     <root>/blobs/<id>.json     Structured content, compact JSON
     <root>/blobs/<id>.lines    line index of a big text blob (a rebuildable cache)
     <root>/blobs/<id>.jidx     top-level index of a big JSON blob (a rebuildable cache)
+    <root>/blobs/<id>.owner    the session that stored the blob (who may read it)
     <root>/blobs/.tmp-<pid>-*  temp files of writes in progress (or interrupted)
+    <root>/blobs/.pins/        the pins each live store publishes (actors.blobs.shared_pins)
 
 Guarantees the blob-store actor builds on:
 
@@ -29,10 +31,20 @@ Guarantees the blob-store actor builds on:
   concurrently: each write has its own temp file, readers open files
   themselves, shared caches are lock-protected, and :meth:`collect` calls are
   serialized.
-* **Retention never removes a pinned blob.** :attr:`FsBlobStore.pins` (a
-  :class:`~actors.blobs.pins.PinTable`) holds what live sessions reference;
-  :meth:`collect` honours it on its own, re-checking each blob just before
-  removing it, so a pin taken while a collection runs is honoured too.
+* **A blob belongs to the session that stored it.** ``store(content,
+  owner=session_id)`` writes ``<id>.owner`` (after the blob, before the id is
+  returned; a blob whose owner file is missing -- legacy, or a crash in
+  between -- belongs to nobody). :meth:`owner` reads it back, so ownership
+  survives the actor's restarts and a new process; the ``inspect`` tool reads
+  only through :class:`~actors.blobs.ownership.SessionBlobs`, which answers a
+  blob of another session exactly as a missing one.
+* **Retention never removes a pinned blob, whichever process pinned it.**
+  :attr:`FsBlobStore.pins` (a :class:`~actors.blobs.pins.PinTable`) holds what
+  live sessions reference, and publishes it under ``.pins/`` for the other
+  processes sharing the directory; :meth:`collect` honours its own table and
+  every live store's published pins, re-checking each blob just before
+  removing it under the directory's collection lock, so a pin taken while a
+  collection runs -- here or in another process -- is honoured too.
 * **Cheap line ranges.** Text blobs of at least ``index_min_bytes`` get a
   sparse line index (:mod:`actors.blobs.line_index`) written next to them at
   store time and rebuilt if missing or stale, so :meth:`read_lines` seeks
@@ -78,6 +90,13 @@ from pydantic import JsonValue
 from actors.blobs.json_index import JsonIndex, encode_indexed
 from actors.blobs.line_index import LineIndex
 from actors.blobs.pins import PinTable
+from actors.blobs.shared_pins import (
+    COLLECT_LOCK_TIMEOUT_S,
+    PINS_DIR,
+    ForeignPins,
+    PinJournal,
+    gc_lock,
+)
 from messages.blob_store import CollectReport
 from messages.blobs import BlobKind, Content, Structured, Text
 
@@ -90,7 +109,11 @@ TEXT_SUFFIX = ".txt"
 JSON_SUFFIX = ".json"
 INDEX_SUFFIX = ".lines"
 JSON_INDEX_SUFFIX = ".jidx"
-_SIDECARS = (INDEX_SUFFIX, JSON_INDEX_SUFFIX)
+OWNER_SUFFIX = ".owner"
+_SIDECARS = (INDEX_SUFFIX, JSON_INDEX_SUFFIX, OWNER_SUFFIX)
+MAX_OWNER_BYTES = 64 * 1024
+"""Bytes read of an owner file (a session id is far shorter)."""
+_OWNER_CACHE_SIZE = 4096
 TEMP_PREFIX = ".tmp-"
 INDEX_MIN_BYTES = 64 * 1024
 """Text blobs at least this big get a persistent line-index sidecar."""
@@ -213,10 +236,12 @@ class FsBlobStore:
     summary entering history, the blob is referenced by nobody. ``fsync=False``
     skips the fsyncs (tests, throwaway stores); atomicity is kept.
 
-    ``pins`` is the retention protection of live sessions (a new, empty
-    :class:`PinTable` by default). It belongs to the store rather than to the
-    blob-store actor so it survives the actor's restarts: whoever owns the
-    store (the runtime) owns the pins. ``parsed_cache_bytes`` bounds the
+    ``pins`` is the retention protection of live sessions (by default a new,
+    empty :class:`PinTable` that publishes under ``.pins/`` for other
+    processes; an injected table publishes only if it has a journal). It
+    belongs to the store rather than to the blob-store actor so it survives
+    the actor's restarts: whoever owns the store (the runtime) owns the pins,
+    and calls :meth:`close` when it is done. ``parsed_cache_bytes`` bounds the
     parsed-JSON cache; ``json_index_min_bytes`` (default: half of it) is the
     size from which structured blobs get a top-level index; ``temp_grace_s``
     is the age after which the sweep removes any temp file, even one whose
@@ -253,8 +278,13 @@ class FsBlobStore:
         self.max_age_s = max_age_s
         self.grace_s = grace_s
         self.temp_grace_s = temp_grace_s
-        self.pins = pins if pins is not None else PinTable()
+        self.pins_dir = self.blobs_dir / PINS_DIR
+        self._own_pins = pins is None
+        self.pins = PinTable(journal=PinJournal(self.pins_dir)) if pins is None else pins
         """What live sessions reference: :meth:`collect` never removes these."""
+        self._foreign = ForeignPins(self.pins_dir)
+        """What the other live stores on this directory pin."""
+        self._owners: OrderedDict[uuid.UUID, str] = OrderedDict()
         self._fsync = fsync
         self._index_min_bytes = index_min_bytes
         self._lock = threading.Lock()
@@ -270,6 +300,14 @@ class FsBlobStore:
         self.blobs_dir.mkdir(parents=True, exist_ok=True)
         self._dir_key = os.path.realpath(self.blobs_dir)
         self.sweep_temp()
+
+    def close(self) -> None:
+        """Withdraw this store's published pins (the runtime closes). Idempotent.
+
+        The store stays usable; a later pin publishes again.
+        """
+        if self._own_pins:
+            self.pins.close()
 
     # ------------------------------------------------------------------ paths
 
@@ -290,11 +328,14 @@ class FsBlobStore:
 
     # ------------------------------------------------------------------ write
 
-    def store(self, content: Content) -> uuid.UUID:
+    def store(self, content: Content, *, owner: str | None = None) -> uuid.UUID:
         """Store ``content`` atomically and return its new UUIDv7 id.
 
-        The id is returned only once the blob is complete and visible; a
-        failure raises :class:`BlobStoreError` and leaves no visible blob.
+        The id is returned only once the blob is complete and visible, and
+        (with ``owner``, a session id) its owner file written; a failure
+        raises :class:`BlobStoreError` and leaves no visible blob. Without an
+        owner the blob belongs to no session: only trusted code that reads the
+        store directly can read it.
         """
         data, suffix = encode_content(content)
         blob_id = new_blob_id()
@@ -302,10 +343,13 @@ class FsBlobStore:
         with _INFLIGHT_LOCK:
             _INFLIGHT_IDS.add(busy)
         try:
+            path = self.blobs_dir / f"{blob_id}{suffix}"
             try:
-                self._write_atomic(self.blobs_dir / f"{blob_id}{suffix}", data, durable=self._fsync)
+                self._write_atomic(path, data, durable=self._fsync)
             except OSError as exc:
                 raise BlobStoreError(f"could not store blob: {exc}") from exc
+            if owner is not None:
+                self._write_owner(blob_id, path, owner)
             if suffix == TEXT_SUFFIX and len(data) >= self._index_min_bytes:
                 index = LineIndex.build(data)
                 self._cache_index(blob_id, index)
@@ -319,6 +363,69 @@ class FsBlobStore:
             with _INFLIGHT_LOCK:
                 _INFLIGHT_IDS.discard(busy)
         return blob_id
+
+    def _write_owner(self, blob_id: uuid.UUID, path: Path, owner: str) -> None:
+        """Write ``<id>.owner``; on failure remove the blob (an id nobody could read is useless).
+
+        Written in place (``O_EXCL``), not through a temp file and a rename,
+        and not fsynced: nobody knows the id before :meth:`store` returns, so
+        no reader can see the file half-written, and a crash or power loss
+        leaves at worst a torn or missing owner file -- a blob that belongs to
+        nobody (unreadable, collected in time), the safe direction. This costs
+        one small create per store, not three metadata operations.
+        """
+        data = json.dumps({"owner": owner}, ensure_ascii=False).encode(ENCODING, ENCODING_ERRORS)
+        owner_path = self._owner_path(blob_id)
+        leftovers = [path]
+        try:
+            fd = os.open(owner_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666)
+            leftovers.append(owner_path)  # ours from here on
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            for leftover in leftovers:
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            raise BlobStoreError(f"could not store blob: {exc}") from exc
+        self._cache_owner(blob_id, owner)
+
+    def _owner_path(self, blob_id: uuid.UUID) -> Path:
+        return self.blobs_dir / f"{blob_id}{OWNER_SUFFIX}"
+
+    def _cache_owner(self, blob_id: uuid.UUID, owner: str) -> None:
+        with self._lock:
+            self._owners[blob_id] = owner
+            self._owners.move_to_end(blob_id)
+            while len(self._owners) > _OWNER_CACHE_SIZE:
+                self._owners.popitem(last=False)
+
+    def owner(self, blob_id: uuid.UUID | str) -> str | None:
+        """The session that stored the blob; None if it has no owner or no such blob exists.
+
+        An owner never changes (ids are never reused), so answers are cached;
+        a cached owner of a blob removed since is harmless -- reading it then
+        finds no blob. A missing, unreadable or malformed owner file is None.
+        """
+        key = parse_blob_id(blob_id)
+        with self._lock:
+            cached = self._owners.get(key)
+        if cached is not None:
+            return cached
+        try:
+            with self._owner_path(key).open("rb") as fh:
+                raw = fh.read(MAX_OWNER_BYTES + 1)
+            record = json.loads(raw.decode(ENCODING, ENCODING_ERRORS))
+        except (OSError, ValueError, RecursionError):
+            return None
+        owner = record.get("owner") if isinstance(record, dict) else None
+        if not isinstance(owner, str) or len(raw) > MAX_OWNER_BYTES:
+            return None
+        self._cache_owner(key, owner)
+        return owner
 
     def _write_atomic(self, path: Path, data: bytes, *, durable: bool) -> None:
         """Temp file in the same directory + (fsync) + ``os.replace``.
@@ -705,11 +812,12 @@ class FsBlobStore:
             with contextlib.suppress(FileNotFoundError):
                 self.path_for(key, kind).unlink()
                 removed = True
-        for sidecar in (self._index_path(key), self._json_index_path(key)):
+        for sidecar in (self._index_path(key), self._json_index_path(key), self._owner_path(key)):
             with contextlib.suppress(FileNotFoundError):
                 sidecar.unlink()
         with self._lock:
             self._indexes.pop(key, None)
+            self._owners.pop(key, None)
         self._forget_parsed(key)
         return removed
 
@@ -725,8 +833,12 @@ class FsBlobStore:
         Protected are the ids in ``referenced`` (e.g.
         :func:`actors.blobs.summary.referenced_blob_ids` of live histories),
         every blob pinned in :attr:`pins`, and in ``pins`` when another table
-        is passed. Pins are re-checked right before each removal, so a pin
-        taken while this runs still protects its blob. First every
+        is passed, and every blob another live store on this directory
+        publishes as pinned (:mod:`actors.blobs.shared_pins`). Pins are
+        re-checked right before each removal under the directory's
+        collection lock, so a pin taken while this runs -- in this process or
+        another -- still protects its blob; a blob whose lock cannot be had in
+        time is kept for the next run. First every
         unprotected blob older than ``max_age_s`` goes; then, oldest first,
         unprotected blobs go until the total is at most ``max_total_bytes``.
         Blobs younger than ``grace_s`` always stay. Age is ``now - mtime``
@@ -735,11 +847,36 @@ class FsBlobStore:
         now = time.time() if now is None else now
         refs = {parse_blob_id(r) for r in referenced}
         tables = [self.pins] if pins is None or pins is self.pins else [self.pins, pins]
+        own = {
+            t.journal.token for t in tables if t.journal is not None and t.journal.token is not None
+        }
+        foreign = self._foreign
 
         def is_protected(blob_id: uuid.UUID) -> bool:
-            return blob_id in refs or any(table.is_pinned(blob_id) for table in tables)
+            return (
+                blob_id in refs
+                or any(table.is_pinned(blob_id) for table in tables)
+                or blob_id in foreign
+            )
+
+        def remove(entry: _Entry) -> bool | None:
+            """True: removed; False: pinned after all; None: kept (lock busy, unlink failed)."""
+            with gc_lock(self.pins_dir, exclusive=True, timeout=COLLECT_LOCK_TIMEOUT_S) as state:
+                if state == "busy":
+                    return None
+                # Under the lock no pin can land: what the tables and the other
+                # stores' files say now holds until the blob is gone.
+                foreign.refresh(own)
+                if not foreign.certain:
+                    return None  # another store's pins are unreadable: keep everything
+                if is_protected(entry.blob_id):
+                    return False
+                return True if self._remove(entry) else None
 
         with self._collect_lock:
+            for table in tables:
+                table.sync()  # compact our published pins after releases
+            foreign.refresh(own, full=True)  # who is alive; files of gone stores removed
             entries = sorted(self._scan(), key=lambda e: (e.mtime, e.blob_id))
             removed: list[_Entry] = []
             protected: dict[uuid.UUID, None] = {}
@@ -749,21 +886,33 @@ class FsBlobStore:
                 if self.max_age_s is not None and age > self.max_age_s:
                     if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
-                    elif age >= self.grace_s and self._remove(entry):
-                        removed.append(entry)
-                        continue
+                    elif age >= self.grace_s:
+                        outcome = remove(entry)
+                        if outcome:
+                            removed.append(entry)
+                            continue
+                        if outcome is False:
+                            protected[entry.blob_id] = None
                 kept.append(entry)
             total = sum(e.size for e in kept)
             if self.max_total_bytes is not None:
-                for entry in list(kept):
+                survivors: list[_Entry] = []
+                for index, entry in enumerate(kept):
                     if total <= self.max_total_bytes:
+                        survivors.extend(kept[index:])
                         break
                     if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
-                    elif now - entry.mtime >= self.grace_s and self._remove(entry):
-                        removed.append(entry)
-                        kept.remove(entry)
-                        total -= entry.size
+                    elif now - entry.mtime >= self.grace_s:
+                        outcome = remove(entry)
+                        if outcome:
+                            removed.append(entry)
+                            total -= entry.size
+                            continue
+                        if outcome is False:
+                            protected[entry.blob_id] = None
+                    survivors.append(entry)
+                kept = survivors
             report = CollectReport(
                 removed=tuple(e.blob_id for e in removed),
                 removed_bytes=sum(e.size for e in removed),
@@ -792,11 +941,16 @@ class FsBlobStore:
         except OSError as exc:
             log.warning("blob_remove_failed", blob_id=str(entry.blob_id), error=str(exc))
             return False
-        for sidecar in (self._index_path(entry.blob_id), self._json_index_path(entry.blob_id)):
+        for sidecar in (
+            self._index_path(entry.blob_id),
+            self._json_index_path(entry.blob_id),
+            self._owner_path(entry.blob_id),
+        ):
             with contextlib.suppress(OSError):
                 sidecar.unlink()
         with self._lock:
             self._indexes.pop(entry.blob_id, None)
+            self._owners.pop(entry.blob_id, None)
         self._forget_parsed(entry.blob_id)
         return True
 
@@ -831,15 +985,22 @@ class FsBlobStore:
                     continue
             elif name.endswith(_SIDECARS):
                 stem, _dot, ext = name.rpartition(".")
-                owner = TEXT_SUFFIX if f".{ext}" == INDEX_SUFFIX else JSON_SUFFIX
-                if f"{stem}{owner}" in present:
+                suffix = f".{ext}"
+                blobs = (
+                    (TEXT_SUFFIX,)
+                    if suffix == INDEX_SUFFIX
+                    else (JSON_SUFFIX,)
+                    if suffix == JSON_INDEX_SUFFIX
+                    else (TEXT_SUFFIX, JSON_SUFFIX)  # an owner file: a blob of either kind
+                )
+                if any(f"{stem}{b}" in present for b in blobs):
                     continue
                 try:
                     if uuid.UUID(stem) in busy_ids or str(uuid.UUID(stem)) != stem:
                         continue
                 except ValueError:
                     continue
-                if (self.blobs_dir / f"{stem}{owner}").exists():
+                if any((self.blobs_dir / f"{stem}{b}").exists() for b in blobs):
                     continue
             else:
                 continue

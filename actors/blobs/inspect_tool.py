@@ -8,6 +8,11 @@ top-level index for big JSON, parsed JSON cached), so a 50-line range of a
 Blocking there is fine: a tool-pool thread is not a dispatcher thread, and
 going through the blob-store actor would only add a hop.
 
+It reads as the calling session (``ctx.session_id``) through
+:class:`~actors.blobs.ownership.SessionBlobs`: a blob another session stored
+is answered exactly like one that does not exist (:mod:`actors.blobs.ownership`).
+A blob store that cannot say who stored a blob is not read at all.
+
 Its answer is an explicit ``Inline``: it is already capped (16 KB) and is the
 part the model asked for, so the worker must keep it inline rather than
 store it as a new blob and hand the model a summary of what it just asked to
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from actors.blobs.ownership import SessionBlobs
 from actors.blobs.selectors import InspectError, inspect_blob
 from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from messages.blobs import BlobLimits, Inline
@@ -48,9 +54,15 @@ class Inspect(Tool[InspectArgs]):
         self.limits = limits or BlobLimits()
 
     def execute(self, args: InspectArgs, ctx: ToolContext) -> Inline:
-        reader = ctx.services.blobs
-        if reader is None:
+        store = ctx.services.blobs
+        if store is None:
             raise ToolError("No blob store is configured in this runtime; nothing to inspect.")
+        if not callable(getattr(store, "owner", None)):
+            raise ToolError(
+                "This runtime's blob store cannot tell which session stored a blob, so inspect "
+                "cannot read from it."
+            )
+        reader = SessionBlobs(store, ctx.session_id)
         try:
             return Inline(text=inspect_blob(reader, args.blob_id, args.selector, self.limits))
         except InspectError as exc:

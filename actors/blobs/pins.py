@@ -14,27 +14,46 @@ A session pins every blob it stores and every blob its history references
 :func:`actors.blobs.summary.referenced_blob_ids`), and releases them all when
 it closes. A blob stays protected while *any* session pins it.
 
-Thread-safe and I/O-free: the actor updates it on its dispatcher thread (a
-dict update under a lock) while collections read it on the blocking lane.
+Thread-safe. Without a journal it is I/O-free. With a
+:class:`~actors.blobs.shared_pins.PinJournal` (the store's own table has
+one) every :meth:`PinTable.pin` also publishes the new ids for other
+processes sharing the blob directory -- disk I/O, so the blob-store actor
+pins on the blocking lane -- while :meth:`PinTable.release` stays in memory
+(the file over-protects until :meth:`PinTable.sync` compacts it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterable
 
+import structlog
+
+from actors.blobs.shared_pins import PinJournal
+
 __all__ = ["PinTable"]
+
+log = structlog.get_logger(__name__)
 
 
 class PinTable:
-    """Blob ids pinned per session; a blob is pinned while any session pins it."""
+    """Blob ids pinned per session; a blob is pinned while any session pins it.
 
-    def __init__(self) -> None:
+    ``journal`` publishes the pinned ids for other processes (see
+    :mod:`actors.blobs.shared_pins`); a publishing failure is logged and
+    retried with the next pin, never raised -- the pin holds in memory.
+    """
+
+    def __init__(self, journal: PinJournal | None = None) -> None:
         self._lock = threading.Lock()
+        self._publish = threading.Lock()
+        """Orders journal appends and rewrites, so a rewrite never drops a newer pin."""
         self._by_session: dict[str, set[uuid.UUID]] = {}
         self._refs: Counter[uuid.UUID] = Counter()
+        self.journal = journal
 
     def __repr__(self) -> str:
         with self._lock:
@@ -42,7 +61,24 @@ class PinTable:
 
     def pin(self, session_id: str, blob_ids: Iterable[uuid.UUID]) -> int:
         """Pin ``blob_ids`` for ``session_id``; returns how many were new for it."""
+        journal = self.journal
+        if journal is None:
+            return self._pin(session_id, blob_ids)[0]
+        with self._publish, journal.guard():
+            added, fresh = self._pin(session_id, blob_ids)
+            if fresh:
+                try:
+                    journal.append(fresh, self.pinned)
+                except OSError as exc:
+                    log.warning("blob_pins_not_published", error=str(exc))
+                    with contextlib.suppress(OSError):
+                        journal.close()  # the next pin publishes everything afresh
+            return added
+
+    def _pin(self, session_id: str, blob_ids: Iterable[uuid.UUID]) -> tuple[int, list[uuid.UUID]]:
+        """The in-memory pin: (new for the session, new for the table)."""
         added = 0
+        fresh: list[uuid.UUID] = []
         with self._lock:
             pinned = self._by_session.setdefault(session_id, set())
             for blob_id in blob_ids:
@@ -50,19 +86,50 @@ class PinTable:
                     pinned.add(blob_id)
                     self._refs[blob_id] += 1
                     added += 1
+                    if self._refs[blob_id] == 1:
+                        fresh.append(blob_id)
             if not pinned:
                 del self._by_session[session_id]
-        return added
+        return added, fresh
 
     def release(self, session_id: str) -> int:
-        """Drop every pin of ``session_id`` (it closed); returns how many it held."""
+        """Drop every pin of ``session_id`` (it closed); returns how many it held.
+
+        In memory only: a journal is marked stale, and :meth:`sync` compacts it.
+        """
         with self._lock:
             pinned = self._by_session.pop(session_id, set())
             for blob_id in pinned:
                 self._refs[blob_id] -= 1
                 if self._refs[blob_id] <= 0:
                     del self._refs[blob_id]
+        if pinned and self.journal is not None:
+            self.journal.mark_stale()
         return len(pinned)
+
+    def sync(self) -> None:
+        """Rewrite a stale journal to exactly what is pinned (disk I/O; blocking lane).
+
+        Also republishes after a failed append (the journal closed itself).
+        """
+        journal = self.journal
+        if journal is None:
+            return
+        with self._lock:
+            unpublished = bool(self._refs) and not journal.is_open
+        if not (journal.stale or unpublished):
+            return
+        with self._publish:
+            try:
+                journal.rewrite(self.pinned())
+            except OSError as exc:
+                log.warning("blob_pins_not_compacted", error=str(exc))
+
+    def close(self) -> None:
+        """Withdraw the journal's publication (the runtime closes); pins stay in memory."""
+        if self.journal is not None:
+            with self._publish:
+                self.journal.close()
 
     def is_pinned(self, blob_id: uuid.UUID) -> bool:
         with self._lock:

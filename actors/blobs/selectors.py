@@ -47,6 +47,15 @@ JSON blobs come parsed from the store's cache.
 
 A slice or line range that *starts* past the end is an error (it tells the
 model the real size) rather than an empty answer.
+
+Hostile input is bounded before it costs anything: a selector is at most
+:data:`MAX_SELECTOR_CHARS` characters, a number in it at most
+:data:`MAX_NUMBER_DIGITS` significant digits (``int()`` of a 5,000-digit
+string would otherwise raise Python's own "Exceeds the limit (4300 digits)"),
+a pointer at most :data:`MAX_POINTER_DEPTH` tokens deep; every error is one
+line, and quotes the selector (or a key, a token) cut to a readable length.
+Whatever the text, :func:`parse_selector` raises nothing but
+:class:`InspectError`.
 """
 
 from __future__ import annotations
@@ -113,11 +122,22 @@ MAX_OVERVIEW_KEYS = SHAPED_MEMBERS
 _LINES_RE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]*)\s*", re.ASCII)
 _SLICE_RE = re.compile(r"\s*([0-9]+)\s*\.\.\s*([0-9]*)\s*", re.ASCII)
 _INDEX_RE = re.compile(r"0|[1-9][0-9]*")
+MAX_SELECTOR_CHARS = 8192
+"""Longest selector accepted (a ``key:`` or ``pointer:`` names keys of that length at most)."""
+MAX_NUMBER_DIGITS = 15
+"""Significant digits of a number in a selector: 10**15 lines or bytes is past any blob."""
+MAX_POINTER_DEPTH = 1024
+"""Tokens of a JSON pointer (a stored JSON value cannot nest deeper than the parser allows)."""
+_PAST_ANY_ARRAY: int = 10**MAX_NUMBER_DIGITS
+_ECHO_CHARS = 100
+"""Characters of a selector, key or token quoted back in an error message."""
+MAX_BLOB_ID_CHARS = 256
+"""Longest blob id text parsed (a UUID in any spelling ``uuid.UUID`` accepts is shorter)."""
 _BAD_ESCAPE_RE = re.compile(r"~(?![01])")
 
 
 class InspectError(Exception):
-    """Any ``inspect`` failure; ``message`` is what the model sees."""
+    """Any ``inspect`` failure; ``message`` is what the model sees (one line)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -215,7 +235,19 @@ def parse_selector(selector: str | None) -> Selector:
     string is the overview. Checks that need the blob (past-the-end, wrong
     type) happen in :func:`inspect_blob`.
     """
-    if selector is None or not selector.strip():
+    if selector is None:
+        return Overview()
+    if not isinstance(selector, str):  # a caller bypassing the args model; be robust
+        raise InspectError(
+            f"Malformed selector: a selector is text, not {type(selector).__name__}. "
+            f"Use {SELECTOR_HELP}."
+        )
+    if len(selector) > MAX_SELECTOR_CHARS:
+        raise InspectError(
+            f"Selector too long ({len(selector)} characters, at most {MAX_SELECTOR_CHARS}): "
+            f"{_quote(selector)}. Use {SELECTOR_HELP}."
+        )
+    if not selector.strip():
         return Overview()
     kind, colon, arg = selector.partition(":")
     kind = kind.strip().lower()
@@ -223,36 +255,37 @@ def parse_selector(selector: str | None) -> Selector:
         if kind in ("lines", "bytes", "slice", "key", "pointer"):
             raise InspectError(_malformed(kind, selector))
         raise InspectError(
-            f"Malformed selector {selector!r}: a selector is KIND:ARGUMENT. Use {SELECTOR_HELP}."
+            f"Malformed selector {_quote(selector)}: a selector is KIND:ARGUMENT. "
+            f"Use {SELECTOR_HELP}."
         )
     if kind == "lines":
         match = _LINES_RE.fullmatch(arg)
         if match is None:
             raise InspectError(_malformed(kind, selector))
-        start = int(match.group(1))
-        end = int(match.group(2)) if match.group(2) else None
+        start = _number(match.group(1), kind, selector)
+        end = _number(match.group(2), kind, selector) if match.group(2) else None
         if start == 0 or end == 0:
             raise InspectError(
-                f"Line numbers start at 1, so {selector.strip()!r} is invalid; "
+                f"Line numbers start at 1, so {_quote(selector.strip())} is invalid; "
                 f"use e.g. {_zero_fix(start, end)} (1-based, inclusive)."
             )
         if end is not None and end < start:
             raise InspectError(
-                f"Inverted range {selector.strip()!r}: the end line must not be before the "
-                f"start line; use lines:{end}-{start}."
+                f"Inverted range {_quote(selector.strip())}: the end line must not be before "
+                f"the start line; use lines:{end}-{start}."
             )
         return Lines(start, end)
     if kind in ("slice", "bytes"):
         match = _SLICE_RE.fullmatch(arg)
         if match is None:
             raise InspectError(_malformed(kind, selector))
-        start = int(match.group(1))
-        stop = int(match.group(2)) if match.group(2) else None
+        start = _number(match.group(1), kind, selector)
+        stop = _number(match.group(2), kind, selector) if match.group(2) else None
         if stop is not None and stop <= start:
             fix = f"{kind}:{stop}..{start}" if stop < start else f"{kind}:{start}..{start + 1}"
             raise InspectError(
-                f"Empty or inverted range {selector.strip()!r}: the end is exclusive and must be "
-                f"greater than the start; use e.g. {fix}."
+                f"Empty or inverted range {_quote(selector.strip())}: the end is exclusive and "
+                f"must be greater than the start; use e.g. {fix}."
             )
         return Slice(start, stop) if kind == "slice" else Bytes(start, stop)
     if kind == "key":
@@ -261,7 +294,36 @@ def parse_selector(selector: str | None) -> Selector:
         return Key(arg)
     if kind == "pointer":
         return Pointer(arg, _pointer_tokens(arg, selector))
-    raise InspectError(f"Unknown selector kind {kind!r} in {selector!r}. Use {SELECTOR_HELP}.")
+    raise InspectError(
+        f"Unknown selector kind {_quote(kind)} in {_quote(selector)}. Use {SELECTOR_HELP}."
+    )
+
+
+def _quote(text: str) -> str:
+    """``text`` quoted for an error message: escaped (one line) and cut to a readable length."""
+    if len(text) <= _ECHO_CHARS:
+        return repr(text)
+    return f"{text[:_ECHO_CHARS]!r}… ({len(text)} characters)"
+
+
+def _inline(text: str) -> str:
+    """``text`` as it is when short and printable (a path, an index), else :func:`_quote` d."""
+    if len(text) <= _ECHO_CHARS and text.isprintable():
+        return text
+    return _quote(text)
+
+
+def _number(digits: str, kind: str, selector: str) -> int:
+    """The value of ``digits`` (ASCII, from the grammar), bounded in length before ``int()``."""
+    value = digits.lstrip("0")  # int() counts leading zeros against its own digit limit
+    significant = len(value)
+    if significant > MAX_NUMBER_DIGITS:
+        raise InspectError(
+            f"Number too large in {kind} selector {_quote(selector.strip())}: it has "
+            f"{significant} digits, at most {MAX_NUMBER_DIGITS} are accepted (no blob is that "
+            "big); omit the selector to see the blob's size."
+        )
+    return int(value or "0")
 
 
 def _zero_fix(start: int, end: int | None) -> str:
@@ -287,7 +349,7 @@ def _malformed(kind: str, selector: str) -> str:
         "key": "put the key after the colon, e.g. key:results (omit the selector to list keys)",
         "pointer": "use a JSON Pointer such as pointer:/results/0/name",
     }[kind]
-    return f"Malformed {kind} selector {selector!r}: {usage}."
+    return f"Malformed {kind} selector {_quote(selector)}: {usage}."
 
 
 def _pointer_tokens(pointer: str, selector: str) -> tuple[str, ...]:
@@ -296,13 +358,19 @@ def _pointer_tokens(pointer: str, selector: str) -> tuple[str, ...]:
         return ()
     if not pointer.startswith("/"):
         raise InspectError(
-            f"Malformed pointer in {selector!r}: a JSON Pointer is empty (the whole value) or "
-            "starts with '/', e.g. pointer:/results/0/name."
+            f"Malformed pointer in {_quote(selector)}: a JSON Pointer is empty (the whole value) "
+            "or starts with '/', e.g. pointer:/results/0/name."
         )
     if _BAD_ESCAPE_RE.search(pointer):
         raise InspectError(
-            f"Malformed pointer in {selector!r}: '~' must be written ~0 and '/' inside a key "
-            "~1 (e.g. key 'a/b' is pointer:/a~1b)."
+            f"Malformed pointer in {_quote(selector)}: '~' must be written ~0 and '/' inside a "
+            "key ~1 (e.g. key 'a/b' is pointer:/a~1b)."
+        )
+    depth = pointer.count("/")
+    if depth > MAX_POINTER_DEPTH:
+        raise InspectError(
+            f"Pointer too deep in {_quote(selector)}: {depth} tokens, at most "
+            f"{MAX_POINTER_DEPTH}; read a shallower value first."
         )
     return tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/"))
 
@@ -328,11 +396,13 @@ def normalize_blob_id(blob_id: object) -> uuid.UUID:
         if raw.lower().startswith("blob:"):
             raw = raw[5:].strip()
     try:
+        if isinstance(raw, str) and len(raw) > MAX_BLOB_ID_CHARS:
+            raise InvalidBlobId("too long")  # never parse (or echo) a megabyte of "id"
         return parse_blob_id(raw)
     except InvalidBlobId:
-        shown = blob_id[:80] if isinstance(blob_id, str) else type(blob_id).__name__
+        shown = _quote(blob_id) if isinstance(blob_id, str) else repr(type(blob_id).__name__)
         raise InspectError(
-            f"Invalid blob id {shown!r}: a blob id is a UUID such as "
+            f"Invalid blob id {shown}: a blob id is a UUID such as "
             "0190a5e2-7c1d-7b3e-9f00-1a2b3c4d5e6f. Copy it from the [blob:<id>] reference at "
             "the start of the tool result."
         ) from None
@@ -371,10 +441,12 @@ def inspect_blob(
             f"Blob {key} not found: it was never stored or has been removed by retention. "
             "Re-run the tool that produced it to get its output again."
         ) from None
-    except (BlobStoreError, OSError, ValueError) as exc:
-        # ValueError: an index that does not match its blob (a corrupt sidecar).
+    except (BlobStoreError, OSError, ValueError, RecursionError) as exc:
+        # ValueError: an index that does not match its blob (a corrupt sidecar);
+        # RecursionError: a value nested deeper than rendering it allows.
+        reason = cut_utf8(" ".join(str(exc).split()) or type(exc).__name__, 300)
         raise InspectError(
-            f"Could not read blob {key}: {exc}. Try again, or re-run the tool that produced it."
+            f"Could not read blob {key}: {reason}. Try again, or re-run the tool that produced it."
         ) from None
 
 
@@ -783,7 +855,7 @@ def _inspect_json(
             found = root.member(name)
         if found is None:
             raise InspectError(
-                f"Key {sel.name!r} not found. The object has {plural(root.count, 'key')}: "
+                f"Key {_quote(sel.name)} not found. The object has {plural(root.count, 'key')}: "
                 f"{_list_keys(root.keys(), root.count)}. Use key:NAME with one of them (the name "
                 "is everything after 'key:'), or pointer:/NAME/... for nested values."
             )
@@ -918,14 +990,21 @@ def _join_capped(
     return cut_utf8(f"{open_}\n{first}", cap, _marker(limits, too_big(sizes[0])))
 
 
+def _array_index(token: str) -> int:
+    """An index token's value (``_INDEX_RE`` matched); past any array if it is too long."""
+    if len(token) > MAX_NUMBER_DIGITS:
+        return _PAST_ANY_ARRAY  # no array is that long: "out of range", never int() of it
+    return int(token)
+
+
 def _resolve_top(root: TopLevel, token: str, raw: str) -> JsonValue:
     """The first pointer token, resolved on the (lazily read) top level."""
-    bad = f"Bad pointer 'pointer:{raw}':"
+    bad = f"Bad pointer {_quote('pointer:' + raw)}:"
     if root.kind == "object":
         found = root.member(token)
         if found is None:
             raise InspectError(
-                f"{bad} no key {token!r} in the object at the root. Its keys: "
+                f"{bad} no key {_quote(token)} in the object at the root. Its keys: "
                 f"{_list_keys(root.keys(), root.count)}. Fix the pointer (escape '~' as ~0, "
                 "'/' as ~1)."
             )
@@ -933,14 +1012,14 @@ def _resolve_top(root: TopLevel, token: str, raw: str) -> JsonValue:
     n = root.count
     if not _INDEX_RE.fullmatch(token):
         raise InspectError(
-            f"{bad} {token!r} is not an array index at the root (an array of "
+            f"{bad} {_quote(token)} is not an array index at the root (an array of "
             f"{plural(n, 'entry', 'entries')}); use an integer from 0 to {max(0, n - 1)} "
             "without leading zeros."
         )
-    index = int(token)
+    index = _array_index(token)
     if index >= n:
         raise InspectError(
-            f"{bad} index {index} is out of range at the root, an array of "
+            f"{bad} index {_inline(token)} is out of range at the root, an array of "
             f"{plural(n, 'entry', 'entries')}"
             + (f" (indices 0..{n - 1})." if n else " (it is empty).")
         )
@@ -951,13 +1030,13 @@ def _resolve_pointer(
     value: JsonValue, tokens: Sequence[str], raw: str, path: str = ""
 ) -> JsonValue:
     current = value
-    bad = f"Bad pointer 'pointer:{raw}':"
+    bad = f"Bad pointer {_quote('pointer:' + raw)}:"
     for token in tokens:
-        where = path or "the root"
+        where = _inline(path) if path else "the root"
         if isinstance(current, dict):
             if token not in current:
                 raise InspectError(
-                    f"{bad} no key {token!r} in the object at {where}. Its "
+                    f"{bad} no key {_quote(token)} in the object at {where}. Its "
                     f"keys: {_list_keys(iter(current), len(current))}. Fix the pointer (escape "
                     "'~' as ~0, '/' as ~1)."
                 )
@@ -965,23 +1044,24 @@ def _resolve_pointer(
         elif isinstance(current, list):
             if not _INDEX_RE.fullmatch(token):
                 raise InspectError(
-                    f"{bad} {token!r} is not an array index at {where} (an "
+                    f"{bad} {_quote(token)} is not an array index at {where} (an "
                     f"array of {plural(len(current), 'entry', 'entries')}); use an integer "
                     "from 0 to "
                     f"{max(0, len(current) - 1)} without leading zeros."
                 )
-            index = int(token)
+            index = _array_index(token)
             if index >= len(current):
                 raise InspectError(
-                    f"{bad} index {index} is out of range at {where}, an "
+                    f"{bad} index {_inline(token)} is out of range at {where}, an "
                     f"array of {plural(len(current), 'entry', 'entries')}"
                     + (f" (indices 0..{len(current) - 1})." if current else " (it is empty).")
                 )
             current = current[index]
         else:
+            end = _inline(path) if path else "(empty)"
             raise InspectError(
                 f"{bad} the value at {where} is {with_article(json_type_name(current))}, "
-                f"which has no members; the pointer must end at {path or '(empty)'}."
+                f"which has no members; the pointer must end at {end}."
             )
         path += "/" + escape_pointer_token(token)
     return current

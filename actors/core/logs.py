@@ -8,7 +8,6 @@ a plain console line (default) or JSON lines (``FORE_LOG_JSON=1`` or
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -79,5 +78,4 @@ def configure_logging(
             logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]
             cache_logger_on_first_use=False,
         )
-        logging.getLogger("pykka").setLevel(logging.WARNING)
         _configured = "explicit" if explicit else "defaults"

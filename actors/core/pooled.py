@@ -22,7 +22,16 @@ these differences, each fixing a problem of one-thread-per-actor:
 * exits are observable (:meth:`PooledActor.add_exit_watcher`), which is what
   the supervisor builds on; pykka only has the local ``on_failure`` hook;
 * actors register in their system's O(1) :class:`~actors.core.registry.Registry`
-  instead of pykka's global list.
+  (lookups by URN, name and session) *and* in :class:`pykka.ActorRegistry`,
+  so pykka's usual shutdown (``ActorRegistry.stop_all()``), lookups and
+  broadcasts see them too;
+* an ask with a message nobody handles is answered ``None`` and logged, as
+  pykka does, unless the class sets ``strict_messages = True`` (every Fore
+  actor does): then the asker gets :class:`UnhandledMessageError`.
+
+Failures are logged on the ``pykka`` logger in pykka's own words ("Unhandled
+exception in …:", "Exception returned from … to caller:", "Unexpected
+message received by …"), so a host's pykka log handling keeps working.
 
 Handlers must not block: :meth:`PooledActor.run_blocking` runs blocking work
 on the blocking lane and delivers the result back as a message,
@@ -35,6 +44,7 @@ dispatcher thread raises :class:`~actors.core.errors.BlockingOnDispatcherError`.
 from __future__ import annotations
 
 import functools
+import logging
 import queue
 import sys
 import threading
@@ -47,7 +57,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import pykka
 import structlog
-from pykka import ActorDeadError, ActorRef
+from pykka import ActorDeadError, ActorRef, ActorRegistry
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
@@ -65,6 +75,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 M = TypeVar("M")
 _log = structlog.get_logger(__name__)
+_pykka_log = logging.getLogger("pykka")
+"""pykka's logger: failures are reported there, in pykka's words."""
 
 _EXIT_LOCK = threading.Lock()
 """Guards the exit/watch handshake of every actor (both are rare events)."""
@@ -183,6 +195,15 @@ class PooledActor(pykka.Actor):
     registry_name: str | None = None
     """A unique name to register under, for process-wide singletons."""
 
+    strict_messages: ClassVar[bool] = False
+    """Whether an ask carrying a message without a handler fails.
+
+    ``False`` follows pykka: the message is logged and the ask answered
+    ``None``. A typed actor sets ``True``, so that an asker expecting a typed
+    answer gets :class:`UnhandledMessageError` naming the message instead of
+    a ``None`` it would misread.
+    """
+
     _fore_handlers: ClassVar[dict[type, str]] = {}
     _fore_dispatch_cache: ClassVar[dict[type, str | None]] = {}
 
@@ -223,6 +244,10 @@ class PooledActor(pykka.Actor):
         obj._fore_system.registry.register(
             obj.actor_ref, name=obj.registry_name, session=obj.session_id
         )
+        # Visible to pykka too (before on_start, as pykka registers): its
+        # registry's lookups are linear scans, so Fore's own code uses the
+        # system's O(1) index; this is for code written against pykka.
+        ActorRegistry.register(obj.actor_ref)
         obj._start_actor_loop()
         return obj.actor_ref
 
@@ -440,9 +465,13 @@ class PooledActor(pykka.Actor):
         is dead: its mailbox is closed, every queued ask is answered with
         :class:`ActorDeadError` and watchers are told (``killed=True``).
         """
-        self._fore_system.registry.unregister(self.actor_ref)
+        self._fore_unregister()
         self.actor_stopped.set()
         self._fore_exit(failed=False, error=None, killed=True)
+
+    def _fore_unregister(self) -> None:
+        self._fore_system.registry.unregister(self.actor_ref)
+        ActorRegistry.unregister(self.actor_ref)
 
     def _fore_exit(
         self, *, failed: bool, error: BaseException | None, killed: bool = False
@@ -523,6 +552,7 @@ class PooledActor(pykka.Actor):
         except Exception:
             exc_info = sys.exc_info()
             if envelope.reply_to is not None:
+                _pykka_log.info("Exception returned from %s to caller:", self, exc_info=exc_info)
                 _settle_exception(envelope.reply_to, exc_info)
             else:
                 self._fore_fail(exc_info)
@@ -560,7 +590,7 @@ class PooledActor(pykka.Actor):
             self._handle_failure(*exc_info)
             self.on_failure(*exc_info)
         except BaseException:  # even SystemExit from on_failure must not skip the exit
-            self.log.exception("on_failure_raised")
+            self._fore_log_failure(*sys.exc_info())
         finally:
             self._fore_exit(failed=True, error=exc_info[1])
 
@@ -575,12 +605,12 @@ class PooledActor(pykka.Actor):
     def _stop(self) -> None:
         if self._fore_exited:
             return
-        self._fore_system.registry.unregister(self.actor_ref)
+        self._fore_unregister()
         self.actor_stopped.set()
         try:
             self.on_stop()
         except BaseException:
-            self.log.exception("on_stop_raised")
+            self._fore_log_failure(*sys.exc_info())
         finally:
             self._fore_exit(failed=False, error=None)
 
@@ -590,13 +620,20 @@ class PooledActor(pykka.Actor):
         exception_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.log.error(
-            "actor_failed",
-            error=repr(exception_value),
-            exc_info=(exception_type, exception_value, traceback),
-        )
-        self._fore_system.registry.unregister(self.actor_ref)
+        self._fore_log_failure(exception_type, exception_value, traceback)
+        self._fore_unregister()
         self.actor_stopped.set()
+
+    def _fore_log_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Log a failure as pykka does, plus Fore's structured event."""
+        exc_info = (exception_type, exception_value, traceback)
+        _pykka_log.error("Unhandled exception in %s:", self, exc_info=exc_info)  # type: ignore[arg-type]
+        self.log.error("actor_failed", error=repr(exception_value), exc_info=exc_info)
 
     # -- typed dispatch -------------------------------------------------------
 
@@ -622,10 +659,17 @@ class PooledActor(pykka.Actor):
         return self.on_unhandled(message)
 
     def on_unhandled(self, message: Any) -> Any:
-        """Called for a message without a handler; the default logs and rejects asks."""
+        """Called for a message without a handler.
+
+        Logs it (on the ``pykka`` logger as pykka words it, and as Fore's
+        ``unhandled_message`` event) and answers ``None``, as pykka does; a
+        ``strict_messages`` actor rejects an ask with
+        :class:`UnhandledMessageError` instead, so nobody misreads ``None``.
+        """
+        _pykka_log.warning("Unexpected message received by %s: %s", self, message)
         self.log.warning("unhandled_message", message_type=type(message).__name__)
         envelope = self._fore_current
-        if envelope is not None and envelope.reply_to is not None:
+        if self.strict_messages and envelope is not None and envelope.reply_to is not None:
             raise UnhandledMessageError(
                 f"{type(self).__name__} has no handler for {type(message).__name__}"
             )

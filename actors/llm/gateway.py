@@ -33,6 +33,8 @@ class LlmGateway(PooledActor):
     request uses ``loop``.
     """
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         loop: LlmLoop,

@@ -156,6 +156,8 @@ class LoadGovernor:
 class _ProbeActor(PooledActor):
     """Receives probe ticks; how late each arrives is the actor-side wait."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(self, governor: LoadGovernor) -> None:
         super().__init__()
         self.governor = governor

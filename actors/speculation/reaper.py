@@ -20,9 +20,23 @@ Every wait has a deadline: a worker that does not stop in time is killed as a
 last resort, and steps 2-3 give up after ``settle_timeout`` (logged) so an
 overlay is never kept forever.
 
+The overlay actor is the overlay's only remover: its removal waits for an
+apply still running (a removal racing an apply would delete the upper layer
+under it, and the apply would then write ``displaced/`` into a directory that
+is gone). When that actor cannot be asked (it stopped, or its answer is
+late), the reaper stops it -- its ``on_stop`` removes the overlay once no apply
+runs -- and waits, within its deadline, for the overlay to be gone. Only an
+overlay without an actor (its start failed) is removed by the reaper itself.
+
 The reaper lives outside the supervision tree on purpose: it outlives the
-speculator it cleans up after, and a runtime shutdown stops it with every
-other actor (its ``on_stop`` then removes the overlay without waiting).
+speculator it cleans up after. So closing a session or the runtime does not
+wait for it by stopping actors: it waits for what the reaper is for -- the
+session's overlays gone from disk (:meth:`OverlayStore.wait_removed`) --
+before anything the reaper needs (tool pool, LLM loops, blocking lane) is
+shut down. A runtime shutdown that must stop a reaper early stops it with
+every other actor (its ``on_stop`` then stops the worker and the overlay
+actor without waiting), and the runtime removes whatever is left itself once
+nothing can write into it (:meth:`OverlayStore.remove_outstanding`).
 """
 
 from __future__ import annotations
@@ -66,6 +80,8 @@ class ReapOrder:
 
 class SpeculationReaper(PooledActor):
     """Stops a speculation's worker, confirms the cancellations, removes the overlay."""
+
+    strict_messages = True  # typed: an unknown ask is an error, not None
 
     def __init__(self, order: ReapOrder) -> None:
         super().__init__()
@@ -178,7 +194,15 @@ class SpeculationReaper(PooledActor):
             self._deadline.cancel()
         order = self.order
         if order.overlay_actor is None:
-            self._removed(None)
+            # No actor ever owned it (its start failed): nothing can apply it,
+            # so the reaper removes it itself.
+            overlay = order.overlay
+            if overlay is None or overlay.removed:
+                self._removed(None)
+                return
+            self.run_blocking(
+                overlay.remove, order.remove_timeout, then=self._removed, on_error=self._removed
+            )
             return
         try:
             self.ask_then(
@@ -192,27 +216,41 @@ class SpeculationReaper(PooledActor):
             self._discard_failed(exc)
 
     def _discard_failed(self, error: BaseException) -> None:
-        overlay = self.order.overlay
+        """The overlay actor could not be asked: stop it (it removes), and wait for that.
+
+        Never removed from here: the actor may still be applying (see module docs).
+        """
+        order = self.order
+        overlay = order.overlay
         self.log.warning(
-            "speculation_discard_failed", speculation=self.order.speculation_id, error=repr(error)
+            "speculation_discard_failed", speculation=order.speculation_id, error=repr(error)
         )
-        if overlay is None or overlay.removed:
+        if order.overlay_actor is not None:
+            _tell(order.overlay_actor, StopNow())
+        if overlay is None or overlay.gone.is_set():
             self._removed(None)
             return
         self.run_blocking(
-            overlay.remove, self.order.remove_timeout, then=self._removed, on_error=self._removed
+            overlay.gone.wait, order.remove_timeout, then=self._removed, on_error=self._removed
         )
 
     def _removed(self, answer: Any) -> None:
         if self._done:
             return
         self._done = True
+        overlay = self.order.overlay
         if isinstance(answer, OverlayDiscarded):
             gone = answer.removed
         elif isinstance(answer, bool):
             gone = answer
         else:
-            gone = self.order.overlay is None or self.order.overlay.removed
+            gone = overlay is None or overlay.removed
+        if not gone:
+            self.log.warning(
+                "speculation_overlay_left",
+                speculation=self.order.speculation_id,
+                reason="writes still in flight after the removal deadline",
+            )
         self._step("overlay_removed" if gone else "overlay_removal_deferred")
         order = self.order
         for address, message in (
@@ -233,7 +271,14 @@ class SpeculationReaper(PooledActor):
         self.steps.append((name, time.monotonic()))
 
     def _last_resort(self) -> None:
-        """Stopped before the end (runtime shutdown): never wait, leave nothing behind."""
+        """Stopped before the end (runtime shutdown): never wait.
+
+        The worker and the overlay actor are stopped (their ``on_stop`` cancels
+        the run, and removes the overlay once no apply runs); an overlay without
+        an actor is handed to the blocking lane. Whatever that leaves (the lane
+        drops work still queued when it shuts down), the runtime removes once
+        nothing runs any more (see module docs).
+        """
         if self._deadline is not None:
             self._deadline.cancel()
         if self._done:
@@ -245,7 +290,7 @@ class SpeculationReaper(PooledActor):
             if address is not None:
                 _tell(address, StopNow())
         overlay = order.overlay
-        if overlay is not None and not overlay.removed:
+        if order.overlay_actor is None and overlay is not None and not overlay.removed:
             try:
                 self.system.blocking.submit(overlay.remove, order.remove_timeout)
             except RuntimeError:  # the blocking lane is shut down

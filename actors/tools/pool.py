@@ -205,6 +205,8 @@ def ordering_key(fs: Any, path: str) -> str:
 class ToolPool(PooledActor):
     """Runs tool calls for every session (see module docs)."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(
         self,
         *,

@@ -189,15 +189,26 @@ class HookGate:
                 return
             self._active += 1
             job.state = "queued"
-        self._launch(job, lane)
+        if not self._launch(job, lane):
+            self._release()
 
-    def _launch(self, job: HookJob, lane: Any) -> None:
+    def _launch(self, job: HookJob, lane: Any) -> bool:
+        """Hand ``job`` to the lane; False (and the job answered) when the lane refuses it.
+
+        The caller then frees the slot. Answering here never launches the next
+        waiting job itself, so a shut-down lane drains the waiting jobs in a
+        loop (:meth:`_release`), not in a recursion one level per job.
+        """
         try:
             lane.submit(self._run, job)
         except RuntimeError as exc:  # the lane is shut down: the hook cannot run
-            self._release()
             if job._claim("queued", "done"):
-                job.on_done(job, None, exc)
+                try:
+                    job.on_done(job, None, exc)
+                except Exception:
+                    log.exception("hook_answer_not_delivered", hook=job.spec.name)
+            return False
+        return True
 
     def _run(self, job: HookJob) -> None:
         try:
@@ -215,8 +226,9 @@ class HookGate:
                 job, lane = self._waiting.popleft()
                 if not job._claim("waiting", "queued"):
                     continue  # cancelled while waiting
-            self._launch(job, lane)
-            return
+            if self._launch(job, lane):
+                return
+            # Refused (the lane is shut down): the slot is free again, for the next one.
 
 
 class DetachedChain:
@@ -261,11 +273,41 @@ class DetachedChain:
         self._job: HookJob | None = None
         self._wait: Any = None
         self._lock = threading.Lock()
+        self._driving = False
+        self._again = False
 
     def start(self) -> None:
         self._next()
 
     def _next(self) -> None:
+        """Start the next hook -- iteratively.
+
+        A hook can be answered before :meth:`_start_next` returns (the lane
+        refuses it at shutdown and it is answered at once, on this thread), and
+        the answer asks for the next hook: that request is noted and served by
+        the loop here, so the stack does not grow one level per hook. The lock
+        makes one thread the driver at a time; an answer on a lane thread that
+        comes while another thread drives is served by that driver.
+        """
+        with self._lock:
+            if self._driving:
+                self._again = True
+                return
+            self._driving = True
+        while True:
+            try:
+                self._start_next()
+            except BaseException:
+                with self._lock:
+                    self._driving = self._again = False
+                raise
+            with self._lock:
+                if not self._again:
+                    self._driving = False
+                    return
+                self._again = False
+
+    def _start_next(self) -> None:
         with self._lock:
             while self._index < len(self.specs) and not self.specs[self._index].matches(self.ctx):
                 self._index += 1

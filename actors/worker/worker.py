@@ -17,6 +17,16 @@ gets exactly one result -- a real one, or a synthetic ``Skipped`` /
 ``Cancelled`` / ``Aborted`` / ``Interrupted`` one -- so history is never in a
 state an LLM provider rejects.
 
+The model is not trusted to be reasonable. An empty answer is kept in
+history (dropping it would put two user turns in a row). Of one answer's tool
+calls at most ``WorkerConfig.max_batch_calls`` run; each call past them gets
+an error result. A call whose arguments are not a JSON object
+(``ToolCall.arguments_error``) is not run: its error result says why, so the
+model can correct itself, up to ``max_argument_retries`` answers per run; the
+next such answer ends the run as an LLM protocol error. However many calls,
+hooks and steps follow each other, continuations run one after another
+(:meth:`Worker._then`), never nested: the stack stays flat.
+
 A run that is ending stays ended: once a cancel, an abort or a failure has
 begun a run's ending (its on_abort chain), no continuation of work that was
 already under way -- a file-reference preparer, a blob-store answer, a hook
@@ -97,6 +107,7 @@ from messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
+    LlmError,
     LlmFailed,
     LlmRequest,
     LlmRetrying,
@@ -209,8 +220,32 @@ def match_results(
     return matched
 
 
+def over_cap_text(calls: int, cap: int) -> str:
+    """The result of a call past ``WorkerConfig.max_batch_calls`` (it was not run)."""
+    return (
+        f"Not run: this answer made {calls} tool calls and at most {cap} of them run per "
+        f"answer (the first {cap}). Make this call again in a later answer if it is "
+        "still needed."
+    )
+
+
+def bad_arguments_text(call: ToolCall) -> str:
+    """The result of a call whose arguments are not a JSON object (it was not run)."""
+    return (
+        f"Error: the call was not run: its {call.arguments_error}. Call {call.name} again "
+        "with its arguments as one valid JSON object."
+    )
+
+
 MAX_EARLY_CANCELS = 256
 """How many cancels that overtook their submit a worker remembers (oldest dropped)."""
+
+DEFAULT_MAX_BATCH_CALLS = 128
+"""Tool calls of one answer that may run (``WorkerConfig.max_batch_calls``)."""
+
+DEFAULT_MAX_ARGUMENT_RETRIES = 3
+"""Answers with unusable tool arguments a run hands back to the model
+(``WorkerConfig.max_argument_retries``)."""
 
 
 class WorkerBusy(RuntimeError):
@@ -248,9 +283,23 @@ class WorkerConfig:
     alert_sink: Any = None
     stream: bool = True
     """Ask the model for a streamed answer (text shown as it arrives). A speculation's
-    worker does not by default (``SpeculationConfig.stream_forks``): nobody reads its
-    text as it comes, and one JSON body costs the process far less than an event per
-    token."""
+    worker follows ``SpeculationConfig.stream_forks`` (on by default, so that an abort
+    closes the stream and the server stops generating)."""
+    max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS
+    """Tool calls of one answer that may run; each call past it gets an error result
+    saying so (it is not run, not shown to hooks). A model is not trusted to stay
+    reasonable: this bounds what one answer can set in motion."""
+    max_argument_retries: int = DEFAULT_MAX_ARGUMENT_RETRIES
+    """How many answers with tool arguments that are not a JSON object
+    (``ToolCall.arguments_error``) a run hands back to the model as error results,
+    so it can correct itself; the next one ends the run as an LLM protocol error.
+    ``0``: the first one does."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_calls < 1:
+            raise ValueError("max_batch_calls must be at least 1")
+        if self.max_argument_retries < 0:
+            raise ValueError("max_argument_retries must not be negative")
 
 
 @dataclass
@@ -294,6 +343,8 @@ class _Run:
     sent_history_len: int = 0
     """Length of history when ``llm_ctx`` was sent (what came after is its answer)."""
     llm_retried: bool = False
+    argument_retries: int = 0
+    """Answers with unusable tool arguments handed back to the model in this run."""
     streamed_chars: int = 0
     """Text forwarded as TextDelta for the current request attempt (void on a retry)."""
     pending_messages: list[Item] = field(default_factory=list)
@@ -336,6 +387,8 @@ class _ChainRun:
 class Worker(PooledActor):
     """One session's agent loop (see module docs)."""
 
+    strict_messages = True  # typed: an unknown ask is an error, not None
+
     def __init__(self, config: WorkerConfig) -> None:
         super().__init__()
         self.config = config
@@ -348,6 +401,8 @@ class Worker(PooledActor):
         """Cancels that named a submit not received yet: submit id -> reason."""
         self._seen_submits: OrderedDict[str, None] = OrderedDict()
         """Submit ids received (bounded): a late cancel for one is not an early cancel."""
+        self._continuations: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._draining = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -898,7 +953,10 @@ class Worker(PooledActor):
         if run is None:
             return
         run.llm_request_id = None
-        error = message.error
+        self._llm_failed(run, message.error)
+
+    def _llm_failed(self, run: _Run, error: LlmError) -> None:
+        """The request failed (or its answer was unusable): the interceptor may retry once."""
         assert run.llm_base is not None
         retry = self.config.interceptor.on_llm_error(run.llm_base, error)
         if isinstance(retry, RetryRequest) and not run.llm_retried:
@@ -925,14 +983,53 @@ class Worker(PooledActor):
         )
         assistant = message.message
         assert run.llm_base is not None
+        bad = next((c for c in assistant.tool_calls if c.arguments_error is not None), None)
+        if bad is not None:
+            if run.argument_retries >= self.config.max_argument_retries:
+                # The bound is spent: the answer is unusable, as a protocol error.
+                retries = run.argument_retries
+                after = (
+                    f" (after {retries} earlier answer{'' if retries == 1 else 's'} with "
+                    "invalid arguments in this run)"
+                    if retries
+                    else ""
+                )
+                error = LlmError(
+                    kind="protocol", message=f"tool call {bad.name!r}: {bad.arguments_error}{after}"
+                )
+                self._llm_failed(run, error)
+                return
+            run.argument_retries += 1
         self.config.interceptor.on_llm_response(run.llm_base, assistant)
-        if assistant.text or assistant.tool_calls:
-            run.assistant_index = len(self.state.history)
-            self._append(run, assistant)
+        if message.finish_reason == "length":
+            self._cut_off(run, assistant)
+            return
+        # An empty answer is kept too: dropping it would leave two user turns in
+        # a row in the next request, which real servers and templates reject.
+        run.assistant_index = len(self.state.history)
+        self._append(run, assistant)
         if assistant.tool_calls:
             self._start_tools(run, assistant)
         else:
             self._turn_end(run, assistant)
+
+    def _cut_off(self, run: _Run, assistant: AssistantMessage) -> None:
+        """The provider cut the answer off (``finish_reason`` length): keep its text, run nothing.
+
+        Ends the run ``cut_off`` (see :data:`~messages.session.RunStatus`): a cut
+        answer is not what the model meant to say, so reporting it ``completed``
+        would hide the loss.
+        """
+        dropped = len(assistant.tool_calls)
+        kept = assistant.model_copy(update={"tool_calls": ()}) if dropped else assistant
+        # Kept even when empty, like any answer: no two user turns in a row.
+        run.assistant_index = len(self.state.history)
+        self._append(run, kept)
+        reason = "the model's answer was cut off at its output limit (finish_reason length)"
+        if dropped:
+            reason += f"; its {dropped} tool call(s) were not run"
+        self.alert(AlertLevel.WARN, reason, "llm")
+        self._finish(run, "cut_off", reason, abort=True)
 
     # -- tools: pre hooks ------------------------------------------------------------------
 
@@ -942,10 +1039,18 @@ class Worker(PooledActor):
         registry = self.config.tools
         calls = assistant.tool_calls
         wanted = None if only is None else {c.id for c in only}
+        cap = self.config.max_batch_calls
         run.calls = []
         for index, call in enumerate(calls):
             if wanted is not None and call.id not in wanted:
                 continue
+            # A call past the cap, or whose arguments are unusable, is never run nor
+            # shown to the hooks: its error result tells the model why.
+            refusal: tuple[str, str] | None = None
+            if index >= cap:  # by position in the answer, also when continuing after a boundary
+                refusal = over_cap_text(len(calls), cap), "refused"
+            elif call.arguments_error is not None:
+                refusal = bad_arguments_text(call), "invalid"
             tool = registry.get(call.name)
             meta = ToolMeta(
                 description=getattr(tool, "description", ""),
@@ -959,11 +1064,14 @@ class Worker(PooledActor):
                 purpose=self.config.purpose,
                 call_id=call.id,
                 name=call.name,
-                arguments=copy.deepcopy(dict(call.arguments)),
+                arguments={} if refusal is not None else copy.deepcopy(dict(call.arguments)),
                 meta=meta,
                 tool=tool,
             )
-            run.calls.append(_Call(call=call, ctx=ctx))
+            item = _Call(call=call, ctx=ctx)
+            if refusal is not None:
+                self._synthetic(item, *refusal)
+            run.calls.append(item)
         run.index = 0
         self._pre_tools(run, None)
 
@@ -1072,14 +1180,18 @@ class Worker(PooledActor):
         return ToolCall(id=item.call.id, name=item.call.name, arguments=item.ctx.arguments)
 
     def _skip(self, item: _Call, reason: str) -> None:
+        self._synthetic(
+            item, f"Skipped: {reason or 'a pre_tool_call hook skipped this call'}", "skipped"
+        )
+
+    @staticmethod
+    def _synthetic(item: _Call, output: str, outcome: str) -> None:
+        """The call does not run: ``output`` is its (error) result."""
         item.status = "skipped"
-        item.outcome = "skipped"
+        item.outcome = outcome
         item.post_done = True  # synthetic: nothing for post hooks to check
         item.result = ToolResult(
-            call_id=item.call.id,
-            name=item.call.name,
-            output=f"Skipped: {reason or 'a pre_tool_call hook skipped this call'}",
-            is_error=True,
+            call_id=item.call.id, name=item.call.name, output=output, is_error=True
         )
 
     # -- tools: running -----------------------------------------------------------------
@@ -1788,7 +1900,32 @@ class Worker(PooledActor):
     def _chain_done(self, chain: _ChainRun) -> None:
         if self._chain_run is chain:
             self._chain_run = None  # only a chain in flight is kept (see _abort_detached)
-        chain.done(chain.state)
+        self._then(chain.done, chain.state)
+
+    def _then(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run the continuation ``fn(*args)`` -- iteratively, never nested in another.
+
+        A chain with no hook to run (none registered, or none whose ``tools``
+        pattern matches) ends at once, and its continuation starts the next
+        step: the next call's chain, the next post hook. Called directly, an
+        answer with N tool calls would nest N chains on the stack (a
+        ``RecursionError`` at about 165 calls, and a crashed worker). A
+        continuation that arrives while another one runs is queued instead and
+        run by the outermost call when the current one returns, so the stack
+        stays flat however many calls, hooks or steps follow. Every caller of
+        a chain returns right after starting it, so the order is unchanged.
+        """
+        self._continuations.append((fn, args))
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._continuations:
+                step, step_args = self._continuations.popleft()
+                step(*step_args)
+        finally:
+            self._draining = False
+            self._continuations.clear()  # non-empty only if a step raised (the actor fails)
 
     def _hook_current(self, chain: _ChainRun, token: object) -> bool:
         if token is not self._chain_token:

@@ -51,16 +51,16 @@ from typing import Any
 import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from actors.core import PooledActor, handles
-from actors.llm import OpenAICompatible, RetryPolicy, evloop
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.speculation.governor import LoadGovernor
-from bench._common import console, percentile, table
-from bench.workload import USER_PROMPTS, make_workspace, script
-from messages.gate import ApprovalMode
-from messages.session import EventBase, Subscribe, TurnResult
-from messages.speculation import (
+from fore.actors.core import PooledActor, handles
+from fore.actors.llm import OpenAICompatible, RetryPolicy, evloop
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.speculation.governor import LoadGovernor
+from fore.bench._common import console, percentile, table
+from fore.bench.workload import USER_PROMPTS, make_workspace, script
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import EventBase, Subscribe, TurnResult
+from fore.messages.speculation import (
     AcceptResult,
     AcceptSuggestion,
     Keystroke,
@@ -71,7 +71,7 @@ from messages.speculation import (
     SubmitPrompt,
     SuggestionReady,
 )
-from supervision import Runtime
+from fore.supervision import Runtime
 
 THINK_DISTS = ("exp", "lognormal", "uniform", "fixed")
 """Think-time distributions, each with mean ``think_ms`` (see :func:`think_time`)."""

@@ -20,13 +20,21 @@ from typing import Any
 
 import httpx
 
-from actors.llm import ScriptedModel
-from actors.tools import CancelToken, ToolContext, WorkspaceFs, default_registry, invoke_tool
-from bench._common import console, machine_line, os_threads, percentile, ratio, rss_bytes, table
-from messages.conversation import ToolCall, UserMessage
-from messages.llm import LlmRequest
-from messages.session import Submit
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel
+from fore.actors.tools import CancelToken, ToolContext, WorkspaceFs, default_registry, invoke_tool
+from fore.bench._common import (
+    console,
+    machine_line,
+    os_threads,
+    percentile,
+    ratio,
+    rss_bytes,
+    table,
+)
+from fore.messages.conversation import ToolCall, UserMessage
+from fore.messages.llm import LlmRequest
+from fore.messages.session import Submit
+from fore.supervision import Runtime
 
 
 def _workspace() -> Path:

@@ -33,10 +33,10 @@ from typing import Any
 
 from pydantic import Field
 
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from actors.tools.cancel import ToolCancelled
-from actors.tools.fs import FsError
-from actors.tools.paths import glob_regex, split_lines
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.actors.tools.cancel import ToolCancelled
+from fore.actors.tools.fs import FsError
+from fore.actors.tools.paths import glob_regex, split_lines
 
 _regex: Any = importlib.import_module("regex")
 """The ``regex`` package (untyped, so imported as ``Any``: no stubs needed)."""

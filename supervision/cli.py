@@ -1,7 +1,9 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store|chat`` -- the micro-benchmarks;
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store|chat|real_server`` -- the
+  micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
+  ``bench/llama_server.py``);
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
 * ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted);
 * ``fore mock-llm`` -- the built-in mock LLM server.
@@ -27,7 +29,18 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
-MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell", "store", "chat")
+MICRO = (
+    "actors",
+    "tools",
+    "llm",
+    "worker",
+    "blobs",
+    "overlay",
+    "shell",
+    "store",
+    "chat",
+    "real_server",
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -248,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
     )
     run.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    run.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ask the endpoint for whole answers, not streams (servers whose tool calling "
+        "works only unstreamed, e.g. llama-cpp-python's chatml-function-calling)",
+    )
     run.add_argument("--system", help="a system prompt")
     run.add_argument(
         "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
@@ -478,6 +497,7 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
             model=model_name,
             api_key=args.api_key,
             retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+            stream=False if args.no_stream else None,
         )
     except ValueError as exc:  # e.g. a malformed FORE_EXTRA_HEADERS
         raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None

@@ -290,6 +290,14 @@ class OpenAICompatible:
       generating (a server notices a client that left only when it writes to
       it); reading their events in batches -- one JSON decode per batch, not per
       token -- keeps what that costs the process close to a non-streamed answer.
+
+    ``stream=False`` asks this endpoint for whole answers even where the caller
+    asked for a stream (``None``, the default: as each request says). Some
+    servers can do tool calling only unstreamed -- llama-cpp-python's
+    ``chatml-function-calling`` answers a streamed ``tool_choice: "auto"`` with
+    HTTP 500 when the model picks a tool. The caller still gets the answer's
+    text as one delta once it is complete. The price: an abort cannot stop such
+    a server's generation (it notices a closed connection only when it writes).
     """
 
     def __init__(
@@ -301,11 +309,13 @@ class OpenAICompatible:
         headers: Mapping[str, str] | None = None,
         timeouts: Timeouts | None = None,
         retry: RetryPolicy | None = None,
+        stream: bool | None = None,
         max_output_tokens: int | None = None,
         max_tokens_field: MaxTokensField | None = None,
         limits: BodyLimits | None = None,
         background_read_interval: float = BACKGROUND_READ_INTERVAL_S,
     ) -> None:
+        self.stream_answers = stream
         self.base_url = (
             base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL") or "https://api.openai.com/v1"
         ).rstrip("/")
@@ -381,6 +391,9 @@ class OpenAICompatible:
     async def stream(
         self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
     ) -> StreamResult:
+        whole = self.stream_answers is False and request.stream
+        if whole:
+            request = request.model_copy(update={"stream": False})
         request = self.shape(request)
         payload = request_payload(
             request, request.model_name or self.name, max_tokens_field=self.max_tokens_field
@@ -418,7 +431,10 @@ class OpenAICompatible:
                         what="the response body",
                         truncate=False,
                     )
-                    return _complete(request, response, body)
+                    result = _complete(request, response, body)
+                    if whole and request.stream_deltas and result.message.text:
+                        emit(result.message.text)
+                    return result
                 return await self._read_stream(request, response, emit, clock)
         except LlmException:
             raise

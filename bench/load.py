@@ -10,7 +10,9 @@ mean ``think_ms``), then presses Tab on the suggestion with probability
 does not read at all but starts typing its next prompt at once (within
 :data:`TYPE_AT_ONCE_S` of the answer), which is while the speculation of the
 answer's suggestion typically runs: that is what abort latency is measured
-on. It is bounded by ``turns`` per session and stops by itself.
+on; it presses Enter after its usual think time, so the workload's pace does
+not depend on the knob. It is bounded by ``turns`` per session and stops by
+itself.
 
 **Wall time.** ``duration`` bounds the whole run -- opening the sessions, the
 users' rounds, a short drain, closing everything -- not just the rounds: the
@@ -55,7 +57,6 @@ returned, threads, file descriptors, live actors, and an unclean
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import math
@@ -65,7 +66,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -182,17 +183,20 @@ class LoadOptions:
     """
     think_dist: str = "exp"
     """How think times are distributed around ``think_ms`` (:data:`THINK_DISTS`)."""
-    type_during_p: float = 0.75
+    type_during_p: float = 0.8
     """Probability that a user, instead of reading the answer, starts typing its
-    next prompt at once -- while the speculation runs (:data:`TYPE_AT_ONCE_S`).
+    next prompt at once -- while the speculation runs (:data:`TYPE_AT_ONCE_S`) --
+    and presses Enter after its think time (:meth:`SimUser._start_typing`).
 
     Only a keystroke that finds the speculation still running measures abort
     latency, and a session acts on just two suggestions in a default run (the
     first answer has none, the last one's is never acted on): ~400 in all,
-    less what the governor skips. About 80% of these keystrokes find the
-    speculation running, so 0.75 gives the default run some 220-260 aborts of
-    running speculations (0.7 gave 244 with no governor skips), and leaves a
-    quarter of the suggestions to be read and accepted with ``accept_p``."""
+    less what the governor skips. About three in four of these keystrokes
+    find the speculation running. Measured on a default run: 0.75 gave 249
+    aborts of running speculations with no governor skips, and 187 with the
+    governor skipping 23% of suggestions on a machine loaded by other work;
+    0.8 gave 265 without skips and 233 with the governor skipping 10%, and
+    leaves a fifth of the suggestions to be read and accepted with ``accept_p``."""
     drain_s: float = 5.0
     """After the users' deadline, rounds in flight get this long to finish."""
     edit_p: float = 0.05
@@ -301,11 +305,20 @@ class SimUser(PooledActor):
     def _think(self) -> float:
         return think_time(self.rng, self.options.think_dist, self.options.think_ms / 1000.0)
 
-    def _type(self, at_once: bool = False) -> None:
-        prompt = USER_PROMPTS[(self.rounds + self.rng.randrange(3)) % len(USER_PROMPTS)]
+    def _prompt(self) -> str:
+        return USER_PROMPTS[(self.rounds + self.rng.randrange(3)) % len(USER_PROMPTS)]
+
+    def _type(self, prompt: str | None = None) -> None:
+        """Submit a prompt of the user's own, typed over whatever suggestion is shown.
+
+        ``prompt``: the one it started typing at once (:meth:`_start_typing`).
+        """
+        at_once = prompt is not None
+        if prompt is None:
+            prompt = self._prompt()
+            self.session.supervisor.tell(Keystroke(text=prompt[:1]))
         self.ledger.typed_over(self.index, at_once=at_once)
         self.ledger.round_began(self.index)
-        self.session.supervisor.tell(Keystroke(text=prompt[:1]))
         typed = time.monotonic()
         self.ask_then(
             self.session.supervisor,
@@ -315,10 +328,20 @@ class SimUser(PooledActor):
             timeout=120.0,
         )
 
-    def _type_at_once(self) -> None:
+    def _start_typing(self, think: float) -> None:
+        """Type at once: the keystrokes land while the speculation runs (``type_during_p``).
+
+        The user types its own next prompt -- text that is no prefix of the
+        suggestion, so the speculation is aborted now -- and presses Enter
+        after its usual think time: it composes instead of reading, so the
+        pace of the workload is the same with or without this knob.
+        """
+        prompt = self._prompt()
         with self.recorder.lock:
             self.recorder.typed_at_once += 1
-        self._type(at_once=True)
+        self.ledger.typed_over(self.index, at_once=True)
+        self.session.supervisor.tell(Keystroke(text=prompt))
+        self._after(think, lambda: self._type(prompt))
 
     def _typed_done(self, typed: float, result: TurnResult) -> None:
         self.recorder.add("typed_turn_s", time.monotonic() - typed)
@@ -369,14 +392,19 @@ class SimUser(PooledActor):
             self._finish("turns")
             return
         # (no draw at all when it is 0: the runs of a seed stay what they were)
-        at_once = self.options.type_during_p > 0 and self.rng.random() < self.options.type_during_p
-        wait = self.rng.uniform(*TYPE_AT_ONCE_S) if at_once else self._think()
+        p = self.options.type_during_p
+        at_once = p > 0 and self.rng.random() < p
+        think = self._think()
+        reaction = self.rng.uniform(*TYPE_AT_ONCE_S) if at_once else 0.0
         # A user who would still be thinking at the deadline leaves now: the
         # run's wall time is bounded by ``duration`` plus the rounds in flight.
-        if time.monotonic() + wait >= self.deadline:
+        if time.monotonic() + reaction + think >= self.deadline:
             self._finish("deadline")
             return
-        self._after(wait, self._type_at_once if at_once else self._decide)
+        if at_once:
+            self._after(reaction, lambda: self._start_typing(think))
+        else:
+            self._after(think, self._decide)
 
     def _error(self, error: BaseException) -> None:
         with self.recorder.lock:
@@ -521,11 +549,14 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.requested = threading.Event()
+        self.gave_up = False
+        """A second Ctrl-C: the orderly teardown was abandoned."""
         self._previous: Any = None
         self._installed = False
 
     def _handle(self, _signum: int, _frame: Any) -> None:
         if self.requested.is_set():
+            self.gave_up = True
             raise KeyboardInterrupt
         self.requested.set()
 
@@ -610,18 +641,6 @@ def _open_states(sessions: list[tuple[Any, Path]], deadline_s: float = 10.0) -> 
     return states
 
 
-@contextlib.contextmanager
-def _quiet_logs_on_give_up() -> Iterator[None]:
-    """A second Ctrl-C abandons the teardown: what still runs must not print errors."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        from actors.core.logs import configure_logging
-
-        configure_logging(level="critical", force=True)
-        raise
-
-
 def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     """Run the workload once; returns the report and the raw latency samples (seconds).
 
@@ -630,7 +649,7 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     """
     if options.think_dist not in THINK_DISTS:
         raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
-    with _Interrupts() as interrupts, _quiet_logs_on_give_up():
+    with _Interrupts() as interrupts:
         return _run(options, interrupts)
 
 
@@ -813,6 +832,12 @@ def _run(
         }
         return report, samples
     finally:
+        if interrupts.gave_up:
+            # The sessions may still be running: with the server gone their
+            # requests fail, and nobody wants those lines after a second Ctrl-C.
+            from actors.core.logs import configure_logging
+
+            configure_logging(level="critical", force=True)
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
 

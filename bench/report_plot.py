@@ -166,14 +166,21 @@ def _timeline_panel(ax: Any, report: LoadReport) -> None:
     if len(t) < 2:
         ax.text(0.5, 0.5, "— (too short to sample)", ha="center", transform=ax.transAxes)
         return
-    (run_line,) = ax.step(t, running, where="post", color=_COLORS["abort"], linewidth=1.2)
-    ax.fill_between(t, running, step="post", color=_COLORS["abort"], alpha=0.2, linewidth=0)
-    ax.set_ylim(bottom=0)
     ax.set_xlim(0, t[-1])
-    # Rates over bins of at least a second (about 60 across the run), not per sample.
+    # Over bins of at least a second (about 60 across the run), not per sample:
+    # the running count's mean (a line) and its peak (shaded) in each bin, and
+    # the rates of starts and skips.
     width = max(1.0, t[-1] / 60)
     edges = [i * width for i in range(int(t[-1] / width) + 2)]
     mids = [(lo + hi) / 2 for lo, hi in itertools.pairwise(edges)]
+    binned: list[list[float]] = [[] for _ in mids]
+    for when, count in zip(t, running, strict=False):
+        binned[min(len(mids) - 1, int(when / width))].append(count)
+    mean = [sum(b) / len(b) if b else 0.0 for b in binned]
+    peak = [max(b) if b else 0.0 for b in binned]
+    ax.fill_between(mids, peak, color=_COLORS["abort"], alpha=0.18, linewidth=0)
+    (run_line,) = ax.plot(mids, mean, color=_COLORS["abort"], linewidth=1.6)
+    ax.set_ylim(0, max(1.0, max(peak) * 1.15))
     skipped = _rates(t, line["skipped"], edges)
     started = _rates(t, line["admitted"], edges)
     rate = ax.twinx()
@@ -186,7 +193,7 @@ def _timeline_panel(ax: Any, report: LoadReport) -> None:
     ax.legend(
         [run_line, start_line, bars],
         [
-            f"speculations running (peak {max(running):.0f})",
+            f"speculations running: mean per bin, peak shaded (peak {max(running):.0f})",
             f"speculations started / s ({total_started:,} while sampled)",
             f"skipped / s, no headroom ({total_skipped:,} while sampled)",
         ],

@@ -171,9 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--type-during-p",
         type=_probability,
-        default=0.75,
+        default=0.8,
         help="probability a user types its next prompt at once, while the speculation of the "
-        "answer's suggestion still runs (what abort latency is measured on; default 0.75)",
+        "answer's suggestion still runs (what abort latency is measured on; default 0.8)",
     )
     bench.add_argument(
         "--edit-p",

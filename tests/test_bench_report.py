@@ -42,7 +42,7 @@ def fake_report(**changes: Any) -> LoadReport:
     fields: dict[str, Any] = {
         "options": {
             "turns": 4, "think_ms": 10_000.0, "think_dist": "exp", "accept_p": 0.7,
-            "type_during_p": 0.75, "edit_p": 0.05, "ttft_ms": 40.0, "tokens_per_s": 400.0,
+            "type_during_p": 0.8, "edit_p": 0.05, "ttft_ms": 40.0, "tokens_per_s": 400.0,
             "governor": True, "seed": 1, "speculation": True, "duration": 100.0,
         },
         "sessions": 2, "turns": 8, "suggestions": 4, "speculations_started": 6,
@@ -220,7 +220,7 @@ def test_the_figure_has_cdfs_with_n_and_markers_a_timeline_and_a_titled_run() ->
     fig = build_figure(fake_report(), samples, comparison)
     try:
         title = " ".join(fig._suptitle.get_text().split())
-        assert "2 sessions × 4 turns" in title and "type-during-p 0.75" in title
+        assert "2 sessions × 4 turns" in title and "type-during-p 0.8" in title
         cdf, timeline = fig.axes[0], fig.axes[1]
         assert cdf.get_xscale() == "log"
         legend = [t.get_text() for t in cdf.get_legend().get_texts()]

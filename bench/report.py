@@ -198,6 +198,7 @@ def sections(report: LoadReport, comparison: Comparison | None = None) -> list[S
             )
         )
     nobody = "no Tab applied a speculation"
+    accepted = int(report.accept_latency_ms.get("count") or 0)
     out.append(
         Section(
             "latency: p50 / p95 / p99 (n = samples)",
@@ -236,8 +237,8 @@ def sections(report: LoadReport, comparison: Comparison | None = None) -> list[S
                 ),
                 (
                     "time saved per accepted turn (mean)",
-                    f"{report.time_saved_ms_mean:.1f} ms"
-                    if report.accept_latency_ms.get("count")
+                    f"{report.time_saved_ms_mean:.1f} ms (n={accepted:,})"
+                    if accepted
                     else f"— ({nobody})",
                 ),
                 (

@@ -621,7 +621,7 @@ class _Timeline:
             self._stride *= 2
 
 
-def _open_states(sessions: list[tuple[Any, Path]], deadline_s: float = 10.0) -> dict[str, Any]:
+def _open_states(sessions: list[tuple[Any, Path]], deadline_s: float = 5.0) -> dict[str, Any]:
     """Each session's current speculation id -> its state, asked of all at once."""
     futures = []
     for session, _ in sessions:

@@ -60,6 +60,8 @@ from actors.tools.base import Tool, ToolRegistry, ToolServices
 from actors.tools.builtin import builtin_tools
 from actors.tools.decorator import as_tool
 from actors.tools.fs import FsView, WorkspaceFs
+from actors.tools.mcp.config import MCPServer
+from actors.tools.mcp.manager import MCPManager
 from actors.tools.noworkspace import NoWorkspace
 from actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
 from actors.tools.runner import ThreadRunner
@@ -135,6 +137,7 @@ class Runtime:
         self.runner = ThreadRunner(name=f"{name}-tool")
         # async def tools and MCP connections; its thread starts with the first use.
         self.tool_loop = ToolLoop(name=f"{name}-tool-aio")
+        self._mcp: MCPManager | None = None
         self.llm_loop = LlmLoop(name=f"{name}-llm")
         # Suggestions and speculation stream on a loop of their own, so the
         # user's main turns never queue behind them (actors.llm.gateway).
@@ -291,6 +294,7 @@ class Runtime:
         system_prompt: str | None = None,
         tools: Iterable[Tool[Any] | Callable[..., Any]] = (),
         builtin: bool | Iterable[str] | None = None,
+        mcp_servers: Iterable[MCPServer] = (),
         hooks: Hooks | None = None,
         interceptor: Interceptor | None = None,
         model_name: str = "",
@@ -318,7 +322,9 @@ class Runtime:
         those named (``("read_file", "grep")``); by default all of them when
         there is a ``workspace``. ``workspace=None`` opens a session that
         touches no files (no built-ins, no ``@path`` references, no
-        speculation).
+        speculation). ``mcp_servers`` are MCP server configurations
+        (:mod:`actors.tools.mcp`): their tools join the session's; a server
+        that does not start is one alert, and the session opens without it.
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
@@ -338,6 +344,11 @@ class Runtime:
             extra.append(Inspect(self.blob_limits))
         own = [as_tool(item) for item in tools]
         base = [*(t for t in builtin_tools() if t.name in chosen), *extra, *own]
+        servers = list(mcp_servers)
+        mcp_failures: list[str] = []
+        if servers:
+            mcp_tools, mcp_failures = self.mcp.session_tools(servers, taken=[t.name for t in base])
+            base.extend(mcp_tools)
         registry = ToolRegistry(base)
         hooks = hooks or Hooks()
         state = SessionState()
@@ -416,7 +427,25 @@ class Runtime:
         )
         self._sessions[sid] = session
         self._session_models[sid] = (model, fast_model)
+        for text in mcp_failures:
+            self.alert_sink.tell(
+                Alert(level=AlertLevel.ERROR, text=text, session=sid, source="mcp")
+            )
         return session
+
+    @property
+    def mcp(self) -> MCPManager:
+        """The runtime's MCP connections (created with the first session that names a server)."""
+        if self._mcp is None:
+            self._mcp = MCPManager(self.tool_loop, alert=self._mcp_alert)
+        return self._mcp
+
+    def _mcp_alert(self, level: AlertLevel, text: str) -> None:
+        """A runtime-wide alert about a shared MCP server (it serves several sessions)."""
+        try:
+            self.alert_sink.tell(Alert(level=level, text=text, source="mcp"))
+        except Exception as exc:  # the sink is restarting or gone: the log has it
+            log.debug("mcp_alert_dropped", text=text, error=repr(exc))
 
     def _wait_child(self, supervisor: Handle[Any], child_id: str) -> Handle[Any]:
         deadline = time.monotonic() + 30
@@ -529,7 +558,7 @@ class Runtime:
         clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.llm_background_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
-        # async tools
+        # async tools and MCP servers (each server's process is stopped here)
         clean = self.tool_loop.close(max(0.5, deadline - time.monotonic())) and clean
         # 4. Nothing runs any more that could write into an overlay: what a
         # reaper did not finish (past its deadline, stopped early, its removal

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -42,6 +43,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 OnDone = Callable[[Any, BaseException | None], None]
+_Job = tuple[Callable[[], Coroutine[Any, Any, Any]], OnDone, CancelToken | None]
 
 
 class ToolLoopClosed(RuntimeError):
@@ -60,6 +62,10 @@ class ToolLoop:
         self._tasks: set[asyncio.Task[Any]] = set()
         """Running tasks (asyncio keeps only weak references to tasks)."""
         self._closers: list[Callable[[], Awaitable[None]]] = []
+        self._incoming: deque[_Job] = deque()
+        """Submitted jobs the loop has not taken yet (guarded by ``_lock``)."""
+        self._draining = False
+        """A drain is scheduled on the loop: further submits need not wake it."""
         self.submitted = 0
         self.completed = 0
 
@@ -75,6 +81,9 @@ class ToolLoop:
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, started on first use; :class:`ToolLoopClosed` once closed."""
+        loop = self._loop
+        if loop is not None and not self._closed:
+            return loop
         with self._lock:
             if self._closed:
                 raise ToolLoopClosed("the tool event loop is shut down")
@@ -136,6 +145,11 @@ class ToolLoop:
         return not thread.is_alive()
 
     async def _shutdown(self, timeout: float) -> None:
+        with self._lock:
+            never_started = list(self._incoming)
+            self._incoming.clear()
+        for _make, on_done, _cancel in never_started:
+            self._report(on_done, None, ToolLoopClosed("the tool event loop shut down"))
         closers, self._closers = self._closers, []
         if closers:
             results = await asyncio.wait(
@@ -165,11 +179,29 @@ class ToolLoop:
         cancelled before or while it ran).
         """
         loop = self.loop()
-        self.submitted += 1
+        with self._lock:
+            self.submitted += 1
+            self._incoming.append((make, on_done, cancel))
+            if self._draining:
+                return  # the drain already scheduled takes this job too
+            self._draining = True
         try:
-            loop.call_soon_threadsafe(self._start, make, on_done, cancel)
+            # One wake-up per burst: waking the loop writes to its self-pipe,
+            # which costs more than starting the task itself.
+            loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # closed between the check and the call
+            with self._lock:
+                self._draining = False
+                self._incoming.clear()
             raise ToolLoopClosed("the tool event loop is shut down") from None
+
+    def _drain(self) -> None:
+        with self._lock:
+            jobs = list(self._incoming)
+            self._incoming.clear()
+            self._draining = False
+        for make, on_done, cancel in jobs:
+            self._start(make, on_done, cancel)
 
     def _start(
         self,
@@ -177,7 +209,8 @@ class ToolLoop:
         on_done: OnDone,
         cancel: CancelToken | None,
     ) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # _start runs on it
         try:
             coroutine = make()
         except BaseException as exc:  # building the coroutine failed: that is the result

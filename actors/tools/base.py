@@ -307,7 +307,7 @@ def invoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Inv
     try:
         ctx.cancel.raise_if_cancelled()
         value = tool.execute(args, ctx)
-        if inspect.isawaitable(value):
+        if _awaitable(value):
             return awaitable_returned(tool, value)
     except Exception as exc:
         return failure(tool, exc)
@@ -329,7 +329,7 @@ async def ainvoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext)
     try:
         ctx.cancel.raise_if_cancelled()
         value = tool.execute(args, ctx)
-        if inspect.isawaitable(value):
+        if _awaitable(value):
             if not is_async_tool(tool):
                 return awaitable_returned(tool, value)
             value = await value
@@ -338,6 +338,18 @@ async def ainvoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext)
     except Exception as exc:
         return failure(tool, exc)
     return render_value(value)
+
+
+_PLAIN = frozenset({str, dict, list, tuple, int, float, bool, type(None), Inline, Stored})
+"""Result types that are never awaitable: checked first, so the test costs nothing for them."""
+
+
+def _awaitable(value: Any) -> bool:
+    """``inspect.isawaitable``, minus its ABC check's cost (~2 µs) on every ordinary result."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return False
+    return inspect.iscoroutine(value) or hasattr(kind, "__await__")
 
 
 def failure(tool: Tool[Any], exc: Exception) -> Invocation:

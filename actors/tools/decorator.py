@@ -158,9 +158,10 @@ def _result(value: Any) -> ToolReturn:
     Strings, models and ToolOutputs pass through; anything else pydantic can
     serialise (dataclasses, datetimes, sets, ...) becomes its JSON value.
     """
-    if value is None or isinstance(value, str | BaseModel | Inline | Stored):
+    kind = type(value)
+    if kind is str or value is None or isinstance(value, BaseModel | Inline | Stored):
         return value
-    if inspect.isawaitable(value):
+    if inspect.iscoroutine(value) or hasattr(kind, "__await__"):
         return value  # invoke_tool reports it (a sync function returned a coroutine)
     try:
         return to_jsonable_python(value)

@@ -209,6 +209,21 @@ def test_sessions_naming_a_server_share_one_process(runtime: Runtime) -> None:
         two.close()
 
 
+def test_a_call_from_another_loop_runs_on_the_connections_loop(runtime: Runtime) -> None:
+    from actors.tools.aio import ToolLoop
+
+    session = runtime.open_session(model=Caller().model, mcp_servers=[demo()])
+    other = ToolLoop(name="another-loop")
+    try:
+        connection = runtime.mcp.find("demo")
+        assert connection is not None
+        result = other.run_coroutine(connection.call("echo", {"text": "hop"}, WAIT))
+        assert render_result(result.result(WAIT), "demo") == "hop"
+    finally:
+        other.close()
+        session.close()
+
+
 # -- over streamable HTTP --------------------------------------------------------------------------
 
 

@@ -97,6 +97,8 @@ class MCPConnection:
         self.in_flight = 0
         """Calls that hold the live client and wait for the server's answer."""
         self._alert = alert
+        self._home: asyncio.AbstractEventLoop | None = None
+        """The loop the connection lives on (its supervisor task, its client)."""
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
@@ -120,6 +122,7 @@ class MCPConnection:
     async def ensure_started(self) -> None:
         """Start if not running (again after a failure); return once ready or failed."""
         if self.state in ("new", "failed") and not self._closing:
+            self._home = asyncio.get_running_loop()
             self._restarts.clear()
             self.error = None
             self._set_state("starting")
@@ -158,8 +161,16 @@ class MCPConnection:
     # -- calls ------------------------------------------------------------------------
 
     async def call(self, tool: str, arguments: dict[str, Any], time_left: float) -> Any:
-        """Call ``tool``; a ``ToolError`` (the model's error result) for every failure."""
+        """Call ``tool``; a ``ToolError`` (the model's error result) for every failure.
+
+        Called from another loop than the connection's, it runs there (the
+        client's streams belong to that loop); cancelling the caller cancels it.
+        """
         loop = asyncio.get_running_loop()
+        home = self._home
+        if home is not None and home is not loop:
+            hop = asyncio.run_coroutine_threadsafe(self.call(tool, arguments, time_left), home)
+            return await asyncio.wrap_future(hop)
         client = await self._ready_client(loop.time() + max(0.0, time_left))
         lost = self._lost
         self.in_flight += 1

@@ -39,7 +39,7 @@ class MCPManager:
         self._lock = threading.Lock()
         self._connections: dict[tuple[Any, ...], MCPConnection] = {}
         self._closed = False
-        loop.on_close(self._close_all)
+        loop.on_close(self.close)
 
     def connection(self, config: MCPServer) -> MCPConnection:
         """The connection for ``config``'s key (created, not started, the first time)."""
@@ -123,7 +123,8 @@ class MCPManager:
                     return connection
         return None
 
-    async def _close_all(self) -> None:
+    async def close(self) -> None:
+        """Close every connection (stops their servers); runs on the tool loop."""
         with self._lock:
             self._closed = True
             connections = list(self._connections.values())

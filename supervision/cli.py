@@ -1,7 +1,7 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell`` -- the micro-benchmarks;
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|tool-api`` -- the micro-benchmarks;
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
-MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell")
+MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell", "tool-api")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -295,7 +295,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.name is not None:
         from bench._common import BenchFailed
 
-        module = importlib.import_module(f"bench.{args.name}")
+        module = importlib.import_module(f"bench.{args.name.replace('-', '_')}")
         try:
             module.run(quick=args.quick)
         except BenchFailed as exc:

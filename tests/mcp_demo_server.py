@@ -12,6 +12,8 @@ import asyncio
 import base64
 import os
 import sys
+import threading
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ImageContent, TextContent, ToolAnnotations
@@ -81,6 +83,20 @@ def picture() -> list[TextContent | ImageContent]:
 def big(lines: int) -> str:
     """Many lines of text."""
     return "\n".join(f"line {i} of the big result" for i in range(lines))
+
+
+@server.tool()
+def chatter(chunks: int) -> str:
+    """Write to stderr in the background, after answering (a chatty server)."""
+
+    def write() -> None:
+        for _ in range(chunks):
+            sys.stderr.write("x" * 1000 + "\n")
+            sys.stderr.flush()
+            time.sleep(0.01)
+
+    threading.Thread(target=write, daemon=True).start()
+    return "chattering"
 
 
 @server.tool(annotations=READ_ONLY)

@@ -437,6 +437,27 @@ def test_closing_the_runtime_stops_its_servers() -> None:
     assert not any(t.name == "mcp-close-tool-aio" for t in threading.enumerate())
 
 
+def test_a_chatty_servers_stderr_is_kept_small(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors.tools.mcp import connection as connection_module
+
+    monkeypatch.setattr(connection_module, "STDERR_CAP", 20_000)
+    monkeypatch.setattr(connection_module, "STDERR_CHECK_S", 0.05)
+    config = demo(name="chatty", extra_args=["--chatty-marker"])
+    session = runtime.open_session(
+        model=Caller([("chatty__chatter", {"chunks": 500})]).model, mcp_servers=[config]
+    )
+    try:
+        assert ask(session) == ["chatty__chatter:chattering"]
+        connection = runtime.mcp.find("chatty")
+        assert connection is not None
+        # the server keeps writing while idle: the supervisor empties the file as it grows
+        wait_until(lambda: connection.stderr_trims >= 2)
+    finally:
+        session.close()
+
+
 # -- speculation: trusted read-only tools ----------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ from actors.tools.cancel import CancelToken
 from actors.tools.decorator import tool
 from messages.conversation import ToolCall, ToolResult
 from messages.llm import LlmRequest
-from messages.tools import CancelToolCalls
+from messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished
 from supervision import Runtime
 from tests.test_tool_pool import Collector, Reports, stats, submit, wait_until
 
@@ -409,3 +409,48 @@ def test_close_cancels_what_still_runs() -> None:
     assert started.wait(WAIT)
     assert loop.close(timeout=5)
     assert isinstance(done.get(timeout=WAIT), asyncio.CancelledError)
+
+
+# -- no reference cycles on the hot path (see tests/test_reference_cycles.py) --------------------
+
+
+def test_a_finished_async_batch_is_freed_without_the_collector(tmp_path: Path) -> None:
+    import weakref
+
+    @tool
+    async def hop(tag: str, ctx: ToolContext) -> str:
+        await asyncio.sleep(0)
+        return tag
+
+    @tool
+    async def fails(tag: str) -> str:
+        raise ValueError(tag)
+
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    rt = Runtime(name="async-cycles", blobs=False)
+    try:
+        q: queue.Queue[Any] = queue.Queue()
+        with rt.system.activated():
+            collector = Collector.start(q)
+        pool = pool_of(rt)
+        request = RunToolBatch(
+            batch_id="b1",
+            session_id="s1",
+            calls=(call("hop", tag="a"), call("fails", tag="b"), call("hop", tag="c")),
+            tools=ToolRegistry([hop, fails]),
+            fs=WorkspaceFs(tmp_path),
+            reply_to=collector,
+        )
+        pool.tell(request)
+        while not isinstance(message := q.get(timeout=WAIT), ToolBatchFinished):
+            pass
+        assert [r.outcome for r in message.results] == ["ok", "error", "ok"]
+        batch = weakref.ref(request)
+        del request, message
+        wait_until(lambda: batch() is None, timeout=5.0)
+    finally:
+        assert rt.close(timeout=30)
+        if enabled:
+            gc.enable()

@@ -57,6 +57,9 @@ MAX_LIST_PAGES = 20
 STDERR_CAP = 1024 * 1024
 """The server's stderr file is emptied when it grows past this (bytes)."""
 
+STDERR_CHECK_S = 30.0
+"""How often a running server's stderr file is checked against :data:`STDERR_CAP`."""
+
 STDERR_TAIL = 600
 """Characters of the server's stderr quoted in a failure alert."""
 
@@ -96,6 +99,8 @@ class MCPConnection:
         """Successful starts (1 + restarts that succeeded)."""
         self.in_flight = 0
         """Calls that hold the live client and wait for the server's answer."""
+        self.stderr_trims = 0
+        """Times the server's stderr file was emptied for growing past :data:`STDERR_CAP`."""
         self._alert = alert
         self._home: asyncio.AbstractEventLoop | None = None
         """The loop the connection lives on (its supervisor task, its client)."""
@@ -230,7 +235,11 @@ class MCPConnection:
                     reached_ready = True
                     self._set_state("ready")
                     log.info("mcp_server_ready", tools=len(listed), **describe(config))
-                    await lost.wait()
+                    while not lost.is_set():
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(STDERR_CHECK_S):
+                                await lost.wait()
+                        self._trim_stderr()  # a chatty idle server fills no disk
                     reason = self.error or reason
             except asyncio.CancelledError:
                 if self._closing:
@@ -368,6 +377,7 @@ class MCPConnection:
         try:
             if os.path.getsize(path) > STDERR_CAP:
                 os.truncate(path, 0)
+                self.stderr_trims += 1
         except OSError:
             pass
 

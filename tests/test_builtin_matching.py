@@ -15,7 +15,7 @@ from typing import Any
 
 import bracex
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from actors.tools.base import ToolContext, invoke_tool
@@ -84,6 +84,13 @@ def test_glob_understands_braces(tmp_path: Path) -> None:
     assert ok(tmp_path, "glob", pattern="{src,lib}/*.tsx") == ["lib/e.tsx", "src/b.tsx"]
 
 
+def test_a_leading_dot_slash_means_the_search_base(tmp_path: Path) -> None:
+    write(tmp_path, {"src/a.py": "", "b.py": ""})
+    assert ok(tmp_path, "glob", pattern="./src/*.py") == ["src/a.py"]
+    assert ok(tmp_path, "glob", pattern="./*.py") == ["b.py"]
+    assert glob_matches("/src/*.py", "src/a.py")
+
+
 def test_grep_include_understands_braces(tmp_path: Path) -> None:
     write(tmp_path, {"a.ts": "needle\n", "b.tsx": "needle\n", "c.js": "needle\n"})
     assert ok(tmp_path, "grep", pattern="needle", include="*.{ts,tsx}") == [
@@ -128,8 +135,12 @@ PATH_SEGMENT = st.text(alphabet="ab.-", min_size=1, max_size=4).filter(
     st.lists(PATH_SEGMENT, min_size=1, max_size=4),
 )
 def test_brace_free_globs_match_as_before(pattern_parts: list[str], path_parts: list[str]) -> None:
-    """Without braces, the new matcher agrees with the previous hand-written one."""
+    """Without braces, the new matcher agrees with the previous hand-written one.
+
+    (Except for a leading "./", which now names the search base, as in a shell.)
+    """
     pattern = "/".join(pattern_parts)
+    assume(not pattern.startswith("./"))
     path = "/".join(path_parts)
     assert glob_matches(pattern, path) is (glob_regex(pattern).match(path) is not None), (
         pattern,
@@ -163,6 +174,8 @@ def test_a_brace_group_matches_what_any_of_its_expansions_matches(
 def test_glob_errors_are_pattern_errors() -> None:
     with pytest.raises(PatternError, match="empty"):
         compile_glob("   ")
+    with pytest.raises(PatternError, match="names no files"):
+        compile_glob("./")
     with pytest.raises(PatternError, match="characters long"):
         compile_glob("a" * 5000)
 

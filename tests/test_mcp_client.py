@@ -316,6 +316,22 @@ def test_a_server_that_will_not_start_is_one_alert_and_the_session_opens(runtime
         session.close()
 
 
+def test_a_server_that_never_answers_is_given_up_at_its_startup_timeout(runtime: Runtime) -> None:
+    mute = MCPServerStdio(
+        sys.executable,
+        ["-c", "import time; time.sleep(600)", "--mute-marker"],
+        name="mute",
+        startup_timeout=2,
+    )
+    session = runtime.open_session(model=Caller().model, mcp_servers=[mute])
+    try:
+        (alert,) = alerts_of(session, 1)
+        assert alert.startswith("MCP server 'mute' did not start: it did not answer within 2s")
+        wait_until(lambda: server_pids("--mute-marker") == [])  # and its process is gone
+    finally:
+        session.close()
+
+
 def test_configurations_are_checked_at_construction() -> None:
     with pytest.raises(ValidationError, match="args is a list of arguments"):
         MCPServerStdio("server", "--flag")  # type: ignore[arg-type]

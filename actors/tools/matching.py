@@ -111,9 +111,15 @@ def compile_glob(pattern: str) -> GlobMatcher:
     text = pattern.strip()
     if not text:
         raise PatternError("the glob is empty")
-    # Relative to the search base (a leading "/" too); no "/" at all: any depth.
+    # No "/" at all: any depth. Otherwise relative to the search base, which a
+    # leading "/" or "./" names too ("./*.py": the base's own files only).
+    anchored = "/" in text.rstrip("/")
     text = text.lstrip("/")
-    if "/" not in text.rstrip("/"):
+    while text.startswith("./"):
+        text = text[2:].lstrip("/")
+    if not text:
+        raise PatternError(f"the glob {_short(pattern)} names no files (try '**/*')")
+    if not anchored:
         text = "**/" + text
     try:
         include, _exclude = wcglob.translate(text, flags=GLOB_FLAGS, limit=MAX_GLOB_EXPANSIONS)

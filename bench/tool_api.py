@@ -14,8 +14,11 @@ Every figure is measured beside its baseline in the same run:
   connection on the tool loop, and the whole pool path) vs the SDK's own
   ``ClientSession.call_tool`` in a loop, against the same kind of server.
 
-Each measurement is warmed up, repeated, and its median taken; a batch that
-does not finish, or a call that does not succeed, fails the benchmark.
+Each measurement is warmed up, repeated, and its median taken (the per-call
+variants interleaved, in alternating order, so machine noise hits them
+alike), under the process settings a ``Runtime`` applies (GC thresholds, GIL
+switch interval: ``actors.core.tuning``); a batch that does not finish, or a
+call that does not succeed, fails the benchmark.
 
 Run: ``fore bench tool-api`` (or ``python -m bench.tool_api [--quick]``).
 """
@@ -36,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from actors.core import ActorSystem, PooledActor
+from actors.core import ActorSystem, PooledActor, tuning
 from actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs
 from actors.tools.aio import ToolLoop
 from actors.tools.base import ainvoke_tool, invoke_tool
@@ -312,6 +315,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
     system = ActorSystem(name="bench-tool-api")
     loop = ToolLoop(name="bench-tool-api-aio")
     metrics: dict[str, float] = {}
+    tuning.tune()  # as a Runtime does while it is open
     try:
         with system.activated():
             sink = _Sink.start()
@@ -323,12 +327,11 @@ def run(*, quick: bool = False) -> dict[str, float]:
             for name in ("function_tool", "decorated", "async_decorated"):
                 runner.batch(name, count, {"n": 1})  # warm: threads, loop, caches
             # interleaved rounds: machine noise hits every variant alike
-            samples: dict[str, list[float]] = {
-                n: [] for n in ("function_tool", "decorated", "async_decorated")
-            }
-            for _ in range(rounds):
-                for name, values in samples.items():
-                    values.append(runner.batch(name, count, {"n": 1}) / count)
+            names = ["function_tool", "decorated", "async_decorated"]
+            samples: dict[str, list[float]] = {n: [] for n in names}
+            for round_number in range(2 * rounds):
+                for name in names if round_number % 2 == 0 else names[::-1]:
+                    samples[name].append(runner.batch(name, count, {"n": 1}) / count)
             per_call = {name: statistics.median(values) * 1e6 for name, values in samples.items()}
             runner.batch("async_sleep", ASYNC_CALLS, {"n": 1})
             concurrent = _median(rounds, lambda: runner.batch("async_sleep", ASYNC_CALLS, {"n": 1}))
@@ -341,13 +344,14 @@ def run(*, quick: bool = False) -> dict[str, float]:
     finally:
         system.shutdown()
         loop.close(timeout=10)
+        tuning.untune()
     layer = _invocation_layer(tools, layer_count, rounds)
 
     base = per_call["function_tool"]
     sync_ratio = ratio(per_call["decorated"], base)
     async_ratio = ratio(per_call["async_decorated"], base)
     table(
-        f"per-call overhead, µs (median of {rounds} rounds; {count:,} trivial calls per batch "
+        f"per-call overhead, µs (median of {2 * rounds} rounds; {count:,} trivial calls per batch "
         f"through the pool, {layer_count:,} for the invocation layer)",
         ["tool", "through the pool", "invocation layer", "vs FunctionTool (pool)", "target"],
         [

@@ -434,7 +434,12 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     try:
         script_file = ScriptFile.model_validate(script(options.turns))
         server = MockLlmServer.spawn(
-            script_file, ttft_ms=options.ttft_ms, tokens_per_s=options.tokens_per_s
+            script_file,
+            ttft_ms=options.ttft_ms,
+            tokens_per_s=options.tokens_per_s,
+            # The mock shares the machine: fork streams written per 50 ms tick, not per
+            # token (see MockSettings.background_tick_ms).
+            background_tick_ms=50.0,
         )
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)

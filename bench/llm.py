@@ -20,7 +20,15 @@ The mock server runs in a child process (its own GIL). Measured:
   is slower, and a ratio against it would measure sharding, not the
   gateway); the single stock client is printed too, for reference;
 * cancel-to-closed latency: from telling the gateway to cancel a live stream to
-  the requester's ``LlmCancelled`` (sent after the connection is closed).
+  the requester's ``LlmCancelled`` (sent after the connection is closed);
+* what a fork's answer costs this process (CPU per answer; forks are streamed so
+  that an abort stops the server): not streamed (the baseline), streamed and
+  read per event (a main turn), streamed and read in batches (a fork);
+* hostile servers (:mod:`bench.llm_hostile`): the peak RSS a client process
+  gains from one request to each (a 300 MB line, gzip bombs on a stream, an
+  error body and a whole body, a million tool calls), measured in a fresh
+  process per case against the limit (64 MB), with an ordinary answer's
+  growth in the same run as the baseline.
 
 Run: ``fore bench llm`` (or ``python -m bench.llm [--quick] [--requests N]``).
 """
@@ -186,6 +194,126 @@ def _bare_round(
     return asyncio.run(main())
 
 
+def _fork_cpu(quick: bool) -> dict[str, float]:
+    """CPU of this process per answer: not streamed vs streamed (per event / in batches).
+
+    The same 150-word answers at 400 tokens/s from a mock server in its own
+    process, ``n`` at once, each arm three times, interleaved; the least CPU of
+    each arm is kept (``time.process_time``: every thread of this process).
+    """
+    from actors.llm import evloop
+
+    n = 100 if quick else 200
+    server = MockLlmServer.spawn(generated_words=150, tokens_per_s=400, ttft_ms=40)
+    try:
+        model = OpenAICompatible(
+            base_url=server.base_url, api_key="bench", model="mock", retry=RetryPolicy(0)
+        )
+
+        def arm(stream: bool, purpose: str) -> float:
+            async def one(i: int, http: httpx.AsyncClient) -> None:
+                request = LlmRequest(
+                    request_id=f"f{next(_ids)}",
+                    session_id=f"f{i}",
+                    purpose=purpose,  # type: ignore[arg-type]
+                    messages=(UserMessage(text=f"hello {i}"),),
+                    stream=stream,
+                    stream_deltas=False,
+                )
+                await model.stream(request, lambda event: None, http)
+
+            async def go() -> float:
+                limits = httpx.Limits(max_connections=4 * n)
+                async with httpx.AsyncClient(
+                    transport=FastAsyncTransport(limits=limits), timeout=120
+                ) as http:
+                    began = time.process_time()
+                    await asyncio.gather(*(one(i, http) for i in range(n)))
+                    return time.process_time() - began
+
+            return evloop.run(go())
+
+        arms = {
+            "not streamed (baseline)": (False, "speculation"),
+            "streamed, read per event (a main turn)": (True, "main"),
+            "streamed, read in batches (a fork)": (True, "speculation"),
+        }
+        for stream, purpose in arms.values():  # warm up
+            arm(stream, purpose)
+        cpu: dict[str, list[float]] = {name: [] for name in arms}
+        for _ in range(3):
+            for name, (stream, purpose) in arms.items():
+                cpu[name].append(arm(stream, purpose))
+    finally:
+        server.stop()
+    base = min(cpu["not streamed (baseline)"])
+    table(
+        f"what a fork's answer costs this process ({n} answers of 150 words at once, "
+        "least of 3 runs)",
+        ["answer read", "CPU ms per answer", "ratio to not streamed"],
+        [[name, min(v) / n * 1e3, ratio(min(v), base)] for name, v in cpu.items()],
+    )
+    return {
+        "fork_cpu_ms_not_streamed": base / n * 1e3,
+        "fork_cpu_ratio_per_event": ratio(min(cpu["streamed, read per event (a main turn)"]), base),
+        "fork_cpu_ratio_batched": ratio(min(cpu["streamed, read in batches (a fork)"]), base),
+    }
+
+
+HOSTILE_RSS_LIMIT = 64 * 1024 * 1024
+"""The most one hostile answer may add to a client's peak RSS."""
+
+
+def _hostile_rss() -> dict[str, float]:
+    """Peak RSS growth of a fresh client process under each hostile answer (module docs)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bench._common import BenchFailed
+    from bench.llm_hostile import BENIGN, CASES, HostileServer
+
+    root = str(Path(__file__).resolve().parents[1])
+    cases = [c for c in CASES.values() if not c.timed]
+    rows = []
+    results: dict[str, float] = {}
+    over = []
+    with HostileServer(BENIGN) as benign:
+        for case in cases:
+            with HostileServer(case) as server:
+                done = subprocess.run(
+                    [sys.executable, "-m", "bench.llm_hostile", server.base_url,
+                     benign.base_url, "stream" if case.stream else "body"],
+                    capture_output=True, text=True, timeout=300, cwd=root, check=False,
+                )  # fmt: skip
+            if done.returncode != 0:
+                raise BenchFailed(f"hostile case {case.name}: the probe failed: {done.stderr}")
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            growth = float(found["growth"])
+            results[case.name] = growth / 1e6
+            if growth > HOSTILE_RSS_LIMIT:
+                over.append(case.name)
+            outcome = str(found["outcome"])
+            rows.append(
+                [
+                    case.what,
+                    growth / 1e6,
+                    growth / HOSTILE_RSS_LIMIT,
+                    float(found["seconds"]),
+                    outcome if len(outcome) <= 70 else outcome[:67] + "...",
+                ]
+            )
+    table(
+        f"hostile servers: peak RSS growth of a client process (limit "
+        f"{HOSTILE_RSS_LIMIT // 2**20} MiB; 'benign' is the same-run baseline)",
+        ["answer", "growth (MB)", "growth / limit (×)", "time (s)", "how the request ended"],
+        rows,
+    )
+    if over:
+        raise BenchFailed(f"hostile answers grew the client past the limit: {', '.join(over)}")
+    return results
+
+
 def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]:
     n = requests or (200 if quick else 1000)
     cancels = 30 if quick else 100
@@ -317,7 +445,11 @@ def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]
             Target("cancel → closed, p99", percentile(cancel_latencies, 99) * 1e3, "ms", "<=", 5),
         ]
     )
+    forks = _fork_cpu(quick)
+    hostile = _hostile_rss()
     return {
+        **forks,
+        **{f"hostile_rss_mb_{name}": value for name, value in hostile.items()},
         "requests": float(n),
         "throughput_ratio": throughput_ratio,
         "throughput_ratio_stock_httpx": stock_ratio,

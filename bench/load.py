@@ -587,7 +587,12 @@ def _spawn_server(options: LoadOptions) -> Any:
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         return MockLlmServer.spawn(
-            script_file, ttft_ms=options.ttft_ms, tokens_per_s=options.tokens_per_s
+            script_file,
+            ttft_ms=options.ttft_ms,
+            tokens_per_s=options.tokens_per_s,
+            # The mock shares the machine: fork streams written per 50 ms tick, not per
+            # token (see MockSettings.background_tick_ms).
+            background_tick_ms=50.0,
         )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

@@ -3,10 +3,12 @@
 The gate runs before every speculative tool call, so it must stay cheap next
 to the tool itself. Measured in one run:
 
-* the classifier over the whole corpus (:mod:`bench.shell_corpus`): each
-  command classified several times, its median taken, then the median and p99
-  over commands; the same over the corpus's ``${...}`` operand group alone
-  (those operands are re-read as bash may read them, a few extra parses);
+* the classifier over the whole corpus (:mod:`bench.shell_corpus`, classified
+  in the corpus workspace, so every path operand goes through the scope
+  check's ``lstat`` walk): each command classified several times, its median
+  taken, then the median and p99 over commands; the same over the corpus's
+  ``${...}`` operand group alone (those operands are re-read as bash may read
+  them, a few extra parses);
 * the gate's added cost per call: ``evaluate_tool_call`` on a read tool and on
   a shell call, each timed side by side with a baseline (a function call doing
   a bare dict lookup), in interleaved rounds; the ratio is printed;
@@ -36,7 +38,7 @@ from rich.table import Table
 from actors.gate.shell import classify_shell_command
 from actors.gate.tool_gate import evaluate_tool_call
 from bench._common import Target, targets_table
-from bench.shell_corpus import CORPUS, EXPANSION_OPERANDS
+from bench.shell_corpus import CORPUS, EXPANSION_OPERANDS, make_workspace
 
 _TABLE = {"read_file": "allow", "shell": "boundary"}
 
@@ -51,14 +53,16 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def _classifier_costs(repeats: int, corpus: list[tuple[str, str]] = CORPUS) -> list[float]:
+def _classifier_costs(
+    repeats: int, workspace: Path, corpus: list[tuple[str, str]] = CORPUS
+) -> list[float]:
     """Median microseconds per corpus command."""
     costs: list[float] = []
     for command, _ in corpus:
         samples: list[float] = []
         for _ in range(repeats):
             start = time.perf_counter_ns()
-            classify_shell_command(command)
+            classify_shell_command(command, workspace)
             samples.append((time.perf_counter_ns() - start) / 1000)
         costs.append(statistics.median(samples))
     return costs
@@ -90,34 +94,13 @@ def run(*, quick: bool = False) -> dict[str, float]:
     read_iterations = 2_000 if quick else 20_000
     shell_iterations = 200 if quick else 2_000
 
-    for command, _ in CORPUS:  # warm-up: parser creation, caches, imports
-        classify_shell_command(command)
-    costs = _classifier_costs(repeats)
-    operand_costs = _classifier_costs(repeats, EXPANSION_OPERANDS)
-
-    read_args: dict[str, object] = {"path": "src/app.py", "offset": 0, "limit": 100}
-    shell_args: dict[str, object] = {"command": "git status"}
-    read_gate, read_base = _side_by_side(
-        lambda: evaluate_tool_call("read_file", read_args, "default"),
-        lambda: _baseline("read_file", read_args, "default"),
-        read_iterations,
-        rounds,
-    )
-    shell_gate, shell_base = _side_by_side(
-        lambda: evaluate_tool_call("shell", shell_args, "default"),
-        lambda: _baseline("shell", shell_args, "default"),
-        shell_iterations,
-        rounds,
-    )
-    classify_only, _ = _side_by_side(
-        lambda: classify_shell_command("git status"),
-        lambda: None,
-        shell_iterations,
-        rounds,
-    )
-
-    probed_ns = _probed_gate_ns(shell_args, shell_iterations, rounds)
-
+    with tempfile.TemporaryDirectory(prefix="fore-bench-corpus-") as base:
+        workspace = make_workspace(Path(base))
+        for command, _ in CORPUS:  # warm-up: parser creation, caches, imports
+            classify_shell_command(command, workspace)
+        costs = _classifier_costs(repeats, workspace)
+        operand_costs = _classifier_costs(repeats, workspace, EXPANSION_OPERANDS)
+        metrics = _gate_costs(workspace, rounds, read_iterations, shell_iterations)
     metrics = {
         "corpus_commands": float(len(CORPUS)),
         "classify_median_us": statistics.median(costs),
@@ -125,6 +108,40 @@ def run(*, quick: bool = False) -> dict[str, float]:
         "classify_max_us": max(costs),
         "classify_operands_median_us": statistics.median(operand_costs),
         "classify_operands_p99_us": _percentile(operand_costs, 0.99),
+        **metrics,
+    }
+    _print(metrics, quick=quick)
+    return metrics
+
+
+def _gate_costs(
+    workspace: Path, rounds: int, read_iterations: int, shell_iterations: int
+) -> dict[str, float]:
+    """The gate's cost per call next to a bare dict lookup (same rounds, interleaved)."""
+
+    read_args: dict[str, object] = {"path": "src/app.py", "offset": 0, "limit": 100}
+    shell_args: dict[str, object] = {"command": "git status"}
+    read_gate, read_base = _side_by_side(
+        lambda: evaluate_tool_call("read_file", read_args, "default", cwd=workspace),
+        lambda: _baseline("read_file", read_args, "default"),
+        read_iterations,
+        rounds,
+    )
+    shell_gate, shell_base = _side_by_side(
+        lambda: evaluate_tool_call("shell", shell_args, "default", cwd=workspace),
+        lambda: _baseline("shell", shell_args, "default"),
+        shell_iterations,
+        rounds,
+    )
+    classify_only, _ = _side_by_side(
+        lambda: classify_shell_command("git status", workspace),
+        lambda: None,
+        shell_iterations,
+        rounds,
+    )
+
+    probed_ns = _probed_gate_ns(shell_args, shell_iterations, rounds)
+    return {
         "gate_read_us": read_gate / 1000,
         "gate_read_baseline_us": read_base / 1000,
         "gate_read_added_us": (read_gate - read_base) / 1000,
@@ -136,8 +153,6 @@ def run(*, quick: bool = False) -> dict[str, float]:
         "classify_git_status_us": classify_only / 1000,
         "gate_shell_probed_us": probed_ns / 1000,
     }
-    _print(metrics, quick=quick)
-    return metrics
 
 
 def _probed_gate_ns(shell_args: dict[str, object], iterations: int, rounds: int) -> float:

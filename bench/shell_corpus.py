@@ -1,791 +1,119 @@
-"""Shell commands with the class the speculation gate's classifier must give them.
+"""The shell classifier's corpus: commands with the class they must get, kept as data.
 
-Shared by the classifier's table-driven tests and its benchmark. Every rule of
-the classifier appears in both directions: the forms that must be caught and
-the everyday read-only forms that must stay read-only (a gate that says
-"unknown" to everything is safe but useless). Commands are classified without
-a ``cwd``, so no git-config probe is involved.
+The commands live in ``tests/data/shell_corpus/*.jsonl`` (one JSON object a
+line: ``command``, ``expected``, ``source``, ``group``, and for commands taken
+from other agents' test suites ``peer`` -- what that agent decided -- see the
+README there). This module loads them for the classifier's tests and its
+benchmark, and builds the workspace they are classified in: a directory with a
+few files, a symlink inside it and two that lead outside, next to an
+``outside`` directory holding a secret. Every command is classified with that
+workspace, so the scope rule (reads stay inside the workspace) is part of
+every verdict.
 """
 
 from __future__ import annotations
 
-R = "read-only"
-W = "write"
-U = "unknown"
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
-_READ_ONLY_BASICS: list[tuple[str, str]] = [
-    ("ls", R),
-    ("ls -la", R),
-    ("ls -la src/", R),
-    ("cat README.md", R),
-    ("cat -n src/main.py", R),
-    ("head -n 20 src/app.py", R),
-    ("head -5 file.txt", R),
-    ("tail -n 50 log.txt", R),
-    ("tail -f app.log", R),
-    ("wc -l src/*.py", R),
-    ("grep -rn foo src", R),
-    ("grep -rn foo src | head", R),
-    ("grep -rn 'def main' --include='*.py' .", R),
-    ("grep -E 'a|b' file", R),
-    ("egrep -i todo -r .", R),
-    ("stat setup.py", R),
-    ("du -sh .", R),
-    ("df -h", R),
-    ("pwd", R),
-    ("which python3", R),
-    ("echo hello", R),
-    ("echo 'hello world'", R),
-    ('echo "hello $USER"', R),
-    ("printf '%s\\n' a b c", R),
-    ("cut -d: -f1 /etc/passwd", R),
-    ("tr a-z A-Z < in.txt", R),
-    ("diff a.txt b.txt", R),
-    ("diff -u old new", R),
-    ("cmp a b", R),
-    ("jq '.name' package.json", R),
-    ("sha256sum dist/app.tar.gz", R),
-    ("realpath ../x", R),
-    ("basename /a/b/c.txt", R),
-    ("dirname /a/b/c.txt", R),
-    ("readlink -f link", R),
-    ("seq 1 10", R),
-    ("true", R),
-    ("uname -a", R),
-    ("ps aux", R),
-    ("printenv HOME", R),
-    ("type ls", R),
-    ("nl -ba file", R),
-    ("od -c file | head", R),
-    ("column -t data.tsv", R),
-    ("comm -12 a b", R),
-    ("base64 -d < in", R),
-    ("cat *.md", R),
-    ("ls ~", R),
-    ("ls ~/projects", R),
-    ("echo a{b,c}", R),
-    ("cat $FILE", R),
-    ('cat "$FILE"', R),
-    ("echo ${HOME}", R),
-    ("echo ${#PATH}", R),
-    ("echo ${name:-default}", R),
-    ("echo ${file%.py}", R),
-    ("echo ${path//\\//_}", R),
-    ("echo $1 $@ $? $$", R),
-    ("echo $'tab\\there'", R),
-    ("\\ls", R),
-    ("'ls' -la", R),
-    ('"cat" file', R),
-    ("ls # rm -rf /", R),
-    ("# only a comment", R),
-    ("date", R),
-    ("date +%Y-%m-%d", R),
-    ("date -u -d '2 days ago' +%s", R),
-    ("file src/main.py", R),
-    ("file -b --mime-type image.png", R),
-    ("cd src && ls", R),
-    ("cd src; grep -rn x .", R),
-]
+CORPUS_DIR = Path(__file__).resolve().parent.parent / "tests" / "data" / "shell_corpus"
+"""Where the corpus files are (the source tree: they are test data, not shipped)."""
 
-_READ_ONLY_COMPOSITIONS: list[tuple[str, str]] = [
-    ("ls | wc -l", R),
-    ("cat a | grep b | sort | uniq -c | sort -rn | head", R),
-    ("ls && pwd", R),
-    ("ls || echo missing", R),
-    ("ls; pwd; echo done", R),
-    ("(ls; pwd)", R),
-    ("{ ls; pwd; }", R),
-    ("! grep -q x file", R),
-    ("ls |& grep err", R),
-    ("ls 2>&1 | head", R),
-    ("ls > /dev/null", R),
-    ("ls 2>/dev/null", R),
-    ("ls &> /dev/null", R),
-    ("ls >/dev/null 2>&1", R),
-    ("cat < input.txt", R),
-    ("grep x <<< 'some text'", R),
-    ('grep x <<< "$VAR"', R),
-    ("cat <<EOF\nhello\nEOF", R),
-    ("cat <<'EOF'\nhello $(rm -rf /) `rm x`\nEOF", R),
-    ('cat <<"EOF"\n$(rm x)\nEOF', R),
-    ("cat <<EOF\nhello $USER ${HOME}\nEOF", R),
-    ("cat <<-EOF\n\tindented\n\tEOF", R),
-    ("cat <<EOF | grep x\nline x\nEOF", R),
-    ("ls 1>&2", R),
-    ("ls 2>&-", R),
-    ("ls -la \\\n  src/", R),
-    ("grep -rn foo \\\n  --include='*.py' \\\n  src", R),
-    ("ls\npwd", R),
-    ("echo a\\ b", R),
-    ("cat 'file with spaces.txt'", R),
-    ('echo "quoted \\"inner\\" text"', R),
-    ("grep -c x a b c | sort -t: -k2 -n", R),
-    ("ls > /dev/null -la", R),
-    ("ls 2>&1 src", R),
-    ("ls 2>&1-", R),
-    ("ls >&2-", R),
-    ("ls >& 2-", R),
-    ("ls >&2x", W),
-    ("grep foo 2>/dev/null file", R),
-    ("cat <<EOF -n\nx\nEOF", R),
-    ("cat <<'EOF' -n\n$(rm x)\nEOF", R),
-]
+Expected = Literal["read-only", "write", "unknown"]
+_CLASSES = frozenset({"read-only", "write", "unknown"})
+_PEER_VERDICTS = frozenset({"allow", "deny"})
 
-_ALLOWLIST: list[tuple[str, str]] = [
-    ("python3 script.py", U),
-    ("python -c 'print(1)'", U),
-    ("node -e 'console.log(1)'", U),
-    ("perl -e 'print 1'", U),
-    ("ruby -e 'puts 1'", U),
-    ("awk '{print $1}' file", U),
-    ("bash script.sh", U),
-    ("bash -c 'ls'", U),
-    ("sh -c 'echo hi'", U),
-    ("env", U),
-    ("env ls", U),
-    ("env FOO=1 ls", U),
-    ("xargs ls", U),
-    ("xargs -n1 echo", U),
-    ("sudo ls", U),
-    ("nohup ls", U),
-    ("timeout 5 ls", U),
-    ("time ls", U),
-    ("command ls", U),
-    ("exec ls", U),
-    ("eval ls", U),
-    ("source ./env.sh", U),
-    (". ./env.sh", U),
-    ("make", U),
-    ("npm test", U),
-    ("pip install x", U),
-    ("curl https://example.com", U),
-    ("wget https://example.com", U),
-    ("ssh host ls", U),
-    ("docker ps", U),
-    ("less file", U),
-    ("more file", U),
-    ("vim file", U),
-    ("xxd file", U),
-    ("yq '.a' f.yaml", U),
-    ("sdiff a b", U),
-    ("./script.sh", U),
-    ("/usr/bin/cat file", U),
-    ("$CMD file", U),
-    ('"$CMD" file', U),
-    ("$(echo ls)", U),
-    ("unknowncommand --flag", U),
-    ("sleep 10", U),
-    ("export FOO=bar", U),
-    ("unset FOO", U),
-    ("alias ls=rm", U),
-    ("set -e", U),
-    ("shopt -s extglob", U),
-    ("hash -r", U),
-    ("trap 'rm x' EXIT", U),
-    ("hostname", U),
-]
 
-_WRITE_ROOTS: list[tuple[str, str]] = [
-    ("rm file", W),
-    ("rm -rf build/", W),
-    ("rmdir empty", W),
-    ("mv a b", W),
-    ("cp a b", W),
-    ("cp -r src dst", W),
-    ("mkdir -p out/dir", W),
-    ("touch new.txt", W),
-    ("chmod +x run.sh", W),
-    ("chown user file", W),
-    ("ln -s a b", W),
-    ("tee out.txt", W),
-    ("dd if=/dev/zero of=disk.img bs=1M count=1", W),
-    ("dd if=in", W),
-    ("truncate -s 0 log", W),
-    ("shred secret", W),
-    ("install -m 755 a /usr/local/bin/a", W),
-    ("unlink f", W),
-    ("mkfifo pipe", W),
-    ("rsync -a src/ dst/", W),
-    ("patch -p1 < fix.diff", W),
-    ("split -l 100 big", W),
-    ("mktemp", W),
-    ("kill 1234", W),
-    ("/bin/rm -rf x", W),
-    ("\\rm file", W),
-    ("'rm' file", W),
-    ('"rm" -f file', W),
-    ("sudo rm -rf /", W),
-    ("env FOO=1 rm x", W),
-    ("xargs rm", W),
-    ("find . -name '*.tmp' | xargs rm -f", W),
-    ("timeout 5 cp a b", W),
-    ("nice -n 5 mv a b", W),
-    ("bash -c 'rm -rf x'", W),
-    ('sh -c "touch f"', W),
-    ('eval "rm x"', W),
-    ("ls | tee listing.txt", W),
-]
+@dataclass(frozen=True, slots=True)
+class CorpusEntry:
+    """One command of the corpus and what the classifier must say about it."""
 
-_REDIRECTIONS: list[tuple[str, str]] = [
-    ("echo hi > out.txt", W),
-    ("echo hi >> out.txt", W),
-    ("ls &> all.log", W),
-    ("ls &>> all.log", W),
-    ("echo x >| forced.txt", W),
-    ("ls >& out.txt", W),
-    ("ls 2> err.log", W),
-    ("ls 2>> err.log", W),
-    ("3> f ls", W),
-    ("> empty.txt", W),
-    ("cat a b > c", W),
-    ("grep x file > matches.txt 2>&1", W),
-    ("echo x > $OUT", W),
-    ('echo x > "$OUT"', W),
-    ("ls > out/$(date +%s).txt", W),
-    ("cat <<EOF > config.ini\n[a]\nEOF", W),
-    ("cat > f <<EOF\nx\nEOF", W),
-    ("ls | cat > f", W),
-    ("(ls) > f", W),
-    ("{ ls; } > f", W),
-    ("ls > a b", W),
-    ("sort > /dev/null -o x f", W),
-    ("find . 2>/dev/null -delete", W),
-    ("git log 2>/dev/null --output=x", W),
-    ("sort <<EOF -o out\nx\nEOF", W),
-    ("sort <<EOF > /dev/null -o out\nx\nEOF", W),
-    ("(ls) > /dev/null x", U),
-    ("cat < /dev/tcp/example.com/80", U),
-    ("find . -delete<<EOF\nx\nEOF", U),
-    ("sort -o<<EOF out\nx\nEOF", U),
-    ("ls <> f", U),
-    ("ls >&$FD", U),
-    ("exec 3> f", W),
-    ("ls {fd}> f", W),
-]
+    command: str
+    expected: Expected
+    source: str
+    """Where the command comes from: ``fore`` or ``owner/repo:path`` of a peer's test file."""
+    group: str
+    peer: Literal["allow", "deny"] | None = None
+    """A peer's verdict in its own tests: ``allow`` (runs without asking) or ``deny``."""
+    harmless: bool | None = None
+    """Our judgement where it departs from the peer's: ``False`` for a command a peer
+    allows that can write, run code, reach the network or read outside the workspace;
+    ``True`` for one a peer refuses out of its own caution (``note`` says why)."""
+    note: str = ""
 
-_SUBSTITUTIONS: list[tuple[str, str]] = [
-    ("echo $(ls)", U),
-    ("echo `ls`", U),
-    ("echo $(rm x)", W),
-    ("echo `rm x`", W),
-    ('echo "$(rm x)"', W),
-    ('echo "a `rm x` b"', W),
-    ('echo "prefix $(ls) suffix"', U),
-    ("cat $(find . -name '*.py')", U),
-    ("cat $(rm -rf /)", W),
-    ("X=$(ls)", U),
-    ("X=$(rm a)", W),
-    ("X=`rm a`", W),
-    ("ls > $(rm a)", W),
-    ("cat < $(ls)", U),
-    ("cat < $(rm a)", W),
-    ("cat <<EOF\n$(rm x)\nEOF", W),
-    ("cat <<EOF\n$(ls)\nEOF", U),
-    ("cat <<EOF\n`rm x`\nEOF", W),
-    ("cat <<EOF\n`ls`\nEOF", U),
-    ("cat <<EOF\n`rm x` $USER\nEOF", W),
-    ("cat <<EOF\nhi `ls` $USER\nEOF", U),
-    # tree-sitter parses nothing in a body whose lines start with a blank
-    ("cat <<EOF\n\t$(rm x)\nEOF", W),
-    ("cat <<-EOF\n\t$(rm x)\n\tEOF", W),
-    ("cat <<EOF\n  $(rm x)\nEOF", W),
-    ("cat <<EOF\nx\n\t$(touch y)\nEOF", W),
-    ("cat <<-EOF\n\t`rm x`\n\tEOF", W),
-    ("cat <<-EOF\n\t$(ls)\n\tEOF", U),
-    ("cat <<-EOF\n\t${x@P}\n\tEOF", U),
-    ("cat <<-EOF\n\tHello $USER\n\t\tfrom ${HOME}\n\tEOF", R),
-    ("cat <<< $(rm x)", W),
-    ('cat <<< "$(rm x)"', W),
-    ("diff <(ls a) <(ls b)", U),
-    ("diff <(rm a) b", W),
-    ("ls >(cat)", U),
-    ("ls > >(tee out)", W),
-    ("echo $(echo $(echo $(rm x)))", W),
-    ("echo $(echo $(echo $(ls)))", U),
-    ("echo ${x:-$(rm y)}", W),
-    ("echo ${x:-$(ls)}", U),
-    ("echo $\\\n(rm x)", W),
-    ('echo "$\\\n(rm x)"', W),
-    ('echo "$\\\n(ls)"', U),
-    ("echo $(\\\nrm x)", W),
-    ("ls $(\\\n)", U),
-    ("echo ${a@P}", U),
-    ('echo "${a@P}"', U),
-    ("echo ${X:=1}", U),
-    ("printf -v PATH %s /tmp", U),
-    ("echo ${a@Q}", U),
-    ("echo ${!ref}", U),
-    ("echo ${arr[0]}", U),
-    ("echo ${arr[$(rm x)]}", W),
-    ("echo ${s:1:2}", U),
-    ("echo $((1 + 2))", U),
-    ("echo $((x))", U),
-    ('echo $"translated"', U),
-    ("echo $(< file)", U),
-    ('grep -r "$(cat pattern.txt)" .', U),
-]
 
-# Command and process substitutions hidden in ${...} operands (the fuzzer's
-# holes: bash ran the inner command while the classifier said read-only).
+def load_corpus(*files: str) -> list[CorpusEntry]:
+    """The entries of the named corpus files (default: all), in file and line order."""
+    if not CORPUS_DIR.is_dir():
+        raise FileNotFoundError(
+            f"the shell corpus is test data in the source tree ({CORPUS_DIR}); "
+            "run this from a checkout"
+        )
+    paths = [CORPUS_DIR / f"{name}.jsonl" for name in files] or sorted(CORPUS_DIR.glob("*.jsonl"))
+    entries: list[CorpusEntry] = []
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            entries.append(_entry(json.loads(line), f"{path.name}:{number}"))
+    return entries
+
+
+def _entry(record: dict[str, object], where: str) -> CorpusEntry:
+    command, expected = record.get("command"), record.get("expected")
+    source, group = record.get("source"), record.get("group", "")
+    peer, note = record.get("peer"), record.get("note", "")
+    harmless = record.get("harmless")
+    if not isinstance(command, str) or expected not in _CLASSES:
+        raise ValueError(f"{where}: needs a string command and an expected class")
+    if not isinstance(source, str) or not source or not isinstance(group, str):
+        raise ValueError(f"{where}: needs a source and a string group")
+    if peer is not None and peer not in _PEER_VERDICTS:
+        raise ValueError(f"{where}: peer must be 'allow' or 'deny'")
+    if not isinstance(note, str) or (harmless is not None and not isinstance(harmless, bool)):
+        raise ValueError(f"{where}: note must be a string and harmless a boolean")
+    if harmless is not None and not note:
+        raise ValueError(f"{where}: a harmless judgement needs a note saying why")
+    return CorpusEntry(command, expected, source, group, peer, harmless, note)  # type: ignore[arg-type]
+
+
+def make_workspace(base: Path, *, hostile: bool = True) -> Path:
+    """Build the corpus workspace under ``base`` (idempotent) and return its path.
+
+    ``ws/`` holds ``README.md``, ``file.txt``, ``src/app.py``, ``sub/``,
+    ``docs/`` and ``inlink -> src`` (inside); ``outside/secret`` sits next to
+    it. The hostile workspace (the corpus's) also has ``leak ->
+    ../outside/secret`` and ``outdir -> ../outside``, symlinks leading out; a
+    plain one (an ordinary project, for measuring usefulness) has not.
+    """
+    outside = base / "outside"
+    workspace = base / "ws"
+    outside.mkdir(parents=True, exist_ok=True)
+    (outside / "secret").write_text("SECRET\n")
+    for directory in ("src", "sub", "docs"):
+        (workspace / directory).mkdir(parents=True, exist_ok=True)
+    (workspace / "README.md").write_text("# readme\n")
+    (workspace / "file.txt").write_text("a\n")
+    (workspace / "src" / "app.py").write_text("x = 1\n")
+    links: dict[str, Path] = {"inlink": Path("src")}
+    if hostile:
+        links.update(leak=outside / "secret", outdir=outside)
+    for name, target in links.items():
+        if not (workspace / name).is_symlink():
+            (workspace / name).symlink_to(target)
+    return workspace.resolve()
+
+
+_ENTRIES: list[CorpusEntry] = load_corpus() if CORPUS_DIR.is_dir() else []
+
+CORPUS: list[tuple[str, str]] = [(entry.command, entry.expected) for entry in _ENTRIES]
+"""``(command, expected class)`` for every corpus entry (classified in :func:`make_workspace`)."""
+
 EXPANSION_OPERANDS: list[tuple[str, str]] = [
-    # the #, ##, %, %% patterns: tree-sitter leaves them as an opaque "regex"
-    ("echo ${PWD%$(touch M)}", W),
-    ("echo ${PWD%%$(touch M)}", W),
-    ("echo ${HOME#$(touch M)}", W),
-    ("echo ${HOME##$(touch M)}", W),
-    ("ls ${PWD%`touch M`}", W),
-    ("grep x ${HOME%`touch M`}", W),
-    ("echo ${HOME#[`touch M`]}", W),
-    ("echo ${PWD%$(ls)}", U),
-    ("echo ${PWD#$[1+1]}", U),
-    # process substitution in a pattern
-    ("echo ${PWD##<(touch M)}", W),
-    ("echo ${PWD%>(touch M)}", W),
-    ("echo ${x:-<(touch M)}", W),
-    # case modification ^ ^^ , ,,
-    ("echo ${HOME^$(touch M)}", W),
-    ("echo ${HOME^^`touch M`}", W),
-    ("echo ${HOME,$(touch M)}", W),
-    ("echo ${HOME,,$(touch M)}", W),
-    ("echo ${PWD,`touch M`}", W),
-    # substitution / // /# /%
-    ("echo ${PWD/$(touch M)/x}", W),
-    ("echo ${PWD//`touch M`/x}", W),
-    ("echo ${PWD/#$(touch M)}", W),
-    ('echo "${PWD/%`touch M`}"', W),
-    # nested expansions inside a pattern
-    ("echo ${HOME#${x:-$(touch M)}}", W),
-    ("echo ${x#${y@P}}", U),
-    # here-strings and here-documents
-    ("cat <<< ${PWD%$(touch M)}", W),
-    ('cat <<< "${PWD##$(touch M)}"', W),
-    ("cat <<EOF\n${PWD%$(touch M)}\nEOF", W),
-    ("cat <<EOF\n${x:-'$(touch M)'}\nEOF", W),
-    # single quotes and $'...' are literal inside a double-quoted ${x:-...}
-    ("echo \"${x:-'$(touch M)'}\"", W),
-    ("echo \"${HOME:+'$(touch M)'}\"", W),
-    ("echo \"${x-'$(touch M)'}\"", W),
-    ("echo \"${HOME+'`touch M`'}\"", W),
-    ("echo \"${x:-$'$(touch M)'}\"", W),
-    ("echo \"${@-'`touch M`']}\"", W),
-    ("echo \"${PWD#'$(touch M)'}\"", W),
-    ("echo \"${HOME##*'$(touch M)'}\"", W),
-    ("echo \"${x:-'$(ls)'}\"", U),
-    ('echo "${x:-`rm y`}"', W),
-    # outside double quotes the quotes quote; still doubt, never read-only
-    ("echo ${PWD%'$(touch M)'}", W),
-    ("echo ${x:-'$(touch M)'}", W),
-    # everyday patterns stay read-only
-    ("echo ${f%.*}", R),
-    ("echo ${f%.$ext}", R),
-    ('echo "${f##*/}"', R),
-    ("echo ${f#./}", R),
-    ("echo ${path//./_}", R),
-    ("echo ${name^^}", R),
-    ("echo ${name,,}", R),
-    ("echo \"${x:-'default'}\"", R),
-    ('echo "${x:-$HOME}"', R),
-    ("cat <<EOF\n${f%.py} ${HOME#/}\nEOF", R),
+    (entry.command, entry.expected)
+    for entry in _ENTRIES
+    if entry.source == "fore" and entry.group == "expansion_operands"
 ]
-
-_STRUCTURE: list[tuple[str, str]] = [
-    ("ls && rm x", W),
-    ("ls || rm x", W),
-    ("ls; rm x", W),
-    ("rm x; ls", W),
-    ("ls | rm x", W),
-    ("(rm x)", W),
-    ("(ls; rm x)", W),
-    ("{ rm x; }", W),
-    ("! rm x", W),
-    ("ls && python3 x.py", U),
-    ("ls | python3 -", U),
-    ("ls &", U),
-    ("ls & pwd", U),
-    ("rm x &", W),
-    ("if true; then ls; fi", U),
-    ("if grep -q x f; then rm f; fi", W),
-    ("for f in *.py; do cat $f; done", U),
-    ("for f in *.py; do rm $f; done", W),
-    ("while read l; do echo $l; done < f", U),
-    ("until false; do ls; done", U),
-    ("case $x in a) ls;; esac", U),
-    ("case $x in a) rm y;; esac", W),
-    ("f() { ls; }", U),
-    ("f() { rm x; }; f", W),
-    ("ls() { rm -rf x; }; ls", W),
-    ("function g { ls; }", U),
-    ("[ -f x ]", U),
-    ("[[ -f x ]] && cat x", U),
-    ("test -f x", U),
-    ("((x++))", U),
-    ("let x=1", U),
-    ("x=1", U),
-    ("x=1; git log", U),
-    ("FOO=1 ls", U),
-    ("FOO=bar cat x", U),
-    ("GIT_PAGER=rm git log", U),
-    ("PAGER='rm -rf ~' git log", U),
-    ("LD_PRELOAD=/tmp/x.so cat f", U),
-    ("FOO=1 rm x", W),
-    ("a=(1 2 3)", U),
-    ("declare -x A=1", U),
-    ("local a=1", U),
-    ("coproc ls", U),
-    ("select x in a b; do ls; done", U),
-    ("echo !(x)", U),
-    ("echo $(", U),
-    ("ls (", U),
-    ("cat <<EOF\nunterminated", U),
-    ("ls<<E\n; pwd; e$ch`touch q`o done", U),
-    ("'unterminated", U),
-    ('echo "unterminated', U),
-    ("", U),
-    ("   ", U),
-    ("ls\rrm x", U),
-    ("ls\x00rm", U),
-    ("ls\u00a0-la", U),
-    ("ls # x \\\nrm y", W),
-    ("r\\\nm x", W),
-    ("\\ #>h", U),
-]
-
-_FIND: list[tuple[str, str]] = [
-    ("find . -name '*.py'", R),
-    ("find . -type f -name '*.md' -print", R),
-    ("find src -maxdepth 2 -type d", R),
-    ("find . -newer setup.py -ls", R),
-    ("find . -name '*.py' -printf '%p\\n'", R),
-    ("find . -path ./node_modules -prune -o -name '*.js' -print", R),
-    ("find . -name '*.pyc' -delete", W),
-    ("find . -fprint out.txt", W),
-    ("find . -fprint0 out", W),
-    ("find . -fprintf out '%p'", W),
-    ("find . -fls out", W),
-    ("find . -exec rm {} \\;", W),
-    ("find . -name x -exec rm -f {} +", W),
-    ("find . -exec cat {} \\;", U),
-    ("find . -execdir ls {} \\;", U),
-    ("find . -ok ls {} \\;", U),
-    ("find . -okdir ls {} \\;", U),
-    ("find . -exec mv {} /tmp \\;", W),
-    ("find . -name *.py", U),
-    ("find $DIR -name x", U),
-    ("find . -name '*.py' | xargs grep foo", U),
-]
-
-_SED: list[tuple[str, str]] = [
-    ("sed -n '1,20p' file", R),
-    ("sed 's/foo/bar/g' file", R),
-    ("sed -e 's/a/b/' -e 's/c/d/' file", R),
-    ("sed -n '/start/,/end/p' file", R),
-    ("sed '1d' file", R),
-    ("sed -E 's/([0-9]+)/<\\1>/g' file", R),
-    ("sed -n '$p' file", R),
-    ("sed 's|/usr|/opt|' file", R),
-    ("sed -n '/^[0-9]/p' file", R),
-    ("sed 'y/abc/xyz/' file", R),
-    ("sed '/x/{p;d}' file", R),
-    ("sed ':a;N;$!ba;s/\\n/ /g' file", R),
-    ("sed -n '10q;p' file", R),
-    ("sed '/re/I!d' file", R),
-    ("sed 'a appended; w out' file", R),
-    ("cat f | sed 's/a/b/'", R),
-    ("sed -i 's/a/b/' file", W),
-    ("sed -i.bak 's/a/b/' file", W),
-    ("sed --in-place 's/a/b/' file", W),
-    ("sed --in-place=.orig 's/a/b/' file", W),
-    ("sed -ni 's/a/b/p' file", W),
-    ("sed -Ei 's/a/b/' file", W),
-    ("sed --in 's/a/b/' file", W),
-    ("sed 's/a/b/' -i file", W),
-    ("sed 'w out.txt' file", U),
-    ("sed -n 'W out' file", U),
-    ("sed 's/a/b/w out.txt' file", U),
-    ("sed 's/a/b/gw out.txt' file", U),
-    ("sed 's/x/date/e' file", U),
-    ("sed 'e date' file", U),
-    ("sed '1e rm -rf /' file", U),
-    ("sed 'r /etc/passwd' file", U),
-    ("sed 'R other' file", U),
-    ("sed '/x/{w out\n}' file", U),
-    ("sed 's/[/]/x/w out' file", U),
-    ("sed 's/[/]x/w out/' file", U),
-    ("sed -e p -e 'w out' file", U),
-    ("sed -f script.sed file", U),
-    ("sed --file=script.sed file", U),
-    ('sed "s/$X/y/" file', U),
-    ("sed -n $RANGE file", U),
-    ("sed --unknown-option file", U),
-    ("sed 's/a/b' file", U),
-    # GNU sed ends a label at a blank, ';', '}' or '#' and compiles the rest
-    ("sed -n ':a e touch x' f", U),
-    ("sed ':a w out' f", U),
-    ("sed ':a s/h/x/w y' f", U),
-    ("sed ':a\tw out' f", U),
-    ("sed 'b end w o' f", U),
-    ("sed 'b end\tw o' f", U),
-    ("sed 't end w o' f", U),
-    ("sed 'T end w o' f", U),
-    ("sed 'v 4.2 w o' f", U),
-    ("sed 'v\t4.2\tw o' f", U),
-    ("sed -n 'b end e date' f", U),
-    ("sed 't x s/a/b/e' f", U),
-    ("sed 'b x r /etc/passwd' f", U),
-    ("sed -e ':a' -e 'b a W o' f", U),
-    ("sed 'b a}w o' f", U),
-    ("sed 'b a#x;w o' f", U),  # busybox ends the label at ';'
-    ("sed -e :a -e '$!N;s/\\n//;ta' file", R),
-    ("sed '/x/{:a;N;ba}' file", R),
-    ("sed -n '/x/{p;b}' file", R),
-    ("sed ':a;s/x/y/;ta' file", R),
-    ("sed", U),
-]
-
-_SORT_UNIQ_TREE_DATE: list[tuple[str, str]] = [
-    ("sort file", R),
-    ("sort -u file", R),
-    ("sort -t, -k2 -n file", R),
-    ("sort -rn file | head", R),
-    ("sort --reverse --numeric-sort file", R),
-    ("sort -k 1,1 file", R),
-    ("sort -o out file", W),
-    ("sort -oout file", W),
-    ("sort -uo out file", W),
-    ("sort --output=out file", W),
-    ("sort --output out file", W),
-    ("sort --out=out file", W),
-    ("sort file -o file", W),
-    ("sort --compress-program=gzip file", U),
-    ("sort *.txt", U),
-    ("sort $FILES", U),
-    ("sort {-o,x}", U),
-    ("sort --bogus file", U),
-    ("uniq file", R),
-    ("uniq -c file", R),
-    ("sort file | uniq -d", R),
-    ("uniq -f 2 file", R),
-    ("uniq in out", W),
-    ("uniq -c in out", W),
-    ("uniq $IN", U),
-    ("tree", R),
-    ("tree -L 2 src", R),
-    ("tree -a -I node_modules", R),
-    ("tree -o listing.txt", W),
-    ("tree -L 2 -o out .", W),
-    ("tree -R -H . -o x.html", W),
-    ("tree -R", W),
-    ("tree $DIR", U),
-    ("date -s '2020-01-01'", W),
-    ("date --set=now", W),
-    ("date 0101000020", W),
-    ("file -C -m magic", W),
-    ("file -z archive.gz", U),
-]
-
-_RG: list[tuple[str, str]] = [
-    ("rg foo", R),
-    ("rg -n 'def main' src", R),
-    ("rg -i todo --type py", R),
-    ("rg -l foo | head", R),
-    ("rg --files", R),
-    ("rg -g '*.py' foo", R),
-    ("rg --pre cat foo", U),
-    ("rg --pre=./decode.sh foo", U),
-    ("rg --pre-glob '*.gz' --pre zcat foo", U),
-    ("rg -z foo", U),
-    ("rg --search-zip foo", U),
-    ("rg -iz foo", U),
-    ("rg --hostname-bin=./x foo", U),
-    ("rg $PATTERN", U),
-    ("rg foo *", U),
-]
-
-_GIT_READ: list[tuple[str, str]] = [
-    ("git status", R),
-    ("git status --short", R),
-    ("git log --oneline", R),
-    ("git log --oneline -n 20", R),
-    ("git log -p -- src/app.py", R),
-    ("git log --stat --since='2 weeks ago'", R),
-    ("git log --format='%H %an %s'", R),
-    ("git log --graph --all --decorate", R),
-    ("git diff", R),
-    ("git diff --cached", R),
-    ("git diff HEAD~1 -- src", R),
-    ("git diff --stat main...HEAD", R),
-    ("git diff --no-ext-diff", R),
-    ("git diff --no-textconv", R),
-    ("git diff --text", R),
-    ("git diff --output-indicator-new=+", R),
-    ("git show HEAD", R),
-    ("git show HEAD:src/app.py", R),
-    ("git blame src/app.py", R),
-    ("git blame -L 10,20 src/app.py", R),
-    ("git grep -n foo", R),
-    ("git ls-files", R),
-    ("git ls-files -m", R),
-    ("git rev-parse HEAD", R),
-    ("git rev-parse --show-toplevel", R),
-    ("git describe --tags", R),
-    ("git cat-file -p HEAD", R),
-    ("git shortlog -sn", R),
-    ("git ls-tree -r HEAD", R),
-    ("git rev-list --count HEAD", R),
-    ("git for-each-ref refs/heads", R),
-    ("git merge-base main HEAD", R),
-    ("git branch", R),
-    ("git branch -a", R),
-    ("git branch -r", R),
-    ("git branch -vv", R),
-    ("git branch --list 'feat/*'", R),
-    ("git branch -l 'feat/*'", R),
-    ("git branch --show-current", R),
-    ("git branch --contains HEAD", R),
-    ("git branch --merged main", R),
-    ("git branch --sort=-committerdate", R),
-    ("git remote", R),
-    ("git remote -v", R),
-    ("git remote get-url origin", R),
-    ("git remote show -n origin", R),
-    ("git tag", R),
-    ("git tag -l 'v1.*'", R),
-    ("git tag --list", R),
-    ("git tag -n", R),
-    ("git tag --contains HEAD", R),
-    ("git stash list", R),
-    ("git stash show -p", R),
-    ("git worktree list", R),
-    ("git reflog", R),
-    ("git reflog show main", R),
-    ("git log --oneline | head -5", R),
-    ("git diff | grep -c '^+'", R),
-    ("git status && git diff --stat", R),
-    # global options that only make git do less
-    ("git --no-pager log", R),
-    ("git -P log --oneline", R),
-    ("git --no-pager diff --stat", R),
-    ("git --no-pager -P show HEAD", R),
-    ("git --no-optional-locks status", R),
-]
-
-_GIT_NOT_READ: list[tuple[str, str]] = [
-    ("git add .", W),
-    ("git commit -m 'x'", W),
-    ("git push", W),
-    ("git push origin main", W),
-    ("git pull", W),
-    ("git fetch", W),
-    ("git checkout main", W),
-    ("git switch -c feat", W),
-    ("git restore file", W),
-    ("git reset --hard", W),
-    ("git rebase main", W),
-    ("git merge feat", W),
-    ("git cherry-pick abc", W),
-    ("git revert HEAD", W),
-    ("git clean -fd", W),
-    ("git rm file", W),
-    ("git mv a b", W),
-    ("git init", W),
-    ("git clone url", W),
-    ("git gc", W),
-    ("git stash", W),
-    ("git stash pop", W),
-    ("git stash drop", W),
-    ("git tag v1.0", W),
-    ("git tag -a v1 -m msg", W),
-    ("git tag -d v1", W),
-    ("git branch feature", W),
-    ("git branch -d old", W),
-    ("git branch -D old", W),
-    ("git branch -m old new", W),
-    ("git branch --delete old", W),
-    ("git branch -u origin/main", W),
-    ("git branch --set-upstream-to=origin/main", W),
-    ("git branch -a newbranch", W),
-    ("git remote add origin url", W),
-    ("git remote remove origin", W),
-    ("git remote set-url origin url", W),
-    ("git worktree add ../wt", W),
-    ("git reflog expire --all", W),
-    ("git format-patch -1", W),
-    ("git update-ref refs/heads/x HEAD", W),
-    ("git submodule update", W),
-    ("git notes add -m x", W),
-    ("git apply fix.patch", W),
-    ("git am < mail", W),
-    ("git log --output=log.txt", W),
-    ("git diff --output=d.patch", W),
-    ("git diff --output d.patch", W),
-    ("git show --out=x", W),
-    ("git config user.name", U),
-    ("git config core.pager cat", U),
-    ("git help log", U),
-    ("git log --help", U),
-    ("git archive HEAD", U),
-    ("git fsck", U),
-    ("git lfs ls-files", U),
-    ("git", U),
-    ("git frobnicate", U),
-    ("git remote show origin", U),
-    ("git remote prune-ish", U),
-    ("git tag -v v1", U),
-    ("git -c core.pager=rm log", U),
-    ("git -C /other log", U),
-    ("git --config-env=core.pager=X log", U),
-    ("git -p log", U),
-    ("git --paginate log", U),
-    ("git --no-pager", U),
-    ("git --no-pager -c core.pager=x log", U),
-    ("git -P commit -m x", W),
-    ("git --no-pager branch new", W),
-    ("git --no-pager log --output=x", W),
-    ("git -P log --ext-diff", U),
-    ("git --git-dir=/x/.git log", U),
-    ("git --work-tree=/x status", U),
-    ("git --exec-path=/x log", U),
-    ("git diff --ext-diff", U),
-    ("git diff --ext", U),
-    ("git log -p --textconv", U),
-    ("git show --textconv HEAD:f", U),
-    ("git cat-file --textconv HEAD:f", U),
-    ("git cat-file --filters HEAD:f", U),
-    ("git grep -O foo", U),
-    ("git grep --open-files-in-pager foo", U),
-    ("git log --show-signature", U),
-    ("git log --format='%G?'", U),
-    ("git log --format=%G?", U),
-    ("git for-each-ref --format='%(signature)'", U),
-    ("git for-each-ref --format='%(*signature)'", U),
-    ("git for-each-ref --format='%(*signature:grade)' refs/tags", U),
-    ("git branch --format='%(signature)'", U),
-    ("git branch --format '%(*signature)'", U),
-    ("git tag -l --format='%(signature:signer)'", U),
-    ("git for-each-ref --format='%(refname) %(*objectname)'", R),
-    ("git branch --format='%(refname:short)'", R),
-    ("git log $REV", U),
-    ("git diff $(git merge-base main HEAD)", U),
-    ("git $SUB", U),
-    ("git log *", U),
-    ("cd /tmp && git log", U),
-    ("(cd sub; git status)", U),
-]
-
-CORPUS: list[tuple[str, str]] = [
-    *_READ_ONLY_BASICS,
-    *_READ_ONLY_COMPOSITIONS,
-    *_ALLOWLIST,
-    *_WRITE_ROOTS,
-    *_REDIRECTIONS,
-    *_SUBSTITUTIONS,
-    *EXPANSION_OPERANDS,
-    *_STRUCTURE,
-    *_FIND,
-    *_SED,
-    *_SORT_UNIQ_TREE_DATE,
-    *_RG,
-    *_GIT_READ,
-    *_GIT_NOT_READ,
-]
-"""``(command, expected class)`` pairs; the class is ``read-only``, ``write`` or ``unknown``."""
+"""The ``${...}`` operand group alone (those operands are re-read as bash may read them)."""

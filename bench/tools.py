@@ -8,7 +8,12 @@
   of 8 sessions x 8 per-session slots): slowest / fastest session completion (fairness,
   target <= 1.5), beside a bare ``ThreadPoolExecutor(16)`` fed session after session
   (first come, first served: what no fairness looks like) and the ideal (total work / cap);
-* cancel of a running shell call -> its process group gone, p50/p99 (target p99 <= 50 ms).
+* cancel of a running shell call -> its process group gone, p50/p99 (target p99 <= 50 ms),
+  with the default process tracking and with each backend of
+  :mod:`actors.tools.proctrack` that works here;
+* one ``shell`` call of ``true``, per tracking backend, beside a bare
+  ``Popen(["/bin/bash", "-c", "true"])`` + ``wait`` measured in the same run (what a
+  cgroup per call, or a supervisor process per call, adds to a command).
 
 Both sides are warmed up before they are timed (the pool's threads, the
 executor's threads), each measurement is repeated and its median taken, and
@@ -25,6 +30,7 @@ import itertools
 import os
 import queue
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -36,8 +42,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from actors.core import ActorSystem, PooledActor
-from actors.tools import FunctionTool, ToolPool, ToolRegistry, WorkspaceFs
-from actors.tools.builtin import default_registry
+from actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs, invoke_tool
+from actors.tools.builtin import Shell, default_registry
+from actors.tools.cancel import CancelToken
+from actors.tools.proctrack import get_tracker, tracking_unavailable
 from bench._common import (
     BenchFailed,
     Target,
@@ -207,6 +215,14 @@ def run(*, quick: bool = False) -> dict[str, float]:
             ideal = FAIR_SESSIONS * fair_calls * FAIR_CALL_S / FAIR_GLOBAL_CAP
 
             latencies = _cancel_latencies(pool, sink, sink_actor, fs, workdir, cancels)
+            backends = [k for k in ("cgroup", "subreaper", "group") if not tracking_unavailable(k)]
+            by_backend = {
+                kind: _cancel_latencies(
+                    pool, sink, sink_actor, fs, workdir, cancels, Shell(tracking=kind)
+                )
+                for kind in backends
+            }
+            costs = _shell_costs(fs, backends, 20 if quick else 60)
     finally:
         system.shutdown()
 
@@ -283,6 +299,35 @@ def run(*, quick: bool = False) -> dict[str, float]:
             ),
         ]
     )
+    auto_kind = get_tracker("auto").kind
+    table(
+        f"shell tracking backends (auto here: {auto_kind})",
+        [
+            "backend",
+            "one `true` call, median (ms)",
+            "vs bare bash (×)",
+            "cancel p50 (ms)",
+            "cancel p99 (ms)",
+        ],
+        [
+            ["bare Popen(bash -c true) + wait", costs["bare"] * 1e3, 1.0, "", ""],
+            *[
+                [
+                    kind,
+                    costs[kind] * 1e3,
+                    ratio(costs[kind], costs["bare"]),
+                    percentile(by_backend[kind], 50) * 1e3,
+                    percentile(by_backend[kind], 99) * 1e3,
+                ]
+                for kind in backends
+            ],
+        ],
+    )
+    for kind in backends:
+        metrics[f"shell_{kind}_ms"] = costs[kind] * 1e3
+        metrics[f"cancel_{kind}_p50_ms"] = percentile(by_backend[kind], 50) * 1e3
+        metrics[f"cancel_{kind}_p99_ms"] = percentile(by_backend[kind], 99) * 1e3
+    metrics["shell_bare_ms"] = costs["bare"] * 1e3
     metrics.update(
         io_wall_ratio=io_ratio,
         pool_io_ms=pool_io * 1e3,
@@ -322,14 +367,52 @@ def _fifo_completions(calls: int) -> list[float]:
     return done
 
 
+def _shell_costs(fs: WorkspaceFs, backends: list[str], calls: int) -> dict[str, float]:
+    """Median seconds of one ``shell`` call of ``true`` per backend, and of a bare bash.
+
+    Interleaved: each round runs the bare baseline and every backend once, so a
+    load change on the machine hits all of them alike.
+    """
+    tools = {kind: ToolRegistry([Shell(tracking=kind)]) for kind in backends}  # type: ignore[arg-type]
+    call = ToolCall(id="t", name="shell", arguments={"command": "true"})
+    samples: dict[str, list[float]] = {kind: [] for kind in ["bare", *backends]}
+
+    def bare() -> None:
+        subprocess.Popen(
+            ["/bin/bash", "-c", "true"], stdin=subprocess.DEVNULL, start_new_session=True
+        ).wait(10)
+
+    def tool(kind: str) -> None:
+        ctx = ToolContext(
+            fs=fs, cancel=CancelToken(), deadline=time.monotonic() + 30, session_id="b", call_id="t"
+        )
+        result = invoke_tool(tools[kind], call, ctx)
+        if result.outcome != "ok":
+            raise BenchFailed(f"shell ({kind}): {result.output}")
+
+    for round_ in range(calls + 2):
+        for kind, values in samples.items():
+            t0 = time.perf_counter()
+            bare() if kind == "bare" else tool(kind)
+            if round_ >= 2:  # the first rounds warm up (a backend's one-time probe)
+                values.append(time.perf_counter() - t0)
+    return {kind: statistics.median(values) for kind, values in samples.items()}
+
+
 def _cancel_latencies(
-    pool: Any, sink: Any, sink_actor: _Sink, fs: WorkspaceFs, workdir: Path, cancels: int
+    pool: Any,
+    sink: Any,
+    sink_actor: _Sink,
+    fs: WorkspaceFs,
+    workdir: Path,
+    cancels: int,
+    shell: Shell | None = None,
 ) -> list[float]:
     """Seconds from a cancel request to the shell call's process group being gone."""
-    shell_registry = default_registry()
+    shell_registry = default_registry() if shell is None else ToolRegistry([shell])
     latencies = []
-    for i in range(cancels):
-        pidfile = workdir / f"pid{i}"
+    for _ in range(cancels):
+        pidfile = workdir / f"pid{next(_ids)}"
         batch_id = f"k{next(_ids)}"
         ev = sink_actor.expect(batch_id)
         pool.tell(

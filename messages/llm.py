@@ -119,6 +119,14 @@ class LlmRetrying(Message):
 
 
 class LlmCompleted(Message):
+    """A complete answer.
+
+    ``finish_reason`` is the provider's: ``stop`` / ``tool_calls`` for an answer the
+    model ended itself, ``length`` for one the provider **cut off** at an output
+    limit (``max_tokens``, or its context), ``content_filter`` ... A stream that ends
+    without any finish reason is never completed: it fails with kind ``incomplete``.
+    """
+
     request_id: str
     message: AssistantMessage
     usage: Usage = Usage()
@@ -128,8 +136,14 @@ class LlmCompleted(Message):
 
 
 LlmErrorKind = Literal[
-    "auth", "rate_limit", "bad_request", "server", "timeout", "protocol", "connection"
+    "auth", "rate_limit", "bad_request", "server", "timeout", "protocol", "connection", "incomplete"
 ]
+"""What failed. ``incomplete``: the answer ended before the model finished it (the
+stream closed, or sent ``[DONE]``, without a ``finish_reason``); the message says how
+much had arrived."""
+
+Deadline = Literal["connect", "write", "pool", "first_byte", "idle", "no_progress", "total"]
+"""Which of a request's deadlines (:class:`~actors.llm.models.Timeouts`) ran out."""
 
 
 class LlmError(Message):
@@ -142,6 +156,8 @@ class LlmError(Message):
     retry_after_s: float | None = None
     provider_message: str | None = None
     param: str | None = None
+    deadline: Deadline | None = None
+    """For kind ``timeout``: which deadline ran out."""
 
 
 class LlmFailed(Message):

@@ -2,7 +2,9 @@
 
 A speculation writes into an overlay, never into the workspace. When the user
 accepts, the overlay is applied all at once -- but only if every real file it
-touched is still what it was when the speculation first touched it. The
+touched is still what it was when the speculation *started* (a path that
+changed after the start, even before the speculation first touched it, is a
+conflict: the speculation's version was computed without the user's edit). The
 records here are what makes that decision explainable: a :class:`FileBase` is
 what a path looked like at first touch, an :class:`OverlayConflict` names a
 path whose real state moved on (expected vs found), and a
@@ -30,16 +32,22 @@ class FileBase(Message):
     """The state of a real path when the overlay first touched it.
 
     ``sha256`` is set for regular files (it is what the conflict check compares);
-    ``size`` and ``mtime_ns`` are informational (a ``touch`` without a content
-    change is not a conflict). A file base without ``sha256`` means "content
-    unknown": the speculation read only a prefix of a file that changed before
-    its first write -- it matches no content, so apply reports a conflict.
+    ``size`` and ``mtime_ns`` are informational (a ``touch`` after the first
+    touch, without a content change, is not a conflict). A file base without
+    ``sha256`` means "content unknown": the speculation read only a prefix of a
+    file that changed before its first write -- it matches no content, so apply
+    reports a conflict.
     """
 
     kind: FileKind
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     size: int = Field(default=0, ge=0)
     mtime_ns: int = 0
+    changed_since_start: bool = False
+    """The path (or, for one that did not exist, its directory) had changed after
+    the speculation started, before this first touch: what it held at the start
+    is unknown, so apply reports a conflict whatever it finds
+    (:mod:`actors.tools.fsclock`)."""
 
     @classmethod
     def absent(cls) -> FileBase:
@@ -68,6 +76,7 @@ ConflictKind = Literal[
     "became_special",
     "directory_changed",
     "path_changed",
+    "changed_since_start",
 ]
 """What happened to a touched path since the overlay's first touch:
 
@@ -77,7 +86,11 @@ ConflictKind = Literal[
 * ``became_directory`` / ``became_file`` / ``became_special`` -- its type changed;
 * ``directory_changed`` -- a directory the overlay deletes gained entries the
   overlay does not delete;
-* ``path_changed`` -- a parent directory became a file or a symlink.
+* ``path_changed`` -- a parent directory became a file or a symlink;
+* ``changed_since_start`` -- it (or, for a path that did not exist, its
+  directory) changed after the speculation started and before the speculation
+  first touched it: the user's version must not be replaced by one computed
+  without it.
 """
 
 
@@ -92,6 +105,11 @@ class OverlayConflict(Message):
 
     def describe(self) -> str:
         extra = f" ({self.detail})" if self.detail else ""
+        if self.change == "changed_since_start":
+            return (
+                f"{self.path or '.'}: changed after the speculation started -- found "
+                f"{self.found.describe()}{extra}"
+            )
         return (
             f"{self.path or '.'}: {self.change.replace('_', ' ')} -- expected "
             f"{self.expected.describe()}, found {self.found.describe()}{extra}"
@@ -112,8 +130,8 @@ class ConflictReport(Message):
         """One alert-ready text naming every file and what changed."""
         count = len(self.conflicts)
         head = (
-            f"{count} file{'s' if count != 1 else ''} changed since the speculation "
-            "touched them; nothing was applied:"
+            f"{count} file{'s' if count != 1 else ''} changed after the speculation "
+            "started; nothing was applied:"
         )
         return "\n".join([head, *(f"  {c.describe()}" for c in self.conflicts)])
 

@@ -28,18 +28,24 @@ RunStatus = Literal[
     "error",  # the LLM failed, a hook failed or timed out, or the worker failed
     "interrupted",  # a paused run was superseded by a new submit
     "boundary",  # speculation only: the run stopped at a gate boundary
+    "cut_off",  # the provider cut the model's answer off at an output limit (finish_reason length)
 ]
 """How a run ended.
 
 ``on_abort`` hooks run exactly once for every run that *started* -- whose
 user message entered history -- and ended early: ``cancelled``, ``aborted``,
-``max_turns``, ``error``, ``interrupted``, and ``rejected`` by a
+``max_turns``, ``error``, ``interrupted``, ``cut_off``, and ``rejected`` by a
 ``pre_llm_request`` Cancel. A submit that ends before its user message
 entered history never started: one ``rejected`` or failed at
 ``on_prompt_submit``, or ``cancelled`` while its input was prepared, while its
 on_prompt_submit hooks ran, or before the worker even received it. Nothing of
 it is in history, so no ``on_abort`` runs for it, just as none runs for a
 ``completed`` run.
+
+``cut_off``: the answer stopped at the provider's output limit (``max_tokens``,
+or the server's context), so it is not what the model meant to say. Its text is
+kept in history; its tool calls, if any, are not run (the last may be cut
+mid-way, and the plan they were part of is incomplete).
 """
 
 HookEventName = Literal[

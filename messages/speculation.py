@@ -66,23 +66,30 @@ class SpeculationConfig(Message):
     """Tokens one speculation may spend: completed requests' usage plus, for the request
     in flight, an estimate (about 4 characters per token of prompt and streamed
     output). Reaching it cancels the in-flight request or tool calls at once and
-    ends the speculation at a boundary with its partial transcript. A request that
-    is not streamed (``stream_forks`` off) carries ``max_tokens`` capped at what the
-    budget leaves, so the provider itself stops there; an answer cut at that cap
-    reaches the budget."""
-    stream_forks: bool = False
+    ends the speculation at a boundary with its partial transcript. Each request
+    also carries ``max_tokens`` capped at what the budget leaves (and at the model's
+    output limit, ``OpenAICompatible.max_output_tokens``), so the provider itself
+    stops there; an answer cut at the budget's cap reaches the budget."""
+    stream_forks: bool = True
     """Stream the answers of suggestion, speculation and pipelined requests.
 
-    Off by default: nobody reads a fork's text as it arrives, and a streamed
-    answer costs this process an event (HTTP chunk, SSE parse, JSON decode) per
-    token, where a non-streamed one costs one JSON body. Under ``fore bench``
-    (200 sessions, 2 cores) streaming the forks nearly doubled the CPU that
-    speculation adds, which shows up as main-turn tail latency: every thread
-    shares one GIL. On: the token budget is checked per streamed token (a
-    runaway answer is cut mid-stream, by the estimate) and the waste of a
-    cancelled fork counts the text streamed before the cancel; off: the budget
-    travels as ``max_tokens`` and a cancelled fork's waste counts its prompt only
-    (its partial output is never seen)."""
+    On by default, because an abort must stop the server's generation: a server
+    notices that a client left only when it next writes to it, so a non-streamed
+    fork that is aborted keeps generating to its end (against a one-slot
+    llama.cpp server, an aborted speculation held the slot for minutes, and the
+    user's next turn waited). Streamed, the abort closes the connection
+    mid-answer and the server stops at its next token. What streaming costs
+    this process -- an event per token -- is kept near a non-streamed answer's:
+    a fork's stream is read in batches (``OpenAICompatible.background_read_interval``),
+    one JSON decode per batch. The token budget is checked per batch (a runaway
+    answer is cut mid-stream, by the estimate) and the waste of a cancelled fork
+    counts the text streamed before the cancel. Off: one JSON body per answer; the
+    budget travels only as ``max_tokens`` and a cancelled fork's waste counts its
+    prompt only (its partial output is never seen)."""
+    suggestion_max_tokens: int = Field(default=96, ge=1)
+    """The ``max_tokens`` of a suggestion request. A suggestion is one short line of
+    JSON (a dozen words); without a cap a model that rambles keeps the server busy
+    (a small local model wrote 904 tokens in 142 s)."""
     time_budget_s: float | None = Field(default=300.0, gt=0)
     """Seconds one speculation may run. At the deadline the in-flight LLM request and
     tool calls are cancelled and the speculation ends at a boundary with its

@@ -1,8 +1,11 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell`` -- the micro-benchmarks;
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store|chat|tool-api|real_server``
+  -- the micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
+  ``bench/llama_server.py``);
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
+* ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted);
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
 A user mistake (a bad flag value, an unreachable endpoint, an unwritable output
@@ -26,7 +29,19 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 PROG = "fore"
-MICRO = ("actors", "tools", "llm", "worker", "blobs", "overlay", "shell")
+MICRO = (
+    "actors",
+    "tools",
+    "llm",
+    "worker",
+    "blobs",
+    "overlay",
+    "shell",
+    "store",
+    "chat",
+    "tool-api",
+    "real_server",
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -39,6 +54,7 @@ _RUN_EXIT = {
     "aborted": 3,
     "max_turns": 4,
     "paused": 5,
+    "cut_off": 6,
     "cancelled": 130,
 }
 
@@ -240,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Run one turn in WORKSPACE and print its events (JSON lines with --json). "
             "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget spent, "
-            "5 paused, 130 cancelled, 2 usage error."
+            "5 paused, 6 answer cut off at the model's output limit, 130 cancelled, "
+            "2 usage error."
         ),
     )
     run.add_argument("prompt", help="the prompt (@path references are attached)")
@@ -256,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
     )
     run.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    run.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ask the endpoint for whole answers, not streams (servers whose tool calling "
+        "works only unstreamed, e.g. llama-cpp-python's chatml-function-calling)",
+    )
     run.add_argument("--system", help="a system prompt")
     run.add_argument(
         "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
@@ -268,6 +291,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
     _log_level_flag(run, "critical")
+
+    chat = sub.add_parser(
+        "chat",
+        help="the interactive terminal: suggestions, Tab, approvals",
+        description=(
+            "An interactive session in WORKSPACE (default: the current directory). After each "
+            "answer the predicted next prompt appears as grey text while a speculation runs it; "
+            "Tab applies its work, typing throws it away. --demo needs no key and no network."
+        ),
+    )
+    chat.add_argument("--workspace", type=Path, help="the workspace directory")
+    chat_source = chat.add_mutually_exclusive_group()
+    chat_source.add_argument(
+        "--demo",
+        action="store_true",
+        help="a generated demo project and a scripted model (with --workspace: created there)",
+    )
+    chat_source.add_argument("--script", help="a scripted-model JSON file (offline)")
+    chat_source.add_argument(
+        "--base-url",
+        help="an OpenAI-compatible endpoint (default: FORE_BASE_URL / OPENAI_BASE_URL)",
+    )
+    chat.add_argument("--model", help="the model name (default: FORE_MODEL / OPENAI_MODEL)")
+    chat.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    chat.add_argument("--system", help="a system prompt")
+    chat.add_argument(
+        "--approval",
+        choices=("default", "auto-edit", "yolo", "plan"),
+        help="the approval mode to start in (default: default; the demo: auto-edit); "
+        "Shift-Tab cycles it",
+    )
+    chat.add_argument("--no-speculation", action="store_true", help="suggestions only")
+    chat.add_argument(
+        "--max-turns",
+        type=_positive_int,
+        default=50,
+        help="LLM calls per turn at most (default 50)",
+    )
+    _log_level_flag(chat, "critical")
 
     sub.add_parser(
         "mock-llm",
@@ -300,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bench(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "chat":
+            return _chat(args)
     except UsageError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_USAGE
@@ -316,7 +380,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.name is not None:
         from bench._common import BenchFailed
 
-        module = importlib.import_module(f"bench.{args.name}")
+        module = importlib.import_module(f"bench.{args.name.replace('-', '_')}")
         try:
             module.run(quick=args.quick)
         except BenchFailed as exc:
@@ -448,8 +512,8 @@ def _env(*names: str) -> str | None:
     return None
 
 
-def _run_model(args: argparse.Namespace) -> Any:
-    """The model of ``fore run``: a script, or an endpoint from the flags or the environment."""
+def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
+    """The model of ``fore run``/``chat``: a script, or an endpoint from flags or environment."""
     if args.script is not None:
         from actors.llm import ScriptedModel
         from actors.llm.script import ScriptError
@@ -457,20 +521,24 @@ def _run_model(args: argparse.Namespace) -> Any:
         try:
             return ScriptedModel.from_file(args.script)
         except ScriptError as exc:
-            raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None
+            raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
     base_url = args.base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL")
     if not base_url:
+        sources = (
+            "--demo, --script or --base-url" if command == "chat" else "--script or --base-url"
+        )
         raise UsageError(
-            f"{PROG} run: one of --script or --base-url is required "
+            f"{PROG} {command}: one of {sources} is required "
             "(or set FORE_BASE_URL / OPENAI_BASE_URL)"
         )
     model_name = args.model or _env("FORE_MODEL", "OPENAI_MODEL")
     if not model_name:
         raise UsageError(
-            f"{PROG} run: --model is required with --base-url (or set FORE_MODEL / OPENAI_MODEL)"
+            f"{PROG} {command}: --model is required with --base-url "
+            "(or set FORE_MODEL / OPENAI_MODEL)"
         )
     if not base_url.startswith(("http://", "https://")):
-        raise UsageError(f"{PROG} run: --base-url must start with http:// or https://")
+        raise UsageError(f"{PROG} {command}: --base-url must start with http:// or https://")
     from actors.llm import OpenAICompatible, RetryPolicy
 
     try:
@@ -479,9 +547,10 @@ def _run_model(args: argparse.Namespace) -> Any:
             model=model_name,
             api_key=args.api_key,
             retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+            stream=False if args.no_stream else None,
         )
     except ValueError as exc:  # e.g. a malformed FORE_EXTRA_HEADERS
-        raise UsageError(f"{PROG} run: {' '.join(str(exc).split())}") from None
+        raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
 
 
 class _Output:
@@ -575,6 +644,8 @@ def _run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
             return EXIT_FAILED
         result = box["result"]
+        if result.status == "cut_off":
+            sys.stderr.write(f"{PROG} run: incomplete answer: {result.error}\n")
         if result.status == "error":
             sys.stderr.write(f"{PROG} run: error: {result.error}\n")
         elif args.json and not out.saw_end:
@@ -583,6 +654,30 @@ def _run(args: argparse.Namespace) -> int:
                 + "\n"
             )
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
+
+
+# -- fore chat -------------------------------------------------------------------------------
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from messages.gate import ApprovalMode
+    from supervision.chat.run import ChatError, ChatOptions, chat
+
+    model = None if args.demo else _run_model(args, "chat")
+    options = ChatOptions(
+        workspace=args.workspace,
+        model=model,
+        model_label=getattr(model, "name", "") if model is not None else "",
+        demo=args.demo,
+        approval=ApprovalMode(args.approval) if args.approval else None,
+        speculation=not args.no_speculation,
+        system_prompt=args.system,
+        max_turns=args.max_turns,
+    )
+    try:
+        return chat(options)
+    except ChatError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _is_timeout(error: BaseException) -> bool:

@@ -65,7 +65,12 @@ from actors.core.timer import TimerHandle
 from actors.overlay.store import OverlayStore
 from actors.speculation.fork import assistant_answers, extend, last_answer
 from actors.speculation.governor import LoadGovernor
-from actors.speculation.speculator import SpeculationSetup, Speculator, new_speculation_id
+from actors.speculation.speculator import (
+    ApplyOutcomeUnknown,
+    SpeculationSetup,
+    Speculator,
+    new_speculation_id,
+)
 from actors.speculation.suggest import suggestion_from_reply, suggestion_request
 from actors.speculation.suggestion_filter import filter_suggestion
 from actors.speculation.suggestion_prompt import extract_type_hint
@@ -385,6 +390,7 @@ class SessionSupervisor(Supervisor):
             model_name=model_name,
             reply_to=self.actor_ref,
             stream=self.spec_config.stream_forks,
+            max_tokens=self.spec_config.suggestion_max_tokens,
         )
         self.worker_config.gateway.tell(request)
 
@@ -935,7 +941,9 @@ class SessionSupervisor(Supervisor):
                     answer,
                     result.error or result.state,
                     result.applied,
-                    run_normally=not cancelled,  # the user moved on: not the suggestion
+                    # Not when the user moved on, and never on a half-applied tree
+                    # (a failed apply rolls back; ``applied`` names what it could not).
+                    run_normally=not cancelled and not result.applied,
                 )
                 self._accept_done(spec)
                 return
@@ -953,6 +961,15 @@ class SessionSupervisor(Supervisor):
             self._accept_done(spec)
 
         def failed(error: BaseException) -> None:
+            if isinstance(error, ApplyOutcomeUnknown):
+                # Files may have changed: say so, and do not run the suggestion on them.
+                self._alert(
+                    AlertLevel.ERROR,
+                    f"accepting the speculation failed and may have changed files ({error})",
+                )
+                self._accept_failed(spec, suggestion, answer, repr(error), (), run_normally=False)
+                self._accept_done(spec)
+                return
             if spec.accept_cancelled is not None:
                 called_off()  # the abort overtook the accept and stopped the speculator
                 return

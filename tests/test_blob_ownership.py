@@ -39,7 +39,7 @@ from messages.conversation import ToolResult
 from messages.gate import ApprovalMode
 from messages.llm import LlmRequest
 from supervision import Runtime
-from tests.test_speculation import Replies, call, settled, spec, speculation_runtime
+from tests.test_speculation import Replies, call, settled, spec, speculation_runtime, wait_until
 
 WAIT = 30.0
 BLOB = re.compile(r"\[blob:([0-9a-f-]{36})\]")
@@ -258,7 +258,9 @@ def test_only_the_storing_session_reads_its_blob_quoting_grants_nothing(
         # The user of B pastes A's id: pinned for B, still not readable by B.
         b_turns.run(b, f"look at [blob:{a_blob}]", "ok")
         assert runtime.blob_fs is not None
-        assert uuid.UUID(a_blob) in runtime.blob_fs.pins.session_pins("beta")
+        pins = runtime.blob_fs.pins
+        # The pin travels as a tell (ReferenceBlobs): wait for it, never for a duration.
+        wait_until(lambda: uuid.UUID(a_blob) in pins.session_pins("beta"))
         quoted = b_turns.inspect(b, f"[blob:{a_blob}]")
         assert same_words(quoted.output) == same_words(missing.output)
         # B's own ids stay readable, quoted or not.

@@ -86,7 +86,7 @@ def test_default_sample_hooks_keep_git_read_only(repo: Path) -> None:
     if not any(os.access(sample, os.X_OK) for sample in samples):
         pytest.skip("this git's template has no executable sample hooks")
     for command in READ_ONLY_GIT:
-        assert classify_shell_command(command, cwd=repo) == "read-only", command
+        assert classify_shell_command(command, repo) == "read-only", command
 
 
 def test_post_index_change_hook_makes_git_reads_unknown(repo: Path, tmp_path: Path) -> None:
@@ -99,15 +99,15 @@ def test_post_index_change_hook_makes_git_reads_unknown(repo: Path, tmp_path: Pa
 
     for command in READ_ONLY_GIT:
         for cwd in (repo, repo / "src"):
-            assert classify_shell_command(command, cwd=cwd) == "unknown", (command, cwd)
-    reason = explain_shell_command("git status", cwd=repo).reason
+            assert classify_shell_command(command, cwd) == "unknown", (command, cwd)
+    reason = explain_shell_command("git status", repo).reason
     assert "post-index-change" in reason
     decision = evaluate_tool_call("shell", {"command": "git status"}, "yolo", cwd=repo)
     assert decision.action is GateAction.BOUNDARY
     assert "hook" in decision.reason
     # Only git is affected, and writes stay writes.
-    assert classify_shell_command("ls -la", cwd=repo) == "read-only"
-    assert classify_shell_command("git commit -m x", cwd=repo) == "write"
+    assert classify_shell_command("ls -la", repo) == "read-only"
+    assert classify_shell_command("git commit -m x", repo) == "write"
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_post_index_change_hook_makes_git_reads_unknown(repo: Path, tmp_path: Pa
 )
 def test_any_executable_hook_is_doubt(repo: Path, tmp_path: Path, name: str) -> None:
     canary_script(repo / ".git" / "hooks" / name, tmp_path / "CANARY")
-    assert classify_shell_command("git status", cwd=repo) == "unknown"
+    assert classify_shell_command("git status", repo) == "unknown"
     assert program_setting(repo) is not None
 
 
@@ -128,23 +128,23 @@ def test_a_hook_that_is_not_executable_does_not_run(repo: Path, tmp_path: Path) 
     touch_tracked(repo)
     git("status", "--short", cwd=repo)
     assert not canary.exists()
-    assert classify_shell_command("git status", cwd=repo) == "read-only"
+    assert classify_shell_command("git status", repo) == "read-only"
     hook.chmod(0o755)
-    assert classify_shell_command("git status", cwd=repo) == "unknown"
+    assert classify_shell_command("git status", repo) == "unknown"
 
 
 def test_a_symlinked_hook_counts(repo: Path, tmp_path: Path) -> None:
     target = canary_script(tmp_path / "elsewhere" / "hook", tmp_path / "CANARY")
     (repo / ".git" / "hooks" / "post-index-change").symlink_to(target)
-    assert classify_shell_command("git diff", cwd=repo) == "unknown"
+    assert classify_shell_command("git diff", repo) == "unknown"
 
 
 def test_a_hooks_directory_too_large_to_check_is_doubt(repo: Path) -> None:
     hooks = repo / ".git" / "hooks"
     for index in range(300):
         (hooks / f"note{index}.sample").write_text("")
-    assert classify_shell_command("git status", cwd=repo) == "unknown"
-    assert "too many" in explain_shell_command("git status", cwd=repo).reason
+    assert classify_shell_command("git status", repo) == "unknown"
+    assert "too many" in explain_shell_command("git status", repo).reason
 
 
 def test_core_hooks_path_is_doubt_wherever_it_points(repo: Path, tmp_path: Path) -> None:
@@ -155,8 +155,8 @@ def test_core_hooks_path_is_doubt_wherever_it_points(repo: Path, tmp_path: Path)
     touch_tracked(repo)
     git("status", "--short", cwd=repo)
     assert canary.exists(), "git status did not run the hook from core.hooksPath"
-    assert classify_shell_command("git status", cwd=repo) == "unknown"
-    assert "core.hookspath" in explain_shell_command("git status", cwd=repo).reason
+    assert classify_shell_command("git status", repo) == "unknown"
+    assert "core.hookspath" in explain_shell_command("git status", repo).reason
 
 
 def test_hooks_of_a_linked_worktree_live_in_the_common_directory(
@@ -164,13 +164,13 @@ def test_hooks_of_a_linked_worktree_live_in_the_common_directory(
 ) -> None:
     worktree = tmp_path / "wt"
     git("worktree", "add", "-q", str(worktree), cwd=repo)
-    assert classify_shell_command("git status", cwd=worktree) == "read-only"
+    assert classify_shell_command("git status", worktree) == "read-only"
     canary = tmp_path / "CANARY"
     canary_script(repo / ".git" / "hooks" / "post-index-change", canary)
     touch_tracked(worktree)
     git("status", "--short", cwd=worktree)
     assert canary.exists(), "git status in the worktree did not run the common hook"
-    assert classify_shell_command("git status", cwd=worktree) == "unknown"
+    assert classify_shell_command("git status", worktree) == "unknown"
 
 
 def test_hooks_of_a_submodule_are_probed(repo: Path, tmp_path: Path) -> None:
@@ -182,26 +182,26 @@ def test_hooks_of_a_submodule_are_probed(repo: Path, tmp_path: Path) -> None:
     git("commit", "-q", "-m", "init", cwd=upstream)
     git("submodule", "add", "-q", str(upstream), "lib", cwd=repo)
     git("commit", "-q", "-m", "sub", cwd=repo)
-    assert classify_shell_command("git status", cwd=repo) == "read-only"
+    assert classify_shell_command("git status", repo) == "read-only"
     module_hooks = repo / ".git" / "modules" / "lib" / "hooks"
     canary = tmp_path / "CANARY"
     canary_script(module_hooks / "post-index-change", canary)
     touch_tracked(repo / "lib", "README")
     git("status", "--short", cwd=repo)
     assert canary.exists(), "the superproject's git status did not run the submodule's hook"
-    assert classify_shell_command("git status", cwd=repo) == "unknown"
-    assert "post-index-change" in explain_shell_command("git status", cwd=repo).reason
+    assert classify_shell_command("git status", repo) == "unknown"
+    assert "post-index-change" in explain_shell_command("git status", repo).reason
 
 
 def test_an_absorbed_module_that_is_not_checked_out_is_probed_too(repo: Path) -> None:
     module = repo / ".git" / "modules" / "lib"
     (module / "hooks").mkdir(parents=True)
     (module / "config").write_text("[core]\n\tbare = false\n")
-    assert classify_shell_command("git status", cwd=repo) == "read-only"
+    assert classify_shell_command("git status", repo) == "read-only"
     hook = module / "hooks" / "post-index-change"
     hook.write_text("#!/bin/sh\nexit 0\n")
     hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
-    assert classify_shell_command("git status", cwd=repo) == "unknown"
+    assert classify_shell_command("git status", repo) == "unknown"
 
 
 # ---------------------------------------------------------------------------
@@ -248,12 +248,12 @@ def test_a_log_format_with_a_signature_placeholder_is_doubt(
     repo: Path, tmp_path: Path, key: str, value: str, log_args: tuple[str, ...]
 ) -> None:
     signed_head(repo)
-    assert classify_shell_command("git log -1", cwd=repo) == "read-only"
+    assert classify_shell_command("git log -1", repo) == "read-only"
     git("config", key, value, cwd=repo)
     assert gpg_runs(repo, tmp_path, *log_args), "git log did not run gpg"
     for command in ("git log -1", f"git log -1 {' '.join(log_args)}".strip(), "git show"):
-        assert classify_shell_command(command, cwd=repo) == "unknown", command
-    assert "gpg" in explain_shell_command("git log", cwd=repo).reason
+        assert classify_shell_command(command, repo) == "unknown", command
+    assert "gpg" in explain_shell_command("git log", repo).reason
 
 
 @pytest.mark.parametrize(
@@ -261,7 +261,7 @@ def test_a_log_format_with_a_signature_placeholder_is_doubt(
 )
 def test_a_log_format_without_signatures_stays_read_only(repo: Path, key: str, value: str) -> None:
     git("config", key, value, cwd=repo)
-    assert classify_shell_command("git log -1", cwd=repo) == "read-only"
+    assert classify_shell_command("git log -1", repo) == "read-only"
 
 
 # ---------------------------------------------------------------------------
@@ -279,8 +279,8 @@ def test_a_log_format_without_signatures_stays_read_only(repo: Path, key: str, v
 )
 def test_a_partial_clone_is_doubt(repo: Path, key: str, value: str) -> None:
     git("config", key, value, cwd=repo)
-    assert classify_shell_command("git show HEAD", cwd=repo) == "unknown"
-    assert "remote" in explain_shell_command("git show HEAD", cwd=repo).reason
+    assert classify_shell_command("git show HEAD", repo) == "unknown"
+    assert "remote" in explain_shell_command("git show HEAD", repo).reason
 
 
 def test_a_real_partial_clone_is_doubt(repo: Path, tmp_path: Path) -> None:
@@ -295,7 +295,7 @@ def test_a_real_partial_clone_is_doubt(repo: Path, tmp_path: Path) -> None:
         str(clone),
         cwd=tmp_path,
     )
-    assert classify_shell_command("git log -p", cwd=clone) == "unknown"
+    assert classify_shell_command("git log -p", clone) == "unknown"
 
 
 # ---------------------------------------------------------------------------
@@ -309,8 +309,57 @@ def test_a_real_partial_clone_is_doubt(repo: Path, tmp_path: Path) -> None:
 def test_pager_free_forms_are_read_only_and_still_probed(
     repo: Path, tmp_path: Path, command: str
 ) -> None:
-    assert classify_shell_command(command, cwd=repo) == "read-only"
+    assert classify_shell_command(command, repo) == "read-only"
     allowed = evaluate_tool_call("shell", {"command": command}, "default", cwd=repo)
     assert allowed.action is GateAction.ALLOW
     canary_script(repo / ".git" / "hooks" / "post-index-change", tmp_path / "CANARY")
-    assert classify_shell_command(command, cwd=repo) == "unknown"
+    assert classify_shell_command(command, repo) == "unknown"
+
+
+# ---------------------------------------------------------------------------
+# Keys that name a program, by pattern (issue 19, point 8)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # git 2.54 config-based hooks: `git status` runs this on post-index-change.
+        '[hook "audit"]\n\tevent = post-index-change\n\tcommand = touch /tmp/x\n',
+        '[hook "audit"]\n\tevent = post-index-change\n',
+        "[sendemail]\n\ttoCmd = ./who\n",
+        '[gpg "ssh"]\n\tdefaultKeyCommand = ssh-add -L\n',
+        '[merge "ours"]\n\tdriver = ./merge %O %A %B\n',
+        "[newfeature]\n\tprogram = ./x\n",
+        '[something "x"]\n\thelper = ./x\n',
+        "[future]\n\tpostCmd = ./x\n",
+        '[frob "y"]\n\ttool = ./x\n',
+        "[uploadpack]\n\tpackObjectsHook = ./x\n",
+    ],
+)
+def test_any_key_whose_last_part_names_a_program_makes_git_unknown(repo: Path, text: str) -> None:
+    with (repo / ".git" / "config").open("a") as config:
+        config.write(text)
+    for command in READ_ONLY_GIT:
+        assert classify_shell_command(command, repo) == "unknown", (command, text)
+    assert "can run a program" in explain_shell_command("git status", repo).reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[user]\n\tname = x\n", '[submodule "lib"]\n\tpath = lib\n', "[core]\n\tautocrlf = false\n"],
+)
+def test_keys_that_name_no_program_keep_git_read_only(repo: Path, text: str) -> None:
+    with (repo / ".git" / "config").open("a") as config:
+        config.write(text)
+    assert classify_shell_command("git status", repo) == "read-only"
+
+
+def test_without_a_workspace_git_is_never_read_only(repo: Path) -> None:
+    # The public classifier used to skip the config probe when no directory was given.
+    with (repo / ".git" / "config").open("a") as config:
+        config.write("[core]\n\tfsmonitor = ./x\n")
+    assert classify_shell_command("git status", repo) == "unknown"
+    assert classify_shell_command("git status", None) == "unknown"
+    with pytest.raises(TypeError):
+        classify_shell_command("git status")  # type: ignore[call-arg]

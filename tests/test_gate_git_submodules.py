@@ -88,7 +88,7 @@ def test_a_clean_superproject_with_submodules_stays_read_only(
     embed(superproject, upstream, "vendored")
     git("submodule", "add", "-q", str(upstream), "absorbed", cwd=superproject)
     for command in GIT_READS:
-        assert classify_shell_command(command, cwd=superproject) == "read-only", command
+        assert classify_shell_command(command, superproject) == "read-only", command
 
 
 @pytest.mark.parametrize("key", ["core.fsmonitor", "core.pager", "diff.external", "include.path"])
@@ -98,11 +98,11 @@ def test_an_embedded_gitlink_config_is_probed(superproject: Path, upstream: Path
     assert not (superproject / ".gitmodules").exists()  # the index alone makes it a submodule
     git("config", key, "/tmp/hook", cwd=sub)
     for cwd in (superproject, superproject / "src"):
-        assert classify_shell_command("git status", cwd=cwd) == "unknown"
-        assert classify_shell_command("git diff", cwd=cwd) == "unknown"
-    reason = explain_shell_command("git status", cwd=superproject).reason
+        assert classify_shell_command("git status", cwd) == "unknown"
+        assert classify_shell_command("git diff", cwd) == "unknown"
+    reason = explain_shell_command("git status", superproject).reason
     assert "'sub'" in reason and key in reason
-    assert classify_shell_command("ls -la", cwd=superproject) == "read-only"
+    assert classify_shell_command("ls -la", superproject) == "read-only"
 
 
 def test_a_submodule_with_gitmodules_and_its_own_git_directory(
@@ -115,9 +115,9 @@ def test_a_submodule_with_gitmodules_and_its_own_git_directory(
     shutil.rmtree(sub)
     git("clone", "-q", str(upstream), str(sub), cwd=superproject)
     assert (sub / ".git").is_dir()
-    assert classify_shell_command("git status", cwd=superproject) == "read-only"
+    assert classify_shell_command("git status", superproject) == "read-only"
     git("config", "core.fsmonitor", "/tmp/hook", cwd=sub)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
 
 
 def test_a_nested_submodule_is_probed(superproject: Path, upstream: Path, tmp_path: Path) -> None:
@@ -127,9 +127,9 @@ def test_a_nested_submodule_is_probed(superproject: Path, upstream: Path, tmp_pa
     git("commit", "-q", "--allow-empty", "-m", "init", cwd=middle)
     outer = embed(superproject, middle, "outer")
     inner = embed(outer, upstream, "inner")
-    assert classify_shell_command("git status", cwd=superproject) == "read-only"
+    assert classify_shell_command("git status", superproject) == "read-only"
     git("config", "diff.foo.textconv", "cat", cwd=inner)
-    reason = explain_shell_command("git diff", cwd=superproject).reason
+    reason = explain_shell_command("git diff", superproject).reason
     assert "outer/inner" in reason
 
 
@@ -138,7 +138,7 @@ def test_a_path_only_in_gitmodules_is_probed(superproject: Path, upstream: Path)
     git("clone", "-q", str(upstream), str(sub), cwd=superproject)
     (superproject / ".gitmodules").write_text('[submodule "p"]\n\tpath = pending\n\turl = x\n')
     git("config", "core.fsmonitor", "/tmp/hook", cwd=sub)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
 
 
 @pytest.mark.parametrize("version", ["2", "3", "4"])
@@ -153,7 +153,7 @@ def test_every_index_version_is_read(superproject: Path, upstream: Path, version
     links = parse_index_gitlinks((superproject / ".git" / "index").read_bytes())
     assert links == ("src/zz/vendored",)
     git("config", "core.fsmonitor", "/tmp/hook", cwd=sub)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
 
 
 def test_a_gitdir_file_pointing_outside_modules_is_doubt(
@@ -163,8 +163,8 @@ def test_a_gitdir_file_pointing_outside_modules_is_doubt(
     elsewhere = tmp_path / "elsewhere.git"
     (sub / ".git").rename(elsewhere)
     (sub / ".git").write_text(f"gitdir: {elsewhere}\n")
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
-    assert "outside" in explain_shell_command("git status", cwd=superproject).reason
+    assert classify_shell_command("git status", superproject) == "unknown"
+    assert "outside" in explain_shell_command("git status", superproject).reason
 
 
 def test_a_symlinked_submodule_is_doubt(superproject: Path, upstream: Path, tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_a_symlinked_submodule_is_doubt(superproject: Path, upstream: Path, tmp_
     head = git("rev-parse", "HEAD", cwd=real).strip()
     git("update-index", "--add", "--cacheinfo", f"160000,{head},linked", cwd=superproject)
     (superproject / "linked").symlink_to(real)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
 
 
 def test_a_linked_worktree_as_a_submodule_is_doubt(
@@ -184,7 +184,7 @@ def test_a_linked_worktree_as_a_submodule_is_doubt(
     git("worktree", "add", "-q", "--detach", str(superproject / "wt"), cwd=main)
     head = git("rev-parse", "HEAD", cwd=main).strip()
     git("update-index", "--add", "--cacheinfo", f"160000,{head},wt", cwd=superproject)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
 
 
 def test_too_many_gitlinks_is_doubt(superproject: Path, upstream: Path) -> None:
@@ -198,8 +198,8 @@ def test_too_many_gitlinks_is_doubt(superproject: Path, upstream: Path) -> None:
         check=True,
         env=_ENV,
     )
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
-    assert "too many" in explain_shell_command("git status", cwd=superproject).reason
+    assert classify_shell_command("git status", superproject) == "unknown"
+    assert "too many" in explain_shell_command("git status", superproject).reason
 
 
 def test_unpopulated_submodules_are_not_probed(superproject: Path, upstream: Path) -> None:
@@ -208,7 +208,7 @@ def test_unpopulated_submodules_are_not_probed(superproject: Path, upstream: Pat
     clone = superproject.parent / "fresh"
     git("clone", "-q", str(superproject), str(clone), cwd=superproject.parent)
     assert (clone / "lib").is_dir() and not (clone / "lib" / ".git").exists()
-    assert classify_shell_command("git status", cwd=clone) == "read-only"
+    assert classify_shell_command("git status", clone) == "read-only"
 
 
 @pytest.mark.parametrize(
@@ -219,7 +219,7 @@ def test_config_that_moves_the_tree_or_the_index_is_doubt(
     superproject: Path, key: str, value: str
 ) -> None:
     git("config", key, value, cwd=superproject)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
 
 
 @pytest.mark.parametrize(
@@ -229,9 +229,10 @@ def test_environment_that_redirects_git_is_doubt(
     superproject: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     monkeypatch.setenv(name, "1")
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
-    assert name in explain_shell_command("git status", cwd=superproject).reason
-    assert classify_shell_command("git status") == "read-only"  # no cwd: no probe
+    assert classify_shell_command("git status", superproject) == "unknown"
+    assert name in explain_shell_command("git status", superproject).reason
+    # Without a workspace there is nothing to probe: git is doubt, never read-only.
+    assert classify_shell_command("git status", None) == "unknown"
 
 
 def test_a_relative_directory_is_never_probed(
@@ -239,8 +240,10 @@ def test_a_relative_directory_is_never_probed(
 ) -> None:
     monkeypatch.chdir(superproject)  # a relative path would otherwise resolve in here
     assert program_setting("src") is not None
-    assert classify_shell_command("git log", cwd="src") == "unknown"
-    assert classify_shell_command("ls", cwd="src") == "read-only"
+    assert classify_shell_command("git log", "src") == "unknown"
+    # A relative workspace cannot hold any path to the scope rule either.
+    assert classify_shell_command("ls", "src") == "unknown"
+    assert "absolute" in explain_shell_command("cat x", "src").reason
 
 
 # ---------------------------------------------------------------------------
@@ -338,6 +341,18 @@ def test_a_split_index_is_doubt() -> None:
 def test_a_real_split_index_is_doubt(superproject: Path) -> None:
     (superproject / "a.txt").write_text("a\n")
     git("add", "a.txt", cwd=superproject)
-    assert classify_shell_command("git status", cwd=superproject) == "read-only"
+    assert classify_shell_command("git status", superproject) == "read-only"
     git("update-index", "--split-index", cwd=superproject)
-    assert classify_shell_command("git status", cwd=superproject) == "unknown"
+    assert classify_shell_command("git status", superproject) == "unknown"
+
+
+def test_the_public_classifier_always_sees_a_submodule_fsmonitor(
+    superproject: Path, upstream: Path
+) -> None:
+    # classify_shell_command(cmd) once skipped the probe without a directory;
+    # the workspace is now required, and without one git is doubt.
+    sub = embed(superproject, upstream, "lib")
+    git("config", "core.fsmonitor", "/tmp/hook", cwd=sub)
+    for workspace in (superproject, superproject / "src", None):
+        assert classify_shell_command("git status", workspace) == "unknown", workspace
+    assert "fsmonitor" in explain_shell_command("git diff", superproject).reason

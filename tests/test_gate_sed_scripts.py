@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,14 @@ from hypothesis import strategies as st
 
 from actors.gate.shell import classify_shell_command
 from actors.gate.shell_rules import sed_script_problem
+from bench.shell_corpus import make_workspace
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus workspace: commands are classified as a speculation would."""
+    return make_workspace(tmp_path_factory.mktemp("corpus"))
+
 
 # ---------------------------------------------------------------------------
 # The reported holes: a label that ends at a blank hides the next command
@@ -53,9 +62,9 @@ LABEL_HOLES = [
 
 @pytest.mark.parametrize("script", LABEL_HOLES)
 @pytest.mark.parametrize("options", ["", "-n ", "-E ", "--posix "])
-def test_a_command_after_a_label_is_checked(script: str, options: str) -> None:
+def test_a_command_after_a_label_is_checked(script: str, options: str, ws: Path) -> None:
     assert sed_script_problem(script) is not None
-    assert classify_shell_command(f"sed {options}{shlex.quote(script)} f") != "read-only"
+    assert classify_shell_command(f"sed {options}{shlex.quote(script)} f", ws) != "read-only"
 
 
 @pytest.mark.parametrize(
@@ -153,18 +162,22 @@ def _script(draw: st.DrawFn, *, with_danger: bool) -> str:
 
 @settings(max_examples=600, deadline=None)
 @given(_script(with_danger=True), st.sampled_from(["", "-n ", "-E ", "-s "]))
-def test_scripts_with_a_dangerous_command_are_never_read_only(script: str, options: str) -> None:
+def test_scripts_with_a_dangerous_command_are_never_read_only(
+    ws: Path, script: str, options: str
+) -> None:
     assert sed_script_problem(script) is not None, script
     command = f"sed {options}{shlex.quote(script)} file"
-    assert classify_shell_command(command) != "read-only", command
+    assert classify_shell_command(command, ws) != "read-only", command
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_script(with_danger=False), min_size=1, max_size=3), _script(with_danger=True))
-def test_a_dangerous_expression_among_several_is_found(harmless: list[str], danger: str) -> None:
+def test_a_dangerous_expression_among_several_is_found(
+    ws: Path, harmless: list[str], danger: str
+) -> None:
     expressions = [*harmless, danger]
     command = "sed " + " ".join(f"-e {shlex.quote(e)}" for e in expressions) + " file"
-    assert classify_shell_command(command) != "read-only", command
+    assert classify_shell_command(command, ws) != "read-only", command
 
 
 # ---------------------------------------------------------------------------

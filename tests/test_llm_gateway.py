@@ -288,7 +288,7 @@ def test_server_error_is_retried_then_succeeds(harness: Harness, server: MockLlm
     [
         ("500", "server"),
         ("malformed", "protocol"),
-        ("truncated", "protocol"),
+        ("truncated", "incomplete"),
         ("cut", "connection"),
     ],
 )
@@ -520,6 +520,10 @@ def test_gateway_rejects_a_request_without_a_model(harness: Harness) -> None:
 # -- pure parts --
 
 
+FINISHED = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+"""The chunk that ends a complete answer (one without a finish reason is incomplete)."""
+
+
 def _chunks_for(arguments: list[str], cuts: list[list[int]]) -> list[dict[str, Any]]:
     chunks: list[dict[str, Any]] = []
     for index, (text, points) in enumerate(zip(arguments, cuts, strict=True)):
@@ -611,7 +615,7 @@ def test_assembler_rejects_truncated_and_broken_streams() -> None:
     assembler.feed({"choices": [{"index": 0, "delta": {"content": "half"}}]})
     with pytest.raises(LlmException) as info:
         assembler.finish(saw_done=False)
-    assert info.value.error.kind == "protocol"
+    assert info.value.error.kind == "incomplete"
     broken = StreamAssembler("r")
     broken.feed(_chunks_for(['{"a": 1'], [[]])[0])
     broken.feed(
@@ -624,6 +628,7 @@ def test_assembler_rejects_truncated_and_broken_streams() -> None:
             ]
         }
     )
+    broken.feed(FINISHED)
     # Arguments that never form JSON do not fail the answer: the call carries why
     # (the worker decides; see tests/test_worker_hostile_model.py).
     message, _usage, _reason = broken.finish(saw_done=True)
@@ -660,6 +665,7 @@ def test_non_finite_tool_arguments_are_unusable_arguments(number: str) -> None:
             ]
         }
     )
+    assembler.feed(FINISHED)
     message, _usage, _reason = assembler.finish(saw_done=True)
     call = message.tool_calls[0]
     assert call.arguments == {}
@@ -682,7 +688,7 @@ def test_request_body_is_deterministic_and_complete() -> None:
     second = json.dumps(request_body(request, "m"), ensure_ascii=False, separators=(",", ":"))
     assert first == second
     wire = to_openai_messages(items)
-    assert wire[2]["content"] is None
+    assert wire[2]["content"] == ""  # not null: llama.cpp-class servers answer null with 500
     assert wire[2]["tool_calls"][0]["function"]["arguments"] == '{"b":1,"a":"é"}'
     assert wire[3] == {"role": "tool", "tool_call_id": "c1", "content": "ok"}
     body = request_body(request, "m")

@@ -173,3 +173,32 @@ def test_an_environment_proxy_keeps_httpx_own_transport(monkeypatch: pytest.Monk
         assert not isinstance(loop._clients[0]._transport, FastAsyncTransport)
     finally:
         assert loop.close()
+
+
+def test_reading_a_body_can_pause_at_the_socket_and_resume_whole() -> None:
+    """A fork's stream is read in batches: between them the socket is not read at all
+    (what arrives waits in the kernel), and nothing is lost when reading resumes."""
+    from actors.llm.netio import FLOW_EXTENSION
+
+    with MockLlmServer(generated_words=60, tokens_per_s=100) as server:  # 0.6 s long
+
+        async def go() -> tuple[list[bool], str]:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            paused = []
+            async with (
+                client() as http,
+                http.stream("POST", f"{server.base_url}/chat/completions", json=body) as response,
+            ):
+                flow = response.extensions[FLOW_EXTENSION]
+                parts = []
+                async for part in response.aiter_raw():
+                    parts.append(part)
+                    if len(paused) < 3:
+                        paused.append(flow.pause_reading())
+                        await asyncio.sleep(0.05)
+                        flow.resume_reading()
+                return paused, b"".join(parts).decode()
+
+        paused, text = run(go())  # type: ignore[misc]
+    assert paused == [True, True, True]  # the stream was still coming each time
+    assert text.rstrip().endswith("data: [DONE]") and text.count("data: ") > 60

@@ -365,7 +365,13 @@ def test_purpose_and_contains_matching_over_http(mock: MockLlmServer, client: ht
     # contains looks at the last tool result (list-of-parts content works too).
     tool_turn: list[dict[str, Any]] = [
         {"role": "user", "content": "please run the tests"},
-        {"role": "assistant", "content": None, "tool_calls": []},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "12 passed"}]},
     ]
     assert ask(tool_turn, "pipelined")["text"] == "All 12 tests passed; nothing left to fix."
@@ -935,3 +941,157 @@ def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--host", "--port", "--script", "--ttft-ms", "--tokens-per-s"):
         assert flag in out
     assert "--reject-forced-tool-choice" in out and "--generated-words" in out
+
+
+# --------------------------------------------------------------------------- #
+# Strictness: at least as strict as the real servers (issue 20, point 7)
+# --------------------------------------------------------------------------- #
+
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("shell", "read_file")
+]
+
+
+def tool_turn(content: Any = "", call_id: str = "c1", answer_id: str | None = "c1") -> list[Any]:
+    """A user message, an assistant tool call, and (unless ``answer_id`` is None) its result."""
+    assistant: dict[str, Any] = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+        ],
+    }
+    if content is not ...:
+        assistant["content"] = content
+    turn: list[Any] = [{"role": "user", "content": "run it"}, assistant]
+    if answer_id is not None:
+        turn.append({"role": "tool", "tool_call_id": answer_id, "content": "ok"})
+    return turn
+
+
+def post(client: httpx.Client, server: MockLlmControl, **body: Any) -> httpx.Response:
+    full = {"model": "m", "stream": False, **body}
+    full.setdefault("messages", [{"role": "user", "content": "hello"}])
+    return client.post(url(server), json=full)
+
+
+@pytest.mark.parametrize(
+    ("messages", "needle"),
+    [
+        (tool_turn(content=None), "messages[1].content must be a string, got null"),
+        (tool_turn(content=...), "messages[1].content must be a string"),
+        (tool_turn(answer_id="other"), "must be a response to a preceding message"),
+        (
+            [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "c1",
+             "content": "ok"}],
+            "must be a response to a preceding message",
+        ),
+        (tool_turn(answer_id=None), "unanswered: ['c1']"),
+        ([*tool_turn(), {"role": "tool", "tool_call_id": "c1", "content": "again"}],
+         "no open call 'c1'"),
+    ],
+)  # fmt: skip
+def test_the_strict_mock_refuses_what_real_servers_refuse(
+    mock: MockLlmServer, client: httpx.Client, messages: list[Any], needle: str
+) -> None:
+    response = post(client, mock, messages=messages)
+    assert response.status_code == 400, response.text
+    assert needle in response.json()["error"]["message"]
+    assert mock.requests()[-1].outcome == "bad_request"
+
+
+def test_a_well_formed_tool_turn_passes(mock: MockLlmServer, client: httpx.Client) -> None:
+    assert post(client, mock, messages=tool_turn()).status_code == 200
+    parts = [{"type": "text", "text": "ok"}]
+    turn = tool_turn()
+    turn[2]["content"] = parts  # an array of text parts is a string's equal
+    assert post(client, mock, messages=turn).status_code == 200
+
+
+def test_a_lenient_mock_lets_through_what_a_lenient_server_does(client: httpx.Client) -> None:
+    with MockLlmServer(strict=False) as lenient:
+        for messages in (tool_turn(content=None), tool_turn(answer_id=None)):
+            assert post(client, lenient, messages=messages).status_code == 200
+        assert post(client, lenient, max_tokens=10**6).status_code == 200
+
+
+def test_max_tokens_above_the_models_output_limit_is_a_400(client: httpx.Client) -> None:
+    with MockLlmServer(max_output_tokens=1000) as server:
+        assert post(client, server, max_tokens=1000).status_code == 200
+        for name in ("max_tokens", "max_completion_tokens"):
+            response = post(client, server, **{name: 199_878})
+            assert response.status_code == 400
+            error = response.json()["error"]
+            assert error["param"] == name
+            assert f"'{name}' is too large: 199878" in error["message"]
+
+
+def test_n_above_one_is_a_400(mock: MockLlmServer, client: httpx.Client) -> None:
+    assert post(client, mock, n=1).status_code == 200
+    response = post(client, mock, n=2)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "n"
+
+
+def test_a_named_tool_choice_forces_that_tool(mock: MockLlmServer, client: httpx.Client) -> None:
+    mock.set_script(script_of(ScriptReply(text="I would rather talk."), ScriptReply(text="x")))
+    forced = {"type": "function", "function": {"name": "read_file"}}
+    body = post(client, mock, tools=TOOLS, tool_choice=forced).json()
+    message = body["choices"][0]["message"]
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["read_file"]
+    assert not message["content"]
+    chunks, done = stream_chunks(client, mock, chat_body(tools=TOOLS, tool_choice=forced))
+    assert done and [c["name"] for c in assemble(chunks)["calls"].values()] == ["read_file"]
+
+
+def test_tool_choice_none_and_required_are_honoured(
+    mock: MockLlmServer, client: httpx.Client
+) -> None:
+    calls = ScriptReply(text="t", tool_calls=(ScriptToolCall(name="shell"),))
+    mock.set_script(script_of(calls, ScriptReply(text="just text")))
+    none = post(client, mock, tools=TOOLS, tool_choice="none").json()["choices"][0]
+    assert not none["message"].get("tool_calls") and none["finish_reason"] == "stop"
+    required = post(client, mock, tools=TOOLS, tool_choice="required").json()["choices"][0]
+    assert [c["function"]["name"] for c in required["message"]["tool_calls"]] == ["shell"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tool_choice": "auto"}, "tool_choice"),  # without tools
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"response_format": {"type": "json_object"}}, "messages"),  # no "json" in messages
+    ],
+)  # fmt: skip
+def test_choices_a_server_cannot_honour_are_a_400(
+    mock: MockLlmServer, client: httpx.Client, extra: dict[str, Any], param: str
+) -> None:
+    response = post(client, mock, **extra)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+def test_json_mode_answers_a_json_object(mock: MockLlmServer, client: httpx.Client) -> None:
+    mock.set_script(script_of(ScriptReply(text="not json at all"), ScriptReply(text='{"a": 1}')))
+    messages = [{"role": "user", "content": "Answer in JSON."}]
+    fmt = {"type": "json_object"}
+    first = post(client, mock, messages=messages, response_format=fmt).json()
+    assert json.loads(first["choices"][0]["message"]["content"]) == {"text": "not json at all"}
+    chunks, _ = stream_chunks(
+        client, mock, {**chat_body(), "messages": messages, "response_format": fmt}
+    )
+    assert json.loads(assemble(chunks)["text"]) == {"a": 1}
+
+
+def test_background_streams_in_ticks_carry_the_same_answer(client: httpx.Client) -> None:
+    """``background_tick_ms`` groups a fork's writes; what is sent is unchanged."""
+    reply = ScriptReply(text="one two three four five six seven eight", tokens_per_s=200)
+    with MockLlmServer(script_of(reply, reply), background_tick_ms=50) as server:
+        fork, _ = stream_chunks(client, server, chat_body(), {"X-Fore-Purpose": "speculation"})
+        main_turn, _ = stream_chunks(client, server, chat_body())
+    assert assemble(fork) == assemble(main_turn)
+    assert assemble(fork)["text"] == reply.text
+    with pytest.raises(ValueError, match="background_tick_ms"):
+        MockLlmServer(background_tick_ms=-1)

@@ -38,6 +38,7 @@ from actors.tools import ToolContext, default_registry, invoke_tool
 from actors.tools.base import Invocation
 from actors.tools.cancel import CancelToken
 from actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound, WorkspaceFs
+from actors.tools.fsclock import Instant, wait_for_tick
 from actors.tools.paths import FsError, PathOutOfScope
 from messages.conversation import ToolCall
 from messages.overlay import (
@@ -58,6 +59,7 @@ SECRET = "ovroot-Zq7secret"
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
+    """A workspace whose files are stamped before any overlay the test creates."""
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("alpha\n")
@@ -66,6 +68,7 @@ def ws(tmp_path: Path) -> Path:
     (root / "src" / "util.py").write_text("def util():\n    return 1\n")
     (root / "docs").mkdir()
     (root / "docs" / "readme.md").write_text("# readme\nalpha beta\n")
+    wait_for_tick()
     return root
 
 
@@ -506,13 +509,29 @@ def test_errors_raised_directly_name_workspace_paths_only(ov: OverlayFs, ws: Pat
 # -- bases: what the speculation saw -------------------------------------------------------
 
 
+CLOCKS = ["real", "stepped back"]
+"""How the conflict check sees a user's change made after the start: by its ctime
+(``changed_since_start``), or -- when the clock cannot tell (it was stepped back:
+the overlay's start lies in the future of every stamp) -- by the content the
+speculation saw (the read-based base)."""
+
+
+def started_for(clock: str) -> Instant | None:
+    return None if clock == "real" else Instant(wall_ns=2**62, mono_ns=0)
+
+
+def expected_change(clock: str, change: str) -> str:
+    return "changed_since_start" if clock == "real" else change
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
 def test_a_user_edit_between_a_speculative_read_and_write_is_a_conflict(
-    store: OverlayStore, ws: Path
+    store: OverlayStore, ws: Path, clock: str
 ) -> None:
     """Lost update: the speculation read a.txt, the user edited it, then the
     speculation wrote content computed from its stale read. The base must be what
     it read, so apply refuses instead of overwriting the user's edit."""
-    ov = store.create(ws)
+    ov = store.create(ws, started=started_for(clock))
     seen = ok(ov, "read_file", path="a.txt")
     assert "alpha" in seen
     assert ov.touched() == {} and not ov.has_writes  # a read alone is no change
@@ -520,7 +539,9 @@ def test_a_user_edit_between_a_speculative_read_and_write_is_a_conflict(
     ok(ov, "write_file", path="a.txt", content="omega\n")  # computed from the stale read
     report = apply_overlay(ov, store.journal_dir)
     assert isinstance(report, ConflictReport)
-    assert [(c.path, c.change) for c in report.conflicts] == [("a.txt", "modified")]
+    assert [(c.path, c.change) for c in report.conflicts] == [
+        ("a.txt", expected_change(clock, "modified"))
+    ]
     assert report.conflicts[0].expected.sha256 == sha(b"alpha\n")
     assert (ws / "a.txt").read_text() == "alpha, edited by the user\n"  # nothing written
     ov.remove()
@@ -537,11 +558,15 @@ def test_a_read_without_a_user_edit_applies(store: OverlayStore, ws: Path) -> No
     ov.remove()
 
 
-def test_a_partial_read_is_based_on_the_files_identity(store: OverlayStore, ws: Path) -> None:
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_a_partial_read_is_based_on_the_files_identity(
+    store: OverlayStore, ws: Path, clock: str
+) -> None:
     (ws / "long.txt").write_bytes(b"x" * 10_000)
     (ws / "grown.txt").write_bytes(b"x" * 10_000)
     (ws / "same.txt").write_bytes(b"y" * 10_000)
-    ov = store.create(ws)
+    wait_for_tick()
+    ov = store.create(ws, started=started_for(clock))
     for name in ("long.txt", "grown.txt", "same.txt"):
         assert len(ov.read_bytes(name, limit=100)) == 100
     (ws / "long.txt").write_bytes(b"z" * 10_000)  # same size: only the identity tells
@@ -552,8 +577,8 @@ def test_a_partial_read_is_based_on_the_files_identity(store: OverlayStore, ws: 
     report = apply_overlay(ov, store.journal_dir)
     assert isinstance(report, ConflictReport)
     assert [(c.path, c.change) for c in report.conflicts] == [
-        ("grown.txt", "modified"),
-        ("long.txt", "modified"),
+        ("grown.txt", expected_change(clock, "modified")),
+        ("long.txt", expected_change(clock, "modified")),
     ]
     assert (ws / "long.txt").read_bytes() == b"z" * 10_000
     assert (ws / "grown.txt").read_bytes() == b"z" * 20_000
@@ -561,17 +586,20 @@ def test_a_partial_read_is_based_on_the_files_identity(store: OverlayStore, ws: 
     ov.remove()
 
 
+@pytest.mark.parametrize("clock", CLOCKS)
 def test_reading_a_missing_file_then_creating_it_conflicts_with_a_user_create(
-    store: OverlayStore, ws: Path
+    store: OverlayStore, ws: Path, clock: str
 ) -> None:
-    ov = store.create(ws)
+    ov = store.create(ws, started=started_for(clock))
     with pytest.raises(NotFound):
         ov.read_bytes("new.txt")
     (ws / "new.txt").write_text("the user's new file\n")
     ov.write_bytes("new.txt", b"speculated\n")
     report = apply_overlay(ov, store.journal_dir)
     assert isinstance(report, ConflictReport)
-    assert [(c.path, c.change) for c in report.conflicts] == [("new.txt", "created")]
+    assert [(c.path, c.change) for c in report.conflicts] == [
+        ("new.txt", expected_change(clock, "created"))
+    ]
     assert (ws / "new.txt").read_text() == "the user's new file\n"
     ov.remove()
 
@@ -1019,6 +1047,7 @@ def test_overlay_matches_a_plain_copy_and_applies_to_it(ops: list[Any]) -> None:
         for d in (real_dir, copy_dir):
             d.mkdir()
             seed_tree(d)
+        wait_for_tick()  # the seeded tree is the baseline, not a user's change
         store = OverlayStore(base / "overlays")
         ov = store.create(real_dir)
         plain = WorkspaceFs(copy_dir)

@@ -29,6 +29,7 @@ from actors.overlay import (
     recover,
     sweep_dead,
 )
+from actors.tools.fsclock import wait_for_tick
 from messages.overlay import ApplyResult, ConflictReport
 
 WAIT = 15.0
@@ -37,12 +38,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
+    """A workspace whose files are stamped before any overlay the test creates."""
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("alpha\n")
     (root / "b.txt").write_text("beta\n")
     (root / "src").mkdir()
     (root / "src" / "main.py").write_text("print('hi')\n")
+    wait_for_tick()
     return root
 
 
@@ -55,6 +58,12 @@ def store(tmp_path: Path) -> Iterator[OverlayStore]:
 
 @pytest.fixture
 def ov(store: OverlayStore, ws: Path) -> OverlayFs:
+    return store.create(ws)
+
+
+def fresh(store: OverlayStore, ws: Path) -> OverlayFs:
+    """An overlay started after the test's own changes to ``ws`` (they are its baseline)."""
+    wait_for_tick()
     return store.create(ws)
 
 
@@ -81,10 +90,9 @@ def applied(result: ApplyResult | ConflictReport) -> ApplyResult:
 # -- the reference behaviours -------------------------------------------------------------
 
 
-def test_apply_copies_back_and_creates_missing_directories(
-    ov: OverlayFs, ws: Path, store: OverlayStore
-) -> None:
+def test_apply_copies_back_and_creates_missing_directories(ws: Path, store: OverlayStore) -> None:
     os.chmod(ws / "a.txt", 0o755)
+    ov = fresh(store, ws)
     ov.write_bytes("a.txt", b"changed\n")
     ov.write_bytes("deep/new/dir/file.txt", b"new\n")
     ov.mkdir("empty/dir")
@@ -123,13 +131,12 @@ def test_apply_with_nothing_written_is_empty_and_touches_nothing(
     assert not journal_dir.exists()
 
 
-def test_apply_deletes_recreates_and_changes_types(
-    ov: OverlayFs, ws: Path, store: OverlayStore
-) -> None:
+def test_apply_deletes_recreates_and_changes_types(ws: Path, store: OverlayStore) -> None:
     (ws / "gone").mkdir()
     (ws / "gone" / "x").write_text("x")
     (ws / "dir2file").mkdir()
     (ws / "dir2file" / "y").write_text("y")
+    ov = fresh(store, ws)
     ov.delete("b.txt")
     ov.delete("gone/x")
     ov.delete("gone")
@@ -318,12 +325,13 @@ def test_parent_replaced_by_a_symlink_before_apply_is_a_conflict(
 
 
 def test_symlink_swapped_in_during_staging_cannot_redirect_a_write(
-    ov: OverlayFs, ws: Path, store: OverlayStore, tmp_path: Path
+    ws: Path, store: OverlayStore, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (ws / "zdir").mkdir()
     (ws / "zdir" / "z.txt").write_text("z")
+    ov = fresh(store, ws)
     ov.write_bytes("a.txt", b"new a")
     ov.write_bytes("zdir/z.txt", b"new z")
     before = snapshot(ws)
@@ -361,12 +369,14 @@ def test_a_late_user_edit_during_staging_is_caught(
     assert leftovers(ws) == []
 
 
-def test_a_failed_apply_names_the_files_it_did_change(
+def test_an_operation_failing_after_the_commit_point_is_rolled_back(
     ov: OverlayFs, ws: Path, store: OverlayStore
 ) -> None:
-    """Past the commit point an operation can still fail; the error says what changed."""
+    """Past the commit point an operation can still fail: apply undoes what it did,
+    before it returns, and says nothing changed (issue 19, point 4)."""
     ov.write_bytes("a.txt", b"new a")
     ov.write_bytes("b.txt", b"new b")
+    before = snapshot(ws)
 
     def lose_b(phase: str, n: int) -> None:
         if phase == "prepared":  # b's staged temp vanishes before it is moved
@@ -375,9 +385,10 @@ def test_a_failed_apply_names_the_files_it_did_change(
 
     with pytest.raises(ApplyFailed) as info:
         apply_overlay(ov, store.journal_dir, fault=lose_b)
-    assert info.value.applied == ("a.txt",)
-    assert (ws / "a.txt").read_bytes() == b"new a"
-    assert (ws / "b.txt").read_text() == "beta\n"
+    assert info.value.applied == ()
+    assert "rolled back" in str(info.value)
+    assert snapshot(ws) == before
+    assert os.listdir(store.journal_dir) == []  # nothing left for recovery to redo
 
 
 # -- crash recovery -----------------------------------------------------------------------
@@ -389,8 +400,12 @@ structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr)
 from actors.overlay import OverlayStore, apply_overlay
 
 ws, root, phase, stop_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+keep = sys.argv[5] if len(sys.argv) > 5 else "overlay"
 store = OverlayStore(root)
 ov = store.create(ws)
+if keep == "next to the file":  # no private directory: displaced files are kept in the tree
+    with open(os.path.join(ov.directory, "displaced"), "wb"):
+        pass
 for i in range(8):
     ov.write_bytes(f"f{i}.txt", f"new {i}\n".encode())
 ov.write_bytes("fresh/dir/n.txt", b"brand new\n")
@@ -432,14 +447,15 @@ def crash_workspace(tmp_path: Path) -> Path:
             (ws / rel).mkdir()
         else:
             (ws / rel).write_bytes(data)
+    wait_for_tick()
     return ws
 
 
-def run_child_until(ws: Path, root: Path, phase: str, stop_at: int) -> Path:
+def run_child_until(ws: Path, root: Path, phase: str, stop_at: int, keep: str = "overlay") -> Path:
     """Start an applying child, wait until it stops at the fault point, SIGKILL it."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(ws), str(root), phase, str(stop_at)],
+        [sys.executable, "-c", CHILD, str(ws), str(root), phase, str(stop_at), keep],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         cwd=REPO,
@@ -483,11 +499,14 @@ def assert_all_old_or_all_new(ws: Path) -> str:
         ("op", OPS - 1, "new"),
     ],
 )
+@pytest.mark.parametrize("keep", ["overlay", "next to the file"])
 def test_crash_mid_apply_recovers_all_old_or_all_new(
-    tmp_path: Path, phase: str, stop_at: int, expected: str
+    tmp_path: Path, phase: str, stop_at: int, expected: str, keep: str
 ) -> None:
+    """Whichever way displaced files were kept, recovery leaves no temp file and no
+    kept link behind (they are in the tree when the overlay's directory is unusable)."""
     ws = crash_workspace(tmp_path)
-    journal_dir = run_child_until(ws, tmp_path / "overlays", phase, stop_at)
+    journal_dir = run_child_until(ws, tmp_path / "overlays", phase, stop_at, keep)
     journals = [n for n in os.listdir(journal_dir) if n.endswith(".journal")]
     assert len(journals) == 1
     header = json.loads((journal_dir / journals[0]).read_text().splitlines()[0])
@@ -495,6 +514,8 @@ def test_crash_mid_apply_recovers_all_old_or_all_new(
     if phase == "staged":
         assert leftovers(ws) != []  # staged temps exist next to their targets
         assert {k: v for k, v in snapshot(ws).items() if ".fore-" not in k} == OLD
+    if phase == "prepared" and keep == "next to the file":
+        assert [p for p in leftovers(ws) if ".fore-keep-" in p] != []
     records = recover(journal_dir)
     assert [r.action for r in records] == ["rolled_back" if expected == "old" else "rolled_forward"]
     assert records[0].problems == ()
@@ -576,7 +597,7 @@ def test_a_torn_journal_header_is_discarded(tmp_path: Path) -> None:
 
 
 def test_apply_copies_when_hard_links_are_impossible(
-    ov: OverlayFs, ws: Path, store: OverlayStore, monkeypatch: pytest.MonkeyPatch
+    ws: Path, store: OverlayStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
 
@@ -584,16 +605,22 @@ def test_apply_copies_when_hard_links_are_impossible(
         calls.append("link")
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
-    monkeypatch.setattr(os, "link", no_link)
     os.chmod(ws / "a.txt", 0o640)
+    ov = fresh(store, ws)
+    monkeypatch.setattr(os, "link", no_link)
     ov.write_bytes("a.txt", b"copied")
+    ov.write_bytes("b.txt", b"copied too")
     ov.write_bytes("n/new.txt", b"new")
     applied(apply_overlay(ov, store.journal_dir))
-    assert calls == ["link"]  # tried once, then copied every file
+    # Each kind of link is tried once (staging, keeping in the overlay, keeping
+    # next to the file), then every file is copied.
+    assert calls == ["link"] * 3
     assert (ws / "a.txt").read_bytes() == b"copied"
+    assert (ws / "b.txt").read_bytes() == b"copied too"
     assert (ws / "a.txt").stat().st_mode & 0o777 == 0o640
     assert (ws / "n" / "new.txt").read_bytes() == b"new"
     assert (ws / "a.txt").stat().st_nlink == 1
+    assert leftovers(ws) == []
 
 
 def test_applied_files_do_not_change_with_the_discarded_overlay(

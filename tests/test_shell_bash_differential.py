@@ -34,6 +34,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from actors.gate.shell import classify_shell_command
+from bench.shell_corpus import load_corpus, make_workspace
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash is not installed")
@@ -111,14 +112,19 @@ def _run_bash(command: str, cwd: Path) -> None:
 def bash_changes(command: str, root: Path) -> list[str]:
     """What running ``command`` in a fresh scratch directory under ``root`` changed."""
     work = _scratch(root)
-    before = _snapshot(work)
-    _run_bash(command, work)
-    after = _snapshot(work)
-    changed = sorted(
-        name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
-    )
+    changed = changes_in(command, work, root)
     shutil.rmtree(root / "work", ignore_errors=True)
     return changed
+
+
+def changes_in(command: str, work: Path, watched: Path) -> list[str]:
+    """What running ``command`` in ``work`` changed anywhere under ``watched``."""
+    before = _snapshot(watched)
+    _run_bash(command, work)
+    after = _snapshot(watched)
+    return sorted(
+        name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -145,7 +151,8 @@ def test_the_oracle_sees_writes(command: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["echo hi", "cat victim", "ls -la sub", "grep a sub/data.txt"])
 def test_the_oracle_sees_no_change_for_reads(command: str, tmp_path: Path) -> None:
-    assert classify_shell_command(command) == "read-only"
+    assert classify_shell_command(command, _scratch(tmp_path)) == "read-only"
+    shutil.rmtree(tmp_path / "work")
     assert bash_changes(command, tmp_path) == []
 
 
@@ -225,10 +232,39 @@ COMMANDS = st.tuples(st.sampled_from(FORMS), WORDS).map(lambda t: t[0].replace("
 def test_read_only_commands_change_nothing_in_real_bash(
     command: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    verdict = classify_shell_command(command)
+    root = tmp_path_factory.mktemp("bash")
+    work = _scratch(root)
+    verdict = classify_shell_command(command, work)
     event(verdict)
     if verdict != "read-only":
         return
-    root = tmp_path_factory.mktemp("bash")
-    changed = bash_changes(command, root)
+    changed = changes_in(command, work, root)
     assert changed == [], f"read-only {command!r} changed {changed}"
+
+
+# ---------------------------------------------------------------------------
+# The corpus in real bash
+# ---------------------------------------------------------------------------
+
+
+def test_every_read_only_corpus_command_changes_nothing_in_real_bash(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Each command the corpus (ours and the peers') calls read-only, run for real.
+
+    It runs in the corpus workspace, next to the ``outside`` directory its
+    symlinks lead to; neither may change. (A write the classifier missed
+    would show here; reads are the scope rule's business, tested apart.)
+    """
+    root = tmp_path_factory.mktemp("corpus-bash")
+    workspace = make_workspace(root)
+    (workspace / "home").mkdir()
+    commands = [entry.command for entry in load_corpus() if entry.expected == "read-only"]
+    assert len(commands) > 400
+    failures: list[str] = []
+    for command in commands:
+        assert classify_shell_command(command, workspace) == "read-only", command
+        changed = changes_in(command, workspace, root)
+        if changed:
+            failures.append(f"{command!r} changed {changed}")
+    assert failures == []

@@ -12,9 +12,19 @@ subset, grouped by construct, is also in the corpus (``bench/shell_corpus.py``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from actors.gate.shell import classify_shell_command, explain_shell_command
+from bench.shell_corpus import make_workspace
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus workspace: commands are classified as a speculation would."""
+    return make_workspace(tmp_path_factory.mktemp("corpus"))
+
 
 HOLES: tuple[str, ...] = (
     "echo ${PWD,`touch MARK`}",
@@ -221,14 +231,14 @@ def test_the_list_is_complete() -> None:
 
 
 @pytest.mark.parametrize("command", HOLES, ids=[repr(h)[1:-1][:50] for h in HOLES])
-def test_a_substitution_hidden_in_an_expansion_is_never_read_only(command: str) -> None:
-    verdict = explain_shell_command(command)
-    assert classify_shell_command(command) != "read-only", verdict.reason
+def test_a_substitution_hidden_in_an_expansion_is_never_read_only(command: str, ws: Path) -> None:
+    verdict = explain_shell_command(command, ws)
+    assert classify_shell_command(command, ws) != "read-only", verdict.reason
     assert verdict.reason
 
 
-def test_most_holes_are_seen_to_write() -> None:
+def test_most_holes_are_seen_to_write(ws: Path) -> None:
     # The inner command is a visible `touch`: the walker re-reads the operand
     # and finds it, rather than stopping at doubt.
-    writes = sum(classify_shell_command(command) == "write" for command in HOLES)
+    writes = sum(classify_shell_command(command, ws) == "write" for command in HOLES)
     assert writes >= 0.9 * len(HOLES)

@@ -36,11 +36,11 @@ from actors.gate.shell import (
 def test_input_length() -> None:
     inside = "echo '" + "x" * (MAX_COMMAND_CHARS - len("echo ''")) + "'"
     assert len(inside) == MAX_COMMAND_CHARS
-    assert classify_shell_command(inside) == "read-only"
+    assert classify_shell_command(inside, None) == "read-only"
     beyond = inside + " "
-    verdict = explain_shell_command(beyond)
+    verdict = explain_shell_command(beyond, None)
     assert verdict.reason == "the command is too long to check"
-    assert classify_shell_command("rm x; " + inside) == "unknown"
+    assert classify_shell_command("rm x; " + inside, None) == "unknown"
 
 
 def _subshells(depth: int, inner: str = "ls") -> str:
@@ -48,17 +48,17 @@ def _subshells(depth: int, inner: str = "ls") -> str:
 
 
 def test_depth() -> None:
-    assert classify_shell_command(_subshells(MAX_DEPTH // 4)) == "read-only"
-    assert classify_shell_command(_subshells(MAX_DEPTH // 4, "rm x")) == "write"
-    deep = explain_shell_command(_subshells(MAX_DEPTH + 1))
+    assert classify_shell_command(_subshells(MAX_DEPTH // 4), None) == "read-only"
+    assert classify_shell_command(_subshells(MAX_DEPTH // 4, "rm x"), None) == "write"
+    deep = explain_shell_command(_subshells(MAX_DEPTH + 1), None)
     assert deep.reason == "the command is nested too deeply to check"
-    assert classify_shell_command(_subshells(MAX_DEPTH + 1, "rm x")) == "unknown"
+    assert classify_shell_command(_subshells(MAX_DEPTH + 1, "rm x"), None) == "unknown"
 
 
 def test_tree_size() -> None:
     commands = MAX_TREE_NODES // 4  # command, command_name, word, ';' per `ls;`
-    assert classify_shell_command("ls;" * (commands // 2)) == "read-only"
-    verdict = explain_shell_command("ls;" * (commands + 1))
+    assert classify_shell_command("ls;" * (commands // 2), None) == "read-only"
+    verdict = explain_shell_command("ls;" * (commands + 1), None)
     assert len("ls;" * (commands + 1)) <= MAX_COMMAND_CHARS  # the size limit is what trips
     assert verdict.reason == "the command has too many parts to check"
 
@@ -66,12 +66,12 @@ def test_tree_size() -> None:
 def test_number_of_command_strings() -> None:
     # Each ${x#$(...)} operand is re-read as bash may read it (a few parses).
     few = "echo " + " ".join(["${x#$(rm y)}"] * 2)
-    assert classify_shell_command(few) == "write"
+    assert classify_shell_command(few, None) == "write"
     many = "echo " + " ".join(["${x#$(ls)}"] * MAX_NESTED_SOURCES)
-    verdict = explain_shell_command(many)
+    verdict = explain_shell_command(many, None)
     assert verdict.reason == "the command holds too many nested command strings to check"
     hidden_write = "echo " + " ".join(["${x#$(ls)}"] * MAX_NESTED_SOURCES + ["$(rm y)"])
-    assert classify_shell_command(hidden_write) != "read-only"
+    assert classify_shell_command(hidden_write, None) != "read-only"
 
 
 def test_recursion_in_the_host_is_doubt_not_a_crash() -> None:
@@ -81,7 +81,7 @@ def test_recursion_in_the_host_is_doubt_not_a_crash() -> None:
         "echo " + "${x#" * 3_000 + "$(rm y)" + "}" * 3_000,
         'echo "' + "${x:-'" * 2_000 + "$(rm y)" + "'}" * 2_000 + '"',
     ):
-        assert classify_shell_command(command) == "unknown"
+        assert classify_shell_command(command, None) == "unknown"
 
 
 # ---------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_parsing_work_is_bounded(command: str) -> None:
     sizes: list[int] = []
     counting = _CountingParser(shell._parser(), sizes)
     with patch.object(shell, "_parser", lambda: counting):
-        verdict = explain_shell_command(command)
+        verdict = explain_shell_command(command, None)
     assert verdict.reason
     # Each command string -- the command, a nested script, a re-read piece --
     # is parsed at most twice (as written, and with its backslash-newlines
@@ -132,4 +132,4 @@ def test_parsing_work_is_bounded(command: str) -> None:
 @pytest.mark.parametrize("count", [1, 3])
 def test_the_bound_does_not_hide_writes_it_can_see(count: int) -> None:
     command = "echo " + " ".join(["${PWD%$(rm -rf x)}"] * count)
-    assert classify_shell_command(command) == "write"
+    assert classify_shell_command(command, None) == "write"

@@ -8,6 +8,7 @@ ordering comes from events the test releases, never from sleeps or timings.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from messages.gate import ApprovalMode
 from messages.llm import LlmRequest
 from messages.speculation import AcceptResult, SpeculationFinished
 from supervision import Runtime
+from tests.test_overlay_apply_failures import free_inodes, small_tmpfs
 from tests.test_speculation import (
     TWO_TURNS,
     WAIT,
@@ -348,3 +350,199 @@ def test_an_accept_whose_caller_gave_up_is_aborted_not_applied_later(
             assert "bump x to 2" not in [getattr(i, "text", "") for i in s.history]
             assert report.outcome == "aborted"
             assert "stopped waiting" in (report.reason or "")
+
+
+# -- the user's edits after the speculation started (issue 19, point 3) --
+
+READ_APP = {"text": "", "tool_calls": [call("read_file", path="app.py")]}
+REWRITE = {
+    "text": "",
+    "tool_calls": [call("write_file", path="app.py", content="x = 2\n")],
+}
+CAT_APP = {"text": "", "tool_calls": [call("shell", command="cat app.py")]}
+
+
+def read_then_answer(request: LlmRequest) -> Any:
+    """The main turn reads app.py, then answers."""
+    if isinstance(request.messages[-1], ToolResult):
+        return "x is 1. Shall I set it to 2?"
+    return READ_APP
+
+
+@pytest.mark.parametrize("how", ["from history", "after shell cat"])
+def test_a_user_edit_after_the_start_is_never_overwritten_by_tab(
+    runtime: Runtime, ws: Path, how: str
+) -> None:
+    """The main turn read app.py; the speculation starts; the user edits app.py; the
+    speculation then rewrites it -- from history, or after reading it with ``shell
+    cat`` (which the overlay does not see). Tab must not replace the user's edit."""
+    user_edited = threading.Event()
+    speculation_waits = threading.Event()
+
+    def rewrite(request: LlmRequest) -> Any:
+        speculation_waits.set()
+        user_edited.wait(WAIT)  # the user edits while the speculation works
+        return REWRITE
+
+    first = CAT_APP if how == "after shell cat" else rewrite
+    replies_after = [rewrite, "Set x to 2."] if how == "after shell cat" else ["Set x to 2."]
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with (
+        Replies(
+            main=["Hello.", read_then_answer, read_then_answer, "Done as asked."],
+            suggestion=['{"suggestion": "set x to 2"}'],
+            speculation=[first, *replies_after],
+        ) as replies,
+        runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+    ):
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert speculation_waits.wait(WAIT)
+        (ws / "app.py").write_text("x = 1  # the user's comment\n")
+        user_edited.set()
+        assert settled(s) == "completed"
+        result = s.accept(timeout=WAIT)
+        assert result.outcome == "conflict", result
+        assert result.conflicts == ("app.py",)
+        assert result.files_applied == ()
+        assert (ws / "app.py").read_text() == "x = 1  # the user's comment\n"
+        if how == "after shell cat":
+            cat = [i for i in replies.seen("speculation")[1].messages if isinstance(i, ToolResult)]
+            assert "x = 1" in cat[-1].output  # it did read the file first
+        wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+# -- a failed apply (issue 19, point 4) --
+
+
+def fail_syscalls(monkeypatch: pytest.MonkeyPatch, *points: str) -> None:
+    """Make these changes of the next applies fail (``syscall:path``)."""
+    from actors.overlay import apply as apply_module
+
+    def fault(syscall: str, rel: str) -> None:
+        if f"{syscall}:{rel}" in points:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(apply_module, "SYSCALL_FAULT", fault)
+
+
+def edit_both(request: LlmRequest) -> Any:
+    if isinstance(request.messages[-1], ToolResult):
+        return "Bumped both."
+    return {
+        "text": "",
+        "tool_calls": [
+            call("write_file", path="app.py", content="x = 2\n"),
+            call("write_file", path="notes.txt", content="beta\n"),
+        ],
+    }
+
+
+def test_a_failed_apply_is_rolled_back_and_the_suggestion_runs_normally(
+    runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with (
+        Replies(
+            main=[*MAIN, "Ran it normally."],
+            suggestion=SUGGEST,
+            speculation=[edit_both, edit_both],
+        ) as replies,
+        runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+    ):
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "completed"
+        fail_syscalls(monkeypatch, "replace:notes.txt")  # after app.py was replaced
+        result = s.accept(timeout=WAIT)
+        assert result.outcome == "failed"
+        assert result.files_applied == ()  # rolled back: nothing changed ...
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        assert (ws / "notes.txt").read_text() == "alpha\n"
+        assert [p for p in os.listdir(ws) if ".fore-" in p] == []
+        # ... so the suggestion ran as a normal turn on the intact tree
+        assert result.turn is not None and result.turn.items[-1].text == "Ran it normally."
+        wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+def test_a_half_applied_tree_is_reported_and_never_built_upon(
+    runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The apply fails and so does undoing app.py: the accept says exactly that app.py
+    changed, raises an error alert, and does not run the suggestion on top."""
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with (
+        Replies(
+            main=[*MAIN, "Ran it normally."],
+            suggestion=SUGGEST,
+            speculation=[edit_both, edit_both],
+        ) as replies,
+        runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+    ):
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "completed"
+        fail_syscalls(monkeypatch, "replace:notes.txt", "restore:app.py")
+        result = s.accept(timeout=WAIT)
+        assert result.outcome == "failed"
+        assert result.files_applied == ("app.py",)
+        assert (ws / "app.py").read_text() == "x = 2\n"
+        assert (ws / "notes.txt").read_text() == "alpha\n"
+        assert [p for p in os.listdir(ws) if ".fore-" in p] == []
+        assert result.turn is None
+        assert not [r for r in replies.seen("main") if last_text(r) == "bump x to 2"]
+        assert any(a.level == "error" and "app.py" in a.text for a in s.alerts)
+        wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+@pytest.mark.parametrize("room", [2, 3])
+def test_a_full_disk_during_the_accept_leaves_the_tree_as_it_was(
+    runtime: Runtime, tmp_path: Path, room: int
+) -> None:
+    """No fault seam: a 64-inode tmpfs runs out during the apply. With room for the
+    two staged copies only, the link keeping app.py fails before the commit point
+    (before this fix: the new directory failed after it, the speculator crashed on
+    the failure and the tree stayed half-applied); with room for the link too, the
+    new directory fails after the commit point and the apply is rolled back.
+    Either way Tab answers ``failed`` with nothing changed and nothing left over."""
+    with small_tmpfs(tmp_path / "tiny") as mount:
+        ws = mount / "ws"
+        ws.mkdir()
+        (ws / "app.py").write_text("x = 1\n")
+
+        def create_and_edit(request: LlmRequest) -> Any:
+            if isinstance(request.messages[-1], ToolResult):
+                return "Done."
+            return {
+                "text": "",
+                "tool_calls": [
+                    call("write_file", path="0new/x.txt", content="x\n"),
+                    call("write_file", path="app.py", content="x = 2\n"),
+                ],
+            }
+
+        config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+        with (
+            Replies(
+                main=[*MAIN, "Ran it normally."],
+                suggestion=SUGGEST,
+                speculation=[create_and_edit, create_and_edit],
+            ) as replies,
+            runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+        ):
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            assert settled(s) == "completed"
+            # Staging copies two files and keeps app.py by a link (a tmpfs counts
+            # links too): leave ``room`` for them, none for the new directory.
+            filler = 0
+            while free_inodes(mount) > room:
+                (ws / f".filler{filler}").write_bytes(b"")
+                filler += 1
+            result = s.accept(timeout=WAIT)
+            assert result.outcome == "failed"
+            assert result.files_applied == ()
+            assert (ws / "app.py").read_text() == "x = 1\n"
+            assert not (ws / "0new").exists()
+            assert [p for p in os.listdir(ws) if ".fore-" in p] == []
+            wait_until(lambda: overlay_dirs(runtime) == [])

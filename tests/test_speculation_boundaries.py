@@ -299,11 +299,12 @@ def test_the_token_budget_stops_a_stream_before_it_completes(runtime: Runtime, w
 def test_a_fork_that_is_not_streamed_carries_the_token_budget_as_max_tokens(
     runtime: Runtime, ws: Path
 ) -> None:
-    """The default: the provider stops the answer where the budget ends."""
+    """Forks not streamed (``stream_forks=False``): the provider stops the answer where the
+    budget ends."""
     with MockLlmServer(LONG_SPECULATION) as server:
         model = OpenAICompatible(base_url=server.base_url, api_key="k", model="mock")
         with runtime.open_session(
-            workspace=ws, model=model, speculation=spec(token_budget=60)
+            workspace=ws, model=model, speculation=spec(token_budget=60, stream_forks=False)
         ) as s:
             start(s)
             assert settled(s) == "boundary"
@@ -319,7 +320,7 @@ def test_a_fork_that_is_not_streamed_carries_the_token_budget_as_max_tokens(
             wait_until(lambda: overlay_dirs(runtime) == [])
 
 
-def test_forks_are_not_streamed_unless_asked_and_main_turns_always_are(
+def test_forks_are_streamed_as_configured_and_main_turns_always_are(
     runtime: Runtime, ws: Path
 ) -> None:
     for stream_forks in (False, True):

@@ -164,10 +164,20 @@ def test_redirect_reason_mentions_the_overlay() -> None:
         ("ls $(", GateAction.BOUNDARY),
     ],
 )
-def test_shell_follows_the_classifier(command: str, action: GateAction, mode: str) -> None:
-    decision = evaluate_tool_call("shell", {"command": command}, mode)
+def test_shell_follows_the_classifier(
+    command: str, action: GateAction, mode: str, tmp_path: Path
+) -> None:
+    decision = evaluate_tool_call("shell", {"command": command}, mode, cwd=tmp_path)
     assert decision.action is action
     assert decision.reason.strip()
+
+
+@pytest.mark.parametrize("command", ["git log --oneline", "grep -rn foo src", "cat README.md"])
+def test_shell_without_a_workspace_may_open_no_path(command: str) -> None:
+    # Nothing to hold the paths to: a boundary, never a guess.
+    decision = evaluate_tool_call("shell", {"command": command}, "yolo")
+    assert decision.action is GateAction.BOUNDARY
+    assert "workspace" in decision.reason
 
 
 def test_shell_reasons_say_why() -> None:
@@ -266,11 +276,16 @@ def test_relative_shell_cwd_without_a_session_directory_is_not_probed(
     monkeypatch.chdir(tmp_path)
     git_log = evaluate_tool_call("shell", {"command": "git log", "cwd": "repo"}, "yolo")
     assert git_log.action is GateAction.BOUNDARY
-    assert "relative" in git_log.reason
+    assert "workspace" in git_log.reason
     listing = evaluate_tool_call("shell", {"command": "ls -la", "cwd": "repo"}, "yolo")
-    assert listing.action is GateAction.ALLOW
+    assert listing.action is GateAction.ALLOW  # opens no path
+    reading = evaluate_tool_call("shell", {"command": "cat x", "cwd": "repo"}, "yolo")
+    assert reading.action is GateAction.BOUNDARY
+    # The model's own cwd never stands in for the workspace: it would set its own scope.
     absolute = evaluate_tool_call("shell", {"command": "git log", "cwd": str(repo)}, "yolo")
-    assert absolute.action is GateAction.ALLOW  # an absolute directory is probed (and clean)
+    assert absolute.action is GateAction.BOUNDARY
+    session = evaluate_tool_call("shell", {"command": "git log"}, "yolo", cwd=repo)
+    assert session.action is GateAction.ALLOW  # the session's directory is probed (and clean)
     relative_session = evaluate_tool_call(
         "shell", {"command": "git log", "cwd": "."}, "yolo", cwd="repo"
     )

@@ -1,10 +1,13 @@
 """``shell``: children that leave the process group die with the call; secrets stay out.
 
 Real bash, real ``setsid``, real ``/proc``. A child started with ``setsid``
-leads a new session, so killing the call's process group misses it; every
-process of a call carries a marker in its environment, and the tool kills
-what carries its marker when the call ends. Commands also run without the
-runtime's credentials in their environment.
+leads a new session, so killing the call's process group misses it; the
+tool's process tracking (``actors.tools.proctrack``, a cgroup per call here)
+takes it anyway. Every process of a call also carries a marker in its
+environment (what the last-resort sweep reads). Commands also run without
+the runtime's credentials in their environment; the escape families that
+shed the marker are in ``test_shell_process_tracking.py``, the scrub's rules
+in ``test_shell_env_scrub.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import pytest
 from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
 from actors.tools.base import Invocation
 from actors.tools.builtin import Shell
-from actors.tools.builtin.shell import CALL_MARKER, _new_pid, last_pid, looks_secret, scrub_env
+from actors.tools.builtin.shell import looks_secret
 from actors.tools.cancel import CancelToken
+from actors.tools.envscrub import scrub_env
+from actors.tools.proctrack import CALL_MARKER, _new_pid, last_pid
 from messages.conversation import ToolCall
 
 WAIT = 15.0

@@ -488,11 +488,15 @@ def _no_constants(token: str) -> Any:
 
 
 def oracle(text: str) -> dict[str, Any] | None:
-    """What a call's arguments should be: one JSON object of finite numbers, or nothing."""
+    """What a call's arguments should be: one JSON object of finite numbers, or nothing.
+
+    Raw control characters inside strings are accepted (``strict=False``), as
+    grammar-constrained servers emit them (issue 20, point 5).
+    """
     if not text.strip():
         return {}
     try:
-        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
+        value = json.loads(text, strict=False, parse_constant=_no_constants, parse_float=_finite)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

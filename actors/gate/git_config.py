@@ -105,6 +105,36 @@ PROGRAM_KEYS: tuple[str, ...] = (
 )
 """Config keys (lower-cased, ``fnmatch`` patterns) that name programs or other config."""
 
+PROGRAM_SUFFIXES: tuple[str, ...] = (
+    "command",
+    "cmd",
+    "program",
+    "helper",
+    "driver",
+    "tool",
+    "textconv",
+    "editor",
+    "pager",
+    "askpass",
+    "hook",
+    "hookspath",
+    "fsmonitor",
+    "external",
+    "browser",
+    "viewer",
+    "filter",
+)
+"""The last part of a key that names a program, in any section: ``*.command``, ``*.cmd``
+(``sendemail.toCmd`` too), ``*.program``, ``*.helper``, ``*.driver``, ``*.tool`` ... Matched
+by pattern, not by a list of known keys, so a key a newer git adds is caught too."""
+
+PROGRAM_SECTIONS: frozenset[str] = frozenset(
+    {"hook", "pager", "filter", "difftool", "mergetool", "man", "include", "includeif", "browser"}
+)
+"""Sections where every key can run a program or pull in other config: ``[hook "name"]``
+(git 2.54's config-based hooks: ``event = post-index-change`` with ``command = ...`` runs on
+``git status``), ``[pager]``, ``[filter "x"]``, ``[include]`` ..."""
+
 NETWORK_KEYS: tuple[str, ...] = (
     "extensions.partialclone",
     "remote.*.promisor",
@@ -204,9 +234,20 @@ def _probe(gitdir: str, worktree: str | None) -> str | None:
     return None
 
 
+def runs_program(key: str) -> bool:
+    """Whether config ``key`` (lower-cased) names a program or other config, by pattern."""
+    section = key.split(".", 1)[0]
+    last = key.rsplit(".", 1)[-1]
+    return (
+        section in PROGRAM_SECTIONS
+        or last.endswith(PROGRAM_SUFFIXES)
+        or _PROGRAM_KEY.match(key) is not None
+    )
+
+
 def _risky_setting(key: str, value: str | None) -> str | None:
     """What a config entry makes "read-only" git do, or ``None`` when it is harmless."""
-    if _PROGRAM_KEY.match(key):
+    if runs_program(key):
         return "can run a program"
     if _NETWORK_KEY.match(key):
         return "makes reading commands fetch from a remote"

@@ -25,6 +25,16 @@ Every call is bounded: the input length, the tree size, the walk's depth, the
 number of nodes visited and the number of command strings parsed (nested
 scripts and re-read text) are capped, and hitting a cap is doubt -- so the
 cost of a hostile command is bounded by construction, not by a timer.
+
+"Read-only" also means "reads only the workspace": the classifier needs the
+workspace (a speculation may read nothing else), and every path a command
+opens -- operands, option values, ``<`` targets, glob and brace expansions,
+``cd``/``git -C`` directories, the trees ``grep -R`` walks -- is held to the
+scope rule the file tools apply (:mod:`actors.gate.shell_scope`,
+:func:`actors.tools.paths.resolve_in_workspace`). Another process's data under
+``/proc`` and ``ps`` are never read-only. Git runs only where its local config
+was probed (every directory it may run in), and without a workspace git and
+every path are doubt.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -43,14 +54,19 @@ import tree_sitter_bash
 from actors.gate.git_config import program_setting
 from actors.gate.shell_rules import (
     DIRECTORY_CHANGES,
+    DYNAMIC,
     Severity,
     Verdict,
     classify_simple_command,
+    command_name,
+    environment_assignment,
+    git_paths,
     read_only,
     unknown,
     worst,
     write,
 )
+from actors.gate.shell_scope import MAX_DIRECTORIES, NO_PATHS, Scope, path_arguments
 
 if TYPE_CHECKING:
     from messages.gate import ShellClass
@@ -94,7 +110,7 @@ _STATEMENT_TYPES = _SEQUENCE_TYPES | {
     "test_command",
 }
 _SEPARATORS = frozenset({";", "&&", "||", "|", "|&", "(", ")", "{", "}", "!", "\n"})
-_SUBSTITUTION_TOKENS = frozenset({"$(", "`", "$`", ")", "<(", ">("})
+_SUBSTITUTION_TOKENS = frozenset({"$(", "`", "$`", ")", "<(", ">(", ";", "\n"})
 _EXPANSION_OPERATORS = frozenset(
     {
         ":-", "-", ":+", "+", ":?", "?", "#", "##", "%", "%%",
@@ -102,6 +118,8 @@ _EXPANSION_OPERATORS = frozenset(
     }
 )  # fmt: skip
 _VARIABLE_TYPES = frozenset({"variable_name", "special_variable_name"})
+_SAFE_TRANSFORMS = frozenset("QEAaUuLKk")
+"""``${x@op}`` operators that only transform the value (``P`` runs the prompt expansion)."""
 _WORD_SPECIALS = frozenset("$`'\"()<>;&|")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_./:,+%@^-][A-Za-z0-9_./:,+%@^=-]*")
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -136,10 +154,20 @@ class _Abort(Exception):
 
 @dataclass(slots=True)
 class _Word:
-    """A word's verdict and, when it is fixed before run time, its literal value."""
+    """A word's verdict and, when it is fixed before run time, its literal value.
+
+    ``pattern`` is the word in glob syntax (quoted specials escaped) when its
+    only run-time parts are unquoted globs and braces, which the scope check
+    expands against the real directories; ``tilde`` says it starts with an
+    unquoted ``~``; ``pipe`` that it is a process substitution (a ``/dev/fd``
+    pipe, not a file).
+    """
 
     verdict: Verdict
     text: str | None
+    pattern: str | None = None
+    tilde: bool = False
+    pipe: bool = False
 
 
 @dataclass(slots=True)
@@ -148,9 +176,10 @@ class _Context:
     visits: int = 0
     sources: int = 0
     git_reads: bool = False
-    directory_changes: bool = False
     reparsed: set[str] = field(default_factory=set)
     """Synthetic here-document sources being classified (each is parsed at most once)."""
+    scope: Scope | None = None
+    """Where the command may read (None: the workspace is not known, nothing may be read)."""
 
     def enter(self) -> None:
         self.depth += 1
@@ -179,23 +208,53 @@ def _parser() -> tree_sitter.Parser:
     return parser
 
 
-def classify_shell_command(command: str, cwd: str | os.PathLike[str] | None = None) -> ShellClass:
+def classify_shell_command(
+    command: str,
+    workspace: str | os.PathLike[str] | None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> ShellClass:
     """Classify ``command`` as ``"read-only"``, ``"write"`` or ``"unknown"``.
 
-    Only ``"read-only"`` may run during a speculation. With ``cwd`` given, git
-    commands that would otherwise be read-only are ``"unknown"`` when the local
-    git config of the repository around ``cwd`` names programs to run -- or
-    when ``cwd`` is relative: it would resolve against this process's
-    directory, not the one the command runs in, so it cannot be checked.
+    Only ``"read-only"`` may run during a speculation. ``workspace`` (required;
+    an absolute directory) is what a speculation may read: a command whose
+    paths lead outside it is ``"unknown"`` (see :mod:`actors.gate.shell_scope`),
+    and git is ``"unknown"`` when the local git config of the repository it
+    runs in names programs to run. ``cwd`` is where the command starts
+    (default: the workspace; relative to it, or absolute inside it). With
+    ``workspace=None`` nothing can be checked: every command that opens a
+    path, and every git command, is ``"unknown"``.
     """
-    return _SHELL_CLASS[explain_shell_command(command, cwd).severity]
+    return _SHELL_CLASS[explain_shell_command(command, workspace, cwd).severity]
 
 
-def explain_shell_command(command: str, cwd: str | os.PathLike[str] | None = None) -> Verdict:
-    """Like :func:`classify_shell_command`, with the reason for the verdict."""
+def explain_shell_command(
+    command: str,
+    workspace: str | os.PathLike[str] | None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Verdict:
+    """Like :func:`classify_shell_command`, with the reason for the verdict (one line)."""
+    verdict = _explain(command, workspace, cwd)
+    if _LINE_BREAKS.search(verdict.reason) is None:
+        return verdict
+    # A path or word quoted in the reason may hold a newline: the model sees one line.
+    reason = _LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], verdict.reason)
+    return Verdict(verdict.severity, reason)
+
+
+_LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
+
+
+def _explain(
+    command: str,
+    workspace: str | os.PathLike[str] | None,
+    cwd: str | os.PathLike[str] | None,
+) -> Verdict:
     if not isinstance(command, str):
         return unknown("the command is not a string")
-    context = _Context()
+    scope = _scope_for(workspace, cwd)
+    if isinstance(scope, Verdict):
+        return scope
+    context = _Context(scope=scope)
     try:
         verdict = _classify_source(command, context)
     except _Abort as exc:
@@ -203,13 +262,70 @@ def explain_shell_command(command: str, cwd: str | os.PathLike[str] | None = Non
     except RecursionError:
         return unknown("the command is nested too deeply to check")
     if verdict.severity is Severity.READ_ONLY and context.git_reads:
-        if context.directory_changes:
-            return unknown("git runs after a change of directory; its config was not checked")
-        if cwd is not None:
-            problem = program_setting(cwd)
+        if scope is None:
+            return unknown("git runs with no workspace given, so its config was not checked")
+        directories = sorted(scope.git_directories)
+        if len(directories) > MAX_DIRECTORIES:
+            return unknown("git runs in too many directories to check their config")
+        for directory in directories:
+            problem = program_setting(directory)
             if problem is not None:
                 return unknown(problem)
     return verdict
+
+
+def _scope_for(
+    workspace: str | os.PathLike[str] | None, cwd: str | os.PathLike[str] | None
+) -> Scope | Verdict | None:
+    """The scope check for a command run in ``cwd`` inside ``workspace`` (None: no workspace)."""
+    if workspace is None:
+        return None
+    try:
+        text = os.fspath(workspace)
+        if not isinstance(text, str) or not os.path.isabs(text):
+            return unknown(f"the workspace {text!r} is not an absolute directory")
+        root = _real_directory(text)
+        if root is None:
+            return unknown(f"the workspace {text!r} is not a directory")
+        start = root if cwd is None else os.path.realpath(os.path.join(root, os.fspath(cwd)))
+    except (TypeError, ValueError, OSError) as exc:
+        return unknown(f"the workspace cannot be used: {exc}")
+    if start != root and not start.startswith(root.rstrip("/") + "/"):
+        return unknown(f"the directory {os.fspath(cwd or '')!r} is outside the workspace")
+    rel = "" if start == root else start[len(root.rstrip("/")) + 1 :]
+    return Scope(root, rel)
+
+
+_roots: dict[str, tuple[int, int, str]] = {}
+_roots_lock = threading.Lock()
+
+
+def _real_directory(path: str) -> str | None:
+    """``realpath(path)`` if it is a directory (None if not), remembered per directory.
+
+    A gate call asks for the same workspace every time; one ``stat`` says it
+    is still the directory resolved before (same device and inode), so the
+    component-by-component ``realpath`` runs once per workspace, not per call.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    with _roots_lock:
+        known = _roots.get(path)
+    if known is not None and known[:2] == (st.st_dev, st.st_ino):
+        return known[2]
+    real = os.path.realpath(path)
+    real_st = os.stat(real)
+    if (real_st.st_dev, real_st.st_ino) != (st.st_dev, st.st_ino):
+        return None  # swapped while we looked: doubt
+    with _roots_lock:
+        if len(_roots) > 64:
+            _roots.clear()
+        _roots[path] = (st.st_dev, st.st_ino, real)
+    return real
 
 
 def _classify_source(source: str, context: _Context) -> Verdict:
@@ -236,7 +352,7 @@ def _classify_source(source: str, context: _Context) -> Verdict:
 
 def _refuse_text(source: str) -> Verdict | None:
     if not source.strip():
-        return unknown("the command is empty")
+        return read_only("the command is empty: nothing runs")
     if len(source) > MAX_COMMAND_CHARS:
         return unknown("the command is too long to check")
     if source.isascii():
@@ -343,9 +459,7 @@ def _sequence(node: tree_sitter.Node, context: _Context, tokens: frozenset[str])
                 verdict = worst(verdict, _statement(child, context))
         elif not _exact(child):
             verdict = worst(verdict, _MISLEXED)
-        elif child.type == "&":
-            verdict = worst(verdict, unknown("a background job (&) outlives the check"))
-        elif child.type not in tokens:
+        elif child.type not in tokens and child.type != "&":
             verdict = worst(verdict, unknown(f"{child.type!r} is not checked"))
     return verdict
 
@@ -378,11 +492,23 @@ def _redirected(node: tree_sitter.Node, context: _Context) -> Verdict:
 
 
 def _assignment(node: tree_sitter.Node, context: _Context) -> Verdict:
-    verdict = unknown("a variable assignment can change what later commands do")
+    """``NAME=value``: harmless only for names no command or shell turns into code or paths."""
+    name = ""
+    values: list[_Word] = []
+    others = _READ_ONLY
     for child in node.named_children:
-        if child.type != "variable_name":
-            verdict = worst(verdict, _any(child, context))
-    return verdict
+        if child.type == "variable_name" and not name:
+            name = _text(child)
+        elif child.type in _STATEMENT_TYPES or child.type in _REDIRECT_TYPES:
+            others = worst(others, _any(child, context))
+        else:
+            values.append(_word(child, context))
+    tokens = [child.type for child in node.children if not child.is_named]
+    if tokens != ["="] or len(values) > 1:
+        others = worst(others, unknown(f"the assignment to {name or '?'} is not understood"))
+    value = values[0].text if values else ""
+    verdict = environment_assignment(name, value)
+    return worst(verdict, others, *(word.verdict for word in values))
 
 
 def _generic(node: tree_sitter.Node, context: _Context, reason: str) -> Verdict:
@@ -417,7 +543,6 @@ def _command(
                 return _generic(node, context, "an unusual command name")
             name = _word(inner[0], context)
         elif child.type == "variable_assignment":
-            verdicts.append(unknown("a VAR=value prefix changes the command's environment"))
             verdicts.append(_assignment(child, context))
         elif child.type in _REDIRECT_TYPES:
             verdicts.append(_redirect(child, context))
@@ -437,11 +562,108 @@ def _command(
         return _classify_source(source, context)
 
     rule = classify_simple_command(name.text, [argument.text for argument in arguments], nested)
-    if name.text == "git" and rule.severity is Severity.READ_ONLY:
+    if rule.severity is not Severity.READ_ONLY:
+        return worst(rule, *verdicts)
+    command = command_name(name.text)
+    if command == "git":
         context.git_reads = True
-    if name.text in DIRECTORY_CHANGES:
-        context.directory_changes = True
-    return worst(rule, *verdicts)
+    return worst(rule, *verdicts, _operands(command, arguments, context))
+
+
+# ---------------------------------------------------------------------------
+# What the command reads: the scope rule
+# ---------------------------------------------------------------------------
+
+
+def _operands(name: str, arguments: list[_Word], context: _Context) -> Verdict:
+    """Doubt if command ``name`` may read outside the workspace (see :mod:`shell_scope`)."""
+    scope = context.scope
+    verdict = _READ_ONLY
+    for word in arguments:
+        if word.text is None and word.pattern is not None:
+            # A glob lists directories whatever the command does with the names.
+            if scope is None:
+                return unknown("a glob is expanded but no workspace was given to check it in")
+            problem = scope.pattern(word.pattern, tilde=word.tilde)
+            if problem is not None:
+                return problem
+    if name in NO_PATHS:
+        return verdict
+    for word in arguments:
+        if word.text is None and word.pattern is None and not word.pipe:
+            if word.tilde:
+                return unknown(f"{name}: ~ is the home directory, outside the workspace")
+            return unknown(
+                f"{name} has an argument only known at run time, which may lead outside "
+                "the workspace"
+            )
+    texts = [DYNAMIC if word.text is None else word.text for word in arguments]
+    if scope is None:
+        found = path_arguments(name, texts)
+        if name in DIRECTORY_CHANGES or name == "git" or found.paths or found.doubt:
+            return unknown(f"{name} opens paths but no workspace was given to check them against")
+        return verdict
+    if name in DIRECTORY_CHANGES:
+        return scope.change_directory(name, texts) or verdict
+    if name == "git":
+        paths, doubt = git_paths(texts)
+        if doubt is not None:
+            return unknown(doubt)
+        bases: list[str] | None = None
+        for directory in paths.directories:
+            bases, moved = _git_directory(scope, directory, bases)
+            if moved is not None:
+                return moved
+        where = scope.git_bases(bases)
+        scope.git_directory(where)
+        for path in paths.paths:
+            problem_verdict = scope.path(path, where)
+            if problem_verdict is not None:
+                return problem_verdict
+        return verdict
+    found = path_arguments(name, texts)
+    if found.doubt is not None:
+        return unknown(found.doubt)
+    for path in found.paths:
+        problem_verdict = scope.path(path)
+        if problem_verdict is not None:
+            return problem_verdict
+    if found.follows is not None:
+        for path in found.paths or ["."]:
+            problem_verdict = scope.walk(path, found.follows)
+            if problem_verdict is not None:
+                return problem_verdict
+    return verdict
+
+
+def _git_directory(
+    scope: Scope, directory: str, bases: list[str] | None
+) -> tuple[list[str], Verdict | None]:
+    """``git -C directory``: where git runs next, from each place it could be."""
+    moved: list[str] = []
+    for base in scope.git_bases(bases):
+        found = scope.directory(directory, base)
+        if isinstance(found, Verdict):
+            return [], found
+        if found is not None:
+            moved.append(found)
+    return moved, None
+
+
+def _scope_path(word: _Word, context: _Context, what: str) -> Verdict:
+    """A path the shell itself opens (a ``<`` target): in the workspace, or doubt."""
+    scope = context.scope
+    if word.pipe:
+        return _READ_ONLY
+    if word.text is None and word.pattern is None:
+        if word.tilde:
+            return unknown(f"{what} ~ is the home directory, outside the workspace")
+        return unknown(f"{what} is only known at run time and may lead outside the workspace")
+    if scope is None:
+        return unknown(f"{what} opens a path but no workspace was given to check it against")
+    if word.text is None and word.pattern is not None:
+        return scope.pattern(word.pattern, tilde=word.tilde) or _READ_ONLY
+    return scope.path(word.text or "") or _READ_ONLY
 
 
 # ---------------------------------------------------------------------------
@@ -497,7 +719,10 @@ def _file_redirect(node: tree_sitter.Node, context: _Context) -> tuple[Verdict, 
     if not targets:
         return worst(verdict, unknown("a redirection without a target")), []
     first, extras = targets[0], targets[1:]
-    return worst(verdict, first.verdict, _redirect_target(operator, first.text)), extras
+    verdict = worst(verdict, first.verdict, _redirect_target(operator, first.text))
+    if operator == "<" and verdict.severity is Severity.READ_ONLY:
+        verdict = _scope_path(first, context, "the input redirection")
+    return verdict, extras
 
 
 def _redirect_target(operator: str, target: str | None) -> Verdict:
@@ -681,7 +906,7 @@ def _word(node: tree_sitter.Node, context: _Context) -> _Word:
     elif kind == "ansi_c_string":
         text = _text(node)
         literal = text[2:-1] if text.startswith("$'") and text.endswith("'") else None
-        word = _Word(_READ_ONLY, None if literal is None or "\\" in literal else literal)
+        word = _literal(_READ_ONLY, None if literal is None or "\\" in literal else literal)
     elif kind == "string":
         word = _double_quoted(node, context)
     elif kind == "concatenation":
@@ -698,11 +923,12 @@ def _word(node: tree_sitter.Node, context: _Context) -> _Word:
     elif kind == "expansion":
         word = _Word(_expansion(node, context), None)
     elif kind in ("command_substitution", "process_substitution"):
+        # The inner command runs like any other: read-only if it is. Its
+        # output is only known at run time (a process substitution is a pipe).
         inner = _sequence(node, context, _SUBSTITUTION_TOKENS)
-        floor = unknown(f"a {kind.replace('_', ' ')} runs a command")
-        word = _Word(worst(floor, inner), None)
+        word = _Word(inner, None, pipe=kind == "process_substitution")
     elif kind == "brace_expression":
-        word = _Word(_READ_ONLY, None)
+        word = _Word(_READ_ONLY, None, pattern=_text(node))
     elif kind == "regex":
         # A ${x#pattern} operand (or a [[ =~ ]] regex): tree-sitter leaves it
         # unparsed, but bash expands it -- command substitutions included.
@@ -715,12 +941,30 @@ def _word(node: tree_sitter.Node, context: _Context) -> _Word:
     return word
 
 
+def _literal(verdict: Verdict, text: str | None) -> _Word:
+    """A word whose value is ``text`` (None: only known at run time)."""
+    return _Word(verdict, text)
+
+
+def _glob_form(word: _Word) -> str | None:
+    """``word`` in glob syntax: a literal with its specials escaped, or its pattern."""
+    if word.text is not None:
+        return _GLOB_SPECIAL.sub(r"\\\g<0>", word.text)
+    return word.pattern
+
+
+_GLOB_SPECIAL = re.compile(r"[\\*?\[\]{},~]")
+
+
 def _unquoted(raw: str) -> _Word:
     """An unquoted word: undo backslash escapes, note globs, braces and tildes."""
     if _PLAIN_WORD.fullmatch(raw):
-        return _Word(_READ_ONLY, raw)
+        return _literal(_READ_ONLY, raw)
     out: list[str] = []
-    dynamic = raw.startswith("~") or "=~" in raw or ":~" in raw
+    tilde = raw.startswith("~")
+    if "=~" in raw or ":~" in raw:
+        return _Word(_READ_ONLY, None)
+    dynamic = tilde
     i = 0
     while i < len(raw):
         char = raw[i]
@@ -737,13 +981,18 @@ def _unquoted(raw: str) -> _Word:
             dynamic = True
         out.append(char)
         i += 1
-    return _Word(_READ_ONLY, None if dynamic else "".join(out))
+    if not dynamic:
+        return _literal(_READ_ONLY, "".join(out))
+    if tilde:
+        globbed = any(char in raw for char in "*?[{")
+        return _Word(_READ_ONLY, None, pattern=raw if globbed else None, tilde=True)
+    return _Word(_READ_ONLY, None, pattern=raw)
 
 
 def _raw_string(raw: str) -> _Word:
     if len(raw) < 2 or raw[0] != "'" or raw[-1] != "'" or "'" in raw[1:-1]:
         return _Word(unknown("an unusual single-quoted string"), None)
-    return _Word(_READ_ONLY, raw[1:-1])
+    return _literal(_READ_ONLY, raw[1:-1])
 
 
 def _double_quoted(node: tree_sitter.Node, context: _Context) -> _Word:
@@ -772,7 +1021,7 @@ def _double_quoted(node: tree_sitter.Node, context: _Context) -> _Word:
         else:
             parts.append(word.text)
     # The text pieces include the quotes themselves.
-    return _Word(verdict, None if dynamic else "".join(parts)[1:-1])
+    return _literal(verdict, None if dynamic else "".join(parts)[1:-1])
 
 
 def _unescape_double_quoted(text: str) -> str:
@@ -797,15 +1046,31 @@ def _concatenation(node: tree_sitter.Node, context: _Context) -> _Word:
         return _unquoted(_text(node))
     verdict = _READ_ONLY
     parts: list[str] = []
+    patterns: list[str] | None = []
     dynamic = False
-    for child in children:
+    tilde = False
+    globbed = False
+    for index, child in enumerate(children):
         word = _word(child, context)
         verdict = worst(verdict, word.verdict)
+        tilde = tilde or (index == 0 and word.tilde)
+        globbed = globbed or (word.text is None and word.pattern is not None)
         if word.text is None:
             dynamic = True
         else:
             parts.append(word.text)
-    return _Word(verdict, None if dynamic else "".join(parts))
+        form = None if patterns is None else _glob_form(word)
+        if patterns is not None and form is not None:
+            patterns.append(form)
+        else:
+            patterns = None
+    if not dynamic:
+        return _literal(verdict, "".join(parts))
+    if tilde:
+        # ``~/"x"*`` lists the home directory; ``~/"x"`` names a path in it.
+        return _Word(verdict, None, pattern="~" if globbed else None, tilde=True)
+    pattern = None if patterns is None else "".join(patterns)
+    return _Word(verdict, None, pattern=pattern)
 
 
 def _expansion(node: tree_sitter.Node, context: _Context) -> Verdict:
@@ -822,6 +1087,12 @@ def _expansion(node: tree_sitter.Node, context: _Context) -> Verdict:
     inner = children[1:-1]
     if inner[0].type == "#" and len(inner) == 2 and inner[1].type in _VARIABLE_TYPES:
         return _READ_ONLY
+    if len(inner) == 3 and inner[0].type in _VARIABLE_TYPES and inner[1].type == "@":
+        # ${x@Q}, ${x@U} ... only transform the value; ${x@P} expands it as a
+        # prompt string, which runs the command substitutions inside it.
+        if inner[2].type in _SAFE_TRANSFORMS and _exact(inner[1]) and _exact(inner[2]):
+            return _READ_ONLY
+        return unknown(f"the ${{...@{inner[2].type}}} transformation is not checked")
     if inner[0].type not in _VARIABLE_TYPES:
         return _generic(node, context, f"the ${{...}} form with {inner[0].type!r} is not checked")
     verdict = _substitution_floor(node)

@@ -74,7 +74,7 @@ PLAIN_READ_ONLY: frozenset[str] = frozenset(
         # file contents
         "cat", "head", "tail", "wc", "nl", "tac", "rev", "od", "hexdump", "strings",
         "cut", "tr", "fold", "fmt", "expand", "unexpand", "paste", "column", "comm",
-        "cmp", "diff", "jq", "base64",
+        "cmp", "diff",
         "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum",
         "b2sum", "cksum",
         # searching and listing
@@ -82,7 +82,7 @@ PLAIN_READ_ONLY: frozenset[str] = frozenset(
         "basename", "dirname", "pwd", "which", "type",
         # printing and the environment
         "echo", "printf", "printenv", "whoami", "id", "uname", "nproc", "seq",
-        "true", "false", "ps",
+        "true", "false", "numfmt",
     }
 )  # fmt: skip
 """Commands with no option that writes a file or runs another program."""
@@ -110,6 +110,59 @@ WRAPPERS: frozenset[str] = frozenset(
 """Commands that run another command: never read-only, ``write`` if it is visible."""
 
 SHELLS: frozenset[str] = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "busybox"})
+
+SCRIPT_SHELLS: frozenset[str] = frozenset({"sh", "bash", "zsh", "dash"})
+"""Shells whose ``-c SCRIPT`` is classified like the script itself (busybox is many programs)."""
+
+_SHELL_SAFE_LETTERS = frozenset("clexu")
+"""``-c`` script, ``-l`` login shell (the user's own profile), ``-e``/``-x``/``-u`` (errexit,
+trace to stderr, nounset): none of them runs anything the script does not."""
+_SHELL_SAFE_LONG = frozenset({"--login", "--noprofile", "--norc"})
+_SHELL_SAFE_SETTINGS = frozenset({"pipefail", "errexit", "nounset", "xtrace"})
+
+HARMLESS_ENVIRONMENT: dict[str, re.Pattern[str]] = {
+    **dict.fromkeys(
+        (
+            "LC_ALL", "LC_COLLATE", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME",
+            "LC_MONETARY", "LANG",
+        ),
+        re.compile(r"|[A-Za-z][A-Za-z0-9_@-]*(?:\.[A-Za-z0-9_@-]+)?"),
+    ),
+    "LANGUAGE": re.compile(r"[A-Za-z][A-Za-z0-9_@-]*(?::[A-Za-z][A-Za-z0-9_@-]*)*|"),
+    "TZ": re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*|"),
+    "COLUMNS": re.compile(r"[0-9]{1,5}"),
+    "LINES": re.compile(r"[0-9]{1,5}"),
+    "TABSIZE": re.compile(r"[0-9]{1,3}"),
+    **dict.fromkeys(
+        ("NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "TERM", "QUOTING_STYLE"),
+        re.compile(r"[A-Za-z0-9_+-]*"),
+    ),
+    **dict.fromkeys(
+        ("GREP_COLOR", "GREP_COLORS", "LS_COLORS", "TIME_STYLE"),
+        re.compile(r"[A-Za-z0-9_=:;,.%+ -]*"),
+    ),
+    **dict.fromkeys(
+        ("BLOCK_SIZE", "BLOCKSIZE", "DF_BLOCK_SIZE", "DU_BLOCK_SIZE", "LS_BLOCK_SIZE"),
+        re.compile(r"[A-Za-z0-9',]*"),
+    ),
+}  # fmt: skip
+"""Variables a ``NAME=value`` may set, with the values allowed: locale, time zone, width,
+colour. Everything else is doubt -- ``LD_PRELOAD``, ``PATH``, ``BASH_ENV``, ``GIT_*``,
+``PAGER``, ``IFS``, ``GCONV_PATH``, ``GLIBC_TUNABLES`` ... load or run code, and
+``POSIXLY_CORRECT`` or ``TMPDIR`` change what the option and path models assume. Values
+are held to names: no ``/`` or ``..`` that could point a locale or zone file elsewhere."""
+
+
+def environment_assignment(name: str, value: str | None) -> Verdict:
+    """Whether ``name=value`` (before a command, or on its own) is harmless."""
+    allowed = HARMLESS_ENVIRONMENT.get(name)
+    if allowed is None:
+        return unknown(f"setting {name} can change what commands run or read")
+    if value is None:
+        return unknown(f"{name} is set to a value only known at run time")
+    if not allowed.fullmatch(value) or ".." in value:
+        return unknown(f"{name}={value!r} is not a plain value")
+    return read_only(f"{name} only sets a locale, zone, width or colour")
 
 
 # ---------------------------------------------------------------------------
@@ -323,6 +376,20 @@ def _file_rule(parsed: ParsedOptions) -> Verdict:
 # find, tree, rg
 # ---------------------------------------------------------------------------
 
+
+def _before_terminator(args: Sequence[str]) -> Sequence[str]:
+    """The arguments before ``--``: after it, even ``-o`` is an operand (a file name).
+
+    A ``--`` right after an option is not trusted as the terminator: the
+    option may take it as its value (``git log --grep -- --output=x`` greps
+    for ``--`` and writes ``x``), so the scan goes on past it.
+    """
+    for index, arg in enumerate(args):
+        if arg == "--" and (index == 0 or not args[index - 1].startswith("-")):
+            return args[:index]
+    return args
+
+
 _FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 _FIND_EXECS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
@@ -341,7 +408,7 @@ def _find_rule(args: Sequence[str]) -> Verdict:
 
 
 def _tree_rule(args: Sequence[str]) -> Verdict:
-    for arg in args:
+    for arg in _before_terminator(args):
         if arg.startswith("--o"):
             return write(f"tree {arg} writes its listing to a file")
         if arg.startswith("-") and not arg.startswith("--") and ("o" in arg or "R" in arg):
@@ -353,7 +420,9 @@ _RG_DANGER = ("--pre", "--pre-glob", "--search-zip", "--hostname-bin")
 
 
 def _rg_rule(args: Sequence[str]) -> Verdict:
-    for arg in args:
+    if "RIPGREP_CONFIG_PATH" in os.environ:
+        return unknown("rg reads options from RIPGREP_CONFIG_PATH, which the check cannot see")
+    for arg in _before_terminator(args):
         name = arg.partition("=")[0]
         if name in _RG_DANGER:
             return unknown(f"rg {name} runs other programs")
@@ -719,11 +788,25 @@ def _git_long_matches(name: str, target: str) -> bool:
     return len(name) >= 3 and target.startswith(name) and name not in _GIT_EXACT_SAFE
 
 
+_GIT_REMERGE = re.compile(r"--remerge-diff|--diff-merges(?:=(?:r|remerge))?$")
+
+
 def _git_arguments(subcommand: str, args: Sequence[str]) -> Verdict:
     """Options of a read-only git subcommand that write files or run programs."""
-    for arg in args:
+    options = _before_terminator(args)
+    for index, arg in enumerate(options):
         if arg.startswith("--"):
             name = arg.partition("=")[0]
+            if _GIT_REMERGE.match(arg) and (
+                "=" in arg
+                or name == "--remerge-diff"
+                or (index + 1 < len(options) and options[index + 1] in ("r", "remerge"))
+            ):
+                return unknown(
+                    f"git {subcommand} {arg} re-runs merges (merge drivers, temp objects)"
+                )
+            if name == "--no-index" and subcommand != "diff":
+                return unknown(f"git {subcommand} --no-index reads files outside the repository")
             if _git_long_matches(name, _GIT_OUTPUT):
                 return write(f"git {subcommand} {name} writes a file")
             for target in _GIT_RUNS_PROGRAMS:
@@ -878,6 +961,9 @@ _REMOTE_WRITES = frozenset(
 )
 
 
+_REMOTE_SHOW_LOCAL = frozenset({"-n", "--no-query", "-v", "--verbose"})
+
+
 def _git_remote(args: Sequence[str]) -> Verdict:
     rest = list(args)
     while rest and rest[0] in ("-v", "--verbose"):
@@ -891,7 +977,7 @@ def _git_remote(args: Sequence[str]) -> Verdict:
     flags = {arg for arg in options if arg.startswith("-")}
     if action == "get-url" and flags <= {"--push", "--all"} and len(operands) <= 1:
         return read_only("git remote get-url prints a URL")
-    if action == "show" and "-n" in flags and flags <= {"-n", "-v", "--verbose"}:
+    if action == "show" and flags & {"-n", "--no-query"} and flags <= _REMOTE_SHOW_LOCAL:
         return read_only("git remote show -n reads the local configuration")
     if action == "show":
         return unknown("git remote show contacts the remote (use -n)")
@@ -940,13 +1026,29 @@ GIT_SAFE_GLOBAL_OPTIONS: frozenset[str] = frozenset({"-P", "--no-pager", "--no-o
 """Options before the git subcommand that only make git do less: no pager, no index refresh."""
 
 
-def _git_rule(args: Sequence[str]) -> Verdict:
+def _git_global(args: Sequence[str]) -> tuple[int, list[str]]:
+    """Skip git's harmless global options; return where the subcommand is and the ``-C`` dirs."""
     index = 0
-    while index < len(args) and args[index] in GIT_SAFE_GLOBAL_OPTIONS:
-        index += 1
+    directories: list[str] = []
+    while index < len(args):
+        arg = args[index]
+        if arg in GIT_SAFE_GLOBAL_OPTIONS:
+            index += 1
+        elif arg == "-C" and index + 1 < len(args):
+            directories.append(args[index + 1])
+            index += 2
+        else:
+            break
+    return index, directories
+
+
+def _git_rule(args: Sequence[str]) -> Verdict:
+    index, _ = _git_global(args)
     if index >= len(args):
         return unknown("git without a subcommand")
     subcommand, rest = args[index], args[index + 1 :]
+    if subcommand == "--version" and set(rest) <= {"--build-options"}:
+        return read_only("git --version prints git's version")
     if subcommand.startswith("-"):
         return unknown(f"git option {subcommand!r} before the subcommand")
     special = _GIT_SPECIAL.get(subcommand)
@@ -957,6 +1059,272 @@ def _git_rule(args: Sequence[str]) -> Verdict:
     if subcommand in GIT_WRITES:
         return write(f"git {subcommand} changes the repository")
     return unknown(f"git {subcommand!r} is not a known read-only subcommand")
+
+
+@dataclass(slots=True)
+class GitPaths:
+    """What a git command opens: ``-C`` directories (in order) and file arguments."""
+
+    directories: list[str]
+    paths: list[str]
+
+
+_GIT_DIFF_FAMILY = frozenset(
+    {"diff", "log", "show", "diff-tree", "diff-index", "diff-files", "whatchanged"}
+)
+_GIT_FILE_OPTIONS: dict[str, tuple[str, frozenset[str]]] = {
+    # subcommand: (short letters whose value is a file, long options whose value is a file)
+    **dict.fromkeys(_GIT_DIFF_FAMILY, ("O", frozenset({"--orderfile"}))),
+    "ls-files": ("X", frozenset({"--exclude-from"})),
+    "grep": ("f", frozenset({"--file"})),
+    "blame": ("S", frozenset({"--contents", "--ignore-revs-file"})),
+}
+
+
+def git_paths(args: Sequence[str]) -> tuple[GitPaths, str | None]:
+    """The paths a read-only git command opens, and doubt (None: none).
+
+    Pathspecs and revisions are not paths here: git refuses a pathspec
+    outside its repository. ``git diff`` is the exception -- with a path
+    outside the work tree it falls back to ``--no-index`` and prints any two
+    files -- so its operands are paths. ``DYNAMIC`` arguments are skipped (the
+    caller has refused them already).
+    """
+    index, directories = _git_global(args)
+    found = GitPaths(directories, [])
+    if index >= len(args):
+        return found, None
+    subcommand, rest = args[index], list(args[index + 1 :])
+    shorts, longs = _GIT_FILE_OPTIONS.get(subcommand, ("", frozenset()))
+    options = _before_terminator(rest)
+    operands = rest[len(options) + 1 :] if len(options) < len(rest) else []
+    i = 0
+    while i < len(options):
+        arg = options[i]
+        i += 1
+        if arg.startswith("--"):
+            name, has_value, value = arg.partition("=")
+            if name == "--pathspec-from-file":
+                return found, f"git {subcommand} {name} reads a list of paths the check cannot see"
+            if name in longs:
+                if has_value:
+                    found.paths.append(value)
+                elif i < len(options):
+                    found.paths.append(options[i])
+                    i += 1
+        elif arg.startswith("-") and len(arg) > 1:
+            for position, letter in enumerate(arg[1:], start=1):
+                if letter in shorts:
+                    if position + 1 < len(arg):
+                        found.paths.append(arg[position + 1 :])
+                    elif i < len(options):
+                        found.paths.append(options[i])
+                        i += 1
+                    break
+        elif subcommand == "diff":
+            found.paths.append(arg)
+    if subcommand == "diff":
+        found.paths.extend(operands)
+    found.paths = [path for path in found.paths if path != DYNAMIC]
+    return found, None
+
+
+# ---------------------------------------------------------------------------
+# base64, ps, jq
+# ---------------------------------------------------------------------------
+
+_BASE64 = OptionSpec(
+    short_flags="dDi",
+    short_with_arg="wob",
+    long_flags=frozenset({"decode", "ignore-garbage", "help", "version"}),
+    long_with_arg=frozenset({"wrap", "output", "input", "break"}),
+)
+"""GNU ``base64`` and BSD/macOS ``base64`` (``-o FILE``/``--output``, ``-i FILE``, ``-b N``)."""
+
+
+def _base64_rule(parsed: ParsedOptions) -> Verdict:
+    if parsed.has("o", "output"):
+        return write("base64 -o/--output writes a file")
+    if len(parsed.operands) > 1:
+        return write("base64 INPUT OUTPUT writes its second operand (BSD)")
+    return read_only("base64 only prints")
+
+
+def _ps_rule(args: Sequence[str]) -> Verdict:
+    """``ps`` shows other processes' command lines, and with ``e``/``-E`` their environments.
+
+    Both can carry secrets (an API key in an environment, a password on a
+    command line) -- the same data as ``/proc/<pid>/environ`` and ``cmdline``,
+    which a speculation may not read. So ``ps`` is never read-only; the reason
+    names the environment flags when they are there.
+    """
+    for arg in args:
+        bsd = not arg.startswith("-")
+        if (bsd and "e" in arg) or (
+            arg.startswith("-") and not arg.startswith("--") and "E" in arg
+        ):
+            return unknown(f"ps {arg} prints other processes' environments, which hold secrets")
+        if arg.startswith("--") and ("env" in arg or "format" in arg):
+            return unknown(f"ps {arg} may print other processes' environments")
+    return unknown("ps shows other processes' command lines, which can hold secrets")
+
+
+_JQ_MODULES = re.compile(r"\b(?:import|include)\s*\"|\b(?:modulemeta|get_search_list)\b")
+
+
+def _jq_rule(args: Sequence[str]) -> Verdict:
+    """jq only prints -- unless its filter loads modules or data files from its search path."""
+    for arg in args:
+        if _JQ_MODULES.search(arg):
+            return unknown("jq import/include reads modules or data outside the named files")
+    return read_only("jq only prints")
+
+
+# ---------------------------------------------------------------------------
+# awk
+# ---------------------------------------------------------------------------
+
+AWKS: frozenset[str] = frozenset({"awk", "gawk", "mawk", "nawk"})
+_AWK_KEYWORDS_BEFORE_OPERAND = frozenset(
+    {"print", "printf", "return", "case", "in", "do", "else", "getline", "delete", "exit"}
+)
+_AWK_FORBIDDEN = {
+    "system": "system() runs a shell command",
+    "ARGV": "changing ARGV makes awk read other files",
+    "ARGC": "changing ARGC makes awk read other files",
+}
+
+
+def awk_program_problem(program: str) -> tuple[Severity, str] | None:
+    """Why an awk program is not provably harmless, or None when it only reads and prints.
+
+    The program is tokenised like awk does -- strings, regular expressions
+    (where an operand is expected; elsewhere ``/`` divides) and comments are
+    skipped as units -- and then refused for ``system()``, ``@`` (gawk's
+    indirect calls, ``@include``, ``@load``), a ``|`` (a pipe to or from a
+    command), ``print``/``printf`` with ``>``/``>>`` (a file), ``getline``
+    with ``<`` (a file named at run time), and ``ARGV``/``ARGC`` (the files
+    awk reads). A ``>`` inside parentheses of a ``print`` may be a comparison,
+    but awk implementations disagree, so it is doubt too.
+    """
+    i = 0
+    n = len(program)
+    expect_operand = True
+    in_print = False
+    getline = False
+    depth = 0
+    while i < n:
+        char = program[i]
+        if char == "\\" and i + 1 < n and program[i + 1] == "\n":
+            i += 2
+            continue
+        if char in " \t\r":
+            i += 1
+            continue
+        if char in "\n;}{":
+            if char in "\n;}":
+                in_print = getline = False
+                depth = 0
+            expect_operand = True
+            i += 1
+            continue
+        if char == "#":
+            end = program.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if char == '"':
+            end = _awk_literal_end(program, i, '"')
+            if end < 0:
+                return Severity.UNKNOWN, "an unterminated string"
+            i = end
+            expect_operand = False
+            continue
+        if char == "/" and expect_operand:
+            end = _awk_literal_end(program, i, "/")
+            if end < 0:
+                return Severity.UNKNOWN, "an unterminated regular expression"
+            i = end
+            expect_operand = False
+            continue
+        if char.isalpha() or char == "_":
+            start = i
+            while i < n and (program[i].isalnum() or program[i] == "_"):
+                i += 1
+            name = program[start:i]
+            if name in _AWK_FORBIDDEN:
+                return Severity.UNKNOWN, _AWK_FORBIDDEN[name]
+            if name in ("print", "printf"):
+                in_print = True
+                depth = 0
+            if name == "getline":
+                getline = True
+            expect_operand = name in _AWK_KEYWORDS_BEFORE_OPERAND
+            continue
+        if char.isdigit() or char == ".":
+            while i < n and (program[i].isalnum() or program[i] == "."):
+                i += 1
+            expect_operand = False
+            continue
+        if char == "@":
+            return Severity.UNKNOWN, "@ (an indirect call, @include or @load) is not checked"
+        if char == "|":
+            if program.startswith("||", i):
+                i += 2
+                expect_operand = True
+                continue
+            return Severity.UNKNOWN, "| pipes to or from a command"
+        if char == ">" and in_print:
+            if depth == 0:
+                return Severity.WRITE, "print > FILE writes a file"
+            return Severity.UNKNOWN, "a > inside print may redirect to a file"
+        if char == "<" and getline:
+            return Severity.UNKNOWN, "getline < reads a file named at run time"
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth = max(0, depth - 1)
+        expect_operand = char not in ")]$"
+        if char == "$":
+            expect_operand = True
+        i += 1
+    return None
+
+
+def _awk_literal_end(program: str, start: int, quote: str) -> int:
+    """The index after the string or regex starting at ``start`` (-1: unterminated)."""
+    i = start + 1
+    while i < len(program):
+        char = program[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "\n":
+            return -1
+        if char == quote:
+            return i + 1
+        i += 1
+    return -1
+
+
+_AWK = OptionSpec(
+    short_flags="",
+    short_with_arg="Fv",
+    long_flags=frozenset(),
+    long_with_arg=frozenset({"field-separator", "assign"}),
+)
+"""The awk options that neither run code nor read or write files: everything else
+(``-f``, ``-e``, ``-i``, ``-l``, ``-W exec=``, ``--profile``, ``--dump-variables`` ...)
+is doubt."""
+
+
+def _awk_rule(parsed: ParsedOptions) -> Verdict:
+    if not parsed.operands:
+        return unknown("awk without a program")
+    problem = awk_program_problem(parsed.operands[0])
+    if problem is not None:
+        severity, reason = problem
+        return Verdict(severity, f"awk program: {reason}")
+    return read_only("awk only reads and prints")
 
 
 # ---------------------------------------------------------------------------
@@ -973,19 +1341,50 @@ ARGUMENT_RULES: dict[str, Callable[[Sequence[str]], Verdict]] = {
     "tree": _tree_rule,
     "rg": _rg_rule,
     "git": _git_rule,
+    "base64": _with_options("base64", _BASE64, _base64_rule),
+    "ps": _ps_rule,
+    "jq": _jq_rule,
+    **{name: _with_options(name, _AWK, _awk_rule) for name in AWKS},
 }
 """Allowlisted commands whose arguments decide; run-time expansions in them are doubt."""
 
 
 def _shell_rule(name: str, args: Sequence[str | None], nested: Nested) -> Verdict:
+    """``bash -c SCRIPT``: as harmless as the script, when nothing else can run.
+
+    Only ``-c`` with a literal script, and the options in
+    :data:`_SHELL_SAFE_LETTERS`/:data:`_SHELL_SAFE_LONG` (``-l`` sources the
+    user's own profile, as the user's terminal does) are understood; a script
+    file, ``-i`` (rc files), ``-O``/``+O`` and anything else is doubt, and so
+    is ``BASH_ENV`` in the environment (a file bash sources first).
+    """
     floor = unknown(f"{name} runs a shell script")
-    for index, arg in enumerate(args):
-        if arg is not None and arg.startswith("-") and not arg.startswith("--") and "c" in arg:
-            script = args[index + 1] if index + 1 < len(args) else None
-            if script is None:
-                return floor
-            return worst(floor, nested(script))
-    return floor
+    script: str | None = None
+    command_mode = False
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg is None:
+            return floor
+        if arg in _SHELL_SAFE_LONG:
+            continue
+        if arg == "-o" and index < len(args) and args[index] in _SHELL_SAFE_SETTINGS:
+            index += 1
+            continue
+        if arg.startswith("-") and len(arg) > 1 and not arg.startswith("--"):
+            if not set(arg[1:]) <= _SHELL_SAFE_LETTERS:
+                return unknown(f"{name} option {arg!r} is not understood")
+            command_mode = command_mode or "c" in arg
+            continue
+        script = arg
+        break
+    if not command_mode or script is None:
+        return floor
+    inner = nested(script)
+    if name not in SCRIPT_SHELLS or "BASH_ENV" in os.environ:
+        return worst(floor, inner)
+    return worst(read_only(f"{name} -c runs a read-only script"), inner)
 
 
 def _wrapper_rule(name: str, args: Sequence[str | None]) -> Verdict:
@@ -995,6 +1394,18 @@ def _wrapper_rule(name: str, args: Sequence[str | None]) -> Verdict:
     return unknown(f"{name} runs another command")
 
 
+SYSTEM_DIRECTORIES: frozenset[str] = frozenset({"/usr/bin", "/bin"})
+"""Where ``/usr/bin/rg`` is the system's ``rg``: only root can put a program there."""
+
+
+def command_name(name: str) -> str:
+    """The name the rules judge: ``/usr/bin/cat`` and ``/bin/cat`` are ``cat``."""
+    directory, _, base = name.rpartition("/")
+    if directory in SYSTEM_DIRECTORIES and base:
+        return base
+    return name
+
+
 def classify_simple_command(name: str, args: Sequence[str | None], nested: Nested) -> Verdict:
     """Classify one simple command from its literal name and its arguments.
 
@@ -1002,6 +1413,7 @@ def classify_simple_command(name: str, args: Sequence[str | None], nested: Neste
     classifies a command string this command would itself run (``bash -c``,
     ``eval``) so a write hidden in there still counts as a write.
     """
+    name = command_name(name)
     if "/" in name:
         base = os.path.basename(name)
         if base in WRITE_ROOTS:
@@ -1014,7 +1426,7 @@ def classify_simple_command(name: str, args: Sequence[str | None], nested: Neste
         verdict = rule([DYNAMIC if arg is None else arg for arg in args])
         if any(arg is None for arg in args):
             return worst(
-                unknown(f"{name} has a shell expansion among arguments it checks"), verdict
+                verdict, unknown(f"{name} has a shell expansion among arguments it checks")
             )
         return verdict
     if name == "printf" and args and (args[0] is None or args[0].startswith("-v")):

@@ -82,8 +82,10 @@ def evaluate_tool_call(
 ) -> GateDecision:
     """Decide whether a speculative call of tool ``name`` may run.
 
-    ``cwd`` is the session's working directory (the shell's git-config probe
-    and its relative ``cwd`` argument resolve against it).
+    ``cwd`` is the session's working directory, the workspace: a speculative
+    shell command may read nothing outside it (the scope rule the file tools
+    apply too), its git-config probe and relative ``cwd`` argument resolve
+    against it. Without one, no shell command that opens a path may run.
     ``overlay_has_writes`` says the overlay already holds a write: a shell
     command runs on the real tree, which no longer matches what the
     speculation sees, so every shell call is then a boundary.
@@ -150,7 +152,7 @@ def _shell(
     directory = _shell_directory(arguments.get("cwd"), cwd)
     if isinstance(directory, GateDecision):
         return directory
-    verdict = explain_shell_command(command, directory)
+    verdict = explain_shell_command(command, cwd, directory)
     if verdict.severity is Severity.READ_ONLY:
         return GateDecision(
             action=GateAction.ALLOW,

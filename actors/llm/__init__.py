@@ -1,5 +1,6 @@
 """The LLM layer: gateway actor, event loop, providers, scripted models, mock server."""
 
+from actors.llm.body import BodyLimits
 from actors.llm.errors import LlmException, llm_error
 from actors.llm.gateway import LlmGateway
 from actors.llm.loop import LlmLoop, RetryBudget, retry_delay
@@ -16,6 +17,7 @@ from actors.llm.script import ScriptError, ScriptFile, ScriptReply, ScriptToolCa
 from actors.llm.wire import StreamAssembler
 
 __all__ = [
+    "BodyLimits",
     "ChatModel",
     "FunctionModel",
     "LlmException",

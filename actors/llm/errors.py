@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from messages.llm import LlmError, LlmErrorKind
+from messages.llm import Deadline, LlmError, LlmErrorKind
 
 
 class LlmException(Exception):
@@ -27,9 +28,10 @@ def llm_error(
     retry_after_s: float | None = None,
     provider_message: str | None = None,
     param: str | None = None,
+    deadline: Deadline | None = None,
 ) -> LlmException:
     if retryable is None:
-        retryable = kind in ("rate_limit", "server", "connection", "timeout")
+        retryable = kind in ("rate_limit", "server", "connection", "timeout", "incomplete")
     return LlmException(
         LlmError(
             kind=kind,
@@ -39,8 +41,18 @@ def llm_error(
             retry_after_s=retry_after_s,
             provider_message=provider_message,
             param=param,
+            deadline=deadline,
         )
     )
+
+
+def format_size(n: int) -> str:
+    """A size for a message: ``16 MiB``, ``64 KiB``, ``300 B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value.is_integer() else f"{value:.1f} {unit}"
+    return f"{n} B"
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -61,12 +73,17 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, min(seconds, 3600.0))
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ufffd]")
+
+
 def provider_error_details(body: bytes) -> tuple[str | None, str | None]:
     """The provider's error message and ``param`` from an OpenAI-style error body."""
     try:
         data: Any = json.loads(body)
     except ValueError:
-        text = body.decode("utf-8", errors="replace").strip()
+        # Whatever the body is (an HTML page, binary junk), a readable line of it.
+        text = body[:2000].decode("utf-8", errors="replace")
+        text = " ".join(_CONTROL.sub(" ", text).split())
         return (text[:500] or None), None
     error = data.get("error") if isinstance(data, Mapping) else None
     if isinstance(error, Mapping):

@@ -71,6 +71,23 @@ Faults (:data:`FAULT_KINDS`)
 A faulted request never consumes a scripted reply (faults serve a *peeked*
 reply), so a client that retries gets the scripted answer.
 
+Strictness
+----------
+The mock is at least as strict as the real servers Fore meets (OpenAI,
+llama.cpp's server), so a test against it catches what they would refuse.
+Always (400): ``n`` other than 1; a ``tool_choice`` without ``tools``, or naming
+a function that is not among them; a ``response_format`` other than ``text`` /
+``json_object``, or JSON mode without the word "json" in the messages (OpenAI's
+rule). Always honoured: a named ``tool_choice`` forces that call, ``none``
+allows none, ``required`` at least one; JSON mode answers a JSON object.
+Strict mode (the default; ``MockLlmServer(strict=False)`` / ``--lenient`` turns
+it off for tests that deliberately exercise a lenient server), also 400: a
+message whose ``content`` is not a string (``null`` on an assistant message with
+tool calls -- OpenAI accepts it, llama.cpp-class servers answer 500), an orphan
+``tool`` message or an unanswered tool call, and a ``max_tokens`` /
+``max_completion_tokens`` above the model's output limit (``max_output_tokens``,
+16,384 by default).
+
 Running it
 ----------
 In-process (tests): ``with MockLlmServer(script) as server: server.base_url``
@@ -227,8 +244,21 @@ class MockSettings:
     """``Retry-After`` of a ``429`` fault (unless the fault says otherwise)."""
     reject_forced_tool_choice: bool = False
     """Answer every request that forces a named function with the reject fault."""
+    strict: bool = True
+    """Refuse (400) what real servers refuse (see "Strictness" in the module docs).
+    Off: a lenient server, for tests that deliberately exercise one."""
+    max_output_tokens: int = 16_384
+    """The model's output limit: a ``max_tokens`` above it is a 400 (strict mode)."""
     record_limit: int = 1000
     """How many requests :meth:`MockLlmApp.requests` keeps (oldest dropped)."""
+    background_tick_ms: float = 0.0
+    """Streams of background purposes (anything but ``main``) are written in ticks of
+    this many ms: events due within one tick go out in one write. 0: every event at
+    its own time, as a real server writes each token. The load benchmark sets it:
+    there the mock shares the machine with the runtime it measures, and writing every
+    fork's every token cost the mock several times the CPU of the runtime's own
+    reading of them; a server that writes once per tick still notices a client that
+    left within a tick."""
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0:
@@ -247,6 +277,10 @@ class MockSettings:
             raise ValueError(f"retry_after_s must be >= 0, got {self.retry_after_s}")
         if self.record_limit < 1:
             raise ValueError(f"record_limit must be >= 1, got {self.record_limit}")
+        if self.max_output_tokens < 1:
+            raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
+        if not self.background_tick_ms >= 0:
+            raise ValueError(f"background_tick_ms must be >= 0, got {self.background_tick_ms}")
 
 
 class FaultSpec(Message):
@@ -490,6 +524,146 @@ def _validate_body(body: Any) -> tuple[str, str | None] | None:
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             return f"'{name}' must be a positive integer", name
+    n = body.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return "'n' must be a positive integer", "n"
+    if isinstance(n, int) and n > 1:
+        return "'n' > 1 is not supported by this server: one choice per request", "n"
+    return _validate_tool_choice(body) or _validate_response_format(body)
+
+
+def _tool_names(body: Mapping[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or ():
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            names.append(str(function["name"]))
+    return names
+
+
+def _validate_tool_choice(body: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """A ``tool_choice`` a server can honour: a mode, or a function it was given."""
+    if "tool_choice" not in body or body["tool_choice"] is None:
+        return None
+    choice = body["tool_choice"]
+    if not body.get("tools"):
+        return "'tool_choice' is only allowed when 'tools' are specified", "tool_choice"
+    if choice in ("auto", "none", "required"):
+        return None
+    forced = _forced_function(body)
+    if forced is None:
+        return (
+            "'tool_choice' must be 'auto', 'none', 'required' or "
+            '{"type": "function", "function": {"name": ...}}',
+            "tool_choice",
+        )
+    if forced not in _tool_names(body):
+        return f"tool_choice names {forced!r}, which is not among the tools", "tool_choice"
+    return None
+
+
+def _validate_response_format(body: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind not in ("text", "json_object"):
+        return "'response_format.type' must be 'text' or 'json_object'", "response_format"
+    if kind == "json_object":
+        said = " ".join(_content_text(m.get("content")) for m in body["messages"])
+        if "json" not in said.lower():
+            # OpenAI's rule: JSON mode needs the word in the conversation.
+            return (
+                "'messages' must contain the word 'json' in some form to use"
+                " 'response_format' of type 'json_object'",
+                "messages",
+            )
+    return None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def _strict_problems(body: dict[str, Any], max_output_tokens: int) -> tuple[str, str | None] | None:
+    """What a strict server (llama.cpp, OpenAI) refuses that a lenient one lets through.
+
+    * a message whose ``content`` is not a string (a user or system message may
+      also carry an array of parts): OpenAI accepts ``null`` on an assistant
+      message with tool calls, but llama.cpp-class servers fail on it (their
+      chat templates concatenate the content) -- the mock refuses it like them;
+    * a ``tool`` message that answers no call of the assistant message before
+      it (an orphan), answers one twice, or an assistant message whose calls
+      are not all answered before the next other message;
+    * ``max_tokens`` / ``max_completion_tokens`` above the model's output limit.
+    """
+    open_calls: set[str] | None = None  # calls of the last assistant message, unanswered
+    for i, message in enumerate(body["messages"]):
+        role = message["role"]
+        content = message.get("content")
+        if role not in ("system", "user", "assistant", "tool", "developer"):
+            return f"messages[{i}].role {role!r} is not a chat role", f"messages[{i}].role"
+        if not isinstance(content, str | list):  # a string, or an array of parts
+            shown = "null" if content is None else type(content).__name__
+            return (
+                f"messages[{i}].content must be a string, got {shown}"
+                + (
+                    " (llama.cpp-class servers answer this with HTTP 500)"
+                    if role == "assistant"
+                    else ""
+                ),
+                f"messages[{i}].content",
+            )
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                return f"messages[{i}].tool_call_id is required", f"messages[{i}].tool_call_id"
+            if open_calls is None or call_id not in open_calls:
+                return (
+                    f"messages[{i}] with role 'tool' must be a response to a preceding"
+                    f" message with 'tool_calls' (no open call {call_id!r})",
+                    f"messages[{i}]",
+                )
+            open_calls.discard(call_id)
+            continue
+        if open_calls:
+            return (
+                "an assistant message with 'tool_calls' must be followed by tool messages"
+                f" responding to each 'tool_call_id'; unanswered: {sorted(open_calls)}",
+                f"messages[{i}]",
+            )
+        open_calls = None
+        if role == "assistant" and message.get("tool_calls"):
+            calls = message["tool_calls"]
+            ids = [
+                c["id"]
+                for c in (calls if isinstance(calls, list) else ())
+                if isinstance(c, Mapping) and isinstance(c.get("id"), str) and c["id"]
+            ]
+            if not isinstance(calls, list) or len(ids) != len(calls):
+                return (
+                    f"messages[{i}].tool_calls must each have an 'id'",
+                    f"messages[{i}].tool_calls",
+                )
+            open_calls = set(ids)
+    if open_calls:
+        return (
+            "an assistant message with 'tool_calls' must be followed by tool messages"
+            f" responding to each 'tool_call_id'; unanswered: {sorted(open_calls)}",
+            "messages",
+        )
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and value > max_output_tokens:
+            return (
+                f"'{name}' is too large: {value}. This model supports at most"
+                f" {max_output_tokens} completion tokens",
+                name,
+            )
     return None
 
 
@@ -500,6 +674,39 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+def _obey(reply: ScriptReply, body: Mapping[str, Any]) -> ScriptReply:
+    """The reply as a real server's answer would be shaped by the request.
+
+    A named ``tool_choice`` forces exactly that call (the scripted call of that
+    name, else one with no arguments) and no text; ``none`` allows no calls;
+    ``required`` at least one (the first tool's, if the script has none). JSON
+    mode (``response_format: json_object``) answers a JSON object: scripted
+    text that is not one is wrapped as ``{"text": ...}``.
+    """
+    choice = body.get("tool_choice")
+    forced = _forced_function(body) if body.get("tools") else None
+    if forced is not None:
+        calls = [c for c in reply.tool_calls if c.name == forced][:1] or [
+            ScriptToolCall(name=forced)
+        ]
+        reply = reply.model_copy(update={"text": "", "tool_calls": tuple(calls)})
+    elif choice == "none" and reply.tool_calls:
+        reply = reply.model_copy(update={"tool_calls": ()})
+    elif choice == "required" and not reply.tool_calls and body.get("tools"):
+        reply = reply.model_copy(
+            update={"tool_calls": (ScriptToolCall(name=_first_tool_name(body)),)}
+        )
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
+        try:
+            is_object = isinstance(json.loads(reply.text), dict)
+        except ValueError:
+            is_object = False
+        if not is_object:
+            reply = reply.model_copy(update={"text": _dumps({"text": reply.text})})
+    return reply
 
 
 def _error_body(message: str, type_: str, param: str | None, code: str | None) -> dict[str, Any]:
@@ -907,6 +1114,8 @@ class MockLlmApp:
         self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any, size: int
     ) -> Response:
         problem = _validate_body(body)
+        if problem is None and self.settings.strict:
+            problem = _strict_problems(body, self.settings.max_output_tokens)
         if problem is not None:
             record.outcome = "bad_request"
             return _error_response(400, problem[0], param=problem[1])
@@ -974,6 +1183,7 @@ class MockLlmApp:
             reply = cursor.next_reply(record.purpose, last_text)
         else:
             reply = cursor.peek_reply(record.purpose, last_text)
+        reply = _obey(reply, body)
         answer = _make_answer(
             reply,
             ttft_ms=ttft_ms,
@@ -1020,7 +1230,8 @@ class MockLlmApp:
         together (one write) at once.
         """
         loop = asyncio.get_running_loop()
-        due = loop.time()
+        due = start = loop.time()
+        tick = self.settings.background_tick_ms / 1000.0 if ex.purpose != "main" else 0.0
         buffer = bytearray()
         last = len(events) - 1
         kind = ex.fault.kind if ex.fault is not None else None
@@ -1039,7 +1250,10 @@ class MockLlmApp:
                     self._finish(ex.record, "completed")
                 if delay > 0:
                     due += delay
-                    wait = due - loop.time()
+                    send_at = due
+                    if tick and i > 0:  # after the first event: at the end of its tick
+                        send_at = start + math.ceil((due - start) / tick) * tick
+                    wait = send_at - loop.time()
                     if wait > 0:
                         if buffer:
                             yield bytes(buffer)
@@ -1285,19 +1499,26 @@ def _make_answer(
 def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]:
     """Every SSE event of the response with the pause before it, faults applied."""
 
+    # Every chunk is the same object around its delta: encoded once, then spliced
+    # around each delta (byte for byte what encoding the whole object gives; an
+    # answer is hundreds of chunks and the mock's CPU is shared with what it measures).
+    head = (
+        "data: "
+        + _dumps(
+            {
+                "id": ex.completion_id,
+                "object": "chat.completion.chunk",
+                "created": ex.created,
+                "model": ex.model,
+            }
+        )[:-1]
+        + ',"choices":[{"index":0,"delta":'
+    ).encode("utf-8")
+    usage_tail = ',"usage":null' if ex.include_usage else ""
+
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        obj: dict[str, Any] = {
-            "id": ex.completion_id,
-            "object": "chat.completion.chunk",
-            "created": ex.created,
-            "model": ex.model,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            ],
-        }
-        if ex.include_usage:
-            obj["usage"] = None
-        return b"data: " + _dumps(obj).encode("utf-8") + b"\n\n"
+        tail = f',"logprobs":null,"finish_reason":{_dumps(finish_reason)}}}]{usage_tail}}}'
+        return head + (_dumps(delta) + tail).encode("utf-8") + b"\n\n"
 
     interval = answer.interval_s
     role_content = None if (answer.tool_calls and not answer.text_chunks) else ""
@@ -1475,7 +1696,10 @@ class MockLlmServer:
         stall_s: float = 30.0,
         retry_after_s: float = 1.0,
         reject_forced_tool_choice: bool = False,
+        strict: bool = True,
+        max_output_tokens: int = 16_384,
         record_limit: int = 1000,
+        background_tick_ms: float = 0.0,
         log_level: str = "warning",
         startup_timeout_s: float = 10.0,
         shutdown_timeout_s: float = 5.0,
@@ -1490,7 +1714,10 @@ class MockLlmServer:
             stall_s=stall_s,
             retry_after_s=retry_after_s,
             reject_forced_tool_choice=reject_forced_tool_choice,
+            strict=strict,
+            max_output_tokens=max_output_tokens,
             record_limit=record_limit,
+            background_tick_ms=background_tick_ms,
         )
         self.app = MockLlmApp(script, self.settings)
         self._requested_port = port
@@ -1629,7 +1856,10 @@ class MockLlmServer:
         stall_s: float = 30.0,
         retry_after_s: float = 1.0,
         reject_forced_tool_choice: bool = False,
+        strict: bool = True,
+        max_output_tokens: int = 16_384,
         record_limit: int = 1000,
+        background_tick_ms: float = 0.0,
         log_level: str = "warning",
         startup_timeout_s: float = 30.0,
         shutdown_timeout_s: float = 10.0,
@@ -1654,9 +1884,15 @@ class MockLlmServer:
             repr(float(retry_after_s)),
             "--record-limit",
             str(record_limit),
+            "--background-tick-ms",
+            repr(float(background_tick_ms)),
+            "--max-output-tokens",
+            str(max_output_tokens),
             "--log-level",
             log_level,
         ]
+        if not strict:
+            args.append("--lenient")
         if tokens_per_s is not None:
             args += ["--tokens-per-s", repr(float(tokens_per_s))]
         if reject_forced_tool_choice:
@@ -1979,6 +2215,25 @@ def _build_parser() -> _Parser:
         help="answer 400 to every request whose tool_choice names a function",
     )
     parser.add_argument(
+        "--background-tick-ms",
+        type=_number(float, 0),
+        default=0.0,
+        help="write streams of background purposes (not main) once per tick of this many "
+        "ms; 0 writes every token at its time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="accept what real servers refuse (null content, orphan tool messages, "
+        "max_tokens above the model's limit); strict by default",
+    )
+    parser.add_argument(
+        "--max-output-tokens",
+        type=_number(int, 1),
+        default=16_384,
+        help="the model's output limit; a larger max_tokens is a 400 (default: %(default)s)",
+    )
+    parser.add_argument(
         "--log-level", choices=_LOG_LEVELS, default="warning", help="(default: %(default)s)"
     )
     return parser
@@ -2054,7 +2309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             stall_s=args.stall_s,
             retry_after_s=args.retry_after_s,
             reject_forced_tool_choice=args.reject_forced_tool_choice,
+            strict=not args.lenient,
+            max_output_tokens=args.max_output_tokens,
             record_limit=args.record_limit,
+            background_tick_ms=args.background_tick_ms,
         )
     except ValueError as exc:
         return fail(str(exc))

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-__all__ = ["FastAsyncTransport", "env_proxies", "httpx_error"]
+__all__ = ["FLOW_EXTENSION", "FastAsyncTransport", "env_proxies", "httpx_error"]
 
 
 def httpx_error(exc: BaseException) -> httpx.TransportError | None:
@@ -60,11 +61,45 @@ def httpx_error(exc: BaseException) -> httpx.TransportError | None:
     return httpx.TransportError(message)
 
 
+FLOW_EXTENSION = "fore.flow"
+"""The response extension under which :class:`FastAsyncTransport` puts the body's
+socket-level flow control (an object with ``pause_reading()`` / ``resume_reading()``)."""
+
+
 class _Body(httpx.AsyncByteStream):
-    """The response body, with errors raised while it streams typed as well."""
+    """The response body, with errors raised while it streams typed as well.
+
+    ``pause_reading`` / ``resume_reading`` stop and restart reading the socket
+    itself: while paused, what the server sends waits in the kernel's buffer
+    and costs this process nothing -- not even the event loop's wake-up per
+    arriving packet -- until reading resumes and takes it in a few large reads.
+    A reader that wants a stream in batches (a fork nobody watches) pauses
+    between batches.
+    """
 
     def __init__(self, inner: httpx.AsyncByteStream) -> None:
         self._inner = inner
+
+    def _protocol(self) -> Any:
+        response = getattr(self._inner, "_aiohttp_response", None)
+        connection = getattr(response, "connection", None)
+        return getattr(connection, "protocol", None)
+
+    def pause_reading(self) -> bool:
+        """Stop reading the socket; False when the connection is gone (nothing to pause)."""
+        protocol = self._protocol()
+        if protocol is None or getattr(protocol, "transport", None) is None:
+            return False
+        try:
+            protocol.pause_reading()
+        except Exception:  # aiohttp internals changed: read without pausing
+            return False
+        return True
+
+    def resume_reading(self) -> None:
+        protocol = self._protocol()
+        if protocol is not None and getattr(protocol, "transport", None) is not None:
+            protocol.resume_reading()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -95,7 +130,9 @@ class FastAsyncTransport(AiohttpTransport):
                 raise
             raise mapped from exc
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        response.stream = _Body(response.stream)
+        body = _Body(response.stream)
+        response.stream = body
+        response.extensions[FLOW_EXTENSION] = body
         return response
 
 

@@ -19,11 +19,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from actors.llm.errors import LlmException, error_from_payload, llm_error
+from actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
 from messages.conversation import (
     AssistantMessage,
     Item,
@@ -57,7 +57,11 @@ def to_openai_message(item: Item) -> Json:
     if isinstance(item, UserMessage):
         return {"role": "user", "content": item.text}
     if isinstance(item, AssistantMessage):
-        message: Json = {"role": "assistant", "content": item.text or None}
+        # Always a string, "" when the turn was only tool calls: OpenAI accepts
+        # ``null`` there too, but llama.cpp-class servers answer ``null`` with a
+        # 500 (their chat templates concatenate the content), and every server
+        # accepts "".
+        message: Json = {"role": "assistant", "content": item.text}
         if item.tool_calls:
             message["tool_calls"] = [
                 {
@@ -110,13 +114,27 @@ def to_openai_tool_choice(choice: ToolChoice) -> str | Json:
     return choice
 
 
-def request_body(request: LlmRequest, model_name: str) -> Json:
+MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+"""The body field that carries a request's output cap. OpenAI's reasoning models
+reject ``max_tokens`` and want ``max_completion_tokens``; most other servers know
+only ``max_tokens``."""
+
+
+def request_body(
+    request: LlmRequest, model_name: str, *, max_tokens_field: MaxTokensField = "max_tokens"
+) -> Json:
     """The JSON body of a chat completion request."""
     tools = to_openai_tools(request.tools) if request.tools else None
-    return _body(request, model_name, to_openai_messages(request.messages), tools)
+    return _body(request, model_name, to_openai_messages(request.messages), tools, max_tokens_field)
 
 
-def _body(request: LlmRequest, model_name: str, messages: Any, tools: Any) -> Json:
+def _body(
+    request: LlmRequest,
+    model_name: str,
+    messages: Any,
+    tools: Any,
+    max_tokens_field: MaxTokensField = "max_tokens",
+) -> Json:
     body: Json = {"model": model_name, "messages": messages, "stream": request.stream}
     if request.stream:
         body["stream_options"] = {"include_usage": True}
@@ -124,7 +142,7 @@ def _body(request: LlmRequest, model_name: str, messages: Any, tools: Any) -> Js
         body["tools"] = tools
         body["tool_choice"] = to_openai_tool_choice(request.tool_choice)
     if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+        body[max_tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.json_response:
@@ -199,7 +217,9 @@ _ITEMS = _EncodedCache(limit=65_536, max_bytes=64 * 1024 * 1024)
 _TOOLS = _EncodedCache(limit=4_096, max_bytes=16 * 1024 * 1024)
 
 
-def request_payload(request: LlmRequest, model_name: str) -> bytes:
+def request_payload(
+    request: LlmRequest, model_name: str, *, max_tokens_field: MaxTokensField = "max_tokens"
+) -> bytes:
     """The encoded body: exactly ``json.dumps(request_body(...))``, compactly.
 
     Built from per-item cached JSON, so a long conversation costs only its new
@@ -207,7 +227,7 @@ def request_payload(request: LlmRequest, model_name: str) -> bytes:
     """
     # Placeholders: a bare ``"messages":0`` cannot occur inside a JSON string
     # (its quotes would be escaped), so partition finds exactly the key.
-    text = _dumps(_body(request, model_name, 0, 0))
+    text = _dumps(_body(request, model_name, 0, 0, max_tokens_field))
     messages = ",".join(_ITEMS.get(item, to_openai_message) for item in request.messages)
     head, _, tail = text.partition('"messages":0')
     text = f'{head}"messages":[{messages}]{tail}'
@@ -281,7 +301,12 @@ def decode_arguments(text: str) -> dict[str, Any]:
     if text.strip() == "":
         return {}
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        # strict=False: raw control characters (a newline) inside a string are
+        # accepted. Grammar-constrained output (llama.cpp) emits them, and the
+        # meaning is unambiguous.
+        value = json.loads(
+            text, strict=False, parse_constant=_refuse_constant, parse_float=_finite_float
+        )
     except json.JSONDecodeError as exc:
         raise ArgumentsInvalid(exc.msg, exc.pos) from None
     except RecursionError:
@@ -319,55 +344,113 @@ def tool_call(call_id: str, name: str, text: str) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments_error=error)
 
 
+MAX_ANSWER_CHARS = 16 * 1024 * 1024
+"""Default cap on one answer's text plus tool-call arguments, ids and names (characters).
+
+Far above any real answer (a model's output limit is tens of thousands of
+tokens, a few hundred KB); what it bounds is a hostile or broken server."""
+
+MAX_TOOL_CALLS = 16_384
+"""Default cap on the tool calls of one answer (each distinct ``index`` is a call)."""
+
+
 class StreamAssembler:
-    """Feeds on decoded stream chunks; yields events; builds the final message."""
+    """Feeds on decoded stream chunks; yields events; builds the final message.
+
+    Bounded: past ``max_answer_chars`` of text and tool-call arguments, or
+    ``max_tool_calls`` calls, a chunk is a non-retryable protocol error.
+    ``progress`` counts chunks that carried something (text, arguments, a tool
+    call, reasoning, a finish reason): a stream of empty deltas makes none.
+    """
 
     def __init__(
-        self, request_id: str, *, text_events: bool = True, tool_events: bool = True
+        self,
+        request_id: str,
+        *,
+        text_events: bool = True,
+        tool_events: bool = True,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
+        max_tool_calls: int = MAX_TOOL_CALLS,
     ) -> None:
         self.request_id = request_id
         # Events nobody will receive are not built (one per fragment adds up).
         self.text_events = text_events
         self.tool_events = tool_events
+        self.max_answer_chars = max_answer_chars
+        self.max_tool_calls = max_tool_calls
         self.text: list[str] = []
         self.calls: dict[int, _PartialCall] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.chunks = 0
+        self.size = 0
+        """Characters of text, arguments, ids and names so far (what the cap bounds)."""
+        self.progress = 0
         self._last_index: int | None = None
 
+    def _grow(self, chars: int) -> None:
+        self.size += chars
+        if self.size > self.max_answer_chars:
+            raise llm_error(
+                "protocol",
+                f"the answer passed {format_size(self.max_answer_chars)} of text and tool"
+                " arguments (the client's answer limit): refused",
+                retryable=False,
+            )
+
     def feed(self, chunk: Any) -> list[LlmTextDelta | LlmToolCallDelta]:
-        if not isinstance(chunk, Mapping):
+        # Called once per streamed token: decoded JSON objects are dicts, so the
+        # checks test for ``dict`` first (an ABC ``isinstance`` costs several
+        # times more) and fall back to ``Mapping`` for other callers.
+        if type(chunk) is not dict and not isinstance(chunk, Mapping):
             raise llm_error("protocol", "stream chunk is not a JSON object", retryable=True)
         if chunk.get("error") is not None:
             raise error_from_payload(chunk["error"], where="stream")
         self.chunks += 1
-        usage = usage_from(chunk.get("usage"))
-        if usage is not None:
-            self.usage = usage
+        raw_usage = chunk.get("usage")
+        if raw_usage:
+            usage = usage_from(raw_usage)
+            if usage is not None:
+                self.usage = usage
         events: list[LlmTextDelta | LlmToolCallDelta] = []
-        choices = chunk.get("choices") or []
-        if not isinstance(choices, list):
+        choices = chunk.get("choices")
+        if not choices:
+            return events
+        if type(choices) is not list:
             raise llm_error("protocol", "stream chunk has malformed choices", retryable=True)
         for choice in choices:
-            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+            if type(choice) is not dict and not isinstance(choice, Mapping):
                 continue
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, Mapping):
-                raise llm_error("protocol", "stream chunk has a malformed delta", retryable=True)
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self.text.append(content)
-                if self.text_events:
-                    events.append(
-                        LlmTextDelta.model_construct(request_id=self.request_id, text=content)
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if delta:
+                if type(delta) is not dict and not isinstance(delta, Mapping):
+                    raise llm_error(
+                        "protocol", "stream chunk has a malformed delta", retryable=True
                     )
-            for raw in delta.get("tool_calls") or []:
-                event = self._tool_delta(raw)
-                if event is not None:
-                    events.append(event)
+                content = delta.get("content")
+                if content and type(content) is str:
+                    self._grow(len(content))
+                    self.progress += 1
+                    self.text.append(content)
+                    if self.text_events:
+                        events.append(
+                            LlmTextDelta.model_construct(request_id=self.request_id, text=content)
+                        )
+                tool_calls = delta.get("tool_calls")
+                if tool_calls:
+                    for raw in tool_calls:
+                        event = self._tool_delta(raw)
+                        if event is not None:
+                            events.append(event)
+                # Reasoning models stream their thinking first (not kept): progress all
+                # the same.
+                if delta.get("reasoning_content") or delta.get("reasoning"):
+                    self.progress += 1
             reason = choice.get("finish_reason")
             if reason:
+                self.progress += 1
                 self.finish_reason = str(reason)
         return events
 
@@ -381,17 +464,31 @@ class StreamAssembler:
         elif not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise llm_error("protocol", "tool call delta without a valid index", retryable=True)
         self._last_index = index
-        partial = self.calls.setdefault(index, _PartialCall())
+        partial = self.calls.get(index)
+        if partial is None:
+            if len(self.calls) >= self.max_tool_calls:
+                raise llm_error(
+                    "protocol",
+                    f"the answer has more than {self.max_tool_calls} tool calls"
+                    " (the client's limit): refused",
+                    retryable=False,
+                )
+            partial = self.calls[index] = _PartialCall()
         if isinstance(call_id, str) and call_id:
+            if partial.call_id != call_id:
+                self._grow(len(call_id))
             partial.call_id = call_id
         function = raw.get("function") or {}
         name = function.get("name") if isinstance(function, Mapping) else None
         if isinstance(name, str) and name and partial.name is None:
+            self._grow(len(name))
             partial.name = name  # sent once; some servers repeat it on every delta
         fragment = function.get("arguments") if isinstance(function, Mapping) else None
         fragment = fragment if isinstance(fragment, str) else ""
         if fragment:
+            self._grow(len(fragment))
             partial.arguments.append(fragment)
+        self.progress += 1
         if not self.tool_events:
             return None
         return LlmToolCallDelta.model_construct(
@@ -415,27 +512,57 @@ class StreamAssembler:
                 return max(self.calls, default=-1) + 1
         return 0 if last is None else last
 
-    def finish(self, *, saw_done: bool) -> tuple[AssistantMessage, Usage, str]:
-        """The complete answer; a truncated stream is a protocol error."""
-        if not saw_done and self.finish_reason is None:
-            raise llm_error(
-                "protocol", "stream ended before the answer was complete", retryable=True
+    def arrived(self) -> str:
+        """How much of the answer arrived, for an error message."""
+        text = sum(len(t) for t in self.text)
+        args = sum(sum(len(a) for a in c.arguments) for c in self.calls.values())
+        calls = len(self.calls)
+        parts = [f"{self.chunks} chunk{'s' if self.chunks != 1 else ''}"]
+        parts.append(f"{text} characters of text")
+        if calls:
+            parts.append(
+                f"{calls} tool call{'s' if calls != 1 else ''} ({args} characters of arguments)"
             )
+        return ", ".join(parts)
+
+    def finish(self, *, saw_done: bool) -> tuple[AssistantMessage, Usage, str]:
+        """The complete answer.
+
+        An answer without a ``finish_reason`` is incomplete -- whether the
+        stream just closed or said ``[DONE]`` (llama.cpp's server ends a running
+        stream that way when another request takes its slot) -- and a typed,
+        retryable ``incomplete`` error that says how much had arrived.
+
+        A ``length`` answer was cut off by the provider: a tool call whose
+        arguments were cut mid-way cannot be decoded and is dropped (the reason
+        stays ``length``; whoever reads it knows the answer is not whole).
+        """
+        if self.finish_reason is None:
+            how = "sent [DONE]" if saw_done else "closed"
+            raise llm_error(
+                "incomplete",
+                f"stream ended before the answer was complete (it {how} without a"
+                f" finish_reason after {self.arrived()})",
+                retryable=True,
+            )
+        cut = self.finish_reason == "length"
         calls = []
         for index in sorted(self.calls):
             partial = self.calls[index]
             if not partial.name:
+                if cut:
+                    continue  # cut off mid-call
                 raise llm_error("protocol", f"tool call #{index} has no name", retryable=True)
-            calls.append(
-                tool_call(
-                    partial.call_id or f"call_{self.request_id}_{index}",
-                    partial.name,
-                    "".join(partial.arguments),
-                )
+            call = tool_call(
+                partial.call_id or f"call_{self.request_id}_{index}",
+                partial.name,
+                "".join(partial.arguments),
             )
+            if cut and call.arguments_error is not None:
+                continue  # cut off mid-call: never offered to the model as a mistake of its own
+            calls.append(call)
         message = AssistantMessage(text="".join(self.text), tool_calls=tuple(calls))
-        reason = self.finish_reason or ("tool_calls" if calls else "stop")
-        return message, self.usage or Usage(), reason
+        return message, self.usage or Usage(), self.finish_reason
 
 
 def complete_from_body(request_id: str, body: Any) -> tuple[AssistantMessage, Usage, str]:
@@ -449,24 +576,32 @@ def complete_from_body(request_id: str, body: Any) -> tuple[AssistantMessage, Us
     message = choice.get("message") if isinstance(choice, Mapping) else None
     if not isinstance(message, Mapping):
         raise llm_error("protocol", "response choice has no message", retryable=True)
+    raw_reason = choice.get("finish_reason")
+    cut = raw_reason == "length"
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise llm_error("protocol", "response tool_calls is not an array", retryable=True)
     calls = []
-    for index, raw in enumerate(message.get("tool_calls") or []):
+    for index, raw in enumerate(raw_calls):
         function = raw.get("function") if isinstance(raw, Mapping) else None
         if not isinstance(function, Mapping) or not function.get("name"):
+            if cut:
+                continue  # cut off mid-call (see StreamAssembler.finish)
             raise llm_error("protocol", f"tool call #{index} is malformed", retryable=True)
-        name = str(function["name"])
-        calls.append(
-            tool_call(
-                str(raw.get("id") or f"call_{request_id}_{index}"),
-                name,
-                str(function.get("arguments") or ""),
-            )
+        call = tool_call(
+            str(raw.get("id") or f"call_{request_id}_{index}"),
+            str(function["name"]),
+            str(function.get("arguments") or ""),
         )
+        if cut and call.arguments_error is not None:
+            continue
+        calls.append(call)
     text = message.get("content")
     assistant = AssistantMessage(
         text=text if isinstance(text, str) else "", tool_calls=tuple(calls)
     )
-    reason = str(choice.get("finish_reason") or ("tool_calls" if calls else "stop"))
+    # A whole JSON body is a complete answer even when a server leaves the reason out.
+    reason = str(raw_reason or ("tool_calls" if calls else "stop"))
     return assistant, usage_from(body.get("usage")) or Usage(), reason
 
 

@@ -17,15 +17,20 @@ import errno
 import hashlib
 import os
 import stat as stat_mod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from actors.tools.fsclock import Stamp
 from messages.overlay import FileBase
 
 ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _CHUNK = 1024 * 1024
+
+Ident = Stamp
+"""Cheap identity of a file version (inode, size, mtime, ctime): same identity, same content."""
 
 
 class PathChanged(Exception):
@@ -35,21 +40,6 @@ class PathChanged(Exception):
         super().__init__(f"{rel}: {detail}")
         self.rel = rel
         self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Ident:
-    """Cheap identity of a file version: if it is unchanged the content is too."""
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> Ident:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +70,8 @@ class DirCache:
     def __init__(self, root: str) -> None:
         self.root = root
         self._fds: dict[str, int] = {"": os.open(root, ROOT_FLAGS)}
+        self.before_mkdir: Callable[[str], None] | None = None
+        """Test seam (apply's fault injection): called before each directory is created."""
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -118,6 +110,8 @@ class DirCache:
             if not create:
                 raise
             try:
+                if self.before_mkdir is not None:
+                    self.before_mkdir(rel)
                 os.mkdir(name, 0o777, dir_fd=parent_fd)
                 if created is not None:
                     created.append(rel)
@@ -183,6 +177,13 @@ class DirCache:
             return self.open(parent), name
         except FileNotFoundError:
             return None, name
+
+
+def open_dir(root: str, rel: str) -> int:
+    """An owned descriptor of the directory ``rel``, opened component by component
+    with ``O_NOFOLLOW`` (raises ``OSError``; :class:`PathChanged` via the cache)."""
+    with DirCache(root) as cache:
+        return os.dup(cache.open(rel))
 
 
 def identity(cache: DirCache, rel: str) -> Ident | None:

@@ -30,6 +30,7 @@ from actors.overlay.apply import apply_overlay
 from actors.overlay.fs import OverlayClosed, OverlayFs
 from actors.overlay.store import OverlayStore
 from actors.tools.fs import WorkspaceFs
+from actors.tools.fsclock import Instant
 from messages.overlay import (
     ApplyOverlay,
     ApplyResult,
@@ -80,9 +81,15 @@ class OverlayActor(PooledActor):
         session_id: str | None = None,
         overlay_id: str | None = None,
         max_bytes: int | None = None,
+        started: Instant | None = None,
     ) -> tuple[ActorRef[OverlayActor], OverlayFs]:
-        """Create an overlay in ``store`` and start its actor: ``(actor_ref, overlay)``."""
-        overlay = store.create(workspace, overlay_id=overlay_id, max_bytes=max_bytes)
+        """Create an overlay in ``store`` and start its actor: ``(actor_ref, overlay)``.
+
+        ``started``: when the speculation started (see :meth:`OverlayStore.create`).
+        """
+        overlay = store.create(
+            workspace, overlay_id=overlay_id, max_bytes=max_bytes, started=started
+        )
         ref = cls.start(overlay, journal_dir=store.journal_dir, session_id=session_id)
         return ref, overlay
 

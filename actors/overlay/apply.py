@@ -5,36 +5,55 @@ half-applied tree when anything fails midway, and silently overwrites edits
 the user made while the speculation ran. Apply here is a small transaction:
 
 1. **Conflict check.** Every touched real path must still match the base the
-   overlay recorded at first touch: same sha256 for a file, still absent for a
-   new one, still a directory for a deleted directory (and holding nothing the
-   overlay does not delete). Any mismatch -> a :class:`ConflictReport` naming
-   every such path and what changed; nothing is written.
+   overlay recorded: same sha256 for a file, still absent for a new one, still
+   a directory for a deleted directory (and holding nothing the overlay does
+   not delete); a base marked ``changed_since_start`` (the path changed after
+   the speculation started, before its first touch: see
+   :mod:`actors.overlay.fs`) matches nothing. Any mismatch -> a
+   :class:`ConflictReport` naming every such path and what changed; nothing is
+   written.
 2. **Stage.** A journal (JSON lines, ``<journal_dir>/<id>.journal``) is
-   created listing every operation and the temp name of every staged file;
-   then each new file is placed at that temp name next to its target -- a hard
-   link to the upper file when both are on one filesystem, else a copy -- in
-   the deepest directory of the target's parent chain that already exists, so
-   nothing but hidden temp files appears in the real tree before the commit
-   point. Every directory is opened with ``O_NOFOLLOW`` along the whole path,
-   so a symlink swapped in cannot redirect a write outside the workspace. The
-   targets are re-checked (a cheap ``lstat`` identity; a re-hash only when it
-   moved) to narrow the window for a concurrent user edit.
+   created listing every operation, the temp name of every staged file and
+   the name each displaced file may be kept under; then each new file is
+   placed at its temp name next to its target -- a hard link to the upper
+   file when both are on one filesystem, else a copy -- in the deepest
+   directory of the target's parent chain that already exists, so nothing but
+   hidden temp files appears in the real tree before the commit point. Every
+   directory is opened with ``O_NOFOLLOW`` along the whole path, so a symlink
+   swapped in cannot redirect a write outside the workspace. The targets are
+   re-checked (a cheap ``lstat`` identity; a re-hash only when it moved) to
+   narrow the window for a concurrent user edit. Then every real file the
+   apply will replace or delete is **kept** (:mod:`actors.overlay._keep`: a
+   hard link in the overlay's private ``displaced`` directory, else one next
+   to it, else a copy); a file that cannot be kept stops the apply here.
 3. **Commit point.** ``{"state": "PREPARED"}`` is appended to the journal
    (fsynced, with its directory, when ``durable``).
 4. **Execute.** Removals (deepest first), then directory creations and
    ``os.replace`` of each staged file (parents first; missing parents are
-   created). Then ``DONE`` is appended and the journal removed. Each real
-   file replaced or deleted is first hard-linked into the overlay's private
-   ``displaced`` directory (:meth:`OverlayFs.displaced_dir`), so its inode is
-   freed when the overlay is removed, after the accept, instead of inside it
-   (on ext4 that freeing is most of a ``rename``'s cost: 100 replaces took
+   created). Then the upper files the staged links shared are unlinked (so the
+   overlay's later removal does not move the applied files' ctimes), the kept
+   links next to files are removed, every path written is recorded as Fore's
+   own change (:mod:`actors.tools.fsclock`), ``DONE`` is appended and the
+   journal removed. A kept file in ``displaced`` stays there until the overlay
+   is removed, after the accept: its inode is freed then instead of inside the
+   Tab (on ext4 that freeing is most of a ``rename``'s cost: 100 replaces took
    ~7 ms with it, ~1.5 ms without it).
+5. **Undo, in process.** When an operation fails after the commit point (a
+   full disk, a directory made read-only, a parent swapped mid-apply), apply
+   does not leave the tree half-applied for the next start to repair: it undoes
+   every operation done, newest first -- kept files go back (only over the
+   exact version apply put there: a user's edit made meanwhile stays), new
+   files and directories go, removed directories come back -- removes every
+   staged temp and kept link, discards the journal and raises
+   :class:`ApplyFailed` whose ``applied`` names exactly the paths that could
+   not be restored (normally none), before the Tab returns.
 
 :func:`recover` (run at start for journals of dead processes, see
 :mod:`actors.overlay.store`) rolls a PREPARED journal forward -- every
 operation is idempotent -- and rolls any other back by deleting the staged
 temps, so each real file ends up entirely old or entirely new and the whole
-set consistently old or new.
+set consistently old or new. Either way it deletes the links displaced files
+were kept under next to them (journal version 3).
 
 Roll-forward never clobbers an edit made *after* the crash. The journal
 records, per operation, the target's base (kind and sha256 when the apply
@@ -73,6 +92,7 @@ from typing import Any, Literal
 
 import structlog
 
+from actors.overlay._keep import Keeper, Kept, NotRestored, SysFault, no_fault
 from actors.overlay._realfs import (
     DirCache,
     Ident,
@@ -84,6 +104,7 @@ from actors.overlay._realfs import (
     write_all,
 )
 from actors.overlay.fs import OverlayClosed, OverlayFs, PlannedEntry
+from actors.tools.fsclock import Stamp, record_own
 from actors.tools.paths import FsError
 from messages.overlay import (
     ApplyResult,
@@ -101,12 +122,27 @@ FaultHook = Callable[[str, int], None]
 """Test seam: ``fault(phase, n)`` after the n-th staged file (``"staged"``), at
 the commit point (``"prepared"``, 0) and after the n-th operation (``"op"``)."""
 
+SYSCALL_FAULT: SysFault | None = None
+"""Test seam: the :data:`~actors.overlay._keep.SysFault` every apply uses when it
+is given none (``fault(syscall, rel)`` before each change to the real tree:
+``stage``, ``keep``, ``mkdir``, ``replace``, ``unlink``, ``rmdir``, ``restore``;
+raising ``OSError`` makes that change fail). Tests of a whole runtime set it."""
+
 JOURNAL_SUFFIX = ".journal"
-_JOURNAL_VERSION = 2
-"""2: every operation records its target's base and the new content's hash."""
+_JOURNAL_VERSION = 3
+"""2: every operation records its target's base and the new content's hash.
+3: and the name a displaced file may be kept under (``keep``, ``keep_dir``)."""
 _COPY_CHUNK = 1024 * 1024
 
-__all__ = ["JOURNAL_SUFFIX", "ApplyFailed", "FaultHook", "apply_overlay", "recover"]
+__all__ = [
+    "JOURNAL_SUFFIX",
+    "SYSCALL_FAULT",
+    "ApplyFailed",
+    "FaultHook",
+    "SysFault",
+    "apply_overlay",
+    "recover",
+]
 
 
 class ApplyFailed(FsError):
@@ -134,6 +170,11 @@ class _Op:
     base_sha256: str | None = None
     new_sha256: str | None = None
     """The staged content's hash (``replace``)."""
+    keep: str | None = None
+    """The name a displaced file may be kept under before the commit point
+    (:mod:`actors.overlay._keep`), in ``keep_dir``: recovery removes it."""
+    keep_dir: str | None = None
+    """The nearest directory above the target that the apply does not remove."""
 
     def record(self) -> dict[str, Any]:
         """The journal form (``_Op(**record)`` reads it back)."""
@@ -146,6 +187,8 @@ class _Op:
             "base_kind": self.base_kind,
             "base_sha256": self.base_sha256,
             "new_sha256": self.new_sha256,
+            "keep": self.keep,
+            "keep_dir": self.keep_dir,
         }
 
 
@@ -173,6 +216,7 @@ def apply_overlay(
     *,
     durable: bool = False,
     fault: FaultHook | None = None,
+    sys_fault: SysFault | None = None,
     close_timeout: float = 10.0,
 ) -> ApplyResult | ConflictReport:
     """Apply every change of ``overlay`` to its workspace, or none of them.
@@ -181,7 +225,10 @@ def apply_overlay(
     up to ``close_timeout`` seconds). Returns the real paths changed, or a
     :class:`ConflictReport` when any touched path moved on since its base (then
     nothing was written). Raises :class:`ApplyFailed` for other failures
-    (messages are workspace-relative).
+    (messages are workspace-relative); an apply that fails after its commit
+    point is rolled back first, and ``ApplyFailed.applied`` names exactly the
+    paths that could not be restored (normally none). ``sys_fault`` (default:
+    :data:`SYSCALL_FAULT`) is the test seam for failing changes to the real tree.
     """
     started = time.perf_counter()
     if not overlay.close(close_timeout):
@@ -196,10 +243,12 @@ def apply_overlay(
     # deletes, which the check would report as a moved path).
     entries = [e for e in overlay.plan() if not (e.final == "absent" and e.base.kind == "absent")]
     root = str(overlay.root)
+    sysf: SysFault = sys_fault or SYSCALL_FAULT or no_fault
     try:
         cache = DirCache(root)
     except OSError as exc:
         raise _failure(exc, "opening the workspace") from None
+    cache.before_mkdir = functools.partial(sysf, "mkdir")
     with _workspace_lock(root), cache:
         try:
             conflicts, seen, modes = _check(cache, entries)
@@ -214,76 +263,40 @@ def apply_overlay(
             return ApplyResult(overlay_id=overlay_id, duration_s=time.perf_counter() - started)
         journal_id = f"{overlay_id}-{secrets.token_hex(6)}"
         tag = journal_id[-12:]
+        removed = {op.path for op in ops if op.op == "rmdir"}
         try:
             for index, op in enumerate(ops):
+                name = parent_and_name(op.path)[1][:64]
                 if op.op == "replace":
                     op.tmp_dir = _staging_dir(cache, op.path)
-                    op.tmp = f".{parent_and_name(op.path)[1][:64]}.fore-apply-{tag}-{index}"
+                    op.tmp = f".{name}.fore-apply-{tag}-{index}"
+                if _displaces(op):
+                    op.keep_dir = _keep_dir(op.path, removed)
+                    op.keep = f".{name}.fore-keep-{tag}-{index}"
             journal = _Journal.create(Path(journal_dir), journal_id, root, overlay_id, ops)
         except (OSError, PathChanged) as exc:
             raise _failure(exc, "writing the apply journal") from None
-        uppers = {e.rel: e.upper for e in entries if e.upper is not None}
-        staged: list[_Op] = []
-        link = True
+        txn = _Transaction(cache, ops, Keeper(cache, _graveyard_dir(overlay), tag, sysf), sysf)
         try:
-            for op in ops:
-                if op.op != "replace":
-                    continue
-                upper = uppers[op.path]
-                mode = modes.get(op.path, 0o644)
-                link = _stage(cache, op, upper, mode, durable=durable, link=link)
-                staged.append(op)
-                if fault is not None:
-                    fault("staged", len(staged))
-            cache.verify()  # no directory used for staging moved or became a symlink
-            late = _recheck(cache, entries, seen)
+            late = txn.prepare(entries, seen, modes, journal, durable=durable, fault=fault)
             if late:
-                _unstage(cache, staged)
-                journal.discard()
                 report = ConflictReport(overlay_id=overlay_id, conflicts=tuple(late))
                 log.info("overlay_apply_conflict", overlay=overlay_id, paths=list(report.paths))
                 return report
-            if durable:
-                for directory in {op.tmp_dir or "" for op in staged}:
-                    fsync_dir(cache.open(directory))
-            journal.prepare(sync=durable)  # the commit point
-        except BaseException as exc:
-            _unstage(cache, staged)
-            journal.discard()
-            if isinstance(exc, OSError | PathChanged):
-                raise _failure(exc, "staging") from None
-            raise
-        if fault is not None:
-            fault("prepared", 0)
-        created: list[str] = []
-        problems: list[str] = []
-        done: list[str] = []
-        graveyard = _Graveyard.open(overlay) if link else None
-        try:
-            for index, op in enumerate(ops, start=1):
-                try:
-                    if _execute(cache, op, created, recovering=False, graveyard=graveyard):
-                        done.append(op.path)
-                except (OSError, PathChanged) as exc:
-                    problems.append(_describe(exc, op.path))
-                if fault is not None:
-                    fault("op", index)
+            if fault is not None:
+                fault("prepared", 0)
+            failure = txn.execute(fault=fault)
+            if failure is not None:
+                changed, problems = txn.roll_back(failure)
+                journal.discard()  # rolled back in process: nothing left for recovery
+                raise _rolled_back(failure, changed, problems, overlay_id)
+            if txn.finish(durable=durable):
+                journal.finish()
+            else:
+                journal.close()  # a kept link stayed behind: recovery removes it
         finally:
-            if graveyard is not None:
-                graveyard.close()
-        if durable:
-            for directory in {parent_and_name(op.path)[0] for op in ops} | set(created):
-                try:
-                    fsync_dir(cache.open(directory))
-                except (OSError, PathChanged):
-                    pass
-        if problems:
-            journal.close()  # left in place: recovery retries the roll-forward
-            log.error("overlay_apply_failed", overlay=overlay_id, problems=problems)
-            applied = sorted({*done, *created}, key=_key)
-            raise ApplyFailed("apply did not complete: " + "; ".join(problems), applied)
-        journal.finish()
-    result = _result(overlay_id, ops, created, time.perf_counter() - started)
+            txn.close()
+    result = _result(overlay_id, ops, txn.created, time.perf_counter() - started)
     log.info(
         "overlay_applied",
         overlay=overlay_id,
@@ -292,6 +305,313 @@ def apply_overlay(
         duration_ms=round(result.duration_s * 1e3, 3),
     )
     return result
+
+
+def _graveyard_dir(overlay: OverlayFs) -> str | None:
+    try:
+        return overlay.displaced_dir()
+    except OSError:
+        return None
+
+
+def _keep_dir(rel: str, removed: set[str]) -> str:
+    """The nearest directory above ``rel`` that survives the apply (a kept link
+    inside a directory the apply removes would keep it from being removed)."""
+    parent = posixpath.dirname(rel)
+    while parent and (parent in removed or _has_ancestor_in(parent, removed)):
+        parent = posixpath.dirname(parent)
+    return parent
+
+
+def _displaces(op: _Op) -> bool:
+    """Whether ``op`` replaces or removes an existing real file (which apply keeps)."""
+    return op.op in ("replace", "unlink") and op.base_kind in ("file", "other")
+
+
+def _rolled_back(
+    failure: _Failure, changed: list[str], problems: list[str], overlay_id: str
+) -> ApplyFailed:
+    reason = _describe(failure.error, failure.op.path)
+    if changed:
+        message = (
+            f"apply failed ({reason}) and could not be undone entirely: "
+            f"{', '.join(changed)} keep the speculation's version ({'; '.join(problems)})"
+        )
+        log.error("overlay_apply_failed", overlay=overlay_id, reason=reason, changed=changed)
+    else:
+        message = f"apply failed ({reason}); it was rolled back: no file changed"
+        log.warning("overlay_apply_rolled_back", overlay=overlay_id, reason=reason)
+    return ApplyFailed(message, changed)
+
+
+@dataclass(slots=True)
+class _Failure:
+    op: _Op
+    error: BaseException
+    created: list[str]
+    """Directories the failing operation had created before it failed."""
+
+
+@dataclass(slots=True)
+class _Done:
+    index: int
+    op: _Op
+    did: bool
+    created: tuple[str, ...]
+    mode: int = 0o755
+    """The removed directory's mode (``rmdir``)."""
+
+
+class _Transaction:
+    """Stage, keep, execute -- and undo: one apply after its conflict check."""
+
+    def __init__(self, cache: DirCache, ops: list[_Op], keeper: Keeper, fault: SysFault) -> None:
+        self.cache = cache
+        self.ops = ops
+        self.keeper = keeper
+        self.fault = fault
+        self.staged: list[_Op] = []
+        self.linked: list[str] = []
+        """Upper files staged by hard link: apply unlinks them once it stands."""
+        self.ours: dict[str, Stamp] = {}
+        """What each replace left at its path (taken right after it): the undo
+        replaces only that exact version, never a user's edit of it."""
+        self.kept: dict[int, Kept] = {}
+        self.done: list[_Done] = []
+        self.created: list[str] = []
+
+    def close(self) -> None:
+        self.keeper.close()
+
+    def prepare(
+        self,
+        entries: list[PlannedEntry],
+        seen: dict[str, Ident | None],
+        modes: dict[str, int],
+        journal: _Journal,
+        *,
+        durable: bool,
+        fault: FaultHook | None,
+    ) -> list[OverlayConflict]:
+        """Stage, re-check, keep what will be displaced, reach the commit point.
+
+        Returns late conflicts (then everything is undone and the journal
+        discarded); raises :class:`ApplyFailed` when staging fails (likewise).
+        """
+        cache = self.cache
+        uppers = {e.rel: e.upper for e in entries if e.upper is not None}
+        link = True
+        try:
+            for op in self.ops:
+                if op.op != "replace":
+                    continue
+                upper = uppers[op.path]
+                self.fault("stage", op.path)
+                mode = modes.get(op.path, 0o644)
+                link = _stage(cache, op, upper, mode, durable=durable, link=link)
+                self.staged.append(op)
+                if link:
+                    self.linked.append(upper)
+                if fault is not None:
+                    fault("staged", len(self.staged))
+            cache.verify()  # no directory used for staging moved or became a symlink
+            late = _recheck(cache, entries, seen)
+            if late:
+                self._undo_staging()
+                journal.discard()
+                return late
+            # After the re-check: a link changes the kept file's ctime.
+            for index, op in enumerate(self.ops):
+                if op.keep is not None:
+                    assert op.keep_dir is not None
+                    self.kept[index] = self.keeper.keep(op.path, index, op.keep_dir, op.keep)
+            if durable:
+                for directory in {op.tmp_dir or "" for op in self.staged}:
+                    fsync_dir(cache.open(directory))
+            journal.prepare(sync=durable)  # the commit point
+        except BaseException as exc:
+            self._undo_staging()
+            journal.discard()
+            if isinstance(exc, OSError | PathChanged):
+                raise _failure(exc, "staging") from None
+            raise
+        return []
+
+    def _undo_staging(self) -> None:
+        _unstage(self.cache, self.staged)
+        for kept in self.kept.values():
+            self.keeper.drop(kept)
+        self.kept.clear()
+
+    def execute(self, *, fault: FaultHook | None) -> _Failure | None:
+        """Run every operation in order; the first failure stops it (and is returned)."""
+        cache = self.cache
+        for index, op in enumerate(self.ops):
+            mark = len(self.created)
+            mode = _dir_mode(cache, op.path) if op.op == "rmdir" else 0o755
+            try:
+                did = _execute(cache, op, self.created, recovering=False, fault=self.fault)
+            except Exception as exc:  # whatever it is, the tree must not stay half-applied
+                return _Failure(op, exc, self.created[mark:])
+            if op.op == "replace":
+                stamp = _stamp(cache, op.path)
+                if stamp is not None:
+                    self.ours[op.path] = stamp
+            self.done.append(_Done(index, op, did, tuple(self.created[mark:]), mode))
+            if fault is not None:
+                fault("op", index + 1)
+        return None
+
+    def finish(self, *, durable: bool) -> bool:
+        """The apply stands: let go of what it kept, record its changes as Fore's own.
+
+        Returns False when a kept link could not be removed from the tree.
+        """
+        cache = self.cache
+        # The upper file shares its inode with the applied file: unlink it now,
+        # in the apply, so that the overlay's removal later does not move the
+        # applied file's ctime (a pipelined speculation would take that for a
+        # user's edit).
+        for upper in self.linked:
+            try:
+                os.unlink(upper)
+            except OSError:
+                pass
+        clean = all([self.keeper.drop(kept) for kept in self.kept.values()])
+        directories = {op.tmp_dir or "" for op in self.staged} | set(self.created)
+        for op in self.ops:
+            directories.add(parent_and_name(op.path)[0])
+            if op.op in ("replace", "mkdir"):
+                directories.discard(op.path)
+                _record_path(cache, op.path)
+        for directory in directories:
+            _record_dir(cache, directory)
+        if durable:
+            for directory in directories:
+                try:
+                    fsync_dir(cache.open(directory))
+                except (OSError, PathChanged):
+                    pass
+        return clean
+
+    def roll_back(self, failure: _Failure) -> tuple[list[str], list[str]]:
+        """Undo every operation done, newest first: ``(paths left changed, problems)``.
+
+        Removes every staged temp and every kept link from the tree, whatever
+        could be restored.
+        """
+        cache = self.cache
+        changed: list[str] = []
+        problems: list[str] = []
+        for rel in reversed(failure.created):
+            self._undo_mkdir(rel, changed, problems)
+        for done in reversed(self.done):
+            op = done.op
+            if done.did:
+                try:
+                    self._undo(done)
+                except Exception as exc:
+                    changed.append(op.path)
+                    problems.append(_describe(exc, op.path))
+            for rel in reversed(done.created):
+                self._undo_mkdir(rel, changed, problems)
+        # Staged temps never moved into place (the failing operation's included).
+        moved = {d.op.path for d in self.done if d.op.op == "replace" and d.did}
+        _unstage(cache, [op for op in self.staged if op.path not in moved])
+        for kept in self.kept.values():
+            self.keeper.drop(kept)
+        for path in changed:
+            _record_path(cache, path)
+        return sorted(set(changed), key=_key), problems
+
+    def _undo(self, done: _Done) -> None:
+        op = done.op
+        kept = self.kept.get(done.index)
+        if op.op == "replace":
+            ours = self.ours.get(op.path)
+            if ours is None:
+                raise NotRestored("changed during the apply; left as it is")
+            if kept is not None:
+                self.keeper.restore(kept, over=ours)
+            else:
+                _remove_ours(self.cache, op.path, ours, self.fault)
+        elif op.op == "unlink":
+            if kept is None:
+                raise NotRestored("no kept copy")
+            self.keeper.restore(kept, over=None)
+        elif op.op == "rmdir":
+            parent_fd, name = self.cache.lookup_parent(op.path)
+            if parent_fd is None:
+                raise NotRestored("its directory is gone")
+            self.fault("mkdir", op.path)
+            os.mkdir(name, done.mode, dir_fd=parent_fd)
+        # mkdir: the directories it created are undone with ``done.created``
+
+    def _undo_mkdir(self, rel: str, changed: list[str], problems: list[str]) -> None:
+        parent_fd, name = self.cache.lookup_parent(rel)
+        self.cache.forget(rel)
+        if parent_fd is None:
+            return
+        try:
+            self.fault("rmdir", rel)
+            os.rmdir(name, dir_fd=parent_fd)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            changed.append(rel)
+            problems.append(_describe(exc, rel))
+
+
+def _stamp(cache: DirCache, rel: str) -> Stamp | None:
+    try:
+        parent_fd, name = cache.lookup_parent(rel)
+        if parent_fd is None:
+            return None
+        return Stamp.of(os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
+    except (OSError, PathChanged):
+        return None
+
+
+def _dir_mode(cache: DirCache, rel: str) -> int:
+    parent_fd, name = cache.lookup_parent(rel)
+    if parent_fd is None:
+        return 0o755
+    try:
+        return stat_mod.S_IMODE(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return 0o755
+
+
+def _remove_ours(cache: DirCache, rel: str, ours: Stamp | None, fault: SysFault) -> None:
+    """Undo the creation of a new file: unlink it while it is still the one apply put there."""
+    parent_fd, name = cache.lookup_parent(rel)
+    if parent_fd is None:
+        return
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if ours is None or Stamp.of(st) != ours:
+        raise NotRestored("changed during the apply; left as it is")
+    fault("unlink", rel)
+    os.unlink(name, dir_fd=parent_fd)
+
+
+def _record_path(cache: DirCache, rel: str) -> None:
+    """Record what ``rel`` holds now as Fore's own change (see :mod:`actors.tools.fsclock`)."""
+    try:
+        parent_fd, name = cache.lookup_parent(rel)
+        if parent_fd is not None:
+            record_own(os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
+    except (OSError, PathChanged):
+        pass
+
+
+def _record_dir(cache: DirCache, rel: str) -> None:
+    try:
+        record_own(os.fstat(cache.open(rel)))
+    except (OSError, PathChanged):
+        pass
 
 
 def _result(overlay_id: str, ops: list[_Op], created: list[str], duration: float) -> ApplyResult:
@@ -386,6 +706,8 @@ def _conflict(entry: PlannedEntry, found: FileBase) -> OverlayConflict | None:
 
 
 def _compare(expected: FileBase, found: FileBase, final: str) -> ConflictKind | None:
+    if expected.changed_since_start:
+        return "changed_since_start"  # what it held at the start is unknown
     was, now = expected.kind, found.kind
     if was == "absent":
         if now == "absent" or (now == "dir" and final == "dir"):
@@ -584,64 +906,13 @@ def _unstage(cache: DirCache, staged: Iterable[_Op]) -> None:
             pass
 
 
-class _Graveyard:
-    """Keeps the inodes an apply replaces or deletes alive until the overlay goes.
-
-    The last link of an inode dropped by ``rename`` or ``unlink`` frees its
-    blocks right there, in the syscall -- on ext4 most of what a replace costs.
-    A hard link to the old file in the overlay's private ``displaced``
-    directory moves that work to the overlay's removal, after the user's Tab.
-    Purely an optimisation: a link that fails is skipped, and a failure that
-    would repeat for every file (another filesystem, no hard links) turns the
-    graveyard off; the replace or unlink then frees the inode as it always did.
-    """
-
-    _SKIP_ONE = frozenset({errno.ENOENT, errno.EPERM, errno.EMLINK, errno.EISDIR, errno.EEXIST})
-    """Failures specific to one file (gone, not ours under protected_hardlinks, ...)."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-        self._count = 0
-
-    @classmethod
-    def open(cls, overlay: OverlayFs) -> _Graveyard | None:
-        try:
-            directory = overlay.displaced_dir()
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        return cls(fd)
-
-    def keep(self, dir_fd: int, name: str) -> None:
-        """Hard-link ``name`` (in ``dir_fd``) here, if it exists, before it is replaced."""
-        if self._fd is None:
-            return
-        self._count += 1
-        try:
-            os.link(
-                name,
-                str(self._count),
-                src_dir_fd=dir_fd,
-                dst_dir_fd=self._fd,
-                follow_symlinks=False,
-            )
-        except OSError as exc:
-            if exc.errno not in self._SKIP_ONE:
-                self.close()
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 def _execute(
     cache: DirCache,
     op: _Op,
     created: list[str],
     *,
     recovering: bool,
-    graveyard: _Graveyard | None = None,
+    fault: SysFault = no_fault,
 ) -> bool:
     """Run one operation; idempotent (safe to repeat after a crash). True if it did something."""
     if op.op == "replace":
@@ -659,13 +930,13 @@ def _execute(
                 return False  # already moved into place
         parent, name = parent_and_name(op.path)
         dst_fd = cache.open(parent, create=True, created=created)
-        if graveyard is not None and op.base_kind in ("file", "other"):
-            graveyard.keep(dst_fd, name)
+        fault("replace", op.path)
         os.replace(op.tmp, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
         return True
     if op.op == "mkdir":
+        before = len(created)
         cache.open(op.path, create=True, created=created)
-        return True
+        return len(created) > before
     parent_fd, name = cache.lookup_parent(op.path)
     if parent_fd is None:
         return False
@@ -677,13 +948,13 @@ def _execute(
     if op.op == "unlink":
         if is_dir:
             return False  # already replaced by the directory this apply creates
-        if graveyard is not None:
-            graveyard.keep(parent_fd, name)
+        fault("unlink", op.path)
         os.unlink(name, dir_fd=parent_fd)
         return True
     if not is_dir:
         return False  # already replaced by the file this apply writes
     cache.forget(op.path)
+    fault("rmdir", op.path)
     os.rmdir(name, dir_fd=parent_fd)
     return True
 
@@ -836,6 +1107,8 @@ def _recover_one(path: Path) -> RecoveryRecord:
     with cache:
         if "DONE" in states:
             action = "completed"
+            for op in ops:
+                _drop_keep(cache, op)
         elif "PREPARED" in states:
             action = "rolled_forward"
             created: list[str] = []
@@ -854,9 +1127,12 @@ def _recover_one(path: Path) -> RecoveryRecord:
                         paths.append(op.path)
                 except (OSError, PathChanged) as exc:
                     problems.append(_describe(exc, op.path))
+            for op in ops:  # the kept links are needed no more, whatever happened
+                _drop_keep(cache, op)
         else:
             action = "rolled_back"
             for op in ops:
+                _drop_keep(cache, op)
                 if op.op != "replace" or op.tmp is None or op.tmp_dir is None:
                     continue
                 try:
@@ -925,6 +1201,17 @@ def _still_ours(cache: DirCache, op: _Op, finals: dict[str, str]) -> bool:
     if now.kind == "file":
         return op.base_sha256 is not None and now.sha256 == op.base_sha256
     return True  # a directory (still to remove) or a special file, as it was
+
+
+def _drop_keep(cache: DirCache, op: _Op) -> None:
+    """Delete the link ``op``'s displaced file was kept under in the tree, if there is one."""
+    if op.keep is None:
+        return
+    keep_dir = op.keep_dir if op.keep_dir is not None else parent_and_name(op.path)[0]
+    try:
+        os.unlink(op.keep, dir_fd=cache.open(keep_dir))
+    except (OSError, PathChanged):
+        pass
 
 
 def _drop_staged(cache: DirCache, op: _Op) -> None:

@@ -29,17 +29,33 @@ a tree where the overlay's changes were applied.
 
 The first write, delete or mkdir of a path records its **base**: what the real
 path held (sha256, size, mtime of a file, or "absent"/"dir"). Apply refuses to
-run when a real path no longer matches its base. The base is what the
-speculation *saw*, not what was there when it got round to writing: the first
-read of a file through the overlay remembers the sha256 of the bytes it
-returned (or "absent" when there was no file), and a later first write or
-delete of that path takes that as its base. Otherwise a user edit landing
-between the speculation's read and its write would become the base, and
-apply would silently overwrite it with content computed from the stale read.
-A read that returned only a prefix (``limit``) remembers the file's identity
-(inode, size, mtime, ctime) instead; if the file still has that identity at
-the first write its current hash is the base, else the base stays
-"unknown content" and apply reports a conflict.
+run when a real path no longer matches its base. The base must be what the
+path held when the speculation *started*: the speculation computes its
+changes from the session's history, so a user edit made after the start --
+before or after the speculation's first touch, whether or not the
+speculation read the file, through the overlay or with ``shell cat`` -- must
+never be replaced. Two mechanisms make it so:
+
+* **Changed since the start** (:mod:`actors.tools.fsclock`). The overlay knows
+  its start instant (``started``: the coarse file clock when the speculation
+  was set up). At a path's first touch, a real path whose ctime is at or after
+  that instant -- the kernel sets ctime on every edit, ``chmod``, rename
+  (editors save by renaming a new file over the old) and link change, and no
+  tool can set it back -- has changed since the start, unless it still carries
+  exactly the identity one of Fore's own writes left before the start. A path
+  that does not exist is judged by its deepest existing directory, whose ctime
+  moves when an entry is added, removed or renamed in it (the user deleted
+  the file the speculation now recreates). Either way the base is marked
+  ``changed_since_start`` and apply reports a conflict, whatever it finds.
+* **Changed since the first touch.** Apply compares each real path with its
+  base (content hash, kind). So the base is also what the speculation *saw*:
+  the first read of a file through the overlay remembers the sha256 of the
+  bytes it returned (or "absent" when there was no file), and a later first
+  write or delete of that path takes that as its base. A read that returned
+  only a prefix (``limit``) remembers the file's identity (inode, size, mtime,
+  ctime) instead; if the file still has that identity at the first write its
+  current hash is the base, else the base stays "unknown content" and apply
+  reports a conflict.
 
 A write never copies the original into the upper layer: the new content
 replaces it wholesale, so the original is only hashed. (Edits read the
@@ -90,8 +106,19 @@ from typing import Literal
 
 import structlog
 
-from actors.overlay._realfs import DirCache, Ident, PathChanged, kind_of, observe, write_all
+from actors.overlay._realfs import (
+    DIR_FLAGS,
+    DirCache,
+    Ident,
+    PathChanged,
+    identity,
+    kind_of,
+    observe,
+    open_dir,
+    write_all,
+)
 from actors.tools.fs import (
+    MAX_WALK_DEPTH,
     SKIP_DIRS,
     DirEntry,
     FileStat,
@@ -100,6 +127,7 @@ from actors.tools.fs import (
     NotFound,
     WorkspaceFs,
 )
+from actors.tools.fsclock import Instant, changed_since, multigrain
 from actors.tools.paths import FsError, PathOutOfScope, normalize
 from messages.overlay import FileBase, OverlayChange
 
@@ -210,11 +238,16 @@ class OverlayFs:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         overlay_id: str | None = None,
+        started: Instant | None = None,
     ) -> None:
         if max_bytes < 0:
             raise ValueError("max_bytes must not be negative")
+        self.started = started if started is not None else Instant.now()
+        """When the speculation started: a real path changed at or after it is a conflict."""
         self.real = real
         self.root: Path = real.root
+        self._multigrain = multigrain(real.root)
+        """The workspace's filesystem orders stamps exactly (:func:`fsclock.multigrain`)."""
         """The *real* workspace root (the pool keys writes by it)."""
         self._root = str(real.root)
         self.directory = Path(directory)
@@ -596,20 +629,61 @@ class OverlayFs:
             return
         if kind != "dir":
             return
-        yield from self._walk(base)
+        yield from self._walk(base, self._open_real_dir(base), 0)
 
-    def _walk(self, rel: str) -> Iterator[str]:
-        files, dirs = self._walk_children(rel)
-        for name in files:
-            yield posixpath.join(rel, name) if rel else name
-        for name, walk_into in dirs:
-            if walk_into and name not in SKIP_DIRS:
-                yield from self._walk(posixpath.join(rel, name) if rel else name)
+    def _open_real_dir(self, rel: str) -> int | None:
+        """An owned descriptor of the real directory ``rel`` (None: there is none).
+
+        Opened one component at a time with ``O_NOFOLLOW``: a component swapped
+        for a symlink fails the open instead of leading out of the workspace.
+        """
+        try:
+            return open_dir(self._root, rel)
+        except (OSError, PathChanged):
+            return None
+
+    def _walk(self, rel: str, fd: int | None, depth: int) -> Iterator[str]:
+        """Union files under ``rel`` in ``os.walk`` order; ``fd`` is its real directory (owned).
+
+        Every real subdirectory is opened relative to its parent's descriptor
+        with ``O_NOFOLLOW`` (see :func:`actors.tools.fs.walk_files`): a directory
+        swapped for a symlink mid-walk is skipped, never followed out.
+        """
+        try:
+            files, dirs = self._union_children(rel, fd)
+            for name in files:
+                yield posixpath.join(rel, name) if rel else name
+            for name, walk_into in dirs:
+                if not walk_into or name in SKIP_DIRS or depth >= MAX_WALK_DEPTH:
+                    continue
+                child_fd: int | None = None
+                if fd is not None:
+                    try:
+                        child_fd = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    except OSError:
+                        child_fd = None  # only in the overlay, or swapped since the listing
+                yield from self._walk(
+                    posixpath.join(rel, name) if rel else name, child_fd, depth + 1
+                )
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def _walk_children(self, rel: str) -> tuple[list[str], list[tuple[str, bool]]]:
+        """Union children of ``rel`` (see :meth:`_union_children`)."""
+        fd = self._open_real_dir(rel)
+        try:
+            return self._union_children(rel, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _union_children(self, rel: str, fd: int | None) -> tuple[list[str], list[tuple[str, bool]]]:
         """Union children of ``rel`` classified as ``os.walk`` does: ``(files, dirs)``.
 
-        ``dirs`` pairs each directory name with whether to walk into it
+        ``fd`` is the real directory (None: it exists only in the overlay); its
+        entries are listed through the descriptor, never by path. ``dirs``
+        pairs each directory name with whether to walk into it
         (``os.walk(followlinks=False)`` lists a symlink to a directory among
         the directories but does not enter it). A real symlink is classified
         by its target *in the union view* -- the real target may have been
@@ -619,26 +693,26 @@ class OverlayFs:
         """
         files: set[str] = set()
         dirs: dict[str, bool] = {}
-        start = os.path.join(self._root, rel) if rel else self._root
         with self._lock:
             overlay_aware = bool(self._entries)
-        try:
-            with os.scandir(start) as it:
-                for item in it:
-                    try:
-                        link = item.is_symlink()
-                        if link and overlay_aware:
-                            is_dir = self._link_is_dir(rel, item)
+        if fd is not None:
+            try:
+                with os.scandir(fd) as it:
+                    for item in it:
+                        try:
+                            link = item.is_symlink()
+                            if link and overlay_aware:
+                                is_dir = self._link_is_dir(rel, item)
+                            else:
+                                is_dir = item.is_dir()
+                        except OSError:
+                            link, is_dir = False, False
+                        if is_dir:
+                            dirs[item.name] = not link
                         else:
-                            is_dir = item.is_dir()
-                    except OSError:
-                        link, is_dir = False, False
-                    if is_dir:
-                        dirs[item.name] = not link
-                    else:
-                        files.add(item.name)
-        except OSError:
-            pass
+                            files.add(item.name)
+            except OSError:
+                pass
         with self._lock:
             for name in self._children.get(rel, ()):
                 entry = self._entries[posixpath.join(rel, name) if rel else name]
@@ -762,23 +836,64 @@ class OverlayFs:
         return mtime_ns
 
     def _first_base(self, rel: str) -> FileBase:
-        """The base of ``rel`` at its first change: what the speculation saw of it.
+        """The base of ``rel`` at its first change: what it held when the speculation started.
 
         A path read before is based on that read (see the module docs), so a
         user edit between the read and this change is caught by apply; any
-        other path on its real state now.
+        other path on its real state now. Either is marked
+        ``changed_since_start`` when the real path changed after the start.
         """
         with self._lock:
             seen = self._seen.get(rel)
         if seen is None:
-            return self._capture(rel)[0]
-        if seen.ident is None:
-            return seen.base()  # the hash of exactly the bytes the speculation read
-        now, ident = self._capture(rel)
-        if ident == seen.ident:
-            return now  # unchanged since the partial read: its content is what was read
-        log.info("overlay_base_changed_since_read", overlay=self.overlay_id, path=rel)
-        return seen.base()  # no hash: apply reports the change as a conflict
+            base, ident = self._capture(rel)
+        elif seen.ident is None:
+            base = seen.base()  # the hash of exactly the bytes the speculation read
+            ident = self._identity(rel)
+        else:
+            now, ident = self._capture(rel)
+            if ident == seen.ident:
+                base = now  # unchanged since the partial read: its content is what was read
+            else:
+                log.info("overlay_base_changed_since_read", overlay=self.overlay_id, path=rel)
+                base = seen.base()  # no hash: apply reports the change as a conflict
+        if self._changed_since_start(rel, ident):
+            log.info("overlay_base_changed_since_start", overlay=self.overlay_id, path=rel)
+            return base.model_copy(update={"changed_since_start": True})
+        return base
+
+    def _changed_since_start(self, rel: str, ident: Ident | None) -> bool:
+        """Whether the real ``rel`` (identity ``ident``; None: absent) changed after the start.
+
+        An absent path is judged by its deepest existing directory: an entry
+        added, removed or renamed there after the start (the user deleted the
+        file the speculation is about to recreate) moves that directory's
+        ctime. A path whose directories cannot be examined counts as changed.
+        """
+        if ident is not None:
+            return changed_since(ident, self.started, multigrain=self._multigrain)
+        parts = rel.split("/")[:-1]
+        try:
+            with DirCache(self._root) as cache:
+                fd = cache.open("")
+                for index in range(1, len(parts) + 1):
+                    try:
+                        fd = cache.open("/".join(parts[:index]))
+                    except (OSError, PathChanged):
+                        break
+                st = os.fstat(fd)
+        except OSError:
+            return True
+        return changed_since(st, self.started, multigrain=self._multigrain)
+
+    def _identity(self, rel: str) -> Ident | None:
+        try:
+            with DirCache(self._root) as cache:
+                return identity(cache, rel)
+        except PathChanged:
+            return None
+        except OSError as exc:
+            raise _real_error(exc, rel) from None
 
     def _capture(self, rel: str) -> tuple[FileBase, Ident | None]:
         """The real state of ``rel`` now (a regular file is hashed) and its identity."""
@@ -855,12 +970,22 @@ class OverlayFs:
 
     def _quick_base(self, rel: str) -> FileBase:
         """The base of a path that becomes a directory (no content to hash)."""
+        st: os.stat_result | None = None
         try:
-            st = os.lstat(os.path.join(self._root, rel))
-        except OSError:
-            return FileBase.absent()
-        kind = kind_of(st.st_mode)
-        return FileBase(kind=kind, size=0, mtime_ns=st.st_mtime_ns)
+            with DirCache(self._root) as cache:
+                parent_fd, name = cache.lookup_parent(rel)
+                if parent_fd is not None:
+                    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except (OSError, PathChanged):
+            st = None
+        if st is None:
+            base, ident = FileBase.absent(), None
+        else:
+            base = FileBase(kind=kind_of(st.st_mode), size=0, mtime_ns=st.st_mtime_ns)
+            ident = Ident.of(st)
+        if self._changed_since_start(rel, ident):
+            return base.model_copy(update={"changed_since_start": True})
+        return base
 
     def _set_entry(self, rel: str, entry: _Entry) -> None:
         """Record ``rel``'s entry and index it (lock held); entries are never dropped."""

@@ -46,6 +46,7 @@ import structlog
 from actors.overlay.apply import recover
 from actors.overlay.fs import DEFAULT_MAX_BYTES, OverlayFs
 from actors.tools.fs import WorkspaceFs
+from actors.tools.fsclock import Instant
 from messages.overlay import RecoveryRecord, SweepReport
 
 log = structlog.get_logger(__name__)
@@ -153,10 +154,13 @@ class OverlayStore:
         overlay_id: str | None = None,
         max_bytes: int | None = None,
         owner: str | None = None,
+        started: Instant | None = None,
     ) -> OverlayFs:
         """A fresh, empty overlay over ``workspace``, owned by session ``owner`` (if any).
 
-        The store tracks it until it is removed (see module docs).
+        The store tracks it until it is removed (see module docs). ``started``
+        is when the speculation started (default: now): a real path that
+        changed at or after it is a conflict (:mod:`actors.tools.fsclock`).
         """
         overlay_id = overlay_id or f"ov-{secrets.token_hex(6)}"
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", overlay_id) or overlay_id in (".", ".."):
@@ -174,6 +178,7 @@ class OverlayStore:
                 directory,
                 max_bytes=self.max_bytes if max_bytes is None else max_bytes,
                 overlay_id=overlay_id,
+                started=started,
             )
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)

@@ -15,13 +15,15 @@ but three facts about them belong to the speculation:
 * an abort must not remove the overlay before the LLM stream is really gone
   (the task finished and its connection closed), not merely asked to stop.
 
-**Requests that are not streamed** (``SpeculationConfig.stream_forks`` off,
-the default) show nothing until they end, so the budget cannot be checked as
-they run. It travels with them instead: ``max_tokens`` is capped at what the
-budget leaves after the spend so far and this request's prompt, and the
-provider stops there. An answer cut at that cap (``finish_reason`` length)
-has reached the budget. A cancelled one is counted at its prompt's estimate:
-its partial output never reached us.
+**The budget travels with each request** as well: ``max_tokens`` is capped
+at what the budget leaves after the spend so far and this request's prompt
+(and at the model's output limit, ``max_output_tokens`` of the provider, when
+that is lower -- providers reject a ``max_tokens`` above it), so the provider
+itself stops there. An answer cut at the budget's cap (``finish_reason``
+length) has reached the budget; one cut at the model's limit has not. For a
+request that is not streamed (``SpeculationConfig.stream_forks`` off) that is
+the only check -- it shows nothing until it ends -- and a cancelled one is
+counted at its prompt's estimate: its partial output never reached us.
 
 **The estimate.** Without usage from the provider, a request is taken to cost
 one token per :data:`CHARS_PER_TOKEN` characters of its prompt (message
@@ -158,10 +160,14 @@ class MeteredModel:
                 # (it was queued before the cancel) never touches the network.
                 raise llm_error("connection", "the speculation has ended", retryable=False)
             self._in_flight.append(current)
-            cap = None if request.stream else self._output_cap(current)
+            cap = self._output_cap(current)
         self._check_budget()
-        if cap is not None and (request.max_tokens is None or request.max_tokens > cap):
-            request = request.model_copy(update={"max_tokens": cap})
+        limit = _model_limit(self.inner)
+        bound = min((c for c in (cap, limit) if c is not None), default=None)
+        if bound is not None and (request.max_tokens is None or request.max_tokens > bound):
+            request = request.model_copy(update={"max_tokens": bound})
+            if cap is not None and bound < cap:
+                cap = None  # the model's limit binds: a cut there is not the budget's
         else:
             cap = None  # the request's own limit is the tighter one
 
@@ -171,6 +177,11 @@ class MeteredModel:
                 with self._lock:
                     current.streamed += chars
                 self._check_budget()
+            if isinstance(event, str | LlmTextDelta):
+                # Counted, not passed on: nobody reads a speculation's text as it
+                # streams (its answer arrives whole in LlmCompleted), and each piece
+                # would be two actor messages (to the worker, on to the speculator).
+                return
             emit(event)
 
         result: StreamResult | None = None
@@ -252,6 +263,12 @@ class MeteredModel:
             waiters, self._idle_waiters = self._idle_waiters, []
         for address, message in waiters:
             _tell(address, message)
+
+
+def _model_limit(model: Any) -> int | None:
+    """The provider's output limit (``OpenAICompatible.max_output_tokens``), if it has one."""
+    limit = getattr(model, "max_output_tokens", None)
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 def _tell(address: Any, message: Any) -> None:

@@ -49,7 +49,8 @@ from actors.core.future import PooledFuture
 from actors.core.pooled import PooledActor, handles
 from actors.core.timer import TimerHandle
 from actors.overlay.actor import OverlayActor
-from actors.overlay.fs import OverlayFs
+from actors.overlay.apply import ApplyFailed
+from actors.overlay.fs import OverlayClosed, OverlayFs
 from actors.overlay.store import OverlayStore
 from actors.resolve.pending import PendingActions
 from actors.speculation.fork import fork_prefix, trim_history
@@ -59,6 +60,7 @@ from actors.speculation.metered import MeteredModel
 from actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
 from actors.speculation.transcript import cancelled_calls, hand_over
 from actors.tools.base import ToolRegistry, ToolServices
+from actors.tools.fsclock import Instant
 from actors.worker.hooks import HookEvent, HooksView
 from actors.worker.state import SessionState, pairing_problems
 from actors.worker.worker import Worker, WorkerConfig
@@ -90,6 +92,12 @@ from messages.speculation import (
 )
 
 
+class ApplyOutcomeUnknown(RuntimeError):
+    """An accept's apply ended in a way that does not say which files it changed
+    (the ask timed out, the speculator crashed): the suggestion must not be run
+    again on top of a tree that may be half-applied."""
+
+
 @dataclass
 class SpeculationSetup:
     """Everything a speculator needs (built by its session supervisor)."""
@@ -112,6 +120,9 @@ class SpeculationSetup:
     workspace: Path = field(default_factory=Path)
     governor: LoadGovernor | None = None
     """The runtime's load governor: each model request waits for headroom under it."""
+    started: Instant = field(default_factory=Instant.now)
+    """When the speculation started (its session supervisor built this setup): a
+    real file that changed at or after it is never overwritten by the accept."""
 
 
 class Speculator(PooledActor):
@@ -152,6 +163,8 @@ class Speculator(PooledActor):
         self._budget_timer: TimerHandle | None = None
         self._finished = False
         self._applying = False
+        self._apply_reply: PooledFuture[Any] | None = None
+        """The accept waiting for the overlay's apply (settled if this actor crashes)."""
         self._reaped = False
         self.overlay: OverlayFs | None = None
 
@@ -177,6 +190,7 @@ class Speculator(PooledActor):
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
             owner=main.session_id,
+            started=setup.started,
         )
         self._overlay_actor = OverlayActor.start(
             self.overlay, journal_dir=setup.overlays.journal_dir, session_id=main.session_id
@@ -247,6 +261,12 @@ class Speculator(PooledActor):
         # worker in order -- LLM stream and tools cancelled -- before the
         # overlay goes. kill() would skip the worker's on_stop and leak both.
         error = RuntimeError(f"the speculator crashed: {exc_info[1]!r}")
+        if self._apply_reply is not None:
+            # Its apply runs on in the overlay actor: whether files changed is unknown.
+            self._apply_reply.try_set_exception(
+                ApplyOutcomeUnknown(f"the speculator crashed while applying: {exc_info[1]!r}")
+            )
+            self._apply_reply = None
         waiting, self._waiting = self._waiting, []
         for waiter in waiting:
             if waiter is not None:
@@ -459,10 +479,12 @@ class Speculator(PooledActor):
             self.boundary_tool = None
             self.boundary_reason = gate.refused
             return "boundary", items
-        if status in ("paused", "max_turns"):
+        if status in ("paused", "max_turns", "cut_off"):
             self.boundary_tool = None
             if status == "max_turns":
                 self.boundary_reason = "speculation turn limit reached"
+            elif status == "cut_off" and self._limit is None:
+                self.boundary_reason = result.error or "the answer was cut off"
             else:
                 self.boundary_reason = self._limit or result.error or "budget reached"
             return "boundary", items
@@ -512,23 +534,25 @@ class Speculator(PooledActor):
         self.stop()
 
     def _result(self, **update: Any) -> SpeculationResult:
-        return SpeculationResult(
-            speculation_id=self.setup.speculation_id,
-            state=self.state,
-            items=self.items,
-            boundary_calls=self.boundary_calls,
-            boundary_tool=self.boundary_tool,
-            boundary_reason=self.boundary_reason,
-            error=self.error,
-            turns=self.turns,
-            tool_calls=self.tool_calls,
-            tokens=self.tokens,
-            estimated_tokens=self.estimated_tokens,
-            files_written=self.files_written,
-            started_at=self.started_at,
-            completed_at=self.completed_at,
-            **update,
-        )
+        """This speculation's result; ``update`` overrides fields (``state``, ``error``, ...)."""
+        fields: dict[str, Any] = {
+            "speculation_id": self.setup.speculation_id,
+            "state": self.state,
+            "items": self.items,
+            "boundary_calls": self.boundary_calls,
+            "boundary_tool": self.boundary_tool,
+            "boundary_reason": self.boundary_reason,
+            "error": self.error,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tokens": self.tokens,
+            "estimated_tokens": self.estimated_tokens,
+            "files_written": self.files_written,
+            "started_at": self.started_at,
+            "completed_at": self.completed_at,
+        }
+        fields.update(update)
+        return SpeculationResult(**fields)
 
     # -- accept -----------------------------------------------------------------------
 
@@ -550,9 +574,11 @@ class Speculator(PooledActor):
                 reply.try_set_exception(RuntimeError("this speculation is already being accepted"))
             return
         self._applying = True
+        self._apply_reply = reply
         apply_started = time.monotonic()
 
         def applied(answer: ApplyResult | ConflictReport) -> None:
+            self._apply_reply = None
             if isinstance(answer, ConflictReport):
                 result = self._result(
                     conflicts=answer.paths,
@@ -566,17 +592,20 @@ class Speculator(PooledActor):
             self._reap_and_stop()
 
         def failed(error: BaseException) -> None:
+            self._apply_reply = None
             if reply is not None:
-                # An apply that failed after its commit point changed some files
-                # (recovery finishes it at the next start): say which.
-                applied = tuple(getattr(error, "applied", ()))
-                reply.try_set(
-                    self._result(
-                        state="failed",
-                        applied=applied,
-                        error=f"applying the overlay failed: {error}",
+                if isinstance(error, ApplyFailed | OverlayClosed):
+                    # Rolled back in process (or never begun): ``applied`` names
+                    # exactly the paths that stayed changed, normally none.
+                    reply.try_set(
+                        self._result(
+                            state="failed",
+                            applied=tuple(getattr(error, "applied", ())),
+                            error=f"applying the overlay failed: {error}",
+                        )
                     )
-                )
+                else:  # a timeout or a crash: nobody knows what reached the disk
+                    reply.try_set_exception(ApplyOutcomeUnknown(f"applying the overlay: {error!r}"))
             self._reap_and_stop()
 
         self.ask_then(
@@ -624,4 +653,10 @@ def new_speculation_id() -> str:
     return f"spec-{uuid.uuid4().hex[:10]}"
 
 
-__all__ = ["SpeculationSetup", "Speculator", "fork_prefix", "new_speculation_id"]
+__all__ = [
+    "ApplyOutcomeUnknown",
+    "SpeculationSetup",
+    "Speculator",
+    "fork_prefix",
+    "new_speculation_id",
+]

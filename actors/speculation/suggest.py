@@ -25,7 +25,7 @@ from actors.speculation.suggestion_filter import (
 from actors.speculation.suggestion_prompt import SUGGESTION_PROMPT
 from messages.conversation import UserMessage
 from messages.llm import LlmRequest, Purpose
-from messages.speculation import ForkSnapshot
+from messages.speculation import ForkSnapshot, SpeculationConfig
 
 
 def suggestion_request(
@@ -38,12 +38,14 @@ def suggestion_request(
     model: Any,
     model_name: str,
     reply_to: Any,
-    stream: bool = False,
+    stream: bool = True,
+    max_tokens: int | None = SpeculationConfig().suggestion_max_tokens,
 ) -> LlmRequest:
     """The fork request asking for the next input.
 
     ``model_name`` is the wire name to send; empty means the snapshot's (the
-    main request's) name.
+    main request's) name. ``max_tokens`` bounds the answer (a suggestion is one
+    short line; ``SpeculationConfig.suggestion_max_tokens``).
     """
     messages = [*fork_prefix(snapshot, max_history, trim_step), UserMessage(text=SUGGESTION_PROMPT)]
     return LlmRequest.model_construct(
@@ -56,7 +58,7 @@ def suggestion_request(
         tool_choice="none" if snapshot.tools else "auto",
         stream=stream,
         stream_deltas=False,
-        max_tokens=None,
+        max_tokens=max_tokens,
         temperature=None,
         json_response=False,
         model=model,

@@ -9,8 +9,9 @@ workspace-relative paths.
 filesystem*, not only lexically:
 
 1. the path is normalised lexically (:func:`actors.tools.paths.normalize`);
-2. it is canonicalised by walking it component by component from the root
-   with ``dir_fd`` syscalls, following symlinks only while their targets stay
+2. it is canonicalised by the scope rule shared with the shell gate
+   (:func:`actors.tools.paths.resolve_in_workspace`): walked component by
+   component from the root, following symlinks only while their targets stay
    inside the root (at most 40 hops);
 3. the operation then walks the canonical path again opening every directory
    with ``O_NOFOLLOW`` and the file itself with ``O_NOFOLLOW``.
@@ -28,12 +29,19 @@ import os
 import posixpath
 import secrets
 import stat as stat_mod
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from actors.tools.paths import FsError, PathOutOfScope, normalize
+from actors.tools.fsclock import record_own
+from actors.tools.paths import (
+    FsError,
+    PathOutOfScope,
+    lstat_lookup,
+    normalize,
+    resolve_in_workspace,
+)
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -155,6 +163,7 @@ class WorkspaceFs:
             raise NotADirectory(f"workspace root {root} is not a directory")
         self.root = Path(real)
         self._root = real
+        self._lookup = lstat_lookup(real)
 
     def __repr__(self) -> str:
         return f"WorkspaceFs({self._root!r})"
@@ -165,51 +174,14 @@ class WorkspaceFs:
         return self._canonical(normalize(path, self._root))
 
     def _canonical(self, rel: str) -> str:
-        """Follow symlinks inside the root; refuse any that lead out."""
-        pending = rel.split("/") if rel else []
-        done: list[str] = []
-        hops = 0
-        fd = os.open(self._root, _ROOT_FLAGS)
+        """Follow symlinks inside the root; refuse any that lead out (the shared scope rule)."""
         try:
-            while pending:
-                name = pending.pop(0)
-                try:
-                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    return "/".join([*done, name, *pending])
-                except NotADirectoryError as exc:
-                    raise NotADirectory(f"{'/'.join(done)} is not a directory") from exc
-                except OSError as exc:
-                    raise _translate(exc, rel) from exc
-                if stat_mod.S_ISLNK(st.st_mode):
-                    hops += 1
-                    if hops > _MAX_HOPS:
-                        raise FsError(f"{rel}: too many levels of symbolic links")
-                    target = os.readlink(name, dir_fd=fd)
-                    # Relative targets are relative to the link's directory.
-                    joined = posixpath.join(self._root, *done, target)
-                    try:
-                        new = normalize(joined, self._root, strip=False)
-                    except PathOutOfScope:
-                        link = "/".join([*done, name])
-                        raise PathOutOfScope(
-                            f"{link} is a symlink that leads outside the workspace"
-                        ) from None
-                    pending = (new.split("/") if new else []) + pending
-                    done = []
-                    os.close(fd)
-                    fd = os.open(self._root, _ROOT_FLAGS)
-                    continue
-                if pending:
-                    if not stat_mod.S_ISDIR(st.st_mode):
-                        raise NotADirectory(f"{'/'.join([*done, name])} is not a directory")
-                    next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                    os.close(fd)
-                    fd = next_fd
-                done.append(name)
-            return "/".join(done)
-        finally:
-            os.close(fd)
+            found = resolve_in_workspace(rel, self._root, self._lookup)
+        except OSError as exc:
+            raise _translate(exc, rel) from exc
+        if found.stop == "not_dir":
+            raise NotADirectory(f"{found.at} is not a directory")
+        return found.rel
 
     def _open_dir(self, rel: str, *, create: bool = False) -> int:
         """Open the canonical directory ``rel`` without following any symlink."""
@@ -225,7 +197,10 @@ class WorkspaceFs:
                         os.mkdir(name, 0o777, dir_fd=fd)
                     except FileExistsError:
                         pass
+                    else:
+                        record_own(os.fstat(fd))  # our change: the parent gained an entry
                     next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    record_own(os.fstat(next_fd))
                 except OSError as exc:
                     raise _translate(exc, rel) from exc
                 os.close(fd)
@@ -313,16 +288,17 @@ class WorkspaceFs:
 
     def iter_files(self, path: str = "") -> Iterator[str]:
         base = self.resolve(path)
-        start = os.path.join(self._root, base) if base else self._root
-        if os.path.isfile(start):
+        st = self.stat(base)
+        if st is None or st.kind == "other":
+            return
+        if st.kind == "file":
             yield base
             return
-        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            rel_dir = os.path.relpath(dirpath, self._root)
-            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-            for filename in sorted(filenames):
-                yield posixpath.join(rel_dir, filename) if rel_dir else filename
+        try:
+            fd = self._open_dir(base)
+        except FsError:
+            return
+        yield from walk_files(fd, base)
 
     def exec_dir(self, path: str) -> str:
         rel = self.resolve(path)
@@ -350,6 +326,7 @@ class WorkspaceFs:
             except FileNotFoundError:
                 pass
             atomic_write_at(fd, name, data, mode=mode)
+            _record_change(fd, name)
         finally:
             os.close(fd)
 
@@ -367,12 +344,85 @@ class WorkspaceFs:
                     os.unlink(name, dir_fd=fd)
             except OSError as exc:
                 raise _translate(exc, rel) from exc
+            record_own(os.fstat(fd))
         finally:
             os.close(fd)
 
     def mkdir(self, path: str) -> None:
         rel = self.resolve(path)
         os.close(self._open_dir(rel, create=True))
+
+
+MAX_WALK_DEPTH = 128
+"""Walks (``glob``, ``grep``) go no deeper than this below their start: each level
+holds one directory descriptor, so a hostile tree cannot exhaust them."""
+
+
+def walk_files(
+    fd: int, base: str, *, max_depth: int = MAX_WALK_DEPTH
+) -> Generator[str, None, None]:
+    """Every file under the open directory ``fd`` (whose path is ``base``), as ``os.walk``
+    lists them -- but by directory descriptor, never by path.
+
+    ``os.walk`` opens each subdirectory by its path, so a directory swapped for
+    a symlink between the listing and the descent is followed wherever it
+    leads: names from outside the workspace came back. Here each subdirectory
+    is opened relative to its parent's descriptor with ``O_NOFOLLOW``: a swapped
+    name fails to open (and is skipped) instead of leading out. The order and
+    classification are ``os.walk(followlinks=False)``'s: a directory's files
+    (sorted), then its subdirectories (sorted, :data:`SKIP_DIRS` skipped) in
+    turn; a symlink to a directory is not entered, a symlink to anything else is
+    a file. ``fd`` is owned (closed) by the walk, also when it is abandoned.
+    """
+    stack: list[tuple[int, str, Iterator[str]]] = [(fd, base, iter(()))]
+    try:
+        files, dirs = _list_fd(fd)
+        stack[0] = (fd, base, iter(dirs))
+        for name in files:
+            yield posixpath.join(base, name) if base else name
+        while stack:
+            parent_fd, parent_rel, pending = stack[-1]
+            child = next(pending, None)
+            if child is None:
+                stack.pop()
+                os.close(parent_fd)
+                continue
+            if len(stack) > max_depth:
+                continue
+            try:
+                child_fd = os.open(child, _DIR_FLAGS, dir_fd=parent_fd)
+            except OSError:
+                continue  # gone, or swapped for a symlink or a file since the listing
+            rel = posixpath.join(parent_rel, child) if parent_rel else child
+            stack.append((child_fd, rel, iter(())))
+            files, dirs = _list_fd(child_fd)
+            stack[-1] = (child_fd, rel, iter(dirs))
+            for file in files:
+                yield posixpath.join(rel, file)
+    finally:
+        for open_fd, _, _ in stack:
+            os.close(open_fd)
+
+
+def _list_fd(fd: int) -> tuple[list[str], list[str]]:
+    """``(files, subdirectories to walk)`` of an open directory, sorted, as ``os.walk`` sees it."""
+    files: list[str] = []
+    dirs: list[str] = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    if entry.name not in SKIP_DIRS:
+                        dirs.append(entry.name)
+                else:
+                    files.append(entry.name)
+    except OSError:
+        return [], []
+    return sorted(files), sorted(dirs)
 
 
 def atomic_write_at(
@@ -411,6 +461,19 @@ def atomic_write_at(
         except OSError:
             pass
         raise
+
+
+def _record_change(dir_fd: int, name: str) -> None:
+    """Record a write this view made (its file and directory) as Fore's own change.
+
+    A speculation starting in the same clock tick must not take it for a
+    user's edit (:mod:`actors.tools.fsclock`).
+    """
+    try:
+        record_own(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+        record_own(os.fstat(dir_fd))
+    except OSError:
+        pass
 
 
 def _kind(mode: int) -> Literal["file", "dir", "other"]:

@@ -283,9 +283,8 @@ class WorkerConfig:
     alert_sink: Any = None
     stream: bool = True
     """Ask the model for a streamed answer (text shown as it arrives). A speculation's
-    worker does not by default (``SpeculationConfig.stream_forks``): nobody reads its
-    text as it comes, and one JSON body costs the process far less than an event per
-    token."""
+    worker follows ``SpeculationConfig.stream_forks`` (on by default, so that an abort
+    closes the stream and the server stops generating)."""
     max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS
     """Tool calls of one answer that may run; each call past it gets an error result
     saying so (it is not run, not shown to hooks). A model is not trusted to stay
@@ -1002,6 +1001,9 @@ class Worker(PooledActor):
                 return
             run.argument_retries += 1
         self.config.interceptor.on_llm_response(run.llm_base, assistant)
+        if message.finish_reason == "length":
+            self._cut_off(run, assistant)
+            return
         # An empty answer is kept too: dropping it would leave two user turns in
         # a row in the next request, which real servers and templates reject.
         run.assistant_index = len(self.state.history)
@@ -1010,6 +1012,24 @@ class Worker(PooledActor):
             self._start_tools(run, assistant)
         else:
             self._turn_end(run, assistant)
+
+    def _cut_off(self, run: _Run, assistant: AssistantMessage) -> None:
+        """The provider cut the answer off (``finish_reason`` length): keep its text, run nothing.
+
+        Ends the run ``cut_off`` (see :data:`~messages.session.RunStatus`): a cut
+        answer is not what the model meant to say, so reporting it ``completed``
+        would hide the loss.
+        """
+        dropped = len(assistant.tool_calls)
+        kept = assistant.model_copy(update={"tool_calls": ()}) if dropped else assistant
+        # Kept even when empty, like any answer: no two user turns in a row.
+        run.assistant_index = len(self.state.history)
+        self._append(run, kept)
+        reason = "the model's answer was cut off at its output limit (finish_reason length)"
+        if dropped:
+            reason += f"; its {dropped} tool call(s) were not run"
+        self.alert(AlertLevel.WARN, reason, "llm")
+        self._finish(run, "cut_off", reason, abort=True)
 
     # -- tools: pre hooks ------------------------------------------------------------------
 

@@ -1,0 +1,152 @@
+"""``fore chat``'s entry: check the terminal, build the backend, run the app, clean up.
+
+The CLI (:mod:`supervision.cli`) parses the flags and resolves the model; this
+module does the rest. What cannot work is said in one line before anything
+starts: not a terminal (``fore run`` is the headless command), a terminal
+too small to show the prompt, the status line and a tool line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from messages.gate import ApprovalMode
+from supervision.chat.app import ChatApp
+from supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
+from supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
+from supervision.chat.demo import OPENING, DemoModel, demo_banner, make_workspace
+from supervision.chat.trace import Trace
+
+MIN_COLUMNS = 40
+MIN_ROWS = 8
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """What ``fore chat`` was asked for (the CLI fills it in)."""
+
+    workspace: Path | None
+    model: Any = None
+    """The provider; ``None`` with ``demo``."""
+    model_label: str = ""
+    demo: bool = False
+    approval: ApprovalMode | None = None
+    speculation: bool = True
+    system_prompt: str | None = None
+    max_turns: int = 50
+
+
+class ChatError(Exception):
+    """Cannot start: one line for the person, exit code 2."""
+
+
+def terminal_problem(stdin: TextIO, stdout: TextIO) -> str | None:
+    """Why this terminal cannot host the chat, or ``None``."""
+    try:
+        interactive = stdin.isatty() and stdout.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    if not interactive:
+        return (
+            "fore chat needs an interactive terminal (stdin and stdout must be a TTY); "
+            "for one headless turn use: fore run --workspace DIR PROMPT"
+        )
+    try:
+        # The terminal's own size: COLUMNS / LINES in the environment may be stale.
+        columns, lines = os.get_terminal_size(stdout.fileno())
+    except (OSError, ValueError):
+        columns, lines = 0, 0
+    if columns < MIN_COLUMNS or lines < MIN_ROWS:
+        return (
+            f"fore chat needs a terminal of at least {MIN_COLUMNS}x{MIN_ROWS} "
+            f"(this one is {columns}x{lines}): make the window larger"
+        )
+    return None
+
+
+def chat(options: ChatOptions) -> int:
+    """Run ``fore chat``; returns the exit code. Raises :class:`ChatError` before starting."""
+    problem = terminal_problem(sys.stdin, sys.stdout)
+    if problem is not None:
+        raise ChatError(problem)
+    owned: Path | None = None
+    if options.demo:
+        if options.workspace is None:
+            owned = Path(tempfile.mkdtemp(prefix="fore-demo-"))
+            workspace = make_workspace(owned)
+        else:
+            try:
+                workspace = make_workspace(options.workspace)
+            except (FileExistsError, OSError) as exc:
+                raise ChatError(f"fore chat --demo: {exc}") from None
+        model: Any = DemoModel().model()
+        label = "fore-demo"
+        mode = options.approval or ApprovalMode.AUTO_EDIT
+        banner = demo_banner(workspace, kept=owned is None)
+        opening: str | None = OPENING
+    else:
+        workspace = options.workspace or Path.cwd()
+        if not workspace.is_dir():
+            raise ChatError(f"fore chat: --workspace {workspace}: not a directory")
+        model = options.model
+        label = options.model_label or str(getattr(model, "name", "model"))
+        mode = options.approval or ApprovalMode.DEFAULT
+        banner = [f"fore chat: {label} on {workspace}. /help lists the keys; Ctrl-D leaves."]
+        opening = None
+    try:
+        return _run(options, workspace, model, label, mode, banner=banner, opening=opening)
+    finally:
+        if owned is not None:
+            shutil.rmtree(owned, ignore_errors=True)
+
+
+def _run(
+    options: ChatOptions,
+    workspace: Path,
+    model: Any,
+    label: str,
+    mode: ApprovalMode,
+    *,
+    banner: list[str],
+    opening: str | None,
+) -> int:
+    policy = ApprovalPolicy(mode, cwd=workspace)
+    apps: list[ChatApp] = []
+
+    def approver(request: ApprovalRequest) -> Decision:
+        return apps[0].approver(request) if apps else Decision.DENY
+
+    trace = Trace.from_env()
+    runtime = chat_runtime()
+    try:
+        backend = SessionBackend(
+            runtime,
+            BackendConfig(
+                workspace=workspace,
+                model=model,
+                model_label=label,
+                system_prompt=options.system_prompt,
+                max_turns=options.max_turns,
+                speculation=options.speculation,
+            ),
+            policy,
+            approver,
+        )
+        app = ChatApp(backend, policy, banner=banner, opening=opening, trace=trace)
+        apps.append(app)
+        try:
+            return app.run()
+        finally:
+            backend.close()
+    finally:
+        trace.close()
+        runtime.close(timeout=10.0)
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()

@@ -1,0 +1,93 @@
+"""The status line and ``/cost``: what the speculation is doing, what it cost, what it saved.
+
+Pure functions of the app's state, so every wording is unit-tested without a
+terminal. The speculation part is the one that changes while the person reads:
+*speculating: 2 tool calls, 1 file* → *ready: … Tab applies* (or *stopped at
+shell: … Tab runs the rest*, *not speculated: … Tab runs it*).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from messages.gate import ApprovalMode
+from messages.speculation import SpeculationStatus
+from supervision.chat.text import format_duration, one_line
+from supervision.chat.transcript import Line, Totals
+
+FINAL_STATES = frozenset({"completed", "boundary", "failed", "skipped", "stale", "aborted"})
+"""States after which a speculation's status stops changing until Tab or a keystroke."""
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def speculation_text(status: SpeculationStatus | None, *, shown: bool, accepting: bool) -> str:
+    """The speculation part of the status line."""
+    if accepting:
+        return "applying the suggestion…"
+    if not shown:
+        return "no suggestion"
+    if status is None or status.state == "idle":
+        return "suggestion shown · Tab runs it"
+    work = f"{_plural(status.tool_calls, 'call')}, {_plural(status.files_written, 'file')}"
+    state = status.state
+    if state == "running":
+        return f"speculating: {work}"
+    if state == "completed":
+        return f"ready: {work} · Tab applies"
+    if state == "boundary":
+        where = status.boundary_tool or "a boundary"
+        why = one_line(status.boundary_reason or "", 60)
+        return f"stopped at {where}" + (f": {why}" if why else "") + " · Tab runs the rest"
+    if state == "skipped":
+        return f"not speculated ({one_line(status.reason or 'no headroom', 40)}) · Tab runs it"
+    if state == "stale":
+        return "speculation stale · Tab runs it afresh"
+    if state == "failed":
+        return f"speculation failed ({one_line(status.reason or '', 40)}) · Tab runs it"
+    return f"speculation {state}"
+
+
+def tokens_text(tokens: int) -> str:
+    if tokens < 1000:
+        return f"{tokens} tok"
+    if tokens < 1_000_000:
+        return f"{tokens / 1000:.1f}k tok"
+    return f"{tokens / 1_000_000:.1f}M tok"
+
+
+@dataclass(frozen=True)
+class StatusInput:
+    model: str
+    mode: ApprovalMode
+    speculation: str
+    totals: Totals
+    busy: str | None = None
+
+
+def status_line(state: StatusInput, width: int) -> Line:
+    """One line, at most ``width`` columns (the speculation part is shortened first)."""
+    left = f" {one_line(state.model, 24)} │ {state.mode.value} ⇧Tab │ "
+    saved = format_duration(state.totals.time_saved_s)
+    right = f" │ {tokens_text(state.totals.tokens)} │ Tab saved {saved} "
+    middle = one_line(state.busy or state.speculation, 300)
+    room = max(0, width - len(left) - len(right))
+    if len(middle) > room:
+        middle = middle[: max(0, room - 1)] + "…" if room > 0 else ""
+    text = (left + middle.ljust(room) + right)[:width]
+    return (("class:status", text),)
+
+
+def cost_lines(totals: Totals, model: str) -> list[str]:
+    wasted = totals.wasted_tokens
+    return [
+        f"model {model}",
+        f"  main turns         {totals.main_tokens:>10,} tokens ({_plural(totals.turns, 'turn')})",
+        f"  speculation        {totals.speculation_tokens:>10,} tokens "
+        f"({totals.accepted} accepted, {totals.aborted} thrown away)",
+        f"    of which wasted  {wasted:>10,} tokens",
+        f"  total              {totals.tokens:>10,} tokens",
+        f"  time saved by Tab  {format_duration(totals.time_saved_s):>10}",
+    ]

@@ -1,0 +1,126 @@
+"""How the real-server tier reads a server's log: no server needed, so these always run.
+
+``judge_abort`` decides whether an abort stopped the server's generation (the
+real-server tests' and ``fore bench real_server``'s verdict), from the lines
+``ServerLog`` stamps as it reads them. Lines are fed through a real pipe.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import real_server
+from bench.llama_server import DISCONNECTED, ServerLog
+from bench.real_server import judge_abort
+
+
+class _Feed:
+    def __init__(self, tmp_path: Path) -> None:
+        read, self._write = os.pipe()
+        self.log = ServerLog(os.fdopen(read, "rb"), tmp_path / "server.log")
+
+    def say(self, *lines: str) -> None:
+        """Write lines and wait until the reader has stamped them."""
+        target = self.log.mark() + len(lines)
+        os.write(self._write, "".join(f"{line}\n" for line in lines).encode())
+        deadline = time.monotonic() + 30
+        while self.log.mark() < target and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert self.log.mark() == target
+
+    def close(self) -> None:
+        os.close(self._write)
+        self.log.join(5)
+
+
+@pytest.fixture
+def feed(tmp_path: Path) -> Iterator[_Feed]:
+    f = _Feed(tmp_path)
+    yield f
+    f.close()
+
+
+def _perf(ms_per_token: float) -> tuple[str, str]:
+    return (
+        "llama_perf_context_print:        eval time =     100.00 ms /    10 runs   "
+        f"(  {ms_per_token:.2f} ms per token,    10.00 tokens per second)",
+        "llama_perf_context_print:       total time =     120.00 ms /    20 tokens",
+    )
+
+
+def test_a_disconnect_after_the_abort_is_a_stop(feed: _Feed) -> None:
+    mark = feed.log.mark()
+    feed.say("Llama.generate: 10 prefix-match hit, remaining 5 prompt tokens to eval")
+    abort_mark, aborted_at = feed.log.mark(), time.monotonic()
+    feed.say("disconnected", "Disconnected from client (via refresh/close) Address(...)")
+    sample = judge_abort(feed.log, mark, abort_mark, aborted_at)
+    assert sample is not None and sample.stopped
+    assert sample.seconds >= 0
+    assert feed.log.path.read_text().count("Disconnected from client") == 1
+
+
+def test_an_answer_over_before_the_abort_is_no_sample(feed: _Feed) -> None:
+    mark = feed.log.mark()
+    feed.say(*_perf(10.0))
+    abort_mark, aborted_at = feed.log.mark(), time.monotonic()
+    assert judge_abort(feed.log, mark, abort_mark, aborted_at) is None
+
+
+def test_an_answer_that_ran_on_to_its_end_is_a_miss(feed: _Feed) -> None:
+    mark = feed.log.mark()
+    # The abort was 2 s ago (past the close-call window), at an (absurdly) fast pace:
+    abort_mark, aborted_at = feed.log.mark(), time.monotonic() - 2 * real_server.CLOSE_CALL_S
+    feed.say(*_perf(0.0001))  # ~20,000,000 tokens after it
+    sample = judge_abort(feed.log, mark, abort_mark, aborted_at)
+    assert sample is not None and not sample.stopped
+    assert "more tokens" in sample.detail
+
+
+def test_an_answer_ending_within_a_few_tokens_of_the_abort_is_no_sample(feed: _Feed) -> None:
+    mark = feed.log.mark()
+    abort_mark, aborted_at = feed.log.mark(), time.monotonic() - 2 * real_server.CLOSE_CALL_S
+    feed.say(*_perf(1e9))  # a token takes "forever": it ended within one token of the abort
+    assert judge_abort(feed.log, mark, abort_mark, aborted_at) is None
+
+
+def test_an_answer_ending_just_after_the_abort_is_no_sample(feed: _Feed) -> None:
+    mark = feed.log.mark()
+    abort_mark, aborted_at = feed.log.mark(), time.monotonic()
+    feed.say(*_perf(0.0001))  # many tokens at that pace, but within the close-call window
+    assert judge_abort(feed.log, mark, abort_mark, aborted_at) is None
+
+
+def test_a_server_still_generating_is_a_miss(feed: _Feed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(real_server, "STOP_WAIT_S", 0.05)
+    monkeypatch.setattr(real_server, "IDLE_WAIT_S", 0.05)
+    mark = feed.log.mark()
+    abort_mark, aborted_at = feed.log.mark(), time.monotonic()
+    sample = judge_abort(feed.log, mark, abort_mark, aborted_at)
+    assert sample is not None and not sample.stopped
+    assert "still generating" in sample.detail
+
+
+def test_marks_survive_dropped_lines(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    log = ServerLog(os.fdopen(read, "rb"), tmp_path / "server.log", max_lines=3)
+    try:
+        os.write(write, b"".join(f"line {i}\n".encode() for i in range(10)))
+        deadline = time.monotonic() + 30
+        while log.mark() < 10 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert log.mark() == 10
+        assert [x.text for x in log.since(8)] == ["line 8", "line 9"]
+        assert [x.text for x in log.since(0)] == ["line 7", "line 8", "line 9"]
+        os.write(write, b"Disconnected from client\n")
+        found = log.wait_for(DISCONNECTED, since=10, timeout=30)
+        assert found is not None and found.text == "Disconnected from client"
+        assert log.wait_for(DISCONNECTED, since=11, timeout=0.01) is None
+    finally:
+        os.close(write)
+        log.join(5)
+    assert len(log.path.read_text().splitlines()) == 11  # the file keeps every line

@@ -8,14 +8,14 @@ the LLM gateway and models, the blob store, file references, previews and
 
 from __future__ import annotations
 
-from actors.alerts import AlertSink, AlertSinkState
-from actors.blobs.actor import BlobStoreActor
-from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore, InvalidBlobId
-from actors.blobs.inspect_tool import Inspect
-from actors.blobs.pins import PinTable
-from actors.blobs.selectors import InspectError, inspect_blob
-from actors.blobs.summary import decide_tool_output, history_text, summarize, to_tool_output
-from actors.core import (
+from fore.actors.alerts import AlertSink, AlertSinkState
+from fore.actors.blobs.actor import BlobStoreActor
+from fore.actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore, InvalidBlobId
+from fore.actors.blobs.inspect_tool import Inspect
+from fore.actors.blobs.pins import PinTable
+from fore.actors.blobs.selectors import InspectError, inspect_blob
+from fore.actors.blobs.summary import decide_tool_output, history_text, summarize, to_tool_output
+from fore.actors.core import (
     ActorCrashed,
     ActorExit,
     ActorSystem,
@@ -30,12 +30,17 @@ from actors.core import (
     shutdown_default_system,
     stop_now,
 )
-from actors.filerefs.interceptor import FileRefInterceptor
-from actors.filerefs.resolver import ResolveError, prepare_submit, resolve_file_ref, resolve_input
-from actors.filerefs.tokenizer import file_refs, parse_input, render_user_text
-from actors.gate.shell import classify_shell_command
-from actors.gate.tool_gate import evaluate_tool_call
-from actors.llm import (
+from fore.actors.filerefs.interceptor import FileRefInterceptor
+from fore.actors.filerefs.resolver import (
+    ResolveError,
+    prepare_submit,
+    resolve_file_ref,
+    resolve_input,
+)
+from fore.actors.filerefs.tokenizer import file_refs, parse_input, render_user_text
+from fore.actors.gate.shell import classify_shell_command
+from fore.actors.gate.tool_gate import evaluate_tool_call
+from fore.actors.llm import (
     FunctionModel,
     LlmException,
     LlmGateway,
@@ -45,7 +50,7 @@ from actors.llm import (
     ScriptedModel,
     Timeouts,
 )
-from actors.overlay import (
+from fore.actors.overlay import (
     ApplyFailed,
     OverlayActor,
     OverlayClosed,
@@ -56,7 +61,7 @@ from actors.overlay import (
     recover,
     sweep_dead,
 )
-from actors.resolve import (
+from fore.actors.resolve import (
     MultiEdit,
     PendingAction,
     PendingActions,
@@ -65,15 +70,15 @@ from actors.resolve import (
     StalePreview,
     StandingHandler,
 )
-from actors.resolve.pending import MAX_REQUEUES
-from actors.speculation.fork import fork_prefix, snapshot_version, trim_history
-from actors.speculation.gate import SpeculationGate
-from actors.speculation.governor import LoadGovernor, LoadProbe
-from actors.speculation.reaper import SpeculationReaper
-from actors.speculation.speculator import Speculator
-from actors.speculation.suggestion_filter import filter_suggestion, parse_suggestion_reply
-from actors.speculation.suggestion_prompt import extract_type_hint
-from actors.tools import (
+from fore.actors.resolve.pending import MAX_REQUEUES
+from fore.actors.speculation.fork import fork_prefix, snapshot_version, trim_history
+from fore.actors.speculation.gate import SpeculationGate
+from fore.actors.speculation.governor import LoadGovernor, LoadProbe
+from fore.actors.speculation.reaper import SpeculationReaper
+from fore.actors.speculation.speculator import Speculator
+from fore.actors.speculation.suggestion_filter import filter_suggestion, parse_suggestion_reply
+from fore.actors.speculation.suggestion_prompt import extract_type_hint
+from fore.actors.tools import (
     CancelToken,
     Edit,
     FsError,
@@ -99,8 +104,8 @@ from actors.tools import (
     default_registry,
     invoke_tool,
 )
-from actors.tools.runner import RunnerSaturated
-from actors.worker.hooks import (
+from fore.actors.tools.runner import RunnerSaturated
+from fore.actors.worker.hooks import (
     Abort,
     AbortContext,
     Cancel,
@@ -127,16 +132,16 @@ from actors.worker.hooks import (
     ToolMeta,
     TurnEndContext,
 )
-from actors.worker.interceptor import (
+from fore.actors.worker.interceptor import (
     Boundary,
     ContinueWith,
     Interceptor,
     Interceptors,
     RetryRequest,
 )
-from actors.worker.state import SessionState, pairing_problems
-from actors.worker.testing import RecordingHook, ScriptedHook
-from actors.worker.worker import Worker, WorkerBusy, WorkerConfig
+from fore.actors.worker.state import SessionState, pairing_problems
+from fore.actors.worker.testing import RecordingHook, ScriptedHook
+from fore.actors.worker.worker import Worker, WorkerBusy, WorkerConfig
 
 __all__ = [
     "MAX_REQUEUES",

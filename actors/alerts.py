@@ -27,9 +27,9 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from actors.core.pooled import PooledActor, handles
-from actors.core.system import ActorSystem
-from messages.alerts import (
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.system import ActorSystem
+from fore.messages.alerts import (
     Alert,
     AlertLevel,
     ForgetSession,

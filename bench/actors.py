@@ -40,8 +40,8 @@ from typing import Any
 
 import pykka
 
-from actors.core import ActorSystem, PooledActor
-from bench._common import (
+from fore.actors.core import ActorSystem, PooledActor
+from fore.bench._common import (
     BenchFailed,
     Target,
     console,
@@ -473,7 +473,7 @@ def _run_probe(kind: str, actors: int, messages: int, deadline: float) -> dict[s
     command = [
         sys.executable,
         "-m",
-        "bench.actors",
+        "fore.bench.actors",
         "--probe",
         kind,
         "--actors",

@@ -36,11 +36,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from actors.blobs.fs_store import FsBlobStore
-from actors.blobs.selectors import inspect_blob
-from actors.blobs.summary import history_text, to_tool_output
-from bench._common import Target, console, ratio, table, targets_table
-from messages.blobs import Stored, Structured, Text
+from fore.actors.blobs.fs_store import FsBlobStore
+from fore.actors.blobs.selectors import inspect_blob
+from fore.actors.blobs.summary import history_text, to_tool_output
+from fore.bench._common import Target, console, ratio, table, targets_table
+from fore.messages.blobs import Stored, Structured, Text
 
 INSPECT_TARGET_MS = 50.0
 
@@ -238,9 +238,9 @@ def _bench_concurrent(root: Path, count: int, workers: int) -> dict[str, float]:
 
 def _bench_actor(root: Path, count: int) -> dict[str, float]:
     """1,000 concurrent stores through the actor (disk work on its blocking lane)."""
-    from actors.blobs.actor import BlobStoreActor
-    from actors.core import ActorSystem
-    from messages.blob_store import StoreToolOutput
+    from fore.actors.blobs.actor import BlobStoreActor
+    from fore.actors.core import ActorSystem
+    from fore.messages.blob_store import StoreToolOutput
 
     system = ActorSystem(name="bench-blobs", blocking_threads=16)
     try:

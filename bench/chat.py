@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench._common import BenchFailed, console, machine_line, percentile, table
-from supervision.chat.trace import ENV as TRACE_ENV
-from supervision.chat.trace import read_trace
+from fore.bench._common import BenchFailed, console, machine_line, percentile, table
+from fore.supervision.chat.trace import ENV as TRACE_ENV
+from fore.supervision.chat.trace import read_trace
 
 TARGET_MS = 50.0
 WAIT_S = 60.0
@@ -62,7 +62,7 @@ class Pane:
         tmp = workdir / "tmp"
         tmp.mkdir()
         env = {TRACE_ENV: str(trace), "TMPDIR": str(tmp), "FORE_LOG_LEVEL": "critical"}
-        command = [sys.executable, "-m", "supervision.cli", "chat", "--demo"]
+        command = [sys.executable, "-m", "fore.supervision.cli", "chat", "--demo"]
         command += ["--workspace", str(workdir / "demo"), "--approval", "yolo"]
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         script = f"env {exports} {shlex.join(command)}; sleep 600"

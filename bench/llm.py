@@ -47,13 +47,21 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource
 
-from actors.core import ActorSystem, PooledActor
-from actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.netio import FastAsyncTransport
-from bench._common import Target, console, machine_line, percentile, ratio, table, targets_table
-from messages.conversation import UserMessage
-from messages.llm import (
+from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.netio import FastAsyncTransport
+from fore.bench._common import (
+    Target,
+    console,
+    machine_line,
+    percentile,
+    ratio,
+    table,
+    targets_table,
+)
+from fore.messages.conversation import UserMessage
+from fore.messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
@@ -201,7 +209,7 @@ def _fork_cpu(quick: bool) -> dict[str, float]:
     process, ``n`` at once, each arm three times, interleaved; the least CPU of
     each arm is kept (``time.process_time``: every thread of this process).
     """
-    from actors.llm import evloop
+    from fore.actors.llm import evloop
 
     n = 100 if quick else 200
     server = MockLlmServer.spawn(generated_words=150, tokens_per_s=400, ttft_ms=40)
@@ -270,8 +278,8 @@ def _hostile_rss() -> dict[str, float]:
     import sys
     from pathlib import Path
 
-    from bench._common import BenchFailed
-    from bench.llm_hostile import BENIGN, CASES, HostileServer
+    from fore.bench._common import BenchFailed
+    from fore.bench.llm_hostile import BENIGN, CASES, HostileServer
 
     root = str(Path(__file__).resolve().parents[1])
     cases = [c for c in CASES.values() if not c.timed]
@@ -282,7 +290,7 @@ def _hostile_rss() -> dict[str, float]:
         for case in cases:
             with HostileServer(case) as server:
                 done = subprocess.run(
-                    [sys.executable, "-m", "bench.llm_hostile", server.base_url,
+                    [sys.executable, "-m", "fore.bench.llm_hostile", server.base_url,
                      benign.base_url, "stream" if case.stream else "body"],
                     capture_output=True, text=True, timeout=300, cwd=root, check=False,
                 )  # fmt: skip

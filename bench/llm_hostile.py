@@ -339,10 +339,10 @@ def probe(base_url: str, benign_url: str, *, stream: bool) -> dict[str, object]:
     import httpx
     import psutil
 
-    from actors.llm import LlmException, OpenAICompatible, RetryPolicy, evloop
-    from actors.llm.netio import FastAsyncTransport
-    from messages.conversation import UserMessage
-    from messages.llm import LlmRequest
+    from fore.actors.llm import LlmException, OpenAICompatible, RetryPolicy, evloop
+    from fore.actors.llm.netio import FastAsyncTransport
+    from fore.messages.conversation import UserMessage
+    from fore.messages.llm import LlmRequest
 
     def ask(url: str, stream: bool) -> str:
         model = OpenAICompatible(

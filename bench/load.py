@@ -74,17 +74,17 @@ from typing import Any
 import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from actors.core import PooledActor, handles
-from actors.llm import OpenAICompatible, RetryPolicy, evloop
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.speculation.governor import LoadGovernor
-from bench._common import console, percentile
-from bench.report_accounting import Accounting, Ledger
-from bench.workload import USER_PROMPTS, make_workspace, script
-from messages.gate import ApprovalMode
-from messages.session import EventBase, Subscribe, TurnResult
-from messages.speculation import (
+from fore.actors.core import PooledActor, handles
+from fore.actors.llm import OpenAICompatible, RetryPolicy, evloop
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.speculation.governor import LoadGovernor
+from fore.bench._common import console, percentile
+from fore.bench.report_accounting import Accounting, Ledger
+from fore.bench.workload import USER_PROMPTS, make_workspace, script
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import EventBase, Subscribe, TurnResult
+from fore.messages.speculation import (
     AcceptResult,
     AcceptSuggestion,
     GetSpeculation,
@@ -96,7 +96,7 @@ from messages.speculation import (
     SubmitPrompt,
     SuggestionReady,
 )
-from supervision import Runtime
+from fore.supervision import Runtime
 
 THINK_DISTS = ("exp", "lognormal", "uniform", "fixed")
 """Think-time distributions, each with mean ``think_ms`` (see :func:`think_time`)."""
@@ -840,7 +840,7 @@ def _run(
         if interrupts.gave_up:
             # The sessions may still be running: with the server gone their
             # requests fail, and nobody wants those lines after a second Ctrl-C.
-            from actors.core.logs import configure_logging
+            from fore.actors.core.logs import configure_logging
 
             configure_logging(level="critical", force=True)
         server.stop()

@@ -29,11 +29,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from actors.core import configure_logging
-from actors.overlay import OverlayFs, OverlayStore, apply_overlay
-from actors.tools.fs import WorkspaceFs
-from bench._common import Target, console, machine_line, percentile, ratio, table, targets_table
-from messages.overlay import ApplyResult
+from fore.actors.core import configure_logging
+from fore.actors.overlay import OverlayFs, OverlayStore, apply_overlay
+from fore.actors.tools.fs import WorkspaceFs
+from fore.bench._common import (
+    Target,
+    console,
+    machine_line,
+    percentile,
+    ratio,
+    table,
+    targets_table,
+)
+from fore.messages.overlay import ApplyResult
 
 FILE_SIZE = 4096
 

@@ -41,10 +41,10 @@ from typing import Any
 
 import httpx
 
-from actors.llm import OpenAICompatible, RetryPolicy
-from actors.llm.models import Emit, StreamResult
-from bench._common import BenchFailed, console, machine_line, percentile, ratio, table
-from bench.llama_server import (
+from fore.actors.llm import OpenAICompatible, RetryPolicy
+from fore.actors.llm.models import Emit, StreamResult
+from fore.bench._common import BenchFailed, console, machine_line, percentile, ratio, table
+from fore.bench.llama_server import (
     DISCONNECTED,
     GENERATION_ENDED,
     STOPPED,
@@ -54,10 +54,10 @@ from bench.llama_server import (
     ServerLog,
     find_llama,
 )
-from messages.conversation import AssistantMessage, UserMessage
-from messages.llm import LlmRequest, Usage
-from messages.session import TextDelta
-from messages.speculation import SpeculationConfig, SpeculationFinished
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.llm import LlmRequest, Usage
+from fore.messages.session import TextDelta
+from fore.messages.speculation import SpeculationConfig, SpeculationFinished
 
 TARGET_P99_S = 0.5
 LONG_PROMPT = "Write a long essay on the history of Rome, with many chapters."
@@ -317,9 +317,9 @@ def _arm(name: str, take: Callable[[], Sample | None], n: int) -> list[Sample]:
 
 
 def run(*, quick: bool = False, samples: int | None = None) -> dict[str, float]:
-    from actors.core.logs import configure_logging
-    from actors.speculation.governor import LoadGovernor
-    from supervision import Runtime
+    from fore.actors.core.logs import configure_logging
+    from fore.actors.speculation.governor import LoadGovernor
+    from fore.supervision import Runtime
 
     configure_logging()
     n = samples or (3 if quick else 15)

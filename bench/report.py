@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench._common import Target, console, format_target, verdict_word
-from bench.load import Comparison, LoadReport, leaks_total
+from fore.bench._common import Target, console, format_target, verdict_word
+from fore.bench.load import Comparison, LoadReport, leaks_total
 
 ACCEPT_P99_MS = 20.0
 """Tab -> files applied and history inserted, p99 (issue 12, README)."""
@@ -141,7 +141,7 @@ def _group_rows(group: dict[str, Any], labels: dict[str, str]) -> list[tuple[str
 
 def sections(report: LoadReport, comparison: Comparison | None = None) -> list[Section]:
     """The report's content, section by section (console, HTML)."""
-    from bench.report_accounting import SPECULATION_BUCKETS, SUGGESTION_BUCKETS, TURN_BUCKETS
+    from fore.bench.report_accounting import SPECULATION_BUCKETS, SUGGESTION_BUCKETS, TURN_BUCKETS
 
     acc = report.accounting
     cut = (
@@ -448,7 +448,7 @@ def print_report(
 ) -> list[Target]:
     """The table, the targets, the glossary (``explain``) and -- last -- the verdict line
     (``with_verdict=False``: the caller prints :func:`verdict_line` itself, last)."""
-    from bench._common import targets_table
+    from fore.bench._common import targets_table
 
     everything = list(reports or [report])
     interrupted = any(r.interrupted for r in everything)

@@ -13,9 +13,9 @@ import base64
 import html
 from collections.abc import Sequence
 
-from bench._common import Target, verdict_word
-from bench.load import Comparison, LoadReport
-from bench.report import GLOSSARY, sections, title_line, verdict_line
+from fore.bench._common import Target, verdict_word
+from fore.bench.load import Comparison, LoadReport
+from fore.bench.report import GLOSSARY, sections, title_line, verdict_line
 
 _CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;

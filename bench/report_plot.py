@@ -23,9 +23,9 @@ import itertools
 import textwrap
 from typing import Any
 
-from bench._common import percentile
-from bench.load import Comparison, LoadReport
-from bench.report import ABORT_P99_MS, ACCEPT_P99_MS, title_line
+from fore.bench._common import percentile
+from fore.bench.load import Comparison, LoadReport
+from fore.bench.report import ABORT_P99_MS, ACCEPT_P99_MS, title_line
 
 _COLORS = {
     "accept": "#1b9e77",

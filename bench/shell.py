@@ -35,10 +35,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from actors.gate.shell import classify_shell_command
-from actors.gate.tool_gate import evaluate_tool_call
-from bench._common import Target, targets_table
-from bench.shell_corpus import CORPUS, EXPANSION_OPERANDS, make_workspace
+from fore.actors.gate.shell import classify_shell_command
+from fore.actors.gate.tool_gate import evaluate_tool_call
+from fore.bench._common import Target, targets_table
+from fore.bench.shell_corpus import CORPUS, EXPANSION_OPERANDS, make_workspace
 
 _TABLE = {"read_file": "allow", "shell": "boundary"}
 

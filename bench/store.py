@@ -38,11 +38,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.core import configure_logging, tuning
-from actors.store import NewSession, SessionStore, TurnBatch, open_store
-from actors.store.pgtemp import PgCluster, PgClusterError, find_bindir
-from bench._common import BenchFailed, console, machine_line, percentile, ratio, table
-from messages.conversation import AssistantMessage, Item, ToolCall, ToolResult, UserMessage
+from fore.actors.core import configure_logging, tuning
+from fore.actors.store import NewSession, SessionStore, TurnBatch, open_store
+from fore.actors.store.pgtemp import PgCluster, PgClusterError, find_bindir
+from fore.bench._common import BenchFailed, console, machine_line, percentile, ratio, table
+from fore.messages.conversation import AssistantMessage, Item, ToolCall, ToolResult, UserMessage
 
 RESUME_TARGET_MS = 50.0
 ITEMS_PER_TURN = 4

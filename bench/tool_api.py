@@ -39,15 +39,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from actors.core import ActorSystem, PooledActor, tuning
-from actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs
-from actors.tools.aio import ToolLoop
-from actors.tools.base import ainvoke_tool, invoke_tool
-from actors.tools.cancel import CancelToken
-from actors.tools.decorator import tool
-from bench._common import BenchFailed, console, machine_line, ratio, table
-from messages.conversation import ToolCall
-from messages.tools import RunToolBatch, ToolBatchFinished
+from fore.actors.core import ActorSystem, PooledActor, tuning
+from fore.actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs
+from fore.actors.tools.aio import ToolLoop
+from fore.actors.tools.base import ainvoke_tool, invoke_tool
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.decorator import tool
+from fore.bench._common import BenchFailed, console, machine_line, ratio, table
+from fore.messages.conversation import ToolCall
+from fore.messages.tools import RunToolBatch, ToolBatchFinished
 
 OVERHEAD_TARGET = 1.2
 GATHER_TARGET = 1.15
@@ -239,8 +239,8 @@ def _mcp(
     except ImportError:
         console.print("[yellow]MCP: the mcp extra is not installed; skipped[/]")
         return {}
-    from actors.tools.mcp import MCPServerStdio
-    from actors.tools.mcp.manager import MCPManager
+    from fore.actors.tools.mcp import MCPServerStdio
+    from fore.actors.tools.mcp.manager import MCPManager
 
     workdir = Path(tempfile.mkdtemp(prefix="fore-bench-mcp-"))
     script = workdir / "server.py"

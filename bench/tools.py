@@ -41,12 +41,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from actors.core import ActorSystem, PooledActor
-from actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs, invoke_tool
-from actors.tools.builtin import Shell, default_registry
-from actors.tools.cancel import CancelToken
-from actors.tools.proctrack import get_tracker, tracking_unavailable
-from bench._common import (
+from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.tools import (
+    FunctionTool,
+    ToolContext,
+    ToolPool,
+    ToolRegistry,
+    WorkspaceFs,
+    invoke_tool,
+)
+from fore.actors.tools.builtin import Shell, default_registry
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.proctrack import get_tracker, tracking_unavailable
+from fore.bench._common import (
     BenchFailed,
     Target,
     console,
@@ -56,8 +63,8 @@ from bench._common import (
     table,
     targets_table,
 )
-from messages.conversation import ToolCall
-from messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished, ToolCallFinished
+from fore.messages.conversation import ToolCall
+from fore.messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished, ToolCallFinished
 
 _ids = itertools.count()
 

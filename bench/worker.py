@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 
-from actors.llm import ScriptedModel
-from actors.tools import CancelToken, ToolContext, WorkspaceFs, default_registry, invoke_tool
-from bench._common import (
+from fore.actors.llm import ScriptedModel
+from fore.actors.tools import CancelToken, ToolContext, WorkspaceFs, default_registry, invoke_tool
+from fore.bench._common import (
     Target,
     console,
     machine_line,
@@ -33,10 +33,10 @@ from bench._common import (
     table,
     targets_table,
 )
-from messages.conversation import ToolCall, UserMessage
-from messages.llm import LlmRequest
-from messages.session import Submit
-from supervision import Runtime
+from fore.messages.conversation import ToolCall, UserMessage
+from fore.messages.llm import LlmRequest
+from fore.messages.session import Submit
+from fore.supervision import Runtime
 
 
 def _workspace() -> Path:

@@ -8,7 +8,7 @@ callable -- are marked ``exclude=True`` and documented as such).
 
 from __future__ import annotations
 
-from messages.alerts import (
+from fore.messages.alerts import (
     Alert,
     AlertLevel,
     ForgetSession,
@@ -16,11 +16,11 @@ from messages.alerts import (
     SubscribeAlerts,
     UnsubscribeAlerts,
 )
-from messages.base import (
+from fore.messages.base import (
     ControlMessage,
     Message,
 )
-from messages.blob_store import (
+from fore.messages.blob_store import (
     BlobExists,
     BlobStoreStats,
     CollectBlobs,
@@ -33,7 +33,7 @@ from messages.blob_store import (
     StoredOutput,
     StoreToolOutput,
 )
-from messages.blobs import (
+from fore.messages.blobs import (
     BlobKind,
     BlobLimits,
     Content,
@@ -43,7 +43,7 @@ from messages.blobs import (
     Text,
     ToolOutput,
 )
-from messages.conversation import (
+from fore.messages.conversation import (
     AssistantMessage,
     FileRef,
     Item,
@@ -55,13 +55,13 @@ from messages.conversation import (
     ToolResult,
     UserMessage,
 )
-from messages.gate import (
+from fore.messages.gate import (
     ApprovalMode,
     GateAction,
     GateDecision,
     ShellClass,
 )
-from messages.llm import (
+from fore.messages.llm import (
     CancelLlmRequest,
     GatewayStats,
     GetGatewayStats,
@@ -80,7 +80,7 @@ from messages.llm import (
     ToolChoice,
     Usage,
 )
-from messages.overlay import (
+from fore.messages.overlay import (
     ApplyOverlay,
     ApplyResult,
     ChangeAction,
@@ -99,7 +99,7 @@ from messages.overlay import (
     RecoveryRecord,
     SweepReport,
 )
-from messages.runtime import (
+from fore.messages.runtime import (
     ChildExited,
     ChildSnapshot,
     ChildSpec,
@@ -114,7 +114,7 @@ from messages.runtime import (
     TreeSnapshot,
     WhichChildren,
 )
-from messages.session import (
+from fore.messages.session import (
     AddTool,
     AlertRaised,
     CancelRun,
@@ -143,7 +143,7 @@ from messages.session import (
     TurnResult,
     Unsubscribe,
 )
-from messages.speculation import (
+from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSpeculation,
@@ -174,7 +174,7 @@ from messages.speculation import (
     TokenBudgetReached,
     WorkerExited,
 )
-from messages.tools import (
+from fore.messages.tools import (
     CancelToolCalls,
     GetPoolStats,
     Outcome,

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from messages.base import Message
+from fore.messages.base import Message
 
 
 class AlertLevel(StrEnum):

@@ -28,8 +28,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from messages.base import Message
-from messages.blobs import Content, ToolOutput
+from fore.messages.base import Message
+from fore.messages.blobs import Content, ToolOutput
 
 
 def _id_text(value: object) -> object:

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, PositiveInt, TypeAdapter, field_validator
 
-from messages.base import Message
+from fore.messages.base import Message
 
 BlobKind = Literal["text", "structured"]
 """How a blob is stored: ``text`` (``<id>.txt``) or ``structured`` (``<id>.json``)."""

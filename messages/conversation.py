@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, JsonValue
 
-from messages.base import Message
+from fore.messages.base import Message
 
 
 class TextSegment(Message):

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from messages.base import Message
+from fore.messages.base import Message
 
 ShellClass = Literal["read-only", "write", "unknown"]
 """What the shell classifier can say about a command.

@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from messages.base import ControlMessage, Message
-from messages.conversation import AssistantMessage, Item
-from messages.tools import ToolDefinition
+from fore.messages.base import ControlMessage, Message
+from fore.messages.conversation import AssistantMessage, Item
+from fore.messages.tools import ToolDefinition
 
 Purpose = Literal["main", "suggestion", "speculation", "pipelined"]
 """Why a request is made (the mock server and scripted models match on it)."""

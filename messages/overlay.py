@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from messages.base import Message
+from fore.messages.base import Message
 
 FileKind = Literal["absent", "file", "dir", "other"]
 """What a real path held: nothing, a regular file, a directory, or anything else

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from messages.base import ControlMessage, Message
+from fore.messages.base import ControlMessage, Message
 
 
 class StopNow(ControlMessage):

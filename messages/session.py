@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from messages.alerts import Alert
-from messages.base import ControlMessage, Message
-from messages.conversation import Item, Segment
-from messages.llm import Usage
+from fore.messages.alerts import Alert
+from fore.messages.base import ControlMessage, Message
+from fore.messages.conversation import Item, Segment
+from fore.messages.llm import Usage
 
 RunStatus = Literal[
     "completed",  # the model finished and the turn-end hooks said Finish

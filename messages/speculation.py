@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from messages.base import ControlMessage, Message
-from messages.conversation import Item, Segment, ToolCall
-from messages.gate import ApprovalMode
-from messages.llm import Usage
-from messages.session import EventBase, TurnResult
-from messages.tools import ToolDefinition
+from fore.messages.base import ControlMessage, Message
+from fore.messages.conversation import Item, Segment, ToolCall
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import Usage
+from fore.messages.session import EventBase, TurnResult
+from fore.messages.tools import ToolDefinition
 
 
 class SpeculationConfig(Message):

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue, model_validator
 
-from messages.base import ControlMessage, Message
-from messages.blobs import ToolOutput
-from messages.conversation import ToolCall, ToolResult
+from fore.messages.base import ControlMessage, Message
+from fore.messages.blobs import ToolOutput
+from fore.messages.conversation import ToolCall, ToolResult
 
 
 class ToolDefinition(Message):

@@ -10,25 +10,25 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from supervision.handle import Handle
-    from supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
-    from supervision.runtime import Runtime
-    from supervision.session import Session
-    from supervision.session_supervisor import SessionSupervisor
-    from supervision.supervisor import ChildRejectedError, Supervisor, SupervisorIntensityError
+    from fore.supervision.handle import Handle
+    from fore.supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
+    from fore.supervision.runtime import Runtime
+    from fore.supervision.session import Session
+    from fore.supervision.session_supervisor import SessionSupervisor
+    from fore.supervision.supervisor import ChildRejectedError, Supervisor, SupervisorIntensityError
 
 _WHERE = {
-    "Backoff": "supervision.policy",
-    "ChildRejectedError": "supervision.supervisor",
-    "Handle": "supervision.handle",
-    "RestartIntensity": "supervision.policy",
-    "Runtime": "supervision.runtime",
-    "Session": "supervision.session",
-    "SessionSupervisor": "supervision.session_supervisor",
-    "Supervisor": "supervision.supervisor",
-    "SupervisorIntensityError": "supervision.supervisor",
-    "plan_restart": "supervision.policy",
-    "should_restart": "supervision.policy",
+    "Backoff": "fore.supervision.policy",
+    "ChildRejectedError": "fore.supervision.supervisor",
+    "Handle": "fore.supervision.handle",
+    "RestartIntensity": "fore.supervision.policy",
+    "Runtime": "fore.supervision.runtime",
+    "Session": "fore.supervision.session",
+    "SessionSupervisor": "fore.supervision.session_supervisor",
+    "Supervisor": "fore.supervision.supervisor",
+    "SupervisorIntensityError": "fore.supervision.supervisor",
+    "plan_restart": "fore.supervision.policy",
+    "should_restart": "fore.supervision.policy",
 }
 
 __all__ = [

@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] == "mock-llm":
-        from actors.llm.mock_server import main as mock_main
+        from fore.actors.llm.mock_server import main as mock_main
 
         return mock_main(args_list[1:])
     parser = build_parser()
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
-        from actors.core.logs import configure_logging
+        from fore.actors.core.logs import configure_logging
 
         try:
             configure_logging(level=args.log_level, force=True)
@@ -378,9 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     if args.name is not None:
-        from bench._common import BenchFailed
+        from fore.bench._common import BenchFailed
 
-        module = importlib.import_module(f"bench.{args.name.replace('-', '_')}")
+        module = importlib.import_module(f"fore.bench.{args.name.replace('-', '_')}")
         try:
             module.run(quick=args.quick)
         except BenchFailed as exc:
@@ -399,8 +399,8 @@ def _bench(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"{PROG} bench: --plot needs matplotlib (pip install 'fore-runtime[plot]')"
             ) from None
-    from bench._common import console
-    from bench.load import (
+    from fore.bench._common import console
+    from fore.bench.load import (
         BenchSetupError,
         LoadOptions,
         leaks_total,
@@ -408,7 +408,7 @@ def _bench(args: argparse.Namespace) -> int:
         run_comparison,
         run_load,
     )
-    from bench.report import print_report, verdict_json, verdict_line
+    from fore.bench.report import print_report, verdict_json, verdict_line
 
     options = LoadOptions(
         sessions=args.sessions,
@@ -462,7 +462,7 @@ def _bench(args: argparse.Namespace) -> int:
             args.plot.write_bytes(figure)
             console.print(f"figure written to {args.plot}", soft_wrap=True)
         if args.html is not None:
-            from bench.report_html import render_html
+            from fore.bench.report_html import render_html
 
             args.html.write_text(render_html(report, targets, comparison, reports, figure))
             console.print(f"HTML report written to {args.html}", soft_wrap=True)
@@ -488,7 +488,7 @@ def _figure(report: Any, samples: dict[str, list[float]], comparison: Any) -> by
         importlib.import_module("matplotlib")
     except ImportError:
         return None
-    from bench.report_plot import figure_png
+    from fore.bench.report_plot import figure_png
 
     return figure_png(report, samples, comparison)
 
@@ -515,8 +515,8 @@ def _env(*names: str) -> str | None:
 def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
     """The model of ``fore run``/``chat``: a script, or an endpoint from flags or environment."""
     if args.script is not None:
-        from actors.llm import ScriptedModel
-        from actors.llm.script import ScriptError
+        from fore.actors.llm import ScriptedModel
+        from fore.actors.llm.script import ScriptError
 
         try:
             return ScriptedModel.from_file(args.script)
@@ -539,7 +539,7 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
         )
     if not base_url.startswith(("http://", "https://")):
         raise UsageError(f"{PROG} {command}: --base-url must start with http:// or https://")
-    from actors.llm import OpenAICompatible, RetryPolicy
+    from fore.actors.llm import OpenAICompatible, RetryPolicy
 
     try:
         return OpenAICompatible(
@@ -569,7 +569,7 @@ class _Output:
         self.saw_end = False
 
     def event(self, event: Any) -> None:
-        from messages.session import TextDelta, ToolFinished, ToolStarted, TurnFinished
+        from fore.messages.session import TextDelta, ToolFinished, ToolStarted, TurnFinished
 
         if isinstance(event, TurnFinished):
             self.saw_end = True
@@ -606,7 +606,7 @@ def _run(args: argparse.Namespace) -> int:
     if not workspace.is_dir():
         raise UsageError(f"{PROG} run: --workspace {args.workspace}: not a directory")
     model = _run_model(args)
-    from supervision import Runtime
+    from fore.supervision import Runtime
 
     out = _Output(sys.stdout, as_json=args.json)
     with Runtime(name="fore-run") as rt:
@@ -660,8 +660,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from messages.gate import ApprovalMode
-    from supervision.chat.run import ChatError, ChatOptions, chat
+    from fore.messages.gate import ApprovalMode
+    from fore.supervision.chat.run import ChatError, ChatOptions, chat
 
     model = None if args.demo else _run_model(args, "chat")
     options = ChatOptions(

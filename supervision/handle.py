@@ -31,9 +31,9 @@ from pykka import ActorDeadError, ActorProxy, ActorRef
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
-from actors.core.future import PooledFuture, check_ask_timeout
-from actors.core.pooled import ActorExit, PooledActor
-from messages.runtime import StopNow
+from fore.actors.core.future import PooledFuture, check_ask_timeout
+from fore.actors.core.pooled import ActorExit, PooledActor
+from fore.messages.runtime import StopNow
 
 A = TypeVar("A", bound=PooledActor)
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from messages.runtime import RestartType, Strategy
+from fore.messages.runtime import RestartType, Strategy
 
 
 def should_restart(restart: RestartType, *, failed: bool) -> bool:

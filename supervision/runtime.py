@@ -41,45 +41,45 @@ from typing import Any
 import structlog
 from pykka import ActorRef
 
-from actors.alerts import AlertSink, AlertSinkState
-from actors.blobs.actor import BlobStoreActor
-from actors.blobs.fs_store import FsBlobStore
-from actors.blobs.inspect_tool import Inspect
-from actors.core import tuning
-from actors.core.logs import configure_logging
-from actors.core.system import ActorSystem
-from actors.filerefs.interceptor import FileRefInterceptor
-from actors.filerefs.resolver import prepare_submit
-from actors.llm.gateway import LlmGateway
-from actors.llm.loop import LlmLoop
-from actors.overlay.store import OverlayLeft, OverlayStore
-from actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
-from actors.speculation.governor import LoadGovernor, LoadProbe
-from actors.tools.aio import ToolLoop
-from actors.tools.base import Tool, ToolRegistry, ToolServices
-from actors.tools.builtin import builtin_tools
-from actors.tools.decorator import as_tool
-from actors.tools.fs import FsView, WorkspaceFs
-from actors.tools.mcp.config import MCPServer
-from actors.tools.mcp.manager import MCPManager
-from actors.tools.noworkspace import NoWorkspace
-from actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
-from actors.tools.runner import ThreadRunner
-from actors.tools.selection import choose_builtins
-from actors.worker.hooks import Hooks
-from actors.worker.interceptor import Interceptor, Interceptors
-from actors.worker.state import SessionState
-from actors.worker.worker import (
+from fore.actors.alerts import AlertSink, AlertSinkState
+from fore.actors.blobs.actor import BlobStoreActor
+from fore.actors.blobs.fs_store import FsBlobStore
+from fore.actors.blobs.inspect_tool import Inspect
+from fore.actors.core import tuning
+from fore.actors.core.logs import configure_logging
+from fore.actors.core.system import ActorSystem
+from fore.actors.filerefs.interceptor import FileRefInterceptor
+from fore.actors.filerefs.resolver import prepare_submit
+from fore.actors.llm.gateway import LlmGateway
+from fore.actors.llm.loop import LlmLoop
+from fore.actors.overlay.store import OverlayLeft, OverlayStore
+from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
+from fore.actors.speculation.governor import LoadGovernor, LoadProbe
+from fore.actors.tools.aio import ToolLoop
+from fore.actors.tools.base import Tool, ToolRegistry, ToolServices
+from fore.actors.tools.builtin import builtin_tools
+from fore.actors.tools.decorator import as_tool
+from fore.actors.tools.fs import FsView, WorkspaceFs
+from fore.actors.tools.mcp.config import MCPServer
+from fore.actors.tools.mcp.manager import MCPManager
+from fore.actors.tools.noworkspace import NoWorkspace
+from fore.actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
+from fore.actors.tools.runner import ThreadRunner
+from fore.actors.tools.selection import choose_builtins
+from fore.actors.worker.hooks import Hooks
+from fore.actors.worker.interceptor import Interceptor, Interceptors
+from fore.actors.worker.state import SessionState
+from fore.actors.worker.worker import (
     DEFAULT_MAX_ARGUMENT_RETRIES,
     DEFAULT_MAX_BATCH_CALLS,
     Worker,
     WorkerConfig,
 )
-from messages.alerts import Alert, AlertLevel, ForgetSession
-from messages.blob_store import ReleaseSession
-from messages.blobs import BlobLimits
-from messages.llm import Purpose
-from messages.runtime import (
+from fore.messages.alerts import Alert, AlertLevel, ForgetSession
+from fore.messages.blob_store import ReleaseSession
+from fore.messages.blobs import BlobLimits
+from fore.messages.llm import Purpose
+from fore.messages.runtime import (
     ChildSpec,
     GetChild,
     RestartType,
@@ -89,11 +89,11 @@ from messages.runtime import (
     TreeSnapshot,
     WhichChildren,
 )
-from messages.speculation import SpeculationConfig
-from supervision.handle import Handle
-from supervision.session import Session
-from supervision.session_supervisor import SessionSupervisor
-from supervision.supervisor import Supervisor
+from fore.messages.speculation import SpeculationConfig
+from fore.supervision.handle import Handle
+from fore.supervision.session import Session
+from fore.supervision.session_supervisor import SessionSupervisor
+from fore.supervision.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pykka
 from pykka import ActorDeadError
 
-from actors.tools.base import Tool
-from actors.worker.hooks import Hooks
-from messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
-from messages.conversation import Item, Segment
-from messages.session import (
+from fore.actors.tools.base import Tool
+from fore.actors.worker.hooks import Hooks
+from fore.messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
+from fore.messages.conversation import Item, Segment
+from fore.messages.session import (
     AddTool,
     AlertRaised,
     CancelRun,
@@ -35,7 +35,7 @@ from messages.session import (
     TurnResult,
     Unsubscribe,
 )
-from messages.speculation import (
+from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSuggestion,
@@ -46,8 +46,8 @@ from messages.speculation import (
 )
 
 if TYPE_CHECKING:
-    from supervision.handle import Handle
-    from supervision.runtime import Runtime
+    from fore.supervision.handle import Handle
+    from fore.supervision.runtime import Runtime
 
 
 class EventQueue:

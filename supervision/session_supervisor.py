@@ -59,27 +59,27 @@ from typing import Any, Literal
 
 from pykka import ActorDeadError
 
-from actors.core.future import PooledFuture
-from actors.core.pooled import handles
-from actors.core.timer import TimerHandle
-from actors.overlay.store import OverlayStore
-from actors.speculation.fork import assistant_answers, extend, last_answer
-from actors.speculation.governor import LoadGovernor
-from actors.speculation.speculator import (
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import handles
+from fore.actors.core.timer import TimerHandle
+from fore.actors.overlay.store import OverlayStore
+from fore.actors.speculation.fork import assistant_answers, extend, last_answer
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.speculation.speculator import (
     ApplyOutcomeUnknown,
     SpeculationSetup,
     Speculator,
     new_speculation_id,
 )
-from actors.speculation.suggest import suggestion_from_reply, suggestion_request
-from actors.speculation.suggestion_filter import filter_suggestion
-from actors.speculation.suggestion_prompt import extract_type_hint
-from actors.tools.base import ToolRegistry
-from actors.worker.worker import WorkerConfig
-from messages.alerts import AlertLevel
-from messages.conversation import AssistantMessage, Item, UserMessage
-from messages.gate import ApprovalMode
-from messages.llm import (
+from fore.actors.speculation.suggest import suggestion_from_reply, suggestion_request
+from fore.actors.speculation.suggestion_filter import filter_suggestion
+from fore.actors.speculation.suggestion_prompt import extract_type_hint
+from fore.actors.tools.base import ToolRegistry
+from fore.actors.worker.worker import WorkerConfig
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import AssistantMessage, Item, UserMessage
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
@@ -87,8 +87,8 @@ from messages.llm import (
     LlmRetrying,
     Purpose,
 )
-from messages.runtime import ChildExited, ChildSpec, RestartType
-from messages.session import (
+from fore.messages.runtime import ChildExited, ChildSpec, RestartType
+from fore.messages.session import (
     AddTool,
     EventBase,
     Submit,
@@ -97,7 +97,7 @@ from messages.session import (
     TurnResult,
     Unsubscribe,
 )
-from messages.speculation import (
+from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSpeculation,
@@ -122,7 +122,7 @@ from messages.speculation import (
     SuggestionReady,
     SuggestionSource,
 )
-from supervision.supervisor import Supervisor
+from fore.supervision.supervisor import Supervisor
 
 _seq = itertools.count(1)
 

@@ -42,11 +42,11 @@ from typing import Any, Literal
 from pykka import ActorDeadError, ActorRef
 from pykka.messages import _ActorStop
 
-from actors.core.future import PooledFuture
-from actors.core.pooled import ActorExit, PooledActor, handles
-from actors.core.timer import TimerHandle
-from messages.alerts import Alert, AlertLevel
-from messages.runtime import (
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import ActorExit, PooledActor, handles
+from fore.actors.core.timer import TimerHandle
+from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.runtime import (
     ChildExited,
     ChildSnapshot,
     ChildSpec,
@@ -61,8 +61,8 @@ from messages.runtime import (
     TreeSnapshot,
     WhichChildren,
 )
-from supervision.handle import SUPERVISOR_STOP, SUPERVISOR_STOP_NOW, Handle
-from supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
+from fore.supervision.handle import SUPERVISOR_STOP, SUPERVISOR_STOP_NOW, Handle
+from fore.supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
 
 Done = Callable[[], None]
 SupervisorStatus = Literal["running", "shutting_down", "stopped", "failed"]

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.store.pgtemp import PgCluster, PgClusterError, find_bindir
+from fore.actors.store.pgtemp import PgCluster, PgClusterError, find_bindir
 
 _names = itertools.count()
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.llama_server import LlamaServer, LlamaSetup, ServerFailed, find_llama
+from fore.bench.llama_server import LlamaServer, LlamaSetup, ServerFailed, find_llama
 
 SMALL_CTX = 256
 

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from actors.store import (
+from fore.actors.store import (
     NewSession,
     SessionLeased,
     SessionNotFound,
@@ -25,7 +25,7 @@ from actors.store import (
     TurnBatch,
     open_store,
 )
-from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
+from fore.messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
 
 
 def say(child: str, **fields: Any) -> None:

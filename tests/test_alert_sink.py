@@ -14,12 +14,12 @@ from typing import Any, NoReturn
 
 import pytest
 
-from actors.alerts import AlertSink, AlertSinkState, default_state
-from actors.core import ActorSystem, PooledActor
-from actors.llm import ScriptedModel
-from messages.alerts import Alert, AlertLevel, ForgetSession, GetAlerts, SubscribeAlerts
-from messages.session import AlertRaised
-from supervision import Runtime
+from fore.actors.alerts import AlertSink, AlertSinkState, default_state
+from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.llm import ScriptedModel
+from fore.messages.alerts import Alert, AlertLevel, ForgetSession, GetAlerts, SubscribeAlerts
+from fore.messages.session import AlertRaised
+from fore.supervision import Runtime
 
 WAIT = 30.0
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.load import LoadOptions, run_load
-from bench.report_accounting import (
+from fore.bench.load import LoadOptions, run_load
+from fore.bench.report_accounting import (
     SPECULATION_BUCKETS,
     SUGGESTION_BUCKETS,
     TURN_BUCKETS,

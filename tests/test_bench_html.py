@@ -53,11 +53,15 @@ def browse(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProces
 @pytest.mark.slow
 def test_the_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    page, figure, data = tmp_path / "bench.html", tmp_path / "bench.png", tmp_path / "r.json"
+    page, figure, data = (
+        tmp_path / "fore.bench.html",
+        tmp_path / "fore.bench.png",
+        tmp_path / "r.json",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORE_")}
     done = subprocess.run(
         [
-            sys.executable, "-m", "supervision.cli", "bench", "--sessions", "4",
+            sys.executable, "-m", "fore.supervision.cli", "bench", "--sessions", "4",
             "--turns", "3", "--think-ms", "400", "--no-progress", "--no-governor",
             "--html", str(page), "--plot", str(figure), "--json", str(data),
         ],

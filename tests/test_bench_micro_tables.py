@@ -26,7 +26,7 @@ VERDICT = re.compile(r"(PASS|FAIL|n/a|—)( |$)")
 def run_quick(name: str) -> str:
     env = {**os.environ, "FORE_LOG_LEVEL": "error", "COLUMNS": "200"}
     done = subprocess.run(
-        [sys.executable, "-m", "supervision.cli", "bench", name, "--quick"],
+        [sys.executable, "-m", "fore.supervision.cli", "bench", name, "--quick"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -63,7 +63,7 @@ def test_micro_benchmark_tables_have_units_and_verdicts(name: str) -> None:
 
 
 def test_table_flags_a_number_column_without_a_unit(capsys: pytest.CaptureFixture[str]) -> None:
-    from bench._common import table
+    from fore.bench._common import table
 
     table("t", ["measurement", "p50 (ms)", "rate"], [["a", 1.0, 2.0], ["b (ms)", 3.0, 4.0]])
     out = capsys.readouterr().out

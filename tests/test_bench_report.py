@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench._common import Target, fmt, format_target, missing_units, verdict_word
-from bench.load import Comparison, LoadReport
-from bench.report import (
+from fore.bench._common import Target, fmt, format_target, missing_units, verdict_word
+from fore.bench.load import Comparison, LoadReport
+from fore.bench.report import (
     GLOSSARY,
     print_report,
     quantile_text,
@@ -203,7 +203,7 @@ def test_the_figure_has_cdfs_with_n_and_markers_a_timeline_and_a_titled_run() ->
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from bench.report_plot import build_figure
+    from fore.bench.report_plot import build_figure
 
     samples = {
         "accept": [0.002 + i * 1e-5 for i in range(240)],
@@ -238,7 +238,7 @@ def test_the_figure_has_cdfs_with_n_and_markers_a_timeline_and_a_titled_run() ->
 
 
 def test_the_html_page_is_self_contained_and_escaped() -> None:
-    from bench.report_html import render_html
+    from fore.bench.report_html import render_html
 
     report = fake_report(errors=['<script>alert("x")</script>'])
     page = render_html(report, verdict([report]), None, None, b"\x89PNG fake")

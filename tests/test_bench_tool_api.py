@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_fore_bench_tool_api_quick_runs() -> None:
     env = {**os.environ, "FORE_LOG_LEVEL": "error", "COLUMNS": "200"}
     done = subprocess.run(
-        [sys.executable, "-m", "supervision.cli", "bench", "tool-api", "--quick"],
+        [sys.executable, "-m", "fore.supervision.cli", "bench", "tool-api", "--quick"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from actors.blobs.actor import BlobStoreActor
-from actors.blobs.fs_store import BlobNotFound, FsBlobStore, InvalidBlobId
-from actors.blobs.pins import PinTable
-from actors.core import ActorSystem
-from actors.llm import ScriptedModel
-from actors.tools import FunctionTool
-from messages.blob_store import (
+from fore.actors.blobs.actor import BlobStoreActor
+from fore.actors.blobs.fs_store import BlobNotFound, FsBlobStore, InvalidBlobId
+from fore.actors.blobs.pins import PinTable
+from fore.actors.core import ActorSystem
+from fore.actors.llm import ScriptedModel
+from fore.actors.tools import FunctionTool
+from fore.messages.blob_store import (
     BlobExists,
     BlobStoreStats,
     CollectBlobs,
@@ -33,9 +33,9 @@ from messages.blob_store import (
     StoredOutput,
     StoreToolOutput,
 )
-from messages.blobs import Inline, Stored, Structured, Text
-from messages.conversation import ToolResult
-from supervision import Runtime
+from fore.messages.blobs import Inline, Stored, Structured, Text
+from fore.messages.conversation import ToolResult
+from fore.supervision import Runtime
 
 WAIT = 30.0
 

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.blobs.fs_store import FsBlobStore
-from actors.blobs.selectors import (
+from fore.actors.blobs.fs_store import FsBlobStore
+from fore.actors.blobs.selectors import (
     MAX_BLOB_ID_CHARS,
     MAX_NUMBER_DIGITS,
     MAX_POINTER_DEPTH,
@@ -31,7 +31,7 @@ from actors.blobs.selectors import (
     inspect_blob,
     parse_selector,
 )
-from messages.blobs import BlobLimits, Structured, Text
+from fore.messages.blobs import BlobLimits, Structured, Text
 
 MAX_ERROR_BYTES = 4096
 """No error message is longer (the selector and keys are quoted cut to length)."""

@@ -28,11 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from actors.blobs.fs_store import FsBlobStore, encode_content
-from actors.blobs.json_index import JsonIndex, encode_indexed
-from actors.blobs.selectors import InspectError, inspect_blob, parse_selector
-from actors.blobs.summary import utf8_size
-from messages.blobs import BlobLimits, Content, Structured, Text
+from fore.actors.blobs.fs_store import FsBlobStore, encode_content
+from fore.actors.blobs.json_index import JsonIndex, encode_indexed
+from fore.actors.blobs.selectors import InspectError, inspect_blob, parse_selector
+from fore.actors.blobs.summary import utf8_size
+from fore.messages.blobs import BlobLimits, Content, Structured, Text
 
 CAP = 16_384
 NEXT_BYTES = re.compile(r"read (?:more of it|on) with bytes:(\d+)\.\.(\d+)")

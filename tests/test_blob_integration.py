@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.blobs.fs_store import FsBlobStore
-from actors.llm import FunctionModel, ScriptedModel
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hooks import Continue, Hooks, PostToolCallContext
-from messages.blob_store import CollectBlobs, GetBlobStoreStats
-from messages.blobs import Inline, Stored, Structured, Text
-from messages.conversation import ToolResult
-from supervision import Runtime
+from fore.actors.blobs.fs_store import FsBlobStore
+from fore.actors.llm import FunctionModel, ScriptedModel
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hooks import Continue, Hooks, PostToolCallContext
+from fore.messages.blob_store import CollectBlobs, GetBlobStoreStats
+from fore.messages.blobs import Inline, Stored, Structured, Text
+from fore.messages.conversation import ToolResult
+from fore.supervision import Runtime
 
 WAIT = 30.0
 BLOB = re.compile(r"^\[blob:([0-9a-f-]{36})\] ")

@@ -23,22 +23,22 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.blobs.actor import BlobStoreActor
-from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore
-from actors.blobs.inspect_tool import Inspect, InspectArgs
-from actors.blobs.ownership import SessionBlobs, readable_by
-from actors.blobs.selectors import InspectError, inspect_blob
-from actors.core import ActorSystem
-from actors.llm import FunctionModel
-from actors.tools import FunctionTool, ToolContext, ToolError
-from actors.tools.base import ToolServices
-from actors.tools.cancel import CancelToken
-from messages.blob_store import BlobExists, LoadBlob, StoreBlob
-from messages.blobs import Structured, Text
-from messages.conversation import ToolResult
-from messages.gate import ApprovalMode
-from messages.llm import LlmRequest
-from supervision import Runtime
+from fore.actors.blobs.actor import BlobStoreActor
+from fore.actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore
+from fore.actors.blobs.inspect_tool import Inspect, InspectArgs
+from fore.actors.blobs.ownership import SessionBlobs, readable_by
+from fore.actors.blobs.selectors import InspectError, inspect_blob
+from fore.actors.core import ActorSystem
+from fore.actors.llm import FunctionModel
+from fore.actors.tools import FunctionTool, ToolContext, ToolError
+from fore.actors.tools.base import ToolServices
+from fore.actors.tools.cancel import CancelToken
+from fore.messages.blob_store import BlobExists, LoadBlob, StoreBlob
+from fore.messages.blobs import Structured, Text
+from fore.messages.conversation import ToolResult
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import LlmRequest
+from fore.supervision import Runtime
 from tests.test_speculation import Replies, call, settled, spec, speculation_runtime, wait_until
 
 WAIT = 30.0
@@ -286,8 +286,8 @@ STORE_IN_A_CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from actors.blobs.fs_store import FsBlobStore
-    from messages.blobs import Text
+    from fore.actors.blobs.fs_store import FsBlobStore
+    from fore.messages.blobs import Text
     store = FsBlobStore(Path(sys.argv[1]))
     print(store.store(Text(text="from another process\\n" * 100), owner="alpha"))
     """

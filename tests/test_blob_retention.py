@@ -15,13 +15,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from actors.blobs.selectors import inspect_blob
-from actors.llm import ScriptedModel
-from actors.tools import FunctionTool
-from messages.blob_store import CollectBlobs, GetBlobStoreStats, ReferenceBlobs
-from messages.blobs import Text
-from messages.conversation import ToolResult
-from supervision import Runtime
+from fore.actors.blobs.selectors import inspect_blob
+from fore.actors.llm import ScriptedModel
+from fore.actors.tools import FunctionTool
+from fore.messages.blob_store import CollectBlobs, GetBlobStoreStats, ReferenceBlobs
+from fore.messages.blobs import Text
+from fore.messages.conversation import ToolResult
+from fore.supervision import Runtime
 
 WAIT = 30.0
 

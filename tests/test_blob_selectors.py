@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
 
-from actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore
-from actors.blobs.json_index import JsonIndex
-from actors.blobs.selectors import BlobReader, InspectError, inspect_blob, parse_selector
-from actors.blobs.summary import utf8_size
-from messages.blobs import BlobKind, BlobLimits, Content, Structured, Text
+from fore.actors.blobs.fs_store import BlobNotFound, BlobStoreError, FsBlobStore
+from fore.actors.blobs.json_index import JsonIndex
+from fore.actors.blobs.selectors import BlobReader, InspectError, inspect_blob, parse_selector
+from fore.actors.blobs.summary import utf8_size
+from fore.messages.blobs import BlobKind, BlobLimits, Content, Structured, Text
 
 BIG = BlobLimits(inspect_output_cap=10_000_000)
 

@@ -25,18 +25,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.blobs import fs_store as fs_store_module
-from actors.blobs.fs_store import FsBlobStore
-from actors.blobs.pins import PinTable
-from actors.blobs.shared_pins import (
+from fore.actors.blobs import fs_store as fs_store_module
+from fore.actors.blobs.fs_store import FsBlobStore
+from fore.actors.blobs.pins import PinTable
+from fore.actors.blobs.shared_pins import (
     PINS_DIR,
     ForeignPins,
     PinJournal,
     gc_lock,
     parse_pin_data,
 )
-from messages.blobs import Text
-from supervision import Runtime
+from fore.messages.blobs import Text
+from fore.supervision import Runtime
 
 FAR_FUTURE = 10**11  # "now" for collections: every blob is past any age limit
 
@@ -44,9 +44,9 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from actors.blobs.fs_store import FsBlobStore
-    from actors.blobs.shared_pins import gc_lock
-    from messages.blobs import Text
+    from fore.actors.blobs.fs_store import FsBlobStore
+    from fore.actors.blobs.shared_pins import gc_lock
+    from fore.messages.blobs import Text
 
     store = FsBlobStore(Path(sys.argv[1]), fsync=False)
     held = []

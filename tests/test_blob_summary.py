@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue, ValidationError
 
-from actors.blobs.fs_store import InvalidBlobId
-from actors.blobs.summary import (
+from fore.actors.blobs.fs_store import InvalidBlobId
+from fore.actors.blobs.summary import (
     BLOB_REF_RE,
     cut_utf8,
     decide_tool_output,
@@ -23,7 +23,7 @@ from actors.blobs.summary import (
     truncated_fallback,
     utf8_size,
 )
-from messages.blobs import (
+from fore.messages.blobs import (
     CONTENT_ADAPTER,
     TOOL_OUTPUT_ADAPTER,
     BlobLimits,

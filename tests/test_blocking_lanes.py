@@ -16,8 +16,8 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from actors.core import ActorSystem
-from actors.core.blocking import BlockingLane
+from fore.actors.core import ActorSystem
+from fore.actors.core.blocking import BlockingLane
 
 WAIT = 30.0
 

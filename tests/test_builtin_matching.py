@@ -18,19 +18,19 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from actors.tools.base import ToolContext, invoke_tool
-from actors.tools.builtin import default_registry
-from actors.tools.cancel import CancelToken
-from actors.tools.fs import WorkspaceFs
-from actors.tools.matching import (
+from fore.actors.tools.base import ToolContext, invoke_tool
+from fore.actors.tools.builtin import default_registry
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.fs import WorkspaceFs
+from fore.actors.tools.matching import (
     MAX_GLOB_EXPANSIONS,
     IgnoreRules,
     PatternError,
     compile_glob,
     glob_matches,
 )
-from actors.tools.paths import glob_regex
-from messages.conversation import ToolCall
+from fore.actors.tools.paths import glob_regex
+from fore.messages.conversation import ToolCall
 
 REGISTRY = default_registry()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.tools.base import (
+from fore.actors.tools.base import (
     FunctionTool,
     Invocation,
     ToolArgs,
@@ -21,10 +21,10 @@ from actors.tools.base import (
     ToolRegistry,
     invoke_tool,
 )
-from actors.tools.builtin import ReadFile, Shell, default_registry
-from actors.tools.cancel import CancelToken
-from actors.tools.fs import WorkspaceFs
-from messages.conversation import ToolCall
+from fore.actors.tools.builtin import ReadFile, Shell, default_registry
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.fs import WorkspaceFs
+from fore.messages.conversation import ToolCall
 
 REGISTRY = default_registry()
 BUILTIN_NAMES = ["edit", "glob", "grep", "list_directory", "read_file", "shell", "write_file"]

@@ -22,13 +22,13 @@ import pytest
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from actors.llm import FunctionModel, OpenAICompatible, RetryPolicy, ScriptReply
-from messages.gate import ApprovalMode
-from messages.llm import LlmRequest
-from supervision.chat.app import ChatApp
-from supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
-from supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
-from supervision.chat.demo import (
+from fore.actors.llm import FunctionModel, OpenAICompatible, RetryPolicy, ScriptReply
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import LlmRequest
+from fore.supervision.chat.app import ChatApp
+from fore.supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
+from fore.supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
+from fore.supervision.chat.demo import (
     ADD_NOTE,
     ADD_TEST,
     FIX,
@@ -38,7 +38,7 @@ from supervision.chat.demo import (
     Pace,
     make_workspace,
 )
-from supervision.runtime import Runtime
+from fore.supervision.runtime import Runtime
 
 WAIT = 60.0
 FAST = Pace(main_ttft_ms=None, main_tokens_per_s=None, fork_ttft_ms=None, slow_tokens_per_s=4.0)
@@ -500,8 +500,8 @@ def test_hostile_model_text_cannot_drive_the_terminal(
 
 
 def test_the_demo_suggests_the_tour_then_notes_forever() -> None:
-    from messages.conversation import UserMessage
-    from supervision.chat.demo import next_suggestion
+    from fore.messages.conversation import UserMessage
+    from fore.supervision.chat.demo import next_suggestion
 
     history: list[Any] = []
     seen = []
@@ -527,7 +527,7 @@ class BlockingBackend:
         self.generation = 0
 
     def submit(self, text: str, *, timeout: float) -> Any:
-        from messages.session import TurnResult
+        from fore.messages.session import TurnResult
 
         self.calls.append(f"submit:{text}")
         self.release.wait(WAIT)
@@ -572,7 +572,7 @@ def test_a_hostile_suggestion_is_drawn_as_one_safe_line() -> None:
     from prompt_toolkit.document import Document
     from prompt_toolkit.layout.processors import TransformationInput
 
-    from supervision.chat.app import MAX_GHOST, GhostText
+    from fore.supervision.chat.app import MAX_GHOST, GhostText
 
     processor = GhostText(lambda: "fix it\x1b[2J\x1b]0;owned\x07\nrm -rf /" + "x" * 1000)
     ti = TransformationInput(
@@ -591,7 +591,7 @@ def test_a_hostile_suggestion_is_drawn_as_one_safe_line() -> None:
 
 
 def test_the_ui_never_waits_on_the_runtime(tmp_path: Path) -> None:
-    from messages.speculation import Suggestion, SuggestionReady
+    from fore.messages.speculation import Suggestion, SuggestionReady
 
     backend = BlockingBackend(tmp_path)
     policy = ApprovalPolicy(ApprovalMode.DEFAULT, cwd=tmp_path)

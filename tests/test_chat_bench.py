@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 
 def test_the_chat_benchmark_measures_every_path_through_the_real_tui() -> None:
-    from bench.chat import run
+    from fore.bench.chat import run
 
     figures = run(quick=True, rounds=3)
     assert set(figures) == {"echo_p99_ms", "abort_p99_ms", "tab_applied_p99_ms", "tab_shown_p99_ms"}
@@ -19,6 +19,6 @@ def test_the_chat_benchmark_measures_every_path_through_the_real_tui() -> None:
 
 
 def test_fore_bench_chat_is_a_micro_benchmark_name() -> None:
-    from supervision.cli import build_parser
+    from fore.supervision.cli import build_parser
 
     assert build_parser().parse_args(["bench", "chat", "--quick"]).name == "chat"

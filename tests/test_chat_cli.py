@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from supervision.cli import build_parser
+from fore.supervision.cli import build_parser
 
 
 def fore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervision.cli", *args],
+        [sys.executable, "-m", "fore.supervision.cli", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

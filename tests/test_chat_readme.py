@@ -42,7 +42,7 @@ def test_the_suggestion_example_produces_a_suggestion_and_accepts_it(tmp_path: P
 
 
 def test_the_chat_commands_in_the_readme_parse() -> None:
-    from supervision.cli import build_parser
+    from fore.supervision.cli import build_parser
 
     part = section(README.read_text(), "## `fore chat`")
     commands = [

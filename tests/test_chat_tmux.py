@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision.chat.demo import ADD_TEST, FIX
+from fore.supervision.chat.demo import ADD_TEST, FIX
 
 # A developer without tmux skips these; CI (.ci/run sets CI and installs tmux) must not.
 pytestmark = pytest.mark.skipif(
@@ -108,7 +108,7 @@ def run_chat(tmp_path: Path) -> Iterator[Callable[..., Tmux]]:
 
     def start(*args: str, width: int = 120, height: int = 40) -> Tmux:
         env = {"TMPDIR": str(tmp), "FORE_LOG_LEVEL": "critical", "PYTHONUNBUFFERED": "1"}
-        command = [sys.executable, "-m", "supervision.cli", "chat", *args]
+        command = [sys.executable, "-m", "fore.supervision.cli", "chat", *args]
         server = Tmux(command, cwd=tmp_path, env=env, width=width, height=height)
         servers.append(server)
         return server
@@ -264,7 +264,7 @@ def test_a_terminal_too_narrow_gets_a_clear_message(
 
 def test_without_a_terminal_it_says_to_use_fore_run(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "supervision.cli", "chat", "--demo"],
+        [sys.executable, "-m", "fore.supervision.cli", "chat", "--demo"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.speculation.suggestion_filter import filter_suggestion
-from actors.worker.hooks import Continue, Skip, ToolCallContext, ToolMeta
-from messages.alerts import Alert, AlertLevel
-from messages.conversation import AssistantMessage, SystemMessage, ToolCall, ToolResult
-from messages.gate import ApprovalMode
-from messages.session import (
+from fore.actors.speculation.suggestion_filter import filter_suggestion
+from fore.actors.worker.hooks import Continue, Skip, ToolCallContext, ToolMeta
+from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.conversation import AssistantMessage, SystemMessage, ToolCall, ToolResult
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import (
     AlertRaised,
     ItemAdded,
     LlmRetried,
@@ -31,8 +31,8 @@ from messages.session import (
     TurnFinished,
     TurnResult,
 )
-from messages.speculation import SpeculationStatus
-from supervision.chat.approval import (
+from fore.messages.speculation import SpeculationStatus
+from fore.supervision.chat.approval import (
     MODE_CYCLE,
     ApprovalPolicy,
     ApprovalRequest,
@@ -46,12 +46,12 @@ from supervision.chat.approval import (
     stricter,
     verdict_for,
 )
-from supervision.chat.commands import Command, UnknownCommand, parse_command
-from supervision.chat.demo import ADD_NOTE, ADD_TEST, FIX, OPENING, RUN_TESTS
-from supervision.chat.paths import at_word, complete_path, reference_text
-from supervision.chat.status import StatusInput, speculation_text, status_line
-from supervision.chat.text import one_line, sanitize
-from supervision.chat.transcript import (
+from fore.supervision.chat.commands import Command, UnknownCommand, parse_command
+from fore.supervision.chat.demo import ADD_NOTE, ADD_TEST, FIX, OPENING, RUN_TESTS
+from fore.supervision.chat.paths import at_word, complete_path, reference_text
+from fore.supervision.chat.status import StatusInput, speculation_text, status_line
+from fore.supervision.chat.text import one_line, sanitize
+from fore.supervision.chat.transcript import (
     MAX_LIVE_CHARS,
     MAX_LIVE_TOOLS,
     MAX_TEXT_CHARS,
@@ -384,7 +384,7 @@ def test_streamed_text_is_never_lost_or_duplicated(chunks: list[str]) -> None:
 
 @given(ANY_TEXT, ANY_TEXT, st.sampled_from(["queued", "running", "done", "failed", "skipped"]))
 def test_a_tool_line_is_one_bounded_safe_line(name: str, value: str, state: str) -> None:
-    from supervision.chat.transcript import ToolBlock, tool_line
+    from fore.supervision.chat.transcript import ToolBlock, tool_line
 
     block = ToolBlock(call_id="c", name=name, args=short_arguments(name, {"command": value}))
     block.state = state  # type: ignore[assignment]
@@ -549,8 +549,8 @@ def test_every_completion_is_inside_the_workspace(tree: Path, partial: str) -> N
 
 
 def test_references_quote_what_the_tokenizer_needs() -> None:
-    from actors.filerefs.tokenizer import parse_input
-    from messages.conversation import FileRef
+    from fore.actors.filerefs.tokenizer import parse_input
+    from fore.messages.conversation import FileRef
 
     for path in ("src/app.py", "my file.txt", 'odd"name', "back\\slash"):
         segments = parse_input(f"see {reference_text(path)} now")

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
 
 WAIT = 240.0
 _ISOLATED = frozenset(
@@ -35,7 +35,7 @@ def fore(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None)
     full_env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "supervision.cli", *args],
+        [sys.executable, "-m", "fore.supervision.cli", *args],
         capture_output=True,
         text=True,
         timeout=WAIT,
@@ -198,7 +198,7 @@ def test_bench_plot_writes_a_png_and_says_where(tmp_path: Path) -> None:
 
 
 def test_bench_explain_prints_the_glossary_under_the_table() -> None:
-    from bench.report import GLOSSARY
+    from fore.bench.report import GLOSSARY
 
     done = fore(*BENCH, "--turns", "1", "--think-ms", "100", "--explain")
     assert done.returncode == 0, done.stderr
@@ -235,7 +235,7 @@ def test_bench_ctrl_c_closes_in_order_and_reports_what_finished(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if k not in _ISOLATED} | {"TMPDIR": str(scratch)}
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "supervision.cli", "bench", "--sessions", "6",
+            sys.executable, "-m", "fore.supervision.cli", "bench", "--sessions", "6",
             "--turns", "500", "--think-ms", "300", "--duration", "200", "--no-progress",
             "--no-governor", "--json", str(out),
         ],
@@ -525,7 +525,7 @@ def test_run_prints_events_while_the_turn_runs(tmp_path: Path) -> None:
     with MockLlmServer(_slow_second_reply(600_000)) as server:  # the answer never comes
         env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "supervision.cli", "run", "--workspace", str(ws),
+            [sys.executable, "-m", "fore.supervision.cli", "run", "--workspace", str(ws),
              "--base-url", server.base_url, "--model", "m", "--json", "read the notes"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
@@ -562,7 +562,7 @@ def test_run_with_a_closed_stdout_finishes_the_turn_quietly(tmp_path: Path) -> N
     os.close(read)  # like `| head -1` after its line: every write now fails with EPIPE
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "supervision.cli", "run", "--workspace", str(ws),
+            [sys.executable, "-m", "fore.supervision.cli", "run", "--workspace", str(ws),
              "--script", str(script), "write the file"],
             stdout=write, stderr=subprocess.PIPE, text=True, env=env, timeout=WAIT,
             check=False,
@@ -591,8 +591,8 @@ def test_run_that_times_out_says_so(tmp_path: Path) -> None:
 def test_bench_that_cannot_start_its_mock_server_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from actors.llm.mock_server import MockLlmServer as Server
-    from supervision.cli import main
+    from fore.actors.llm.mock_server import MockLlmServer as Server
+    from fore.supervision.cli import main
 
     def refuse(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("the mock LLM server exited at start\n(status 2)")

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.filerefs.resolver import (
+from fore.actors.filerefs.resolver import (
     DEFAULT_SCAN_LIMIT,
     ResolveError,
     ResolveErrorKind,
@@ -29,8 +29,8 @@ from actors.filerefs.resolver import (
     resolve_file_ref,
     resolve_input,
 )
-from actors.filerefs.tokenizer import parse_input
-from actors.tools.fs import (
+from fore.actors.filerefs.tokenizer import parse_input
+from fore.actors.tools.fs import (
     DirEntry,
     FileStat,
     FsView,
@@ -39,10 +39,10 @@ from actors.tools.fs import (
     NotFound,
     WorkspaceFs,
 )
-from actors.tools.paths import FsError, PathOutOfScope
-from messages.alerts import AlertLevel
-from messages.conversation import FileRef, Item, Paste, SystemMessage, TextSegment
-from messages.session import Submit
+from fore.actors.tools.paths import FsError, PathOutOfScope
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import FileRef, Item, Paste, SystemMessage, TextSegment
+from fore.messages.session import Submit
 
 SENTINEL = "SENTINEL-FROM-OUTSIDE-THE-WORKSPACE"
 MARKER = "\n[...truncated, {total} bytes total — use read_file for the rest]"

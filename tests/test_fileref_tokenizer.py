@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.filerefs.tokenizer import (
+from fore.actors.filerefs.tokenizer import (
     UNRESOLVED_TEMPLATE,
     file_refs,
     parse_input,
     render_user_text,
     segment_spans,
 )
-from messages.conversation import FileRef, Paste, Segment, TextSegment, UserMessage
+from fore.messages.conversation import FileRef, Paste, Segment, TextSegment, UserMessage
 
 
 def T(text: str) -> TextSegment:

@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from actors.core import PooledActor
-from actors.filerefs.interceptor import FileRefInterceptor
-from actors.llm import FunctionModel, ScriptedModel
-from actors.worker.hooks import Cancel, Continue, Hooks, PromptContext
-from actors.worker.interceptor import ContinueWith, Interceptor, Interceptors
-from actors.worker.state import SessionState
-from messages.alerts import Alert, AlertLevel, GetAlerts
-from messages.conversation import FileRef, SystemMessage, TextSegment, UserMessage
-from messages.llm import LlmRequest
-from messages.session import AlertRaised
-from supervision import Runtime
+from fore.actors.core import PooledActor
+from fore.actors.filerefs.interceptor import FileRefInterceptor
+from fore.actors.llm import FunctionModel, ScriptedModel
+from fore.actors.worker.hooks import Cancel, Continue, Hooks, PromptContext
+from fore.actors.worker.interceptor import ContinueWith, Interceptor, Interceptors
+from fore.actors.worker.state import SessionState
+from fore.messages.alerts import Alert, AlertLevel, GetAlerts
+from fore.messages.conversation import FileRef, SystemMessage, TextSegment, UserMessage
+from fore.messages.llm import LlmRequest
+from fore.messages.session import AlertRaised
+from fore.supervision import Runtime
 
 WAIT = 20.0
 
@@ -223,7 +223,7 @@ class Collect(PooledActor):
 
 
 def test_the_sink_keeps_bounded_history_and_fans_out(runtime: Runtime) -> None:
-    from messages.alerts import SubscribeAlerts
+    from fore.messages.alerts import SubscribeAlerts
 
     inbox: list[Any] = []
     with runtime.system.activated():

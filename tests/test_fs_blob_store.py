@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.blobs.fs_store import (
+from fore.actors.blobs.fs_store import (
     BlobKindError,
     BlobNotFound,
     BlobStoreError,
@@ -25,11 +25,11 @@ from actors.blobs.fs_store import (
     InvalidBlobId,
     parse_blob_id,
 )
-from actors.blobs.line_index import LineIndex, count_lines
-from actors.blobs.pins import PinTable
-from actors.blobs.selectors import inspect_blob
-from actors.blobs.summary import history_text, referenced_blob_ids
-from messages.blobs import Structured, Text
+from fore.actors.blobs.line_index import LineIndex, count_lines
+from fore.actors.blobs.pins import PinTable
+from fore.actors.blobs.selectors import inspect_blob
+from fore.actors.blobs.summary import history_text, referenced_blob_ids
+from fore.messages.blobs import Structured, Text
 
 
 def make_store(root: Path, **kwargs: object) -> FsBlobStore:
@@ -170,7 +170,7 @@ def test_interrupted_store_is_invisible_and_swept(
 ) -> None:
     store = make_store(tmp_path)
     planned = uuid.UUID("01900000-0000-7000-8000-000000000001")
-    monkeypatch.setattr("actors.blobs.fs_store.new_blob_id", lambda: planned)
+    monkeypatch.setattr("fore.actors.blobs.fs_store.new_blob_id", lambda: planned)
 
     def crash(src: object, dst: object) -> None:
         raise OSError("power cut")
@@ -528,7 +528,7 @@ def test_structured_blobs_are_parsed_once(tmp_path: Path, monkeypatch: pytest.Mo
         parses.append(len(text))
         return real_loads(text, *args, **kwargs)
 
-    monkeypatch.setattr("actors.blobs.fs_store.json.loads", counting_loads)
+    monkeypatch.setattr("fore.actors.blobs.fs_store.json.loads", counting_loads)
     for selector in (None, "key:rows", "pointer:/rows/1999/name", "key:nope"):
         try:
             inspect_blob(store, str(blob_id), selector)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.gate.git_config import program_setting
-from actors.gate.shell import classify_shell_command, explain_shell_command
-from actors.gate.tool_gate import evaluate_tool_call
-from messages.gate import GateAction
+from fore.actors.gate.git_config import program_setting
+from fore.actors.gate.shell import classify_shell_command, explain_shell_command
+from fore.actors.gate.tool_gate import evaluate_tool_call
+from fore.messages.gate import GateAction
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.gate import git_config
-from actors.gate.git_config import parse_index_gitlinks, program_setting
-from actors.gate.shell import classify_shell_command, explain_shell_command
+from fore.actors.gate import git_config
+from fore.actors.gate.git_config import parse_index_gitlinks, program_setting
+from fore.actors.gate.shell import classify_shell_command, explain_shell_command
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

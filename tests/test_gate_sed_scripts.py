@@ -22,9 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.gate.shell import classify_shell_command
-from actors.gate.shell_rules import sed_script_problem
-from bench.shell_corpus import make_workspace
+from fore.actors.gate.shell import classify_shell_command
+from fore.actors.gate.shell_rules import sed_script_problem
+from fore.bench.shell_corpus import make_workspace
 
 
 @pytest.fixture(scope="module")

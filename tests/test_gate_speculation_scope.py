@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from supervision import Runtime
+from fore.supervision import Runtime
 from tests.test_speculation import (
     WAIT,
     Replies,

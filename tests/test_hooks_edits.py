@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.llm import FunctionModel, ScriptedModel, llm_error
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hooks import (
+from fore.actors.llm import FunctionModel, ScriptedModel, llm_error
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hooks import (
     Cancel,
     ContinueWithMessages,
     Hooks,
@@ -32,10 +32,10 @@ from actors.worker.hooks import (
     ToolOutcome,
     TurnEndContext,
 )
-from actors.worker.interceptor import Interceptor, RetryRequest
-from actors.worker.state import pairing_problems
-from actors.worker.testing import RecordingHook, ScriptedHook
-from messages.conversation import (
+from fore.actors.worker.interceptor import Interceptor, RetryRequest
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.testing import RecordingHook, ScriptedHook
+from fore.messages.conversation import (
     AssistantMessage,
     Paste,
     SystemMessage,
@@ -44,9 +44,9 @@ from messages.conversation import (
     ToolResult,
     UserMessage,
 )
-from messages.llm import LlmError, LlmRequest, NamedToolChoice
-from messages.session import TurnResult
-from supervision import Runtime
+from fore.messages.llm import LlmError, LlmRequest, NamedToolChoice
+from fore.messages.session import TurnResult
+from fore.supervision import Runtime
 
 WAIT = 20.0
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from actors.llm import ScriptedModel
-from actors.worker.hookrun import HookGate, HookJob
-from actors.worker.hooks import HookEvent, Hooks, HookSpec
-from messages.session import Submit
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel
+from fore.actors.worker.hookrun import HookGate, HookJob
+from fore.actors.worker.hooks import HookEvent, Hooks, HookSpec
+from fore.messages.session import Submit
+from fore.supervision import Runtime
 
 WAIT = 20.0
 

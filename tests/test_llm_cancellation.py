@@ -24,11 +24,11 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.core import ActorSystem
-from actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy, StreamResult
-from actors.llm.mock_server import MockLlmServer
-from messages.conversation import AssistantMessage, UserMessage
-from messages.llm import (
+from fore.actors.core import ActorSystem
+from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy, StreamResult
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
@@ -199,7 +199,7 @@ def test_submit_and_cancel_back_to_back_through_the_gateway(
 
 def test_late_cancel_is_a_no_op_and_does_not_cancel_a_reused_id(rig: Rig) -> None:
     """A cancel for a request that already ended is not remembered as an early cancel."""
-    from actors.llm import ScriptedModel
+    from fore.actors.llm import ScriptedModel
 
     model = ScriptedModel([{"text": "one"}, {"text": "two"}])
     rig.loop.submit(rig.request(model, "reused"))

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from actors.llm import OpenAICompatible
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.models import StreamResult
-from actors.llm.script import ScriptFile
-from actors.speculation.metered import MeteredModel
-from messages.conversation import AssistantMessage, UserMessage
-from messages.llm import LlmRequest, Usage
-from messages.speculation import SpeculationConfig, TokenBudgetReached
-from supervision import Runtime
+from fore.actors.llm import OpenAICompatible
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.models import StreamResult
+from fore.actors.llm.script import ScriptFile
+from fore.actors.speculation.metered import MeteredModel
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.llm import LlmRequest, Usage
+from fore.messages.speculation import SpeculationConfig, TokenBudgetReached
+from fore.supervision import Runtime
 from tests.test_speculation import (
     TWO_TURNS,
     WAIT,

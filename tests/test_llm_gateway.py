@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.core import ActorSystem, PooledActor
-from actors.llm import (
+from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.llm import (
     FunctionModel,
     LlmException,
     LlmGateway,
@@ -33,17 +33,17 @@ from actors.llm import (
     llm_error,
     retry_delay,
 )
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile, ScriptReply, ScriptToolCall, stream_plan
-from actors.llm.wire import request_body, request_payload, to_openai_messages
-from messages.conversation import (
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile, ScriptReply, ScriptToolCall, stream_plan
+from fore.actors.llm.wire import request_body, request_payload, to_openai_messages
+from fore.messages.conversation import (
     AssistantMessage,
     SystemMessage,
     ToolCall,
     ToolResult,
     UserMessage,
 )
-from messages.llm import (
+from fore.messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
@@ -55,7 +55,7 @@ from messages.llm import (
     LlmToolCallDelta,
     NamedToolChoice,
 )
-from messages.tools import ToolDefinition
+from fore.messages.tools import ToolDefinition
 
 WAIT = 15.0
 _ids = itertools.count()

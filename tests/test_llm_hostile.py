@@ -21,18 +21,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.llm import LlmException, OpenAICompatible, RetryPolicy, StreamResult, Timeouts, evloop
-from actors.llm.netio import FastAsyncTransport
-from bench.llm_hostile import CASES, HostileServer
-from messages.conversation import UserMessage
-from messages.llm import LlmRequest
+from fore.actors.llm import (
+    LlmException,
+    OpenAICompatible,
+    RetryPolicy,
+    StreamResult,
+    Timeouts,
+    evloop,
+)
+from fore.actors.llm.netio import FastAsyncTransport
+from fore.bench.llm_hostile import CASES, HostileServer
+from fore.messages.conversation import UserMessage
+from fore.messages.llm import LlmRequest
 
 MIB = 1024 * 1024
 
 
 def body_module() -> Any:
     """``actors.llm.body``, imported where used (so each test stands alone on old code)."""
-    from actors.llm import body
+    from fore.actors.llm import body
 
     return body
 
@@ -100,7 +107,7 @@ def test_what_one_compressed_chunk_inflates_to_is_handled_piece_by_piece(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """16 KiB of gzip can inflate to 16 MB of events: never held as events all at once."""
-    from actors.llm import models
+    from fore.actors.llm import models
 
     batches: list[int] = []
     feed_each = models._feed_each
@@ -299,7 +306,7 @@ class _Guard:
 
 
 def test_the_guard_follows_the_earliest_deadline() -> None:
-    from actors.llm.models import _Clock
+    from fore.actors.llm.models import _Clock
 
     loop, guard = _Loop(), _Guard()
     clock = _Clock(

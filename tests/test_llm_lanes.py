@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.core import ActorSystem
-from actors.llm import LlmGateway, LlmLoop, RetryPolicy, ScriptedModel, StreamResult
-from messages.conversation import AssistantMessage, UserMessage
-from messages.gate import ApprovalMode
-from messages.llm import (
+from fore.actors.core import ActorSystem
+from fore.actors.llm import LlmGateway, LlmLoop, RetryPolicy, ScriptedModel, StreamResult
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import (
     CancelLlmRequest,
     GatewayStats,
     GetGatewayStats,
@@ -30,8 +30,8 @@ from messages.llm import (
     Purpose,
     Usage,
 )
-from messages.speculation import SpeculationConfig
-from supervision import Runtime
+from fore.messages.speculation import SpeculationConfig
+from fore.supervision import Runtime
 from tests.test_llm_gateway import TERMINAL, WAIT, Sink
 
 _ids = itertools.count()

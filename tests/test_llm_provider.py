@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from actors.core import ActorSystem
-from actors.llm import (
+from fore.actors.core import ActorSystem
+from fore.actors.llm import (
     LlmException,
     LlmLoop,
     OpenAICompatible,
@@ -29,11 +29,11 @@ from actors.llm import (
     StreamAssembler,
     Timeouts,
 )
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile, ScriptReply
-from actors.llm.wire import _ITEMS, _EncodedCache, request_body, request_payload
-from messages.conversation import ToolResult, UserMessage
-from messages.llm import LlmCompleted, LlmFailed, LlmRequest, LlmRetrying
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile, ScriptReply
+from fore.actors.llm.wire import _ITEMS, _EncodedCache, request_body, request_payload
+from fore.messages.conversation import ToolResult, UserMessage
+from fore.messages.llm import LlmCompleted, LlmFailed, LlmRequest, LlmRetrying
 from tests.test_llm_gateway import Harness
 
 _ids = itertools.count()

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
-from actors.core import ActorSystem
-from actors.llm import (
+from fore.actors.core import ActorSystem
+from fore.actors.llm import (
     FunctionModel,
     LlmLoop,
     OpenAICompatible,
     RetryPolicy,
     ScriptedModel,
 )
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile, ScriptReply
-from messages.conversation import AssistantMessage
-from messages.llm import (
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile, ScriptReply
+from fore.messages.conversation import AssistantMessage
+from fore.messages.llm import (
     LlmCancelled,
     LlmCompleted,
     LlmFailed,
@@ -40,8 +40,8 @@ from messages.llm import (
     LlmRetrying,
     LlmTextDelta,
 )
-from messages.session import LlmRetried, TextDelta, TurnFinished
-from supervision import Runtime
+from fore.messages.session import LlmRetried, TextDelta, TurnFinished
+from fore.supervision import Runtime
 from tests.test_llm_gateway import Harness as GatewayHarness
 
 WAIT = 20.0

@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
-from actors.llm import LlmException, OpenAICompatible, RetryPolicy, StreamResult
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.llm.wire import StreamAssembler, parse_arguments, request_body, to_openai_message
-from bench.llm_hostile import CASES, Case, HostileServer, sse_chunk
-from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
-from messages.llm import LlmRequest
-from supervision import Runtime
+from fore.actors.llm import LlmException, OpenAICompatible, RetryPolicy, StreamResult
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.llm.wire import StreamAssembler, parse_arguments, request_body, to_openai_message
+from fore.bench.llm_hostile import CASES, Case, HostileServer, sse_chunk
+from fore.messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
+from fore.messages.llm import LlmRequest
+from fore.supervision import Runtime
 from tests.test_llm_hostile import ask
 
 WAIT = 60.0
@@ -121,8 +121,8 @@ def test_a_budget_sized_max_tokens_is_accepted_by_a_server_with_an_output_limit(
 def _ask_with(server: Any, req: LlmRequest, **options: Any) -> StreamResult | LlmException:
     import httpx
 
-    from actors.llm import evloop
-    from actors.llm.netio import FastAsyncTransport
+    from fore.actors.llm import evloop
+    from fore.actors.llm.netio import FastAsyncTransport
 
     model = model_for(server, **options)
 
@@ -213,7 +213,7 @@ def test_a_cut_off_answer_ends_the_turn_cut_off_with_its_text_kept(
 def test_a_cut_off_answer_is_not_exit_0_of_fore_run(tmp_path: Path) -> None:
     with HostileServer(CUT_OFF) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "supervision.cli", "run", "--workspace", str(tmp_path),
+            [sys.executable, "-m", "fore.supervision.cli", "run", "--workspace", str(tmp_path),
              "--base-url", server.base_url, "--model", "m", "explain"],
             capture_output=True, text=True, timeout=WAIT, check=False,
             env={k: v for k, v in os.environ.items() if not k.startswith(("FORE_", "OPENAI_"))},

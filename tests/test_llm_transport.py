@@ -15,9 +15,9 @@ import aiohttp
 import httpx
 import pytest
 
-from actors.llm.loop import LlmLoop
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.netio import FastAsyncTransport, env_proxies, httpx_error
+from fore.actors.llm.loop import LlmLoop
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.netio import FastAsyncTransport, env_proxies, httpx_error
 
 
 def run(coro: object) -> object:
@@ -178,7 +178,7 @@ def test_an_environment_proxy_keeps_httpx_own_transport(monkeypatch: pytest.Monk
 def test_reading_a_body_can_pause_at_the_socket_and_resume_whole() -> None:
     """A fork's stream is read in batches: between them the socket is not read at all
     (what arrives waits in the kernel), and nothing is lost when reading resumes."""
-    from actors.llm.netio import FLOW_EXTENSION
+    from fore.actors.llm.netio import FLOW_EXTENSION
 
     with MockLlmServer(generated_words=60, tokens_per_s=100) as server:  # 0.6 s long
 

@@ -25,14 +25,19 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from actors.llm import FunctionModel
-from actors.tools.decorator import tool
-from actors.tools.mcp import MCPServerHTTP, MCPServerStdio
-from actors.tools.mcp.tool import MAX_SCHEMA_BYTES, build_tools, render_result, session_tool_name
-from messages.alerts import AlertLevel
-from messages.conversation import ToolResult
-from messages.llm import LlmRequest
-from supervision import Runtime
+from fore.actors.llm import FunctionModel
+from fore.actors.tools.decorator import tool
+from fore.actors.tools.mcp import MCPServerHTTP, MCPServerStdio
+from fore.actors.tools.mcp.tool import (
+    MAX_SCHEMA_BYTES,
+    build_tools,
+    render_result,
+    session_tool_name,
+)
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import ToolResult
+from fore.messages.llm import LlmRequest
+from fore.supervision import Runtime
 
 WAIT = 60.0
 DEMO = str(Path(__file__).with_name("mcp_demo_server.py"))
@@ -210,7 +215,7 @@ def test_sessions_naming_a_server_share_one_process(runtime: Runtime) -> None:
 
 
 def test_a_call_from_another_loop_runs_on_the_connections_loop(runtime: Runtime) -> None:
-    from actors.tools.aio import ToolLoop
+    from fore.actors.tools.aio import ToolLoop
 
     session = runtime.open_session(model=Caller().model, mcp_servers=[demo()])
     other = ToolLoop(name="another-loop")
@@ -339,8 +344,8 @@ def test_configurations_are_checked_at_construction() -> None:
         MCPServerHTTP("ftp://example.org/mcp")
     with pytest.raises(ValidationError, match="greater than 0"):
         MCPServerStdio("server", startup_timeout=0)
-    from actors.tools.aio import ToolLoop
-    from actors.tools.mcp.manager import MCPManager
+    from fore.actors.tools.aio import ToolLoop
+    from fore.actors.tools.mcp.manager import MCPManager
 
     loop = ToolLoop()
     try:
@@ -456,7 +461,7 @@ def test_closing_the_runtime_stops_its_servers() -> None:
 def test_a_chatty_servers_stderr_is_kept_small(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from actors.tools.mcp import connection as connection_module
+    from fore.actors.tools.mcp import connection as connection_module
 
     monkeypatch.setattr(connection_module, "STDERR_CAP", 20_000)
     monkeypatch.setattr(connection_module, "STDERR_CHECK_S", 0.05)
@@ -485,7 +490,7 @@ def spec_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
 
 
 def speculation_of(rt: Runtime, workspace: Path, config: MCPServerStdio, name: str) -> Any:
-    from actors.llm import ScriptedModel
+    from fore.actors.llm import ScriptedModel
     from tests.test_speculation import TWO_TURNS, settled, spec, speculated, suggestion
 
     script = [
@@ -549,7 +554,7 @@ class Result:
 
 
 def test_results_map_to_text_json_placeholders_and_errors() -> None:
-    from actors.tools.base import ToolError
+    from fore.actors.tools.base import ToolError
 
     text = Block(type="text", text="hello")
     image = Block(type="image", mime_type="image/png", data="AAAA")

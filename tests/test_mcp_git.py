@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from supervision import Runtime
+from fore.supervision import Runtime
 from tests.test_mcp_client import WAIT, Caller, ask, server_pids, wait_until
 
 pytest.importorskip("mcp_server_git")
@@ -52,7 +52,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def git_server(repo: Path, **options: Any) -> Any:
-    from actors.tools.mcp import MCPServerStdio
+    from fore.actors.tools.mcp import MCPServerStdio
 
     options.setdefault("startup_timeout", 60.0)
     return MCPServerStdio(
@@ -156,7 +156,7 @@ def test_a_trusted_git_server_offers_its_read_only_tools_as_such(
 
 def session_registry(runtime: Runtime, session: Any) -> dict[str, Any]:
     """The session's tools by name (read from a fresh listing, as open_session builds them)."""
-    from actors.tools.mcp.tool import build_tools
+    from fore.actors.tools.mcp.tool import build_tools
 
     connection = runtime.mcp.find("git")
     assert connection is not None

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from actors.llm.mock_server import (
+from fore.actors.llm.mock_server import (
     FAULT_KINDS,
     MockLlmControl,
     MockLlmServer,
@@ -26,7 +26,7 @@ from actors.llm.mock_server import (
     generated_text,
     main,
 )
-from actors.llm.script import (
+from fore.actors.llm.script import (
     NO_REPLY_TEXT,
     ScriptFile,
     ScriptReply,

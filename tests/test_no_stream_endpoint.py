@@ -18,12 +18,12 @@ from typing import Any
 
 import httpx
 
-from actors.llm import OpenAICompatible, RetryPolicy
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.models import StreamResult
-from actors.llm.script import ScriptFile, ScriptReply
-from messages.conversation import UserMessage
-from messages.llm import LlmRequest
+from fore.actors.llm import OpenAICompatible, RetryPolicy
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.models import StreamResult
+from fore.actors.llm.script import ScriptFile, ScriptReply
+from fore.messages.conversation import UserMessage
+from fore.messages.llm import LlmRequest
 
 REPLY = "Three colours: red, green and blue."
 
@@ -92,7 +92,7 @@ def test_fore_run_no_stream_sends_whole_answer_requests_and_prints_the_text(
     with MockLlmServer(script) as server:
         done = subprocess.run(
             [
-                sys.executable, "-m", "supervision.cli", "run", "--workspace", str(tmp_path),
+                sys.executable, "-m", "fore.supervision.cli", "run", "--workspace", str(tmp_path),
                 "--base-url", server.base_url, "--model", "m", "--no-stream", "what is here?",
             ],
             capture_output=True, text=True, timeout=120, env=env, check=False,

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from actors.core import ActorSystem
-from actors.overlay import (
+from fore.actors.core import ActorSystem
+from fore.actors.overlay import (
     OverlayActor,
     OverlayClosed,
     OverlayFs,
@@ -34,14 +34,14 @@ from actors.overlay import (
     process_marker,
     sweep_dead,
 )
-from actors.tools import ToolContext, default_registry, invoke_tool
-from actors.tools.base import Invocation
-from actors.tools.cancel import CancelToken
-from actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound, WorkspaceFs
-from actors.tools.fsclock import Instant, wait_for_tick
-from actors.tools.paths import FsError, PathOutOfScope
-from messages.conversation import ToolCall
-from messages.overlay import (
+from fore.actors.tools import ToolContext, default_registry, invoke_tool
+from fore.actors.tools.base import Invocation
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound, WorkspaceFs
+from fore.actors.tools.fsclock import Instant, wait_for_tick
+from fore.actors.tools.paths import FsError, PathOutOfScope
+from fore.messages.conversation import ToolCall
+from fore.messages.overlay import (
     ApplyOverlay,
     ApplyResult,
     ConflictReport,

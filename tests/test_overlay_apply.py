@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.overlay import (
+from fore.actors.overlay import (
     ApplyFailed,
     OverlayClosed,
     OverlayFs,
@@ -29,8 +29,8 @@ from actors.overlay import (
     recover,
     sweep_dead,
 )
-from actors.tools.fsclock import wait_for_tick
-from messages.overlay import ApplyResult, ConflictReport
+from fore.actors.tools.fsclock import wait_for_tick
+from fore.messages.overlay import ApplyResult, ConflictReport
 
 WAIT = 15.0
 REPO = Path(__file__).resolve().parent.parent
@@ -397,7 +397,7 @@ CHILD = r"""
 import os, sys, threading
 import structlog
 structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
-from actors.overlay import OverlayStore, apply_overlay
+from fore.actors.overlay import OverlayStore, apply_overlay
 
 ws, root, phase, stop_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 keep = sys.argv[5] if len(sys.argv) > 5 else "overlay"

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.overlay import ApplyFailed, OverlayFs, OverlayStore, apply_overlay
-from actors.tools.fsclock import wait_for_tick
-from messages.overlay import ApplyResult
+from fore.actors.overlay import ApplyFailed, OverlayFs, OverlayStore, apply_overlay
+from fore.actors.tools.fsclock import wait_for_tick
+from fore.messages.overlay import ApplyResult
 
 Tree = dict[str, tuple[str, bytes | None, int]]
 

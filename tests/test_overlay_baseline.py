@@ -26,9 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.overlay import OverlayFs, OverlayStore, apply_overlay
-from actors.tools.fs import NotFound, WorkspaceFs
-from actors.tools.fsclock import (
+from fore.actors.overlay import OverlayFs, OverlayStore, apply_overlay
+from fore.actors.tools.fs import NotFound, WorkspaceFs
+from fore.actors.tools.fsclock import (
     Instant,
     OwnChanges,
     Stamp,
@@ -37,7 +37,7 @@ from actors.tools.fsclock import (
     stamped_since,
     wait_for_tick,
 )
-from messages.overlay import ApplyResult, ConflictReport
+from fore.messages.overlay import ApplyResult, ConflictReport
 
 CLOCKS = ["exact", "coarse"]
 

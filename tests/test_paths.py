@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.tools.paths import FsError, PathOutOfScope, glob_regex, normalize
+from fore.actors.tools.paths import FsError, PathOutOfScope, glob_regex, normalize
 
 ROOT = "/work/space"
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.gate.shell import explain_shell_command
-from actors.gate.shell_rules import Severity
-from actors.tools.fs import WorkspaceFs
-from actors.tools.paths import (
+from fore.actors.gate.shell import explain_shell_command
+from fore.actors.gate.shell_rules import Severity
+from fore.actors.tools.fs import WorkspaceFs
+from fore.actors.tools.paths import (
     Entry,
     FsError,
     PathOutOfScope,

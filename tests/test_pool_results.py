@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from actors.tools import FunctionTool, ToolContext, ToolRegistry, WorkspaceFs
-from messages.conversation import ToolCall, ToolResult
-from messages.tools import ToolCallFinished
+from fore.actors.tools import FunctionTool, ToolContext, ToolRegistry, WorkspaceFs
+from fore.messages.conversation import ToolCall, ToolResult
+from fore.messages.tools import ToolCallFinished
 from tests.test_tool_pool import (
     WAIT,
     Probe,

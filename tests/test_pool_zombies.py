@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.tools import FunctionTool, ToolContext, ToolRegistry, WorkspaceFs
-from messages.conversation import ToolCall
-from messages.tools import CancelToolCalls
+from fore.actors.tools import FunctionTool, ToolContext, ToolRegistry, WorkspaceFs
+from fore.messages.conversation import ToolCall
+from fore.messages.tools import CancelToolCalls
 from tests.test_tool_pool import (
     WAIT,
     Probe,

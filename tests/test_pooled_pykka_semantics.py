@@ -29,11 +29,11 @@ from pydantic import ValidationError
 from pykka import ActorDeadError, ActorProxy, ActorRef, CallableProxy, Timeout
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
-from actors.core.errors import ActorCrashed, AskTimeout, UnhandledMessageError
-from actors.core.future import PooledFuture
-from actors.core.pooled import ActorExit, PooledActor, handles, stop_now
-from actors.core.system import ActorSystem
-from messages.base import ControlMessage, Message
+from fore.actors.core.errors import ActorCrashed, AskTimeout, UnhandledMessageError
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import ActorExit, PooledActor, handles, stop_now
+from fore.actors.core.system import ActorSystem
+from fore.messages.base import ControlMessage, Message
 
 WAIT = 5.0
 """Upper bound of every wait: generous, only reached when something is broken."""

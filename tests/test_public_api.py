@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-import messages
-from messages.base import Message
+from fore import messages
+from fore.messages.base import Message
 
 
 def message_classes() -> list[type[Message]]:
     found: list[type[Message]] = []
     for info in pkgutil.iter_modules(messages.__path__):
-        module = importlib.import_module(f"messages.{info.name}")
+        module = importlib.import_module(f"fore.messages.{info.name}")
         for _, obj in inspect.getmembers(module, inspect.isclass):
             mine = issubclass(obj, Message) and obj.__module__ == module.__name__
             if mine and not obj.__name__.startswith("_"):
@@ -41,7 +41,7 @@ def test_every_message_is_frozen_and_strict(cls: type[Message]) -> None:
 
 
 def test_the_names_the_issues_spell_out_are_importable() -> None:
-    from actors import (  # noqa: F401
+    from fore.actors import (  # noqa: F401
         Abort,
         Cancel,
         Continue,
@@ -57,7 +57,7 @@ def test_the_names_the_issues_spell_out_are_importable() -> None:
         classify_shell_command,
         evaluate_tool_call,
     )
-    from messages import (  # noqa: F401
+    from fore.messages import (  # noqa: F401
         Alert,
         AlertLevel,
         AssistantMessage,
@@ -76,7 +76,7 @@ def test_the_names_the_issues_spell_out_are_importable() -> None:
         ToolResult,
         UserMessage,
     )
-    from supervision import Runtime  # noqa: F401
+    from fore.supervision import Runtime  # noqa: F401
 
     assert callable(ScriptedModel.from_file)
 

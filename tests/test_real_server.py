@@ -38,11 +38,11 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.llm import OpenAICompatible, RetryPolicy
-from actors.llm.models import StreamResult
-from actors.worker.hooks import Hooks, LlmRequestContext
-from bench.llama_server import LlamaServer
-from bench.real_server import (
+from fore.actors.llm import OpenAICompatible, RetryPolicy
+from fore.actors.llm.models import StreamResult
+from fore.actors.worker.hooks import Hooks, LlmRequestContext
+from fore.bench.llama_server import LlamaServer
+from fore.bench.real_server import (
     LONG_PROMPT,
     Sample,
     SpeculationRouter,
@@ -50,11 +50,11 @@ from bench.real_server import (
     speculation_outcome,
     stream_until_text,
 )
-from messages.conversation import AssistantMessage, ToolResult, UserMessage
-from messages.llm import LlmRequest, NamedToolChoice, Usage
-from messages.session import TurnResult
-from messages.speculation import SpeculationConfig
-from supervision import Runtime
+from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
+from fore.messages.llm import LlmRequest, NamedToolChoice, Usage
+from fore.messages.session import TurnResult
+from fore.messages.speculation import SpeculationConfig
+from fore.supervision import Runtime
 from tests.real_server_fixtures import (  # noqa: F401 (fixtures)
     llama_fc,
     llama_own,
@@ -160,7 +160,7 @@ def test_fore_run_runs_a_tool_using_turn(llama_fc: LlamaServer, workspace: Path)
     }
     done = subprocess.run(
         [
-            sys.executable, "-m", "supervision.cli", "run",
+            sys.executable, "-m", "fore.supervision.cli", "run",
             "--workspace", str(workspace),
             "--base-url", llama_fc.base_url, "--model", llama_fc.model,
             "--no-stream", "--max-turns", "3", "--timeout", str(TURN_TIMEOUT), "--json",
@@ -239,7 +239,7 @@ def test_aborting_a_speculation_stops_the_server(llama_own: LlamaServer, workspa
     log = llama_own.log
     assert log is not None
     config = SpeculationConfig(enabled=True, suggestion_delay_ms=0)
-    from actors.speculation.governor import LoadGovernor
+    from fore.actors.speculation.governor import LoadGovernor
 
     with Runtime(
         name="real-server-speculation", speculation_governor=LoadGovernor(enabled=False)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from bench.llama_server import LlamaSetup
+from fore.bench.llama_server import LlamaSetup
 from tests.real_server_fixtures import llama_setup  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.real_server
@@ -26,7 +26,7 @@ def test_fore_bench_real_server_quick(llama_setup: LlamaSetup) -> None:
     env = {**os.environ, "FORE_LLAMA_PYTHON": llama_setup.python}
     env["FORE_LLAMA_MODEL"] = str(llama_setup.model)
     done = subprocess.run(
-        [sys.executable, "-m", "supervision.cli", "bench", "real_server", "--quick"],
+        [sys.executable, "-m", "fore.supervision.cli", "bench", "real_server", "--quick"],
         capture_output=True,
         text=True,
         timeout=900,

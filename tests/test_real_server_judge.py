@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import real_server
-from bench.llama_server import DISCONNECTED, ServerLog
-from bench.real_server import judge_abort
+from fore.bench import real_server
+from fore.bench.llama_server import DISCONNECTED, ServerLog
+from fore.bench.real_server import judge_abort
 
 
 class _Feed:

@@ -22,19 +22,19 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.core import ActorSystem, PooledActor, handles
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.models import OpenAICompatible
-from actors.llm.netio import FastAsyncTransport
-from actors.llm.script import ScriptFile, ScriptReply
-from actors.overlay import OverlayActor, OverlayStore
-from actors.tools import ToolRegistry, WorkspaceFs
-from messages.base import Message
-from messages.conversation import UserMessage
-from messages.llm import LlmRequest
-from messages.overlay import ApplyOverlay, ApplyResult
-from messages.tools import RunToolBatch, ToolBatchFinished
-from supervision import Runtime
+from fore.actors.core import ActorSystem, PooledActor, handles
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.models import OpenAICompatible
+from fore.actors.llm.netio import FastAsyncTransport
+from fore.actors.llm.script import ScriptFile, ScriptReply
+from fore.actors.overlay import OverlayActor, OverlayStore
+from fore.actors.tools import ToolRegistry, WorkspaceFs
+from fore.messages.base import Message
+from fore.messages.conversation import UserMessage
+from fore.messages.llm import LlmRequest
+from fore.messages.overlay import ApplyOverlay, ApplyResult
+from fore.messages.tools import RunToolBatch, ToolBatchFinished
+from fore.supervision import Runtime
 from tests.test_tool_pool import Collector, Probe, calls, quick_tool, start_pool, wait_until
 
 WAIT = 15.0

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.resolve import (
+from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.resolve import (
     MAX_FORCED_ATTEMPTS,
     MAX_REQUEUES,
     NOTHING_PENDING,
@@ -23,8 +23,8 @@ from actors.resolve import (
     Resolve,
     StandingHandler,
 )
-from actors.resolve.tool import ResolveArgs
-from actors.tools import (
+from fore.actors.resolve.tool import ResolveArgs
+from fore.actors.tools import (
     PENDING_STORE_UNAVAILABLE,
     CancelToken,
     FunctionTool,
@@ -32,9 +32,9 @@ from actors.tools import (
     ToolError,
     WorkspaceFs,
 )
-from messages.conversation import ToolResult
-from messages.llm import LlmRequest, NamedToolChoice
-from supervision import Runtime
+from fore.messages.conversation import ToolResult
+from fore.messages.llm import LlmRequest, NamedToolChoice
+from fore.supervision import Runtime
 
 WAIT = 20.0
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from actors.llm import FunctionModel
-from actors.resolve import MAX_FORCED_ATTEMPTS, PendingActions
-from messages.conversation import ToolResult
-from messages.llm import LlmRequest, NamedToolChoice
-from supervision import Runtime
+from fore.actors.llm import FunctionModel
+from fore.actors.resolve import MAX_FORCED_ATTEMPTS, PendingActions
+from fore.messages.conversation import ToolResult
+from fore.messages.llm import LlmRequest, NamedToolChoice
+from fore.supervision import Runtime
 from tests.test_resolve import call, results
 
 WAIT = 20.0

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from actors.llm import FunctionModel, ScriptedModel, llm_error
-from actors.resolve.preview import ApplyFailed, EditSpec, apply_staged, stage
-from actors.tools import CancelToken, FunctionTool, ToolContext, WorkspaceFs
-from actors.worker.hooks import Cancel, Continue, Hooks, LlmRequestContext
-from messages.llm import LlmRequest, NamedToolChoice
-from messages.session import Submit, TurnResult
-from supervision import Runtime
+from fore.actors.llm import FunctionModel, ScriptedModel, llm_error
+from fore.actors.resolve.preview import ApplyFailed, EditSpec, apply_staged, stage
+from fore.actors.tools import CancelToken, FunctionTool, ToolContext, WorkspaceFs
+from fore.actors.worker.hooks import Cancel, Continue, Hooks, LlmRequestContext
+from fore.messages.llm import LlmRequest, NamedToolChoice
+from fore.messages.session import Submit, TurnResult
+from fore.supervision import Runtime
 from tests.test_resolve import LabelArgs, Producer, call, results
 
 WAIT = 20.0

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_fore_bench_actors_quick_runs_and_accounts_for_every_message() -> None:
     env = {**os.environ, "FORE_LOG_LEVEL": "error", "COLUMNS": "200"}
     done = subprocess.run(
-        [sys.executable, "-m", "supervision.cli", "bench", "actors", "--quick"],
+        [sys.executable, "-m", "fore.supervision.cli", "bench", "actors", "--quick"],
         cwd=ROOT,
         env=env,
         capture_output=True,

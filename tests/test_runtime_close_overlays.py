@@ -23,16 +23,16 @@ from typing import Any
 
 import pytest
 
-import actors.overlay.actor as overlay_actor_module
-import actors.speculation.speculator as speculator_module
-from actors.core.system import ActorSystem
-from actors.llm import ScriptedModel
-from actors.overlay import OverlayActor, OverlayClosed, OverlayStore, apply_overlay
-from actors.speculation.governor import LoadGovernor
-from actors.speculation.reaper import ReapOrder, SpeculationReaper
-from messages.gate import ApprovalMode
-from messages.overlay import ApplyOverlay
-from supervision import Runtime
+import fore.actors.overlay.actor as overlay_actor_module
+import fore.actors.speculation.speculator as speculator_module
+from fore.actors.core.system import ActorSystem
+from fore.actors.llm import ScriptedModel
+from fore.actors.overlay import OverlayActor, OverlayClosed, OverlayStore, apply_overlay
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.speculation.reaper import ReapOrder, SpeculationReaper
+from fore.messages.gate import ApprovalMode
+from fore.messages.overlay import ApplyOverlay
+from fore.supervision import Runtime
 from tests.test_speculation import (
     WAIT,
     Replies,

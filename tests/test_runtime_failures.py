@@ -23,9 +23,9 @@ import pytest
 from pykka import ActorDeadError
 from structlog.testing import capture_logs
 
-from actors.core import ActorExit, ActorSystem, PooledActor, PooledFuture, handles
-from actors.core.timer import Timer
-from messages.base import Message
+from fore.actors.core import ActorExit, ActorSystem, PooledActor, PooledFuture, handles
+from fore.actors.core.timer import Timer
+from fore.messages.base import Message
 
 WAIT = 5.0
 

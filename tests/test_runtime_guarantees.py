@@ -25,10 +25,10 @@ import pykka
 import pytest
 from pykka import ActorDeadError
 
-from actors.core import ActorCrashed, ActorExit, ActorSystem, AskTimeout, PooledActor, handles
-from actors.core.errors import ActorSystemClosed, BlockingOnDispatcherError
-from actors.core.future import PooledFuture
-from messages.base import Message
+from fore.actors.core import ActorCrashed, ActorExit, ActorSystem, AskTimeout, PooledActor, handles
+from fore.actors.core.errors import ActorSystemClosed, BlockingOnDispatcherError
+from fore.actors.core.future import PooledFuture
+from fore.messages.base import Message
 
 WAIT = 10.0
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.load import LoadOptions, run_load
+from fore.bench.load import LoadOptions, run_load
 
 SEEDS = range(1, 9)
 

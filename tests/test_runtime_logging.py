@@ -22,9 +22,9 @@ from typing import Any, NoReturn
 import pytest
 from structlog.testing import capture_logs
 
-from actors.core import ActorExit, ActorSystem, PooledActor, UnhandledMessageError, handles
-from actors.core.logs import configure_logging
-from messages.base import Message
+from fore.actors.core import ActorExit, ActorSystem, PooledActor, UnhandledMessageError, handles
+from fore.actors.core.logs import configure_logging
+from fore.messages.base import Message
 
 WAIT = 5.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,9 +87,9 @@ def watch(ref: Any) -> queue.SimpleQueue[ActorExit]:
 
 _SCRIPT = """
 import sys
-from actors.core import ActorSystem, PooledActor
-from actors.core.logs import configure_logging
-from messages.base import Message
+from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.core.logs import configure_logging
+from fore.messages.base import Message
 
 class Stray(Message):
     pass

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.llm import ScriptedModel
-from messages.conversation import AssistantMessage
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel
+from fore.messages.conversation import AssistantMessage
+from fore.supervision import Runtime
 
 WAIT = 30.0
 

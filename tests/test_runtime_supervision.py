@@ -19,8 +19,8 @@ from typing import Any, NoReturn
 import pytest
 from pykka import ActorDeadError, ActorRef
 
-from actors.core import ActorExit, ActorSystem, PooledActor, handles, stop_now
-from messages.runtime import (
+from fore.actors.core import ActorExit, ActorSystem, PooledActor, handles, stop_now
+from fore.messages.runtime import (
     ChildSpec,
     ChildStatus,
     GetChild,
@@ -29,7 +29,7 @@ from messages.runtime import (
     Strategy,
     WhichChildren,
 )
-from supervision import Backoff, Handle, Runtime, Supervisor, SupervisorIntensityError
+from fore.supervision import Backoff, Handle, Runtime, Supervisor, SupervisorIntensityError
 from tests.test_supervision import (
     WAIT,
     Block,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.llm.script import (
+from fore.actors.llm.script import (
     MAX_TOKEN_CHARS,
     NO_REPLY,
     NO_REPLY_TEXT,

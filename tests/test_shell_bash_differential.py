@@ -33,8 +33,8 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from actors.gate.shell import classify_shell_command
-from bench.shell_corpus import load_corpus, make_workspace
+from fore.actors.gate.shell import classify_shell_command
+from fore.bench.shell_corpus import load_corpus, make_workspace
 
 BASH = shutil.which("bash")
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash is not installed")

@@ -20,18 +20,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
-from actors.tools.builtin import Shell
-from actors.tools.cancel import CancelToken
-from actors.tools.envscrub import (
+from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
+from fore.actors.tools.builtin import Shell
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.envscrub import (
     random_token,
     scrub_env,
     scrub_value,
     secret_name,
     strip_url_credentials,
 )
-from actors.tools.proctrack import tracking_unavailable
-from messages.conversation import ToolCall
+from fore.actors.tools.proctrack import tracking_unavailable
+from fore.messages.conversation import ToolCall
 
 # Realistic secrets, under their usual names and under innocent ones. The value
 # part that must never reach a command is the second element.

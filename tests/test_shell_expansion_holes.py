@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.gate.shell import classify_shell_command, explain_shell_command
-from bench.shell_corpus import make_workspace
+from fore.actors.gate.shell import classify_shell_command, explain_shell_command
+from fore.bench.shell_corpus import make_workspace
 
 
 @pytest.fixture(scope="module")

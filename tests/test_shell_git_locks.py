@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from actors.overlay import OverlayStore
-from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
-from actors.tools.builtin import Shell
-from actors.tools.cancel import CancelToken
-from actors.tools.fs import FsView
-from actors.tools.gitindex import git_dir, private_index
-from messages.conversation import ToolCall
+from fore.actors.overlay import OverlayStore
+from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
+from fore.actors.tools.builtin import Shell
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.fs import FsView
+from fore.actors.tools.gitindex import git_dir, private_index
+from fore.messages.conversation import ToolCall
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

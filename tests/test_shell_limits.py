@@ -22,8 +22,8 @@ import tree_sitter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.gate import shell
-from actors.gate.shell import (
+from fore.actors.gate import shell
+from fore.actors.gate.shell import (
     MAX_COMMAND_CHARS,
     MAX_DEPTH,
     MAX_NESTED_SOURCES,

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
-from actors.tools.base import Invocation
-from actors.tools.builtin import Shell
-from actors.tools.cancel import CancelToken
-from actors.tools.proctrack import cgroup2_mount, own_cgroup, tracking_unavailable
-from messages.conversation import ToolCall
+from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
+from fore.actors.tools.base import Invocation
+from fore.actors.tools.builtin import Shell
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.proctrack import cgroup2_mount, own_cgroup, tracking_unavailable
+from fore.messages.conversation import ToolCall
 
 WAIT = 20.0
 
@@ -264,7 +264,7 @@ def test_a_command_that_never_joined_its_cgroup_is_swept_anyway(
     why = tracking_unavailable("cgroup")
     if why is not None:
         pytest.skip(why)
-    from actors.tools import proctrack
+    from fore.actors.tools import proctrack
 
     monkeypatch.setattr(proctrack, "_JOIN_SCRIPT", "builtin exec {fd}<&- {ack}>&-\n")
     command = (

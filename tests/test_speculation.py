@@ -16,21 +16,21 @@ from typing import Any
 import psutil
 import pytest
 
-from actors.core import PooledActor
-from actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.speculation.fork import trim_history
-from actors.speculation.governor import LoadGovernor
-from actors.speculation.speculator import Speculator
-from actors.worker.hooks import Continue, Hooks, Skip, ToolCallContext
-from actors.worker.state import pairing_problems
-from messages.conversation import AssistantMessage, SystemMessage, ToolResult, UserMessage
-from messages.gate import ApprovalMode
-from messages.llm import LlmRequest
-from messages.session import EventBase, ItemAdded, Subscribe
-from messages.speculation import SpeculationConfig, SpeculationFinished, SuggestionReady
-from supervision import Runtime
+from fore.actors.core import PooledActor
+from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.speculation.fork import trim_history
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.speculation.speculator import Speculator
+from fore.actors.worker.hooks import Continue, Hooks, Skip, ToolCallContext
+from fore.actors.worker.state import pairing_problems
+from fore.messages.conversation import AssistantMessage, SystemMessage, ToolResult, UserMessage
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import LlmRequest
+from fore.messages.session import EventBase, ItemAdded, Subscribe
+from fore.messages.speculation import SpeculationConfig, SpeculationFinished, SuggestionReady
+from fore.supervision import Runtime
 
 WAIT = 20.0
 MAIN = {"when": {"purpose": "main"}}
@@ -253,7 +253,7 @@ def test_no_suggestion_in_plan_mode_or_after_an_error(runtime: Runtime, ws: Path
         assert s.speculation.state == "idle"  # nothing was speculated either
     assert all(r.purpose == "main" for r in seen)
 
-    from actors.llm import llm_error
+    from fore.actors.llm import llm_error
 
     answers = iter(["first", hinted])
 
@@ -648,7 +648,7 @@ def test_history_trim_never_starts_with_an_orphan_tool_result() -> None:
 
 
 def _tc(call_id: str) -> Any:
-    from messages.conversation import ToolCall
+    from fore.messages.conversation import ToolCall
 
     return ToolCall(id=call_id, name="t", arguments={})
 

@@ -17,13 +17,13 @@ from typing import Any
 import pykka
 import pytest
 
-from actors.llm import ScriptedModel
-from actors.worker.state import pairing_problems
-from messages.conversation import ToolResult
-from messages.gate import ApprovalMode
-from messages.llm import LlmRequest
-from messages.speculation import AcceptResult, SpeculationFinished
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel
+from fore.actors.worker.state import pairing_problems
+from fore.messages.conversation import ToolResult
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import LlmRequest
+from fore.messages.speculation import AcceptResult, SpeculationFinished
+from fore.supervision import Runtime
 from tests.test_overlay_apply_failures import free_inodes, small_tmpfs
 from tests.test_speculation import (
     TWO_TURNS,
@@ -417,7 +417,7 @@ def test_a_user_edit_after_the_start_is_never_overwritten_by_tab(
 
 def fail_syscalls(monkeypatch: pytest.MonkeyPatch, *points: str) -> None:
     """Make these changes of the next applies fail (``syscall:path``)."""
-    from actors.overlay import apply as apply_module
+    from fore.actors.overlay import apply as apply_module
 
     def fault(syscall: str, rel: str) -> None:
         if f"{syscall}:{rel}" in points:

@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 
-from actors.llm import OpenAICompatible
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.worker.hooks import Continue, Skip, ToolCallContext
-from actors.worker.interceptor import Interceptor
-from actors.worker.state import pairing_problems
-from messages.conversation import AssistantMessage, ToolResult, UserMessage
-from messages.gate import ApprovalMode
-from messages.runtime import GetChild
-from messages.speculation import TokenBudgetReached
-from supervision import Runtime
+from fore.actors.llm import OpenAICompatible
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.worker.hooks import Continue, Skip, ToolCallContext
+from fore.actors.worker.interceptor import Interceptor
+from fore.actors.worker.state import pairing_problems
+from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
+from fore.messages.gate import ApprovalMode
+from fore.messages.runtime import GetChild
+from fore.messages.speculation import TokenBudgetReached
+from fore.supervision import Runtime
 from tests.test_speculation import (
     TWO_TURNS,
     WAIT,
@@ -236,7 +236,7 @@ def test_a_hard_budget_cancels_running_tool_calls_and_hands_them_over(
             "tool_calls": [call("shell", command="tail -f notes.txt")],
         },
     ]
-    from actors.llm import ScriptedModel
+    from fore.actors.llm import ScriptedModel
 
     with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=spec()) as s:
         start(s)

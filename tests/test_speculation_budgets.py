@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from messages.speculation import SpeculationProgress
-from supervision import Runtime
+from fore.messages.speculation import SpeculationProgress
+from fore.supervision import Runtime
 from tests.test_speculation import WAIT, Replies, call, settled, spec, speculation_runtime
 
 MAIN = ["Hello.", "x is 1. Shall I look around?"]

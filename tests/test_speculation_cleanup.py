@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from actors.llm import OpenAICompatible, ScriptedModel
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.speculation.speculator import Speculator
-from actors.tools.base import FunctionTool, ToolArgs, ToolContext
-from messages.gate import ApprovalMode
-from messages.runtime import GetChild
-from messages.session import EventBase
-from messages.speculation import SpeculationFinished
-from supervision import Runtime
+from fore.actors.llm import OpenAICompatible, ScriptedModel
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.speculation.speculator import Speculator
+from fore.actors.tools.base import FunctionTool, ToolArgs, ToolContext
+from fore.messages.gate import ApprovalMode
+from fore.messages.runtime import GetChild
+from fore.messages.session import EventBase
+from fore.messages.speculation import SpeculationFinished
+from fore.supervision import Runtime
 from tests.test_speculation import (
     TWO_TURNS,
     WAIT,

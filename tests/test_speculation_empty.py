@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from messages.conversation import AssistantMessage, UserMessage
-from messages.speculation import SpeculationFinished
-from supervision import Runtime
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.speculation import SpeculationFinished
+from fore.supervision import Runtime
 from tests.test_speculation import WAIT, Replies, spec, speculation_runtime, wait_until
 
 MAIN = ["Hello.", "x is 1. Shall I bump it?", "Bumped it for real."]

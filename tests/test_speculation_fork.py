@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from actors.llm import OpenAICompatible
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.tools.base import FunctionTool, ToolArgs, ToolContext
-from messages.gate import ApprovalMode
-from messages.speculation import SpeculationFinished
-from supervision import Runtime
+from fore.actors.llm import OpenAICompatible
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.tools.base import FunctionTool, ToolArgs, ToolContext
+from fore.messages.gate import ApprovalMode
+from fore.messages.speculation import SpeculationFinished
+from fore.supervision import Runtime
 from tests.test_speculation import (
     WAIT,
     Replies,
@@ -197,7 +197,7 @@ def test_no_speculation_starts_on_a_snapshot_older_than_the_tools(
 
 
 def test_trim_points_move_in_fixed_steps() -> None:
-    from actors.speculation.fork import trim_start
+    from fore.actors.speculation.fork import trim_start
 
     # at most max entries kept; the cut is a multiple of the step; it stays put
     # while the history grows within one step

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.llm import ScriptedModel
-from actors.speculation.governor import LoadGovernor
-from messages.speculation import SpeculationProgress, SpeculationSkipped, SuggestionReady
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel
+from fore.actors.speculation.governor import LoadGovernor
+from fore.messages.speculation import SpeculationProgress, SpeculationSkipped, SuggestionReady
+from fore.supervision import Runtime
 from tests.test_speculation import TWO_TURNS, WAIT, main_reply, spec, suggestion, wait_until
 
 # -- the decision ---------------------------------------------------------------------

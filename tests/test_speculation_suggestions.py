@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from actors.llm import OpenAICompatible, ScriptedModel
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from messages.session import TurnFinished
-from messages.speculation import SuggestionReady
-from supervision import Runtime
+from fore.actors.llm import OpenAICompatible, ScriptedModel
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.messages.session import TurnFinished
+from fore.messages.speculation import SuggestionReady
+from fore.supervision import Runtime
 from tests.test_speculation import (
     TWO_TURNS,
     WAIT,

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from actors.llm import ScriptedModel, llm_error
-from actors.worker.state import pairing_problems
-from messages.conversation import ToolResult
-from messages.gate import ApprovalMode
-from messages.llm import LlmRequest
-from messages.speculation import SpeculationFinished
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel, llm_error
+from fore.actors.worker.state import pairing_problems
+from fore.messages.conversation import ToolResult
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import LlmRequest
+from fore.messages.speculation import SpeculationFinished
+from fore.supervision import Runtime
 from tests.test_speculation import (
     TWO_TURNS,
     WAIT,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.speculation.transcript import cancelled_calls, hand_over
-from actors.worker.state import pairing_problems
-from messages.conversation import AssistantMessage, Item, ToolCall, ToolResult, UserMessage
+from fore.actors.speculation.transcript import cancelled_calls, hand_over
+from fore.actors.worker.state import pairing_problems
+from fore.messages.conversation import AssistantMessage, Item, ToolCall, ToolResult, UserMessage
 
 
 def tc(call_id: str) -> ToolCall:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.store.pgtemp import find_bindir
+from fore.actors.store.pgtemp import find_bindir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_fore_bench_store_quick_runs_and_prints_every_measurement() -> None:
     env = {**os.environ, "FORE_LOG_LEVEL": "error", "COLUMNS": "200"}
     done = subprocess.run(
-        [sys.executable, "-m", "supervision.cli", "bench", "store", "--quick"],
+        [sys.executable, "-m", "fore.supervision.cli", "bench", "store", "--quick"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.store import InvalidRecord, NewSession, StoreCorrupted, TurnBatch, open_store
-from actors.store.codec import TITLE_CHARS, blob_refs, encode_config, title_preview
-from actors.store.owner import certainly_dead, describe, parse_owner, this_process
-from actors.store.url import PostgresTarget, SqliteTarget, parse_store_url, redact
-from messages.alerts import Alert
-from messages.conversation import AssistantMessage, UserMessage
+from fore.actors.store import InvalidRecord, NewSession, StoreCorrupted, TurnBatch, open_store
+from fore.actors.store.codec import TITLE_CHARS, blob_refs, encode_config, title_preview
+from fore.actors.store.owner import certainly_dead, describe, parse_owner, this_process
+from fore.actors.store.url import PostgresTarget, SqliteTarget, parse_store_url, redact
+from fore.messages.alerts import Alert
+from fore.messages.conversation import AssistantMessage, UserMessage
 
 ALERT = Alert(level="info", text="x", source="test")
 

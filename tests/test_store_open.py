@@ -19,7 +19,7 @@ import psutil
 import psycopg
 import pytest
 
-from actors.store import (
+from fore.actors.store import (
     NewSession,
     NotASessionStore,
     SchemaTooNew,
@@ -31,8 +31,8 @@ from actors.store import (
     migrations,
     open_store,
 )
-from actors.store.pgtemp import PgCluster
-from messages.conversation import UserMessage
+from fore.actors.store.pgtemp import PgCluster
+from fore.messages.conversation import UserMessage
 from tests.pg_server import pg_cluster, pg_url, store_url  # noqa: F401  (fixtures)
 from tests.store_child import turn_items
 

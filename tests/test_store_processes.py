@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from actors.store import NewSession, SessionLeased, SessionStore, TurnBatch, open_store
-from actors.store.pgtemp import PgCluster
-from messages.conversation import UserMessage, item_text
+from fore.actors.store import NewSession, SessionLeased, SessionStore, TurnBatch, open_store
+from fore.actors.store.pgtemp import PgCluster
+from fore.messages.conversation import UserMessage, item_text
 from tests.pg_server import pg_cluster, pg_url, store_url  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent

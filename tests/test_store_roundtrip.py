@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.store import NewSession, SessionStore, TurnBatch, open_store
-from actors.store.pgtemp import PgCluster
-from messages.conversation import (
+from fore.actors.store import NewSession, SessionStore, TurnBatch, open_store
+from fore.actors.store.pgtemp import PgCluster
+from fore.messages.conversation import (
     AssistantMessage,
     FileRef,
     Paste,

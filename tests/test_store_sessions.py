@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.store import (
+from fore.actors.store import (
     InvalidRecord,
     LeaseLost,
     NewSession,
@@ -25,16 +25,16 @@ from actors.store import (
     TurnBatch,
     open_store,
 )
-from actors.store.codec import MAX_KEPT_ALERTS
-from messages.alerts import Alert
-from messages.conversation import (
+from fore.actors.store.codec import MAX_KEPT_ALERTS
+from fore.messages.alerts import Alert
+from fore.messages.conversation import (
     AssistantMessage,
     ToolCall,
     ToolResult,
     UserMessage,
     item_text,
 )
-from messages.llm import Usage
+from fore.messages.llm import Usage
 from tests.pg_server import pg_cluster, store_url  # noqa: F401  (fixtures)
 from tests.store_child import turn_items
 

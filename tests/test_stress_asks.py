@@ -17,10 +17,10 @@ from typing import Any
 import pykka
 import pytest
 
-from actors.core import ActorCrashed, AskTimeout, PooledActor, handles
-from messages.base import Message
-from messages.runtime import ChildSpec
-from supervision import Runtime, Supervisor
+from fore.actors.core import ActorCrashed, AskTimeout, PooledActor, handles
+from fore.messages.base import Message
+from fore.messages.runtime import ChildSpec
+from fore.supervision import Runtime, Supervisor
 
 TOTAL_ASKS = 120_000
 ACTORS = 64
@@ -75,7 +75,7 @@ def test_supervised_asks_all_resolve_under_random_crashes() -> None:
                 ),
             )
         )
-        from messages.runtime import GetChild
+        from fore.messages.runtime import GetChild
 
         handles_ = [sup.ask(GetChild(child_id=f"t{i}"), timeout=30) for i in range(ACTORS)]
         per_client = TOTAL_ASKS // CLIENTS
@@ -131,7 +131,7 @@ def test_plain_ref_asks_all_resolve_while_actors_are_stopped_and_killed() -> Non
                 if action < 0.4:
                     ref.stop(block=False)
                 elif action < 0.7:
-                    from actors.core import stop_now
+                    from fore.actors.core import stop_now
 
                     stop_now(ref, block=False)
                 elif actor is not None:

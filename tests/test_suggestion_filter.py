@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from actors.speculation.suggestion_filter import (
+from fore.actors.speculation.suggestion_filter import (
     MAX_CHARS,
     RULE_ORDER,
     RejectReason,
@@ -26,7 +26,7 @@ from actors.speculation.suggestion_filter import (
     normalize_suggestion,
     parse_suggestion_reply,
 )
-from actors.speculation.suggestion_prompt import (
+from fore.actors.speculation.suggestion_prompt import (
     SUGGESTION_PROMPT,
     TYPE_HINT_RE,
     extract_type_hint,

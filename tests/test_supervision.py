@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.core import ActorCrashed, PooledActor, handles
-from messages.base import Message
-from messages.runtime import (
+from fore.actors.core import ActorCrashed, PooledActor, handles
+from fore.messages.base import Message
+from fore.messages.runtime import (
     ChildSpec,
     ChildStatus,
     RestartType,
@@ -29,7 +29,7 @@ from messages.runtime import (
     Strategy,
     WhichChildren,
 )
-from supervision import (
+from fore.supervision import (
     Backoff,
     Handle,
     RestartIntensity,
@@ -160,7 +160,7 @@ def start_supervisor(
 
 
 def child(sup: Handle[Supervisor], child_id: str) -> Handle[Any]:
-    from messages.runtime import GetChild
+    from fore.messages.runtime import GetChild
 
     handle = sup.ask(GetChild(child_id=child_id), timeout=WAIT)
     assert isinstance(handle, Handle)

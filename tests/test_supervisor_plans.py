@@ -28,8 +28,8 @@ import pytest
 from pykka import ActorDeadError, ActorRef
 from structlog.testing import capture_logs
 
-from actors.core import ActorExit, ActorSystem, PooledActor, PooledFuture, handles, stop_now
-from messages.runtime import (
+from fore.actors.core import ActorExit, ActorSystem, PooledActor, PooledFuture, handles, stop_now
+from fore.messages.runtime import (
     ChildSpec,
     ChildStatus,
     GetChild,
@@ -39,8 +39,8 @@ from messages.runtime import (
     Strategy,
     WhichChildren,
 )
-from supervision import Backoff, Handle, Runtime, Supervisor, SupervisorIntensityError
-from supervision.supervisor import ChildRejectedError
+from fore.supervision import Backoff, Handle, Runtime, Supervisor, SupervisorIntensityError
+from fore.supervision.supervisor import ChildRejectedError
 from tests.test_supervision import WAIT, Block, Crash, Finish, Who, gate, spec, urn, wait_until
 
 NEVER = 600.0

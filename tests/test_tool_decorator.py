@@ -19,16 +19,23 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from actors.llm import FunctionModel
-from actors.tools.base import FunctionTool, Tool, ToolArgs, ToolContext, ToolRegistry, invoke_tool
-from actors.tools.cancel import CancelToken
-from actors.tools.decorator import DecoratedTool, ToolDefinitionError, make_tool, tool
-from actors.tools.fs import WorkspaceFs
-from actors.tools.noworkspace import NO_WORKSPACE, NoWorkspace
-from messages.conversation import ToolCall, ToolResult
-from messages.llm import LlmRequest
-from messages.speculation import SpeculationConfig
-from supervision import Runtime
+from fore.actors.llm import FunctionModel
+from fore.actors.tools.base import (
+    FunctionTool,
+    Tool,
+    ToolArgs,
+    ToolContext,
+    ToolRegistry,
+    invoke_tool,
+)
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.decorator import DecoratedTool, ToolDefinitionError, make_tool, tool
+from fore.actors.tools.fs import WorkspaceFs
+from fore.actors.tools.noworkspace import NO_WORKSPACE, NoWorkspace
+from fore.messages.conversation import ToolCall, ToolResult
+from fore.messages.llm import LlmRequest
+from fore.messages.speculation import SpeculationConfig
+from fore.supervision import Runtime
 
 WAIT = 30.0
 
@@ -532,7 +539,7 @@ def speculate_call(
     rt: Runtime, workspace: Path, tools: list[Any], *calls: dict[str, Any], **config: Any
 ) -> Any:
     """Run a session whose speculation makes ``calls``; its finished speculation status."""
-    from actors.llm import ScriptedModel
+    from fore.actors.llm import ScriptedModel
     from tests.test_speculation import TWO_TURNS, settled, spec, speculated, suggestion
 
     script = [*TWO_TURNS, suggestion("look it up"), speculated("", *calls), speculated("Done.")]
@@ -581,7 +588,7 @@ def test_an_undeclared_tool_is_a_boundary_in_a_speculation(
 def test_a_read_only_tool_after_a_speculative_write_is_a_boundary(
     spec_runtime: Runtime, tmp_path: Path
 ) -> None:
-    from messages.gate import ApprovalMode
+    from fore.messages.gate import ApprovalMode
 
     (tmp_path / "app.py").write_text("x = 1\n")
     ran: list[str] = []

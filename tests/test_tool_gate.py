@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from actors.gate.tool_gate import evaluate_tool_call
-from messages.gate import ApprovalMode, GateAction, GateDecision
+from fore.actors.gate.tool_gate import evaluate_tool_call
+from fore.messages.gate import ApprovalMode, GateAction, GateDecision
 
 MODES = [mode.value for mode in ApprovalMode]
 READ_TOOLS = ["read_file", "grep", "glob", "list_directory", "inspect"]
@@ -110,9 +110,9 @@ def test_preview_false_is_an_ordinary_write(tool: str, mode: str) -> None:
 def test_gate_knows_every_tool_argument_that_stages_a_preview() -> None:
     # The gate's field name must be the tools' own: a renamed field would let
     # previews through. Every built-in tool with a preview field is a write tool.
-    from actors.gate.tool_gate import PREVIEW_ARGUMENT, WRITE_TOOLS
-    from actors.resolve.preview import MultiEdit
-    from actors.tools.builtin import builtin_tools
+    from fore.actors.gate.tool_gate import PREVIEW_ARGUMENT, WRITE_TOOLS
+    from fore.actors.resolve.preview import MultiEdit
+    from fore.actors.tools.builtin import builtin_tools
 
     tools = [*builtin_tools(), MultiEdit()]
     staging = {tool.name for tool in tools if PREVIEW_ARGUMENT in tool.args_model.model_fields}

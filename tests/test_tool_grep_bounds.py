@@ -20,12 +20,12 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.tools import ToolContext, WorkspaceFs, default_registry, invoke_tool
-from actors.tools.base import Invocation
-from actors.tools.builtin import search
-from actors.tools.cancel import CancelToken
-from messages.conversation import ToolCall
-from messages.tools import CancelToolCalls
+from fore.actors.tools import ToolContext, WorkspaceFs, default_registry, invoke_tool
+from fore.actors.tools.base import Invocation
+from fore.actors.tools.builtin import search
+from fore.actors.tools.cancel import CancelToken
+from fore.messages.conversation import ToolCall
+from fore.messages.tools import CancelToolCalls
 from tests.test_tool_pool import (
     WAIT,
     Reports,

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.tools import FunctionTool, ToolRegistry, WorkspaceFs, default_registry
-from actors.tools.text import valid_json, valid_output, valid_unicode
-from messages.blobs import Inline, Stored, Structured, Text
-from messages.conversation import ToolCall
+from fore.actors.tools import FunctionTool, ToolRegistry, WorkspaceFs, default_registry
+from fore.actors.tools.text import valid_json, valid_output, valid_unicode
+from fore.messages.blobs import Inline, Stored, Structured, Text
+from fore.messages.conversation import ToolCall
 from tests.test_tool_pool import Reports, TagArgs, inbox, runtime, start_pool, submit
 
 __all__ = ["inbox", "runtime"]  # pytest fixtures used by name below

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.core import PooledActor, handles
-from actors.tools import (
+from fore.actors.core import PooledActor, handles
+from fore.actors.tools import (
     FunctionTool,
     ThreadRunner,
     ToolContext,
@@ -28,12 +28,12 @@ from actors.tools import (
     WorkspaceFs,
     default_registry,
 )
-from actors.tools.scheduling import CallShape, batch_dependencies
-from messages.base import Message
-from messages.blobs import Inline, Stored, Structured, Text
-from messages.conversation import ToolCall
-from messages.runtime import ChildSpec
-from messages.tools import (
+from fore.actors.tools.scheduling import CallShape, batch_dependencies
+from fore.messages.base import Message
+from fore.messages.blobs import Inline, Stored, Structured, Text
+from fore.messages.conversation import ToolCall
+from fore.messages.runtime import ChildSpec
+from fore.messages.tools import (
     CancelToolCalls,
     GetPoolStats,
     PoolStats,
@@ -43,7 +43,7 @@ from messages.tools import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from supervision import Runtime
+from fore.supervision import Runtime
 
 WAIT = 15.0
 _ids = itertools.count()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from actors.tools.scheduling import FairQueue
+from fore.actors.tools.scheduling import FairQueue
 
 
 def test_an_early_waiter_is_not_starved_by_a_stream_of_new_sessions() -> None:

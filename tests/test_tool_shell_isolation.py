@@ -24,14 +24,14 @@ from typing import Any
 import psutil
 import pytest
 
-from actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
-from actors.tools.base import Invocation
-from actors.tools.builtin import Shell
-from actors.tools.builtin.shell import looks_secret
-from actors.tools.cancel import CancelToken
-from actors.tools.envscrub import scrub_env
-from actors.tools.proctrack import CALL_MARKER, _new_pid, last_pid
-from messages.conversation import ToolCall
+from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
+from fore.actors.tools.base import Invocation
+from fore.actors.tools.builtin import Shell
+from fore.actors.tools.builtin.shell import looks_secret
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.envscrub import scrub_env
+from fore.actors.tools.proctrack import CALL_MARKER, _new_pid, last_pid
+from fore.messages.conversation import ToolCall
 
 WAIT = 15.0
 

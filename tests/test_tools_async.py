@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.llm import FunctionModel
-from actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs
-from actors.tools.aio import ToolLoop, ToolLoopClosed
-from actors.tools.base import Tool, invoke_tool
-from actors.tools.cancel import CancelToken
-from actors.tools.decorator import tool
-from messages.conversation import ToolCall, ToolResult
-from messages.llm import LlmRequest
-from messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished
-from supervision import Runtime
+from fore.actors.llm import FunctionModel
+from fore.actors.tools import FunctionTool, ToolContext, ToolPool, ToolRegistry, WorkspaceFs
+from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
+from fore.actors.tools.base import Tool, invoke_tool
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.decorator import tool
+from fore.messages.conversation import ToolCall, ToolResult
+from fore.messages.llm import LlmRequest
+from fore.messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished
+from fore.supervision import Runtime
 from tests.test_tool_pool import Collector, Reports, stats, submit, wait_until
 
 WAIT = 20.0

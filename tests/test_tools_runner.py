@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.tools.runner import Job, RunnerSaturated, ThreadRunner
+from fore.actors.tools.runner import Job, RunnerSaturated, ThreadRunner
 
 WAIT = 15.0
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.overlay import OverlayStore
-from actors.tools import ToolContext, default_registry, invoke_tool
-from actors.tools.cancel import CancelToken
-from actors.tools.fs import MAX_WALK_DEPTH, FsView, WorkspaceFs, walk_files
-from messages.conversation import ToolCall
+from fore.actors.overlay import OverlayStore
+from fore.actors.tools import ToolContext, default_registry, invoke_tool
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.fs import MAX_WALK_DEPTH, FsView, WorkspaceFs, walk_files
+from fore.messages.conversation import ToolCall
 
 SWAPS = 20_000
 REGISTRY = default_registry()

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.core import ActorCrashed
-from actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hooks import (
+from fore.actors.core import ActorCrashed
+from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hooks import (
     Abort,
     Cancel,
     Continue,
@@ -38,18 +38,18 @@ from actors.worker.hooks import (
     ToolCallContext,
     TurnEndContext,
 )
-from actors.worker.interceptor import ContinueWith, Interceptor
-from actors.worker.state import pairing_problems
-from actors.worker.testing import RecordingHook, ScriptedHook
-from messages.conversation import (
+from fore.actors.worker.interceptor import ContinueWith, Interceptor
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.testing import RecordingHook, ScriptedHook
+from fore.messages.conversation import (
     AssistantMessage,
     SystemMessage,
     ToolResult,
     UserMessage,
 )
-from messages.llm import LlmRequest
-from messages.session import Submit, TextDelta, ToolFinished, ToolStarted, TurnResult
-from supervision import Runtime
+from fore.messages.llm import LlmRequest
+from fore.messages.session import Submit, TextDelta, ToolFinished, ToolStarted, TurnResult
+from fore.supervision import Runtime
 
 WAIT = 20.0
 
@@ -709,7 +709,7 @@ def test_a_crashing_worker_restarts_keeping_history(runtime: Runtime, workspace:
 def test_an_llm_failure_ends_the_run_with_an_error_and_alert(
     runtime: Runtime, workspace: Path
 ) -> None:
-    from actors.llm import llm_error
+    from fore.actors.llm import llm_error
 
     def fail(request: LlmRequest) -> Any:
         raise llm_error("auth", "bad key", retryable=False)

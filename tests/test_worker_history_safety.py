@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.llm import ScriptedModel
-from actors.speculation.governor import LoadGovernor
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hooks import Continue, Hooks, ToolCallContext
-from actors.worker.state import pairing_problems
-from actors.worker.worker import match_results
-from messages.blobs import Text
-from messages.conversation import ToolCall, ToolResult
-from messages.speculation import SpeculationConfig
-from messages.tools import ToolCallFinished
-from supervision import Runtime
+from fore.actors.llm import ScriptedModel
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hooks import Continue, Hooks, ToolCallContext
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.worker import match_results
+from fore.messages.blobs import Text
+from fore.messages.conversation import ToolCall, ToolResult
+from fore.messages.speculation import SpeculationConfig
+from fore.messages.tools import ToolCallFinished
+from fore.supervision import Runtime
 
 WAIT = 20.0
 

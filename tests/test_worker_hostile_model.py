@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from actors.llm import (
+from fore.actors.llm import (
     FunctionModel,
     OpenAICompatible,
     RetryPolicy,
@@ -39,23 +39,23 @@ from actors.llm import (
     StreamAssembler,
     StreamResult,
 )
-from actors.llm.mock_server import MockLlmServer
-from actors.llm.script import ScriptFile
-from actors.llm.wire import tool_call
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hookrun import DetachedChain, HookGate, HookJob
-from actors.worker.hooks import HookEvent, Hooks, HookSpec, Skip
-from actors.worker.state import pairing_problems
-from actors.worker.worker import DEFAULT_MAX_BATCH_CALLS, WorkerConfig
-from messages.conversation import (
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.actors.llm.script import ScriptFile
+from fore.actors.llm.wire import tool_call
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hookrun import DetachedChain, HookGate, HookJob
+from fore.actors.worker.hooks import HookEvent, Hooks, HookSpec, Skip
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.worker import DEFAULT_MAX_BATCH_CALLS, WorkerConfig
+from fore.messages.conversation import (
     MAX_ARGUMENTS_ERROR,
     AssistantMessage,
     ToolResult,
     invalid_arguments,
 )
-from messages.llm import LlmRequest, Usage
-from messages.session import TurnResult
-from supervision import Runtime
+from fore.messages.llm import LlmRequest, Usage
+from fore.messages.session import TurnResult
+from fore.supervision import Runtime
 
 WAIT = 60.0
 

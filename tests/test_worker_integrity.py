@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from actors.llm import FunctionModel, ScriptedModel, llm_error
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hooks import (
+from fore.actors.llm import FunctionModel, ScriptedModel, llm_error
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hooks import (
     Abort,
     AbortContext,
     Cancel,
@@ -29,11 +29,11 @@ from actors.worker.hooks import (
     PromptContext,
     ToolCallContext,
 )
-from actors.worker.state import pairing_problems
-from actors.worker.testing import RecordingHook
-from messages.conversation import AssistantMessage, ToolResult, UserMessage
-from messages.llm import LlmRequest
-from messages.session import (
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.testing import RecordingHook
+from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
+from fore.messages.llm import LlmRequest
+from fore.messages.session import (
     HookFailure,
     RunStarted,
     Submit,
@@ -41,7 +41,7 @@ from messages.session import (
     TurnFinished,
     TurnResult,
 )
-from supervision import Runtime
+from fore.supervision import Runtime
 
 WAIT = 20.0
 
@@ -647,7 +647,7 @@ def test_an_on_prompt_submit_hook_may_rewrite_the_prompt(runtime: Runtime, works
 def test_the_typed_failure_names_every_hook_event() -> None:
     from typing import get_args
 
-    from actors.worker.hooks import HookEvent
-    from messages.session import HookEventName
+    from fore.actors.worker.hooks import HookEvent
+    from fore.messages.session import HookEventName
 
     assert set(get_args(HookEventName)) == {event.value for event in HookEvent}

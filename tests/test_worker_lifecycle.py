@@ -18,9 +18,9 @@ import pykka
 import pytest
 from pydantic import BaseModel
 
-from actors.llm import FunctionModel, ScriptedModel
-from actors.tools import FunctionTool, ToolContext
-from actors.worker.hooks import (
+from fore.actors.llm import FunctionModel, ScriptedModel
+from fore.actors.tools import FunctionTool, ToolContext
+from fore.actors.worker.hooks import (
     AbortContext,
     Cancel,
     ContinueWithMessages,
@@ -28,12 +28,12 @@ from actors.worker.hooks import (
     Pause,
     TurnEndContext,
 )
-from actors.worker.state import pairing_problems
-from actors.worker.testing import RecordingHook
-from messages.conversation import AssistantMessage, ToolResult, UserMessage
-from messages.llm import LlmRequest
-from messages.session import CancelRun, RunStarted, Submit, TurnFinished
-from supervision import Runtime
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.testing import RecordingHook
+from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
+from fore.messages.llm import LlmRequest
+from fore.messages.session import CancelRun, RunStarted, Submit, TurnFinished
+from fore.supervision import Runtime
 
 WAIT = 20.0
 

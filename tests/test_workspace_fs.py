@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.tools.fs import (
+from fore.actors.tools.fs import (
     FsView,
     IsADirectory,
     NotADirectory,
     NotFound,
     WorkspaceFs,
 )
-from actors.tools.paths import FsError, PathOutOfScope
+from fore.actors.tools.paths import FsError, PathOutOfScope
 
 
 @pytest.fixture

@@ -38,23 +38,23 @@ from typing import Any
 
 import structlog
 
-from actors.blobs.fs_store import (
+from fore.actors.blobs.fs_store import (
     BlobNotFound,
     BlobStoreError,
     FsBlobStore,
     InvalidBlobId,
     parse_blob_id,
 )
-from actors.blobs.pins import PinTable
-from actors.blobs.summary import (
+from fore.actors.blobs.pins import PinTable
+from fore.actors.blobs.summary import (
     decide_tool_output,
     history_text,
     referenced_blob_ids,
     to_tool_output,
 )
-from actors.core.future import PooledFuture
-from actors.core.pooled import PooledActor, handles
-from messages.blob_store import (
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import PooledActor, handles
+from fore.messages.blob_store import (
     BlobExists,
     BlobStoreStats,
     CollectBlobs,
@@ -67,7 +67,7 @@ from messages.blob_store import (
     StoredOutput,
     StoreToolOutput,
 )
-from messages.blobs import BlobLimits, Content, Inline, Stored, Text, ToolOutput
+from fore.messages.blobs import BlobLimits, Content, Inline, Stored, Text, ToolOutput
 
 __all__ = ["BlobStoreActor", "store_output"]
 

@@ -87,18 +87,18 @@ import structlog
 import uuid_utils
 from pydantic import JsonValue
 
-from actors.blobs.json_index import JsonIndex, encode_indexed
-from actors.blobs.line_index import LineIndex
-from actors.blobs.pins import PinTable
-from actors.blobs.shared_pins import (
+from fore.actors.blobs.json_index import JsonIndex, encode_indexed
+from fore.actors.blobs.line_index import LineIndex
+from fore.actors.blobs.pins import PinTable
+from fore.actors.blobs.shared_pins import (
     COLLECT_LOCK_TIMEOUT_S,
     PINS_DIR,
     ForeignPins,
     PinJournal,
     gc_lock,
 )
-from messages.blob_store import CollectReport
-from messages.blobs import BlobKind, Content, Structured, Text
+from fore.messages.blob_store import CollectReport
+from fore.messages.blobs import BlobKind, Content, Structured, Text
 
 _PartKey = uuid.UUID | tuple[uuid.UUID, int, int]
 """A parsed-JSON cache key: a blob id (the whole blob), or a blob id and a byte span."""

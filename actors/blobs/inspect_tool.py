@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from actors.blobs.ownership import SessionBlobs
-from actors.blobs.selectors import InspectError, inspect_blob
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from messages.blobs import BlobLimits, Inline
+from fore.actors.blobs.ownership import SessionBlobs
+from fore.actors.blobs.selectors import InspectError, inspect_blob
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.messages.blobs import BlobLimits, Inline
 
 
 class InspectArgs(ToolArgs):

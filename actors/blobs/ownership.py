@@ -41,10 +41,10 @@ from typing import Protocol
 
 from pydantic import JsonValue
 
-from actors.blobs.fs_store import BlobNotFound, parse_blob_id
-from actors.blobs.json_index import JsonIndex
-from actors.blobs.selectors import BlobReader
-from messages.blobs import BlobKind, Content
+from fore.actors.blobs.fs_store import BlobNotFound, parse_blob_id
+from fore.actors.blobs.json_index import JsonIndex
+from fore.actors.blobs.selectors import BlobReader
+from fore.messages.blobs import BlobKind, Content
 
 __all__ = ["OwnedBlobReader", "SessionBlobs", "readable_by"]
 

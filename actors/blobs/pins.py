@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from actors.blobs.shared_pins import PinJournal
+from fore.actors.blobs.shared_pins import PinJournal
 
 __all__ = ["PinTable"]
 

@@ -71,7 +71,7 @@ from typing import Literal, Protocol
 
 from pydantic import JsonValue
 
-from actors.blobs.fs_store import (
+from fore.actors.blobs.fs_store import (
     ENCODING,
     ENCODING_ERRORS,
     BlobNotFound,
@@ -79,7 +79,7 @@ from actors.blobs.fs_store import (
     InvalidBlobId,
     parse_blob_id,
 )
-from actors.blobs.json_index import (
+from fore.actors.blobs.json_index import (
     SHAPED_MEMBERS,
     JsonIndex,
     Shape,
@@ -88,7 +88,7 @@ from actors.blobs.json_index import (
     split_group,
     value_shape,
 )
-from actors.blobs.summary import (
+from fore.actors.blobs.summary import (
     DEFAULT_LIMITS,
     compact_json,
     cut_utf8,
@@ -98,7 +98,7 @@ from actors.blobs.summary import (
     utf8_size,
     with_article,
 )
-from messages.blobs import BlobKind, BlobLimits, Content, Text
+from fore.messages.blobs import BlobKind, BlobLimits, Content, Text
 
 SELECTOR_HELP = (
     "lines:N-M or lines:N- (text, 1-based, inclusive), bytes:N..M or bytes:N.. (text, "

@@ -57,10 +57,10 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, JsonValue
 
-from actors.blobs.fs_store import ENCODING, ENCODING_ERRORS, parse_blob_id
-from actors.blobs.json_index import describe_shape, json_type_name, value_shape
-from actors.blobs.line_index import count_lines
-from messages.blobs import BlobLimits, Content, Inline, Stored, Structured, Text, ToolOutput
+from fore.actors.blobs.fs_store import ENCODING, ENCODING_ERRORS, parse_blob_id
+from fore.actors.blobs.json_index import describe_shape, json_type_name, value_shape
+from fore.actors.blobs.line_index import count_lines
+from fore.messages.blobs import BlobLimits, Content, Inline, Stored, Structured, Text, ToolOutput
 
 DEFAULT_LIMITS = BlobLimits()
 ELLIPSIS = "…"

@@ -1,17 +1,22 @@
 """The pooled actor runtime: mailboxes, dispatcher, futures, timer, blocking lane."""
 
-from actors.core.errors import (
+from fore.actors.core.errors import (
     ActorCrashed,
     ActorSystemClosed,
     AskTimeout,
     BlockingOnDispatcherError,
     UnhandledMessageError,
 )
-from actors.core.future import PooledFuture
-from actors.core.logs import configure_logging
-from actors.core.pooled import ActorExit, PooledActor, handles, stop_now, stop_now_all
-from actors.core.system import ActorSystem, current_system, default_system, shutdown_default_system
-from actors.core.timer import TimerHandle
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.logs import configure_logging
+from fore.actors.core.pooled import ActorExit, PooledActor, handles, stop_now, stop_now_all
+from fore.actors.core.system import (
+    ActorSystem,
+    current_system,
+    default_system,
+    shutdown_default_system,
+)
+from fore.actors.core.timer import TimerHandle
 
 __all__ = [
     "ActorCrashed",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 if TYPE_CHECKING:
-    from actors.core.mailbox import Mailbox
+    from fore.actors.core.mailbox import Mailbox
 
 log = structlog.get_logger(__name__)
 

@@ -24,8 +24,8 @@ import structlog
 from pykka import ThreadingFuture, Timeout
 from pykka._types import OptExcInfo
 
-from actors.core.dispatcher import on_a_dispatcher_thread
-from actors.core.errors import AskTimeout, BlockingOnDispatcherError
+from fore.actors.core.dispatcher import on_a_dispatcher_thread
+from fore.actors.core.errors import AskTimeout, BlockingOnDispatcherError
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)

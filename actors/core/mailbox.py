@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from pykka import ActorDeadError
 from pykka._envelope import Envelope
 
-from messages.base import ControlMessage
+from fore.messages.base import ControlMessage
 
 if TYPE_CHECKING:
-    from actors.core.dispatcher import Dispatcher
-    from actors.core.pooled import PooledActor
+    from fore.actors.core.dispatcher import Dispatcher
+    from fore.actors.core.pooled import PooledActor
 
 _OPEN = 0
 _CLOSED = 1

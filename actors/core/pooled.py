@@ -61,16 +61,16 @@ from pykka import ActorDeadError, ActorRef, ActorRegistry
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
-from actors.core.errors import ActorCrashed, UnhandledMessageError
-from actors.core.future import PooledFuture, check_ask_timeout
-from actors.core.mailbox import Mailbox
-from actors.core.system import ActorSystem, current_system
-from messages.runtime import StopNow
+from fore.actors.core.errors import ActorCrashed, UnhandledMessageError
+from fore.actors.core.future import PooledFuture, check_ask_timeout
+from fore.actors.core.mailbox import Mailbox
+from fore.actors.core.system import ActorSystem, current_system
+from fore.messages.runtime import StopNow
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from actors.core.timer import TimerHandle
+    from fore.actors.core.timer import TimerHandle
 
 T = TypeVar("T")
 M = TypeVar("M")

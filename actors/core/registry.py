@@ -12,7 +12,7 @@ from typing import Any
 
 from pykka import ActorRef
 
-from actors.core.errors import ActorSystemClosed
+from fore.actors.core.errors import ActorSystemClosed
 
 
 class Registry:

@@ -22,11 +22,11 @@ from typing import Any
 
 import structlog
 
-from actors.core.blocking import BlockingLane
-from actors.core.dispatcher import Dispatcher
-from actors.core.logs import configure_logging
-from actors.core.registry import Registry
-from actors.core.timer import Timer
+from fore.actors.core.blocking import BlockingLane
+from fore.actors.core.dispatcher import Dispatcher
+from fore.actors.core.logs import configure_logging
+from fore.actors.core.registry import Registry
+from fore.actors.core.timer import Timer
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +108,7 @@ class ActorSystem:
         """
         if self._closed or self._closing:
             return True
-        from actors.core.pooled import stop_now_all
+        from fore.actors.core.pooled import stop_now_all
 
         self._closing = True
         self.registry.close(f"actor system {self.name!r} is shutting down")

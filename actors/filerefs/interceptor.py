@@ -11,10 +11,10 @@ Public hooks cannot add items -- only this trusted interceptor can.
 
 from __future__ import annotations
 
-from actors.worker.hooks import Continue
-from actors.worker.interceptor import ContinueWith, Interceptor
-from actors.worker.state import SessionState
-from messages.conversation import UserMessage
+from fore.actors.worker.hooks import Continue
+from fore.actors.worker.interceptor import ContinueWith, Interceptor
+from fore.actors.worker.state import SessionState
+from fore.messages.conversation import UserMessage
 
 
 class FileRefInterceptor(Interceptor):

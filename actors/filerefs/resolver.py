@@ -63,13 +63,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from actors.filerefs.tokenizer import file_refs, render_user_text
-from actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound
-from actors.tools.paths import FsError, PathOutOfScope
-from actors.worker.state import PreparedInput, submit_segments
-from messages.alerts import AlertLevel
-from messages.conversation import Item, Segment, SystemMessage
-from messages.session import Submit
+from fore.actors.filerefs.tokenizer import file_refs, render_user_text
+from fore.actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound
+from fore.actors.tools.paths import FsError, PathOutOfScope
+from fore.actors.worker.state import PreparedInput, submit_segments
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import Item, Segment, SystemMessage
+from fore.messages.session import Submit
 
 DEFAULT_CAP = 16_384
 """Bytes of a file's body shown inline (the tool-output limit)."""

@@ -55,7 +55,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 
-from messages.conversation import FileRef, Segment, TextSegment
+from fore.messages.conversation import FileRef, Segment, TextSegment
 
 _AT = "@"
 _QUOTE = '"'

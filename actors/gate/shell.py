@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING
 import tree_sitter
 import tree_sitter_bash
 
-from actors.gate.git_config import program_setting
-from actors.gate.shell_rules import (
+from fore.actors.gate.git_config import program_setting
+from fore.actors.gate.shell_rules import (
     DIRECTORY_CHANGES,
     DYNAMIC,
     Severity,
@@ -66,10 +66,10 @@ from actors.gate.shell_rules import (
     worst,
     write,
 )
-from actors.gate.shell_scope import MAX_DIRECTORIES, NO_PATHS, Scope, path_arguments
+from fore.actors.gate.shell_scope import MAX_DIRECTORIES, NO_PATHS, Scope, path_arguments
 
 if TYPE_CHECKING:
-    from messages.gate import ShellClass
+    from fore.messages.gate import ShellClass
 
 MAX_COMMAND_CHARS = 32_768
 MAX_TREE_NODES = 20_000

@@ -42,8 +42,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from actors.gate.shell_rules import DYNAMIC, Verdict, unknown
-from actors.tools.paths import (
+from fore.actors.gate.shell_rules import DYNAMIC, Verdict, unknown
+from fore.actors.tools.paths import (
     Entry,
     FsError,
     PathOutOfScope,

@@ -21,9 +21,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from actors.gate.shell import explain_shell_command
-from actors.gate.shell_rules import Severity
-from messages.gate import ApprovalMode, GateAction, GateDecision
+from fore.actors.gate.shell import explain_shell_command
+from fore.actors.gate.shell_rules import Severity
+from fore.messages.gate import ApprovalMode, GateAction, GateDecision
 
 READ_TOOLS: frozenset[str] = frozenset({"read_file", "grep", "glob", "list_directory", "inspect"})
 """Tools that only read (their paths resolve through the overlay); ``inspect`` reads blobs."""

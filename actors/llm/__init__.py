@@ -1,10 +1,10 @@
 """The LLM layer: gateway actor, event loop, providers, scripted models, mock server."""
 
-from actors.llm.body import BodyLimits
-from actors.llm.errors import LlmException, llm_error
-from actors.llm.gateway import LlmGateway
-from actors.llm.loop import LlmLoop, RetryBudget, retry_delay
-from actors.llm.models import (
+from fore.actors.llm.body import BodyLimits
+from fore.actors.llm.errors import LlmException, llm_error
+from fore.actors.llm.gateway import LlmGateway
+from fore.actors.llm.loop import LlmLoop, RetryBudget, retry_delay
+from fore.actors.llm.models import (
     ChatModel,
     FunctionModel,
     OpenAICompatible,
@@ -13,8 +13,8 @@ from actors.llm.models import (
     StreamResult,
     Timeouts,
 )
-from actors.llm.script import ScriptError, ScriptFile, ScriptReply, ScriptToolCall, ScriptWhen
-from actors.llm.wire import StreamAssembler
+from fore.actors.llm.script import ScriptError, ScriptFile, ScriptReply, ScriptToolCall, ScriptWhen
+from fore.actors.llm.wire import StreamAssembler
 
 __all__ = [
     "BodyLimits",

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from messages.llm import Deadline, LlmError, LlmErrorKind
+from fore.messages.llm import Deadline, LlmError, LlmErrorKind
 
 
 class LlmException(Exception):

@@ -18,9 +18,9 @@ latency p99 with speculation on went from 1.40x to 0.95x of speculation off.
 
 from __future__ import annotations
 
-from actors.core.pooled import PooledActor, handles
-from actors.llm.loop import LlmLoop
-from messages.llm import CancelLlmRequest, GatewayStats, GetGatewayStats, LlmRequest
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.llm.loop import LlmLoop
+from fore.messages.llm import CancelLlmRequest, GatewayStats, GetGatewayStats, LlmRequest
 
 FOREGROUND_PURPOSES = frozenset({"main"})
 """Purposes served by the foreground lane; every other purpose is background."""

@@ -39,11 +39,11 @@ import httpx
 import structlog
 from pykka import ActorDeadError
 
-from actors.llm import evloop
-from actors.llm.errors import LlmException
-from actors.llm.models import ChatModel, RetryPolicy
-from actors.llm.netio import FastAsyncTransport, env_proxies
-from messages.llm import (
+from fore.actors.llm import evloop
+from fore.actors.llm.errors import LlmException
+from fore.actors.llm.models import ChatModel, RetryPolicy
+from fore.actors.llm.netio import FastAsyncTransport, env_proxies
+from fore.messages.llm import (
     GatewayStats,
     LlmCancelled,
     LlmCompleted,

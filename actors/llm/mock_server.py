@@ -133,8 +133,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from actors.llm import evloop
-from actors.llm.script import (
+from fore.actors.llm import evloop
+from fore.actors.llm.script import (
     ScriptCursor,
     ScriptError,
     ScriptFile,
@@ -146,7 +146,7 @@ from actors.llm.script import (
     split_fragments,
     stream_plan,
 )
-from messages.base import Message
+from fore.messages.base import Message
 
 __all__ = [
     "DEFAULT_SESSION",
@@ -1936,7 +1936,7 @@ class SpawnedMockLlmServer:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "actors.llm.mock_server", *cli_args],
+            [sys.executable, "-m", "fore.actors.llm.mock_server", *cli_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
-from actors.llm.body import ACCEPT_ENCODING, BodyLimits, BoundedDecoder, SseParser, read_body
-from actors.llm.errors import (
+from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits, BoundedDecoder, SseParser, read_body
+from fore.actors.llm.errors import (
     LlmException,
     error_from_payload,
     error_from_status,
@@ -44,8 +44,8 @@ from actors.llm.errors import (
     llm_error,
     provider_error_details,
 )
-from actors.llm.netio import FLOW_EXTENSION
-from actors.llm.script import (
+from fore.actors.llm.netio import FLOW_EXTENSION
+from fore.actors.llm.script import (
     ScriptCursor,
     ScriptFile,
     ScriptReply,
@@ -53,15 +53,21 @@ from actors.llm.script import (
     split_fragments,
     stream_plan,
 )
-from actors.llm.wire import (
+from fore.actors.llm.wire import (
     MaxTokensField,
     StreamAssembler,
     arguments_text,
     complete_from_body,
     request_payload,
 )
-from messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage, item_text
-from messages.llm import Deadline, LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
+from fore.messages.conversation import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    item_text,
+)
+from fore.messages.llm import Deadline, LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 
 Emit = Callable[[Any], None]
 """Receives a model's stream events: LlmTextDelta / LlmToolCallDelta, or a plain ``str``

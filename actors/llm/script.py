@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue, ValidationError
 
-from messages.base import Message
+from fore.messages.base import Message
 
 __all__ = [
     "MAX_TOKEN_CHARS",

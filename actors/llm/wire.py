@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
-from messages.conversation import (
+from fore.actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
+from fore.messages.conversation import (
     AssistantMessage,
     Item,
     SystemMessage,
@@ -33,7 +33,7 @@ from messages.conversation import (
     UserMessage,
     invalid_arguments,
 )
-from messages.llm import (
+from fore.messages.llm import (
     LlmRequest,
     LlmTextDelta,
     LlmToolCallDelta,
@@ -41,7 +41,7 @@ from messages.llm import (
     ToolChoice,
     Usage,
 )
-from messages.tools import ToolDefinition
+from fore.messages.tools import ToolDefinition
 
 Json = dict[str, Any]
 

@@ -9,16 +9,16 @@
 * :class:`OverlayActor` -- one per speculation: apply, discard, status.
 """
 
-from actors.overlay.actor import OverlayActor
-from actors.overlay.apply import ApplyFailed, FaultHook, apply_overlay, recover
-from actors.overlay.fs import (
+from fore.actors.overlay.actor import OverlayActor
+from fore.actors.overlay.apply import ApplyFailed, FaultHook, apply_overlay, recover
+from fore.actors.overlay.fs import (
     DEFAULT_MAX_BYTES,
     OverlayClosed,
     OverlayFs,
     OverlayFull,
     PlannedEntry,
 )
-from actors.overlay.store import (
+from fore.actors.overlay.store import (
     OverlayStore,
     OverlayStoreError,
     default_root,

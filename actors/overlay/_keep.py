@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from actors.overlay._realfs import READ_FLAGS, DirCache, PathChanged, write_all
-from actors.tools.fsclock import Stamp
+from fore.actors.overlay._realfs import READ_FLAGS, DirCache, PathChanged, write_all
+from fore.actors.tools.fsclock import Stamp
 
 KeepWhere = Literal["graveyard", "workspace", "copy"]
 SysFault = Callable[[str, str], None]

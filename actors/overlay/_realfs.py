@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from actors.tools.fsclock import Stamp
-from messages.overlay import FileBase
+from fore.actors.tools.fsclock import Stamp
+from fore.messages.overlay import FileBase
 
 ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

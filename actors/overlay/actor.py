@@ -24,14 +24,14 @@ from typing import Any
 
 from pykka import ActorRef
 
-from actors.core.future import PooledFuture
-from actors.core.pooled import PooledActor, handles
-from actors.overlay.apply import apply_overlay
-from actors.overlay.fs import OverlayClosed, OverlayFs
-from actors.overlay.store import OverlayStore
-from actors.tools.fs import WorkspaceFs
-from actors.tools.fsclock import Instant
-from messages.overlay import (
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.overlay.apply import apply_overlay
+from fore.actors.overlay.fs import OverlayClosed, OverlayFs
+from fore.actors.overlay.store import OverlayStore
+from fore.actors.tools.fs import WorkspaceFs
+from fore.actors.tools.fsclock import Instant
+from fore.messages.overlay import (
     ApplyOverlay,
     ApplyResult,
     ConflictReport,

@@ -92,8 +92,8 @@ from typing import Any, Literal
 
 import structlog
 
-from actors.overlay._keep import Keeper, Kept, NotRestored, SysFault, no_fault
-from actors.overlay._realfs import (
+from fore.actors.overlay._keep import Keeper, Kept, NotRestored, SysFault, no_fault
+from fore.actors.overlay._realfs import (
     DirCache,
     Ident,
     PathChanged,
@@ -103,10 +103,10 @@ from actors.overlay._realfs import (
     parent_and_name,
     write_all,
 )
-from actors.overlay.fs import OverlayClosed, OverlayFs, PlannedEntry
-from actors.tools.fsclock import Stamp, record_own
-from actors.tools.paths import FsError
-from messages.overlay import (
+from fore.actors.overlay.fs import OverlayClosed, OverlayFs, PlannedEntry
+from fore.actors.tools.fsclock import Stamp, record_own
+from fore.actors.tools.paths import FsError
+from fore.messages.overlay import (
     ApplyResult,
     ConflictKind,
     ConflictReport,

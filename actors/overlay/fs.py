@@ -106,7 +106,7 @@ from typing import Literal
 
 import structlog
 
-from actors.overlay._realfs import (
+from fore.actors.overlay._realfs import (
     DIR_FLAGS,
     DirCache,
     Ident,
@@ -117,7 +117,7 @@ from actors.overlay._realfs import (
     open_dir,
     write_all,
 )
-from actors.tools.fs import (
+from fore.actors.tools.fs import (
     MAX_WALK_DEPTH,
     SKIP_DIRS,
     DirEntry,
@@ -127,9 +127,9 @@ from actors.tools.fs import (
     NotFound,
     WorkspaceFs,
 )
-from actors.tools.fsclock import Instant, changed_since, multigrain
-from actors.tools.paths import FsError, PathOutOfScope, normalize
-from messages.overlay import FileBase, OverlayChange
+from fore.actors.tools.fsclock import Instant, changed_since, multigrain
+from fore.actors.tools.paths import FsError, PathOutOfScope, normalize
+from fore.messages.overlay import FileBase, OverlayChange
 
 log = structlog.get_logger(__name__)
 

@@ -43,11 +43,11 @@ from pathlib import Path
 import psutil
 import structlog
 
-from actors.overlay.apply import recover
-from actors.overlay.fs import DEFAULT_MAX_BYTES, OverlayFs
-from actors.tools.fs import WorkspaceFs
-from actors.tools.fsclock import Instant
-from messages.overlay import RecoveryRecord, SweepReport
+from fore.actors.overlay.apply import recover
+from fore.actors.overlay.fs import DEFAULT_MAX_BYTES, OverlayFs
+from fore.actors.tools.fs import WorkspaceFs
+from fore.actors.tools.fsclock import Instant
+from fore.messages.overlay import RecoveryRecord, SweepReport
 
 log = structlog.get_logger(__name__)
 

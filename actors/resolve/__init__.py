@@ -1,15 +1,15 @@
 """Staged previews and the ``resolve`` tool."""
 
-from actors.resolve.interceptor import ResolveInterceptor
-from actors.resolve.pending import (
+from fore.actors.resolve.interceptor import ResolveInterceptor
+from fore.actors.resolve.pending import (
     MAX_FORCED_ATTEMPTS,
     MAX_REQUEUES,
     PendingAction,
     PendingActions,
     StandingHandler,
 )
-from actors.resolve.preview import MultiEdit, StalePreview
-from actors.resolve.tool import NOTHING_PENDING, Resolve
+from fore.actors.resolve.preview import MultiEdit, StalePreview
+from fore.actors.resolve.tool import NOTHING_PENDING, Resolve
 
 __all__ = [
     "MAX_FORCED_ATTEMPTS",

@@ -38,13 +38,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from actors.resolve.pending import PendingAction, PendingActions
-from actors.worker.hooks import Continue, LlmRequestContext
-from actors.worker.interceptor import Interceptor, RetryRequest
-from messages.alerts import AlertLevel
-from messages.conversation import AssistantMessage, SystemMessage
-from messages.llm import LlmError, NamedToolChoice
-from messages.tools import ToolDefinition
+from fore.actors.resolve.pending import PendingAction, PendingActions
+from fore.actors.worker.hooks import Continue, LlmRequestContext
+from fore.actors.worker.interceptor import Interceptor, RetryRequest
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import AssistantMessage, SystemMessage
+from fore.messages.llm import LlmError, NamedToolChoice
+from fore.messages.tools import ToolDefinition
 
 RESOLVE = "resolve"
 

@@ -33,9 +33,9 @@ from typing import Any
 import structlog
 from pydantic import Field
 
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from actors.tools.builtin.files import apply_edit, decode_text
-from actors.tools.fs import FsView
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.actors.tools.builtin.files import apply_edit, decode_text
+from fore.actors.tools.fs import FsView
 
 DIFF_CAP = 12_000
 

@@ -22,8 +22,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
-from actors.resolve.pending import PendingAction, PendingActions, StandingHandler, call_with_reason
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.actors.resolve.pending import (
+    PendingAction,
+    PendingActions,
+    StandingHandler,
+    call_with_reason,
+)
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 
 NOTHING_PENDING = "No pending action to resolve. Nothing to apply or discard."
 

@@ -27,9 +27,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from messages.conversation import AssistantMessage, Item, SystemMessage, ToolResult
-from messages.speculation import ForkSnapshot
-from messages.tools import ToolDefinition
+from fore.messages.conversation import AssistantMessage, Item, SystemMessage, ToolResult
+from fore.messages.speculation import ForkSnapshot
+from fore.messages.tools import ToolDefinition
 
 
 def snapshot_version(system_prompt: str | None, tools: Sequence[ToolDefinition]) -> str:

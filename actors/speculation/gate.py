@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.filerefs.interceptor import FileRefInterceptor
-from actors.gate.tool_gate import (
+from fore.actors.filerefs.interceptor import FileRefInterceptor
+from fore.actors.gate.tool_gate import (
     INTERACTIVE_TOOLS,
     NETWORK_TOOLS,
     READ_TOOLS,
@@ -53,8 +53,8 @@ from actors.gate.tool_gate import (
     WRITE_TOOLS,
     evaluate_tool_call,
 )
-from actors.resolve.interceptor import ResolveInterceptor
-from actors.worker.hooks import (
+from fore.actors.resolve.interceptor import ResolveInterceptor
+from fore.actors.worker.hooks import (
     Abort,
     AbortContext,
     Cancel,
@@ -67,18 +67,18 @@ from actors.worker.hooks import (
     ToolCallContext,
     TurnEndContext,
 )
-from actors.worker.interceptor import (
+from fore.actors.worker.interceptor import (
     Boundary,
     Interceptor,
     Interceptors,
     InterceptorSubmitResult,
     RetryRequest,
 )
-from messages.alerts import AlertLevel
-from messages.conversation import AssistantMessage, UserMessage
-from messages.gate import ApprovalMode, GateAction, GateDecision
-from messages.llm import LlmError
-from messages.tools import ToolDefinition
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.gate import ApprovalMode, GateAction, GateDecision
+from fore.messages.llm import LlmError
+from fore.messages.tools import ToolDefinition
 
 OVERLAY_FULL = "the speculation's overlay is full"
 

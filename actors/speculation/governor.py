@@ -46,8 +46,8 @@ from typing import Any
 
 import structlog
 
-from actors.core.pooled import PooledActor, handles
-from messages.speculation import LoadSample
+from fore.actors.core.pooled import PooledActor, handles
+from fore.messages.speculation import LoadSample
 
 log = structlog.get_logger(__name__)
 

@@ -48,12 +48,12 @@ from typing import Any
 import httpx
 from pykka import ActorDeadError
 
-from actors.llm.errors import llm_error
-from actors.llm.models import Emit, StreamResult
-from actors.speculation.governor import LoadGovernor
-from messages.conversation import AssistantMessage, ToolResult
-from messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
-from messages.speculation import SpeculationUsage, StreamsIdle, TokenBudgetReached
+from fore.actors.llm.errors import llm_error
+from fore.actors.llm.models import Emit, StreamResult
+from fore.actors.speculation.governor import LoadGovernor
+from fore.messages.conversation import AssistantMessage, ToolResult
+from fore.messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
+from fore.messages.speculation import SpeculationUsage, StreamsIdle, TokenBudgetReached
 
 CHARS_PER_TOKEN = 4
 """Characters per token of the estimate (see module docs)."""

@@ -47,14 +47,14 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from actors.core.pooled import PooledActor, handles
-from actors.core.timer import TimerHandle
-from actors.overlay.fs import OverlayFs
-from actors.speculation.metered import MeteredModel
-from messages.overlay import DiscardOverlay, OverlayDiscarded
-from messages.runtime import StopNow
-from messages.speculation import OverlayRemoved, StreamsIdle, WorkerExited
-from messages.tools import GetPoolStats
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.timer import TimerHandle
+from fore.actors.overlay.fs import OverlayFs
+from fore.actors.speculation.metered import MeteredModel
+from fore.messages.overlay import DiscardOverlay, OverlayDiscarded
+from fore.messages.runtime import StopNow
+from fore.messages.speculation import OverlayRemoved, StreamsIdle, WorkerExited
+from fore.messages.tools import GetPoolStats
 
 Steps = list[tuple[str, float]]
 

@@ -45,29 +45,29 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from actors.core.future import PooledFuture
-from actors.core.pooled import PooledActor, handles
-from actors.core.timer import TimerHandle
-from actors.overlay.actor import OverlayActor
-from actors.overlay.apply import ApplyFailed
-from actors.overlay.fs import OverlayClosed, OverlayFs
-from actors.overlay.store import OverlayStore
-from actors.resolve.pending import PendingActions
-from actors.speculation.fork import fork_prefix, trim_history
-from actors.speculation.gate import SpeculationGate, session_policy
-from actors.speculation.governor import LoadGovernor
-from actors.speculation.metered import MeteredModel
-from actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
-from actors.speculation.transcript import cancelled_calls, hand_over
-from actors.tools.base import ToolRegistry, ToolServices
-from actors.tools.fsclock import Instant
-from actors.worker.hooks import HookEvent, HooksView
-from actors.worker.state import SessionState, pairing_problems
-from actors.worker.worker import Worker, WorkerConfig
-from messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
-from messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
-from messages.runtime import StopNow
-from messages.session import (
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.timer import TimerHandle
+from fore.actors.overlay.actor import OverlayActor
+from fore.actors.overlay.apply import ApplyFailed
+from fore.actors.overlay.fs import OverlayClosed, OverlayFs
+from fore.actors.overlay.store import OverlayStore
+from fore.actors.resolve.pending import PendingActions
+from fore.actors.speculation.fork import fork_prefix, trim_history
+from fore.actors.speculation.gate import SpeculationGate, session_policy
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.speculation.metered import MeteredModel
+from fore.actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
+from fore.actors.speculation.transcript import cancelled_calls, hand_over
+from fore.actors.tools.base import ToolRegistry, ToolServices
+from fore.actors.tools.fsclock import Instant
+from fore.actors.worker.hooks import HookEvent, HooksView
+from fore.actors.worker.state import SessionState, pairing_problems
+from fore.actors.worker.worker import Worker, WorkerConfig
+from fore.messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
+from fore.messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
+from fore.messages.runtime import StopNow
+from fore.messages.session import (
     CancelRun,
     EventBase,
     ItemAdded,
@@ -77,7 +77,7 @@ from messages.session import (
     ToolStarted,
     TurnResult,
 )
-from messages.speculation import (
+from fore.messages.speculation import (
     AbortSpeculation,
     AcceptSpeculation,
     ForkSnapshot,

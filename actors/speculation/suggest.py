@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.speculation.fork import fork_prefix
-from actors.speculation.suggestion_filter import (
+from fore.actors.speculation.fork import fork_prefix
+from fore.actors.speculation.suggestion_filter import (
     SuggestionVerdict,
     filter_suggestion,
     parse_suggestion_reply,
 )
-from actors.speculation.suggestion_prompt import SUGGESTION_PROMPT
-from messages.conversation import UserMessage
-from messages.llm import LlmRequest, Purpose
-from messages.speculation import ForkSnapshot, SpeculationConfig
+from fore.actors.speculation.suggestion_prompt import SUGGESTION_PROMPT
+from fore.messages.conversation import UserMessage
+from fore.messages.llm import LlmRequest, Purpose
+from fore.messages.speculation import ForkSnapshot, SpeculationConfig
 
 
 def suggestion_request(

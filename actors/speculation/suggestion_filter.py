@@ -122,7 +122,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import model_validator
 
-from messages.base import Message
+from fore.messages.base import Message
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

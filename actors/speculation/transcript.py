@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from messages.conversation import AssistantMessage, Item, ToolCall, ToolResult
+from fore.messages.conversation import AssistantMessage, Item, ToolCall, ToolResult
 
 
 def hand_over(

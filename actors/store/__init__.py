@@ -17,8 +17,8 @@ SQLite file (:class:`StoreCorrupted`), a database of a newer schema
 
 from __future__ import annotations
 
-from actors.store.api import SessionStore
-from actors.store.errors import (
+from fore.actors.store.api import SessionStore
+from fore.actors.store.errors import (
     InvalidRecord,
     LeaseLost,
     NotASessionStore,
@@ -34,8 +34,8 @@ from actors.store.errors import (
     StoreUnavailable,
     StoreUrlError,
 )
-from actors.store.owner import this_process
-from actors.store.records import (
+from fore.actors.store.owner import this_process
+from fore.actors.store.records import (
     Appended,
     NewSession,
     SessionRecord,
@@ -43,7 +43,7 @@ from actors.store.records import (
     SessionSummary,
     TurnBatch,
 )
-from actors.store.url import PostgresTarget, parse_store_url
+from fore.actors.store.url import PostgresTarget, parse_store_url
 
 DEFAULT_LEASE_TTL = 30.0
 DEFAULT_TIMEOUT = 10.0
@@ -108,7 +108,7 @@ def open_store(
     target = parse_store_url(url)
     who = owner if owner is not None else str(this_process())
     if isinstance(target, PostgresTarget):
-        from actors.store.postgres import PostgresSessionStore
+        from fore.actors.store.postgres import PostgresSessionStore
 
         return PostgresSessionStore(
             target,
@@ -118,7 +118,7 @@ def open_store(
             max_connections=max_connections,
             auto_renew=auto_renew,
         )
-    from actors.store.sqlite import SqliteSessionStore
+    from fore.actors.store.sqlite import SqliteSessionStore
 
     return SqliteSessionStore(
         target,

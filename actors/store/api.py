@@ -35,7 +35,7 @@ from __future__ import annotations
 import abc
 from types import TracebackType
 
-from actors.store.records import (
+from fore.actors.store.records import (
     Appended,
     NewSession,
     SessionRecord,

@@ -29,10 +29,10 @@ from urllib.parse import urlsplit
 import uuid_utils
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
-from actors.blobs.summary import BLOB_REF_RE
-from actors.store.errors import InvalidRecord, StoreCorrupted
-from messages.alerts import Alert
-from messages.conversation import Item, UserMessage
+from fore.actors.blobs.summary import BLOB_REF_RE
+from fore.actors.store.errors import InvalidRecord, StoreCorrupted
+from fore.messages.alerts import Alert
+from fore.messages.conversation import Item, UserMessage
 
 MAX_ID_CHARS = 200
 MAX_TEXT_FIELD_CHARS = 4_096

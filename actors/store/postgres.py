@@ -28,16 +28,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from actors.store.errors import (
+from fore.actors.store.errors import (
     StoreBusy,
     StoreCorrupted,
     StoreError,
     StoreUnavailable,
     StoreUrlError,
 )
-from actors.store.migrations import PG_MIGRATION_LOCK, PG_SCHEMA
-from actors.store.sql import Dialect, Row, SqlSessionStore, Tx
-from actors.store.url import PostgresTarget
+from fore.actors.store.migrations import PG_MIGRATION_LOCK, PG_SCHEMA
+from fore.actors.store.sql import Dialect, Row, SqlSessionStore, Tx
+from fore.actors.store.url import PostgresTarget
 
 if TYPE_CHECKING:
     import psycopg

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pydantic import Field, JsonValue
 
-from messages.alerts import Alert
-from messages.base import Message
-from messages.conversation import Item
-from messages.llm import Usage
+from fore.messages.alerts import Alert
+from fore.messages.base import Message
+from fore.messages.conversation import Item
+from fore.messages.llm import Usage
 
 
 class NewSession(Message):

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from actors.store import codec, migrations
-from actors.store.api import SessionStore
-from actors.store.errors import (
+from fore.actors.store import codec, migrations
+from fore.actors.store.api import SessionStore
+from fore.actors.store.errors import (
     InvalidRecord,
     LeaseLost,
     NotASessionStore,
@@ -38,8 +38,8 @@ from actors.store.errors import (
     StoreCorrupted,
     StoreError,
 )
-from actors.store.owner import certainly_dead, describe
-from actors.store.records import (
+from fore.actors.store.owner import certainly_dead, describe
+from fore.actors.store.records import (
     Appended,
     NewSession,
     SessionRecord,
@@ -47,7 +47,7 @@ from actors.store.records import (
     SessionSummary,
     TurnBatch,
 )
-from messages.llm import Usage
+from fore.messages.llm import Usage
 
 log = structlog.get_logger(__name__)
 

@@ -33,15 +33,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from actors.store.errors import (
+from fore.actors.store.errors import (
     StoreBusy,
     StoreClosed,
     StoreCorrupted,
     StoreError,
     StoreUnavailable,
 )
-from actors.store.sql import Dialect, Row, SqlSessionStore, Tx
-from actors.store.url import SqliteTarget
+from fore.actors.store.sql import Dialect, Row, SqlSessionStore, Tx
+from fore.actors.store.url import SqliteTarget
 
 DIALECT = Dialect(
     name="sqlite",

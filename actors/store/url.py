@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from actors.store.errors import StoreUrlError
+from fore.actors.store.errors import StoreUrlError
 
 SCHEMES = ("sqlite", "postgresql", "postgres")
 

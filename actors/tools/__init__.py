@@ -1,6 +1,6 @@
 """Tools: definitions, filesystem views, the built-in coding tools and the executor pool."""
 
-from actors.tools.base import (
+from fore.actors.tools.base import (
     PENDING_STORE_UNAVAILABLE,
     FunctionTool,
     Invocation,
@@ -12,7 +12,7 @@ from actors.tools.base import (
     ToolServices,
     invoke_tool,
 )
-from actors.tools.builtin import (
+from fore.actors.tools.builtin import (
     Edit,
     Glob,
     Grep,
@@ -23,9 +23,9 @@ from actors.tools.builtin import (
     builtin_tools,
     default_registry,
 )
-from actors.tools.cancel import CancelToken, ToolCancelled
-from actors.tools.decorator import ToolDefinitionError, tool
-from actors.tools.fs import (
+from fore.actors.tools.cancel import CancelToken, ToolCancelled
+from fore.actors.tools.decorator import ToolDefinitionError, tool
+from fore.actors.tools.fs import (
     DirEntry,
     FileStat,
     FsError,
@@ -36,9 +36,9 @@ from actors.tools.fs import (
     PathOutOfScope,
     WorkspaceFs,
 )
-from actors.tools.pool import ToolPool
-from actors.tools.runner import RunnerSaturated, ThreadRunner
-from actors.tools.text import valid_unicode
+from fore.actors.tools.pool import ToolPool
+from fore.actors.tools.runner import RunnerSaturated, ThreadRunner
+from fore.actors.tools.text import valid_unicode
 
 __all__ = [
     "PENDING_STORE_UNAVAILABLE",

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from actors.tools.cancel import CancelToken
+from fore.actors.tools.cancel import CancelToken
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +92,7 @@ class ToolLoop:
             return self._loop
 
     def _start_thread(self) -> asyncio.AbstractEventLoop:
-        from actors.llm import evloop  # uvloop when installed (the LLM loops' choice)
+        from fore.actors.llm import evloop  # uvloop when installed (the LLM loops' choice)
 
         loop = evloop.new_event_loop()
         ready = threading.Event()

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from actors.tools.cancel import CancelToken, ToolCancelled
-from actors.tools.paths import FsError
-from messages.blobs import Inline, Stored
-from messages.conversation import ToolCall
-from messages.tools import Outcome, ToolDefinition
+from fore.actors.tools.cancel import CancelToken, ToolCancelled
+from fore.actors.tools.paths import FsError
+from fore.messages.blobs import Inline, Stored
+from fore.messages.conversation import ToolCall
+from fore.messages.tools import Outcome, ToolDefinition
 
 if TYPE_CHECKING:
-    from actors.tools.fs import FsView
+    from fore.actors.tools.fs import FsView
 
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 

@@ -47,8 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from actors.tools.base import Tool, ToolContext, ToolReturn
-from messages.blobs import Inline, Stored
+from fore.actors.tools.base import Tool, ToolContext, ToolReturn
+from fore.messages.blobs import Inline, Stored
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from actors.tools.fsclock import record_own
-from actors.tools.paths import (
+from fore.actors.tools.fsclock import record_own
+from fore.actors.tools.paths import (
     FsError,
     PathOutOfScope,
     lstat_lookup,

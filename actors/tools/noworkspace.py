@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NoReturn
 
-from actors.tools.fs import DirEntry, FileStat
-from actors.tools.paths import FsError
+from fore.actors.tools.fs import DirEntry, FileStat
+from fore.actors.tools.paths import FsError
 
 NO_WORKSPACE = (
     "this session has no workspace (it was opened with workspace=None), so tools cannot "

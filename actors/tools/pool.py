@@ -71,10 +71,10 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from actors.core.pooled import PooledActor, handles
-from actors.core.timer import TimerHandle
-from actors.tools.aio import ToolLoop, ToolLoopClosed
-from actors.tools.base import (
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.timer import TimerHandle
+from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
+from fore.actors.tools.base import (
     Invocation,
     ToolContext,
     ToolRegistry,
@@ -86,13 +86,13 @@ from actors.tools.base import (
     parse_args,
     unknown_tool,
 )
-from actors.tools.cancel import CancelToken
-from actors.tools.paths import write_key
-from actors.tools.runner import RunnerSaturated, ThreadRunner
-from actors.tools.scheduling import CallShape, FairQueue, batch_dependencies, conflicts
-from actors.tools.text import valid_output, valid_unicode
-from messages.conversation import ToolCall, ToolResult
-from messages.tools import (
+from fore.actors.tools.cancel import CancelToken
+from fore.actors.tools.paths import write_key
+from fore.actors.tools.runner import RunnerSaturated, ThreadRunner
+from fore.actors.tools.scheduling import CallShape, FairQueue, batch_dependencies, conflicts
+from fore.actors.tools.text import valid_output, valid_unicode
+from fore.messages.conversation import ToolCall, ToolResult
+from fore.messages.tools import (
     CancelToolCalls,
     GetPoolStats,
     PoolStats,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from messages.blobs import Inline, Stored, Structured, Text
+from fore.messages.blobs import Inline, Stored, Structured, Text
 
 _SURROGATES = re.compile("[\ud800-\udbff][\udc00-\udfff]|[\ud800-\udfff]")
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import structlog
 
-from actors.worker.hooks import (
+from fore.actors.worker.hooks import (
     NOT_APPLICABLE,
     HookEvent,
     HookSpec,

@@ -75,7 +75,7 @@ from typing import Any, ClassVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from messages.conversation import (
+from fore.messages.conversation import (
     AssistantMessage,
     FileRef,
     Item,
@@ -87,9 +87,9 @@ from messages.conversation import (
     ToolResult,
     UserMessage,
 )
-from messages.llm import NamedToolChoice, ToolChoice
-from messages.session import HookFailure, HookFailureKind
-from messages.tools import ToolDefinition
+from fore.messages.llm import NamedToolChoice, ToolChoice
+from fore.messages.session import HookFailure, HookFailureKind
+from fore.messages.tools import ToolDefinition
 
 # -- results ------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.worker.hooks import (
+from fore.actors.worker.hooks import (
     Abort,
     AbortContext,
     Cancel,
@@ -35,9 +35,9 @@ from actors.worker.hooks import (
     ToolCallContext,
     TurnEndContext,
 )
-from messages.alerts import AlertLevel
-from messages.conversation import AssistantMessage, Item, UserMessage
-from messages.llm import LlmError
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import AssistantMessage, Item, UserMessage
+from fore.messages.llm import LlmError
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.filerefs.tokenizer import parse_input, render_user_text
-from actors.worker.hookrun import HookGate
-from messages.alerts import Alert, AlertLevel
-from messages.conversation import AssistantMessage, Item, Segment, ToolResult
-from messages.session import Submit
+from fore.actors.filerefs.tokenizer import parse_input, render_user_text
+from fore.actors.worker.hookrun import HookGate
+from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.conversation import AssistantMessage, Item, Segment, ToolResult
+from fore.messages.session import Submit
 
 MAX_ALERTS = 200
 

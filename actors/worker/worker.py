@@ -49,14 +49,14 @@ from typing import Any
 from pydantic import ValidationError
 from pykka import ActorDeadError
 
-from actors.blobs.summary import fits_utf8, truncated_fallback
-from actors.core.future import PooledFuture
-from actors.core.pooled import PooledActor, handles
-from actors.core.timer import TimerHandle
-from actors.speculation.fork import snapshot_version
-from actors.tools.base import ToolRegistry, ToolServices
-from actors.worker.hookrun import DetachedChain, HookJob
-from actors.worker.hooks import (
+from fore.actors.blobs.summary import fits_utf8, truncated_fallback
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import PooledActor, handles
+from fore.actors.core.timer import TimerHandle
+from fore.actors.speculation.fork import snapshot_version
+from fore.actors.tools.base import ToolRegistry, ToolServices
+from fore.actors.worker.hookrun import DetachedChain, HookJob
+from fore.actors.worker.hooks import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_START_TIMEOUT,
     NOT_APPLICABLE,
@@ -89,12 +89,12 @@ from actors.worker.hooks import (
     outcome_problem,
     raised_error,
 )
-from actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
-from actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
-from messages.alerts import Alert, AlertLevel
-from messages.blob_store import ReferenceBlobs, StoredOutput, StoreToolOutput
-from messages.blobs import BlobLimits, Inline, Stored, Text
-from messages.conversation import (
+from fore.actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
+from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
+from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.blob_store import ReferenceBlobs, StoredOutput, StoreToolOutput
+from fore.messages.blobs import BlobLimits, Inline, Stored, Text
+from fore.messages.conversation import (
     AssistantMessage,
     FileRef,
     Item,
@@ -103,7 +103,7 @@ from messages.conversation import (
     ToolResult,
     UserMessage,
 )
-from messages.llm import (
+from fore.messages.llm import (
     CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
@@ -116,7 +116,7 @@ from messages.llm import (
     Purpose,
     Usage,
 )
-from messages.session import (
+from fore.messages.session import (
     AddTool,
     AlertRaised,
     CancelRun,
@@ -141,8 +141,8 @@ from messages.session import (
     TurnResult,
     Unsubscribe,
 )
-from messages.speculation import ForkSnapshot, InsertItems, SnapshotTaken
-from messages.tools import (
+from fore.messages.speculation import ForkSnapshot, InsertItems, SnapshotTaken
+from fore.messages.tools import (
     CancelToolCalls,
     RunToolBatch,
     ToolBatchFinished,

@@ -61,9 +61,9 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.renderer import print_formatted_text as render_formatted_text
 from prompt_toolkit.styles import Style
 
-from messages.gate import ApprovalMode
-from messages.session import TurnFinished, TurnResult
-from messages.speculation import (
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import TurnFinished, TurnResult
+from fore.messages.speculation import (
     AcceptResult,
     SpeculationFinished,
     SpeculationProgress,
@@ -71,7 +71,7 @@ from messages.speculation import (
     SpeculationStatus,
     SuggestionReady,
 )
-from supervision.chat.approval import (
+from fore.supervision.chat.approval import (
     MODE_HELP,
     ApprovalPolicy,
     ApprovalRequest,
@@ -79,24 +79,24 @@ from supervision.chat.approval import (
     next_mode,
     stricter,
 )
-from supervision.chat.backend import ChatBackend
-from supervision.chat.commands import (
+from fore.supervision.chat.backend import ChatBackend
+from fore.supervision.chat.commands import (
     CommandCompleter,
     UnknownCommand,
     help_lines,
     parse_command,
 )
-from supervision.chat.paths import PathCompleter, at_word
-from supervision.chat.status import (
+from fore.supervision.chat.paths import PathCompleter, at_word
+from fore.supervision.chat.status import (
     FINAL_STATES,
     StatusInput,
     cost_lines,
     speculation_text,
     status_line,
 )
-from supervision.chat.text import format_duration, one_line
-from supervision.chat.trace import Trace
-from supervision.chat.transcript import SPINNER, Line, Totals, Transcript, diff_summary
+from fore.supervision.chat.text import format_duration, one_line
+from fore.supervision.chat.trace import Trace
+from fore.supervision.chat.transcript import SPINNER, Line, Totals, Transcript, diff_summary
 
 STYLE = Style.from_dict(
     {

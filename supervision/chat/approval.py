@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from actors.gate.tool_gate import WRITE_TOOLS, evaluate_tool_call
-from actors.worker.hooks import Continue, Skip, ToolCallContext
-from messages.gate import ApprovalMode, GateAction
-from supervision.chat.text import MAX_SUMMARY, one_line
+from fore.actors.gate.tool_gate import WRITE_TOOLS, evaluate_tool_call
+from fore.actors.worker.hooks import Continue, Skip, ToolCallContext
+from fore.messages.gate import ApprovalMode, GateAction
+from fore.supervision.chat.text import MAX_SUMMARY, one_line
 
 MODE_CYCLE: tuple[ApprovalMode, ...] = (
     ApprovalMode.DEFAULT,

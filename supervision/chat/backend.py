@@ -39,14 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from actors.speculation.governor import LoadGovernor
-from actors.worker.hooks import Hooks
-from messages.gate import ApprovalMode
-from messages.session import TurnResult
-from messages.speculation import AcceptResult, SpeculationConfig, SpeculationStatus
-from supervision.chat.approval import ApprovalPolicy, Approver, approval_hook
-from supervision.runtime import Runtime
-from supervision.session import Session
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.worker.hooks import Hooks
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import TurnResult
+from fore.messages.speculation import AcceptResult, SpeculationConfig, SpeculationStatus
+from fore.supervision.chat.approval import ApprovalPolicy, Approver, approval_hook
+from fore.supervision.runtime import Runtime
+from fore.supervision.session import Session
 
 
 class ChatBackend(Protocol):

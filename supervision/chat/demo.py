@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.llm import FunctionModel, ScriptReply
-from messages.conversation import Item, ToolResult, UserMessage
-from messages.llm import LlmRequest
+from fore.actors.llm import FunctionModel, ScriptReply
+from fore.messages.conversation import Item, ToolResult, UserMessage
+from fore.messages.llm import LlmRequest
 
 OPENING = "what does slug.py do?"
 """The demo's first prompt, sent when it opens (suggestions start from the second answer)."""

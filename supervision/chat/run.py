@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from messages.gate import ApprovalMode
-from supervision.chat.app import ChatApp
-from supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
-from supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
-from supervision.chat.demo import OPENING, DemoModel, demo_banner, make_workspace
-from supervision.chat.trace import Trace
+from fore.messages.gate import ApprovalMode
+from fore.supervision.chat.app import ChatApp
+from fore.supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
+from fore.supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
+from fore.supervision.chat.demo import OPENING, DemoModel, demo_banner, make_workspace
+from fore.supervision.chat.trace import Trace
 
 MIN_COLUMNS = 40
 MIN_ROWS = 8

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from messages.gate import ApprovalMode
-from messages.speculation import SpeculationStatus
-from supervision.chat.text import format_duration, one_line
-from supervision.chat.transcript import Line, Totals
+from fore.messages.gate import ApprovalMode
+from fore.messages.speculation import SpeculationStatus
+from fore.supervision.chat.text import format_duration, one_line
+from fore.supervision.chat.transcript import Line, Totals
 
 FINAL_STATES = frozenset({"completed", "boundary", "failed", "skipped", "stale", "aborted"})
 """States after which a speculation's status stops changing until Tab or a keystroke."""

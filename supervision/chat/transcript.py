@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from messages.alerts import AlertLevel
-from messages.conversation import AssistantMessage, Item, SystemMessage, ToolResult
-from messages.session import (
+from fore.messages.alerts import AlertLevel
+from fore.messages.conversation import AssistantMessage, Item, SystemMessage, ToolResult
+from fore.messages.session import (
     AlertRaised,
     ItemAdded,
     LlmRetried,
@@ -36,8 +36,8 @@ from messages.session import (
     TurnFinished,
     TurnResult,
 )
-from supervision.chat.approval import short_arguments
-from supervision.chat.text import format_duration, one_line, sanitize
+from fore.supervision.chat.approval import short_arguments
+from fore.supervision.chat.text import format_duration, one_line, sanitize
 
 Fragment = tuple[str, str]
 Line = tuple[Fragment, ...]

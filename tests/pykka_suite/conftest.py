@@ -12,8 +12,8 @@ from typing import (
 import pytest
 from pykka import ActorRegistry
 
-from actors.core.future import PooledFuture
-from actors.core.pooled import PooledActor
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import PooledActor
 from tests.pykka_suite.log_handler import PykkaTestLogHandler
 from tests.pykka_suite.types import Events, Runtime
 

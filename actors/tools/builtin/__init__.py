@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.tools.base import Tool, ToolRegistry
-from actors.tools.builtin.files import Edit, ReadFile, WriteFile
-from actors.tools.builtin.search import Glob, Grep, ListDirectory
-from actors.tools.builtin.shell import Shell
+from fore.actors.tools.base import Tool, ToolRegistry
+from fore.actors.tools.builtin.files import Edit, ReadFile, WriteFile
+from fore.actors.tools.builtin.search import Glob, Grep, ListDirectory
+from fore.actors.tools.builtin.shell import Shell
 
 __all__ = [
     "Edit",

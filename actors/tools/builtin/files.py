@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from actors.tools.fs import NotFound
-from actors.tools.paths import split_lines
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.actors.tools.fs import NotFound
+from fore.actors.tools.paths import split_lines
 
 MAX_READ_BYTES = 50 * 1024 * 1024
 MAX_LINE_CHARS = 2000
@@ -145,7 +145,7 @@ class Edit(Tool[EditArgs]):
 
     def execute(self, args: EditArgs, ctx: ToolContext) -> str:
         if args.preview:
-            from actors.resolve.preview import EditSpec, queue_preview, stage
+            from fore.actors.resolve.preview import EditSpec, queue_preview, stage
 
             spec = EditSpec(
                 path=args.path,

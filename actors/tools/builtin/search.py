@@ -40,17 +40,17 @@ from typing import Any
 
 from pydantic import Field
 
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from actors.tools.cancel import ToolCancelled
-from actors.tools.fs import FsError, FsView
-from actors.tools.matching import (
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.actors.tools.cancel import ToolCancelled
+from fore.actors.tools.fs import FsError, FsView
+from fore.actors.tools.matching import (
     MAX_IGNORE_FILE_BYTES,
     GlobMatcher,
     IgnoreRules,
     PatternError,
     compile_glob,
 )
-from actors.tools.paths import split_lines
+from fore.actors.tools.paths import split_lines
 
 _regex: Any = importlib.import_module("regex")
 """The ``regex`` package (untyped, so imported as ``Any``: no stubs needed)."""

@@ -51,11 +51,11 @@ from collections.abc import Callable, Iterable
 import structlog
 from pydantic import Field
 
-from actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
-from actors.tools.cancel import ToolCancelled
-from actors.tools.envscrub import scrub_env, secret_name
-from actors.tools.gitindex import private_index
-from actors.tools.proctrack import (
+from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
+from fore.actors.tools.cancel import ToolCancelled
+from fore.actors.tools.envscrub import scrub_env, secret_name
+from fore.actors.tools.gitindex import private_index
+from fore.actors.tools.proctrack import (
     CALL_MARKER,
     TrackedCall,
     Tracker,
@@ -210,7 +210,7 @@ class Shell(Tool[ShellArgs]):
 
 def _speculative(ctx: ToolContext) -> bool:
     """Whether the call runs in a speculation (its view of the files is an overlay)."""
-    from actors.overlay.fs import OverlayFs  # the overlay package builds on actors.tools
+    from fore.actors.overlay.fs import OverlayFs  # the overlay package builds on actors.tools
 
     return isinstance(ctx.fs, OverlayFs)
 

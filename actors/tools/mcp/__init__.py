@@ -2,7 +2,7 @@
 
 ::
 
-    from actors.tools.mcp import MCPServerStdio, MCPServerHTTP
+    from fore.actors.tools.mcp import MCPServerStdio, MCPServerHTTP
 
     git = MCPServerStdio("mcp-server-git", ["--repository", "."])
     session = rt.open_session(workspace=".", model=model, mcp_servers=[git])
@@ -36,6 +36,6 @@ once the speculation has written to its overlay: the server reads the real
 files, which no longer match what the speculation sees.
 """
 
-from actors.tools.mcp.config import AnyMCPServer, MCPServer, MCPServerHTTP, MCPServerStdio
+from fore.actors.tools.mcp.config import AnyMCPServer, MCPServer, MCPServerHTTP, MCPServerStdio
 
 __all__ = ["AnyMCPServer", "MCPServer", "MCPServerHTTP", "MCPServerStdio"]

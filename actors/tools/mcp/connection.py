@@ -43,9 +43,9 @@ from typing import Any, Literal
 
 import structlog
 
-from actors.tools.base import ToolError
-from actors.tools.mcp.config import MCPServer, MCPServerHTTP, MCPServerStdio, describe
-from messages.alerts import AlertLevel
+from fore.actors.tools.base import ToolError
+from fore.actors.tools.mcp.config import MCPServer, MCPServerHTTP, MCPServerStdio, describe
+from fore.messages.alerts import AlertLevel
 
 log = structlog.get_logger(__name__)
 

@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from actors.tools.aio import ToolLoop, ToolLoopClosed
-from actors.tools.base import Tool
-from actors.tools.mcp.config import MCPServer
-from actors.tools.mcp.connection import MCPConnection
-from actors.tools.mcp.tool import build_tools
-from messages.alerts import AlertLevel
+from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
+from fore.actors.tools.base import Tool
+from fore.actors.tools.mcp.config import MCPServer
+from fore.actors.tools.mcp.connection import MCPConnection
+from fore.actors.tools.mcp.tool import build_tools
+from fore.messages.alerts import AlertLevel
 
 Alert = Callable[[AlertLevel, str], None]
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from actors.tools.base import Tool, ToolContext, ToolError
-from actors.tools.mcp.config import TOOL_NAME_CHARS, MCPServer
-from messages.tools import ToolDefinition
+from fore.actors.tools.base import Tool, ToolContext, ToolError
+from fore.actors.tools.mcp.config import TOOL_NAME_CHARS, MCPServer
+from fore.messages.tools import ToolDefinition
 
 if TYPE_CHECKING:
-    from actors.tools.mcp.connection import MCPConnection
+    from fore.actors.tools.mcp.connection import MCPConnection
 
 MAX_RESULT_CHARS = 4 * 1024 * 1024
 """Characters of one result kept; beyond, it is cut with a note (the blob store keeps the rest)."""

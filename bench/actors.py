@@ -43,6 +43,7 @@ import pykka
 from fore.actors.core import ActorSystem, PooledActor
 from fore.bench._common import (
     BenchFailed,
+    Target,
     console,
     machine_line,
     os_threads,
@@ -50,6 +51,7 @@ from fore.bench._common import (
     ratio,
     rss_bytes,
     table,
+    targets_table,
 )
 
 _MSG = ("ping", 1)
@@ -540,7 +542,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
             aio_tell = check("tell asyncio", _tell_asyncio(tells, deadline))
             table(
                 f"tell throughput into one actor ({tells:,} messages)",
-                ["kind", "msg/s", "vs ThreadingActor"],
+                ["kind", "tell (msg/s)", "vs ThreadingActor (×)"],
                 [
                     ["PooledActor", pooled_tell, ratio(pooled_tell, thread_tell)],
                     ["pykka ThreadingActor", thread_tell, 1.0],
@@ -568,7 +570,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
     t50 = percentile(t_ask, 50)
     table(
         f"ask round trip ({asks:,} sequential asks)",
-        ["kind", "p50 µs", "p99 µs", "p50 vs ThreadingActor"],
+        ["kind", "p50 (µs)", "p99 (µs)", "p50 vs ThreadingActor (×)"],
         [
             [name, percentile(s, 50) * us, percentile(s, 99) * us, ratio(percentile(s, 50), t50)]
             for name, s in [
@@ -619,19 +621,19 @@ def run(*, quick: bool = False) -> dict[str, float]:
         f"{actors:,} live actors (each kind in a fresh process): round-robin, spawn, stop",
         [
             "kind",
-            "RR msg/s, 1 each",
-            "vs Thr.",
-            f"RR msg/s, {per_actor} each",
-            "spawn/s",
-            "vs Thr.",
-            "stop/s",
+            "RR, 1 each (msg/s)",
+            "vs Thr. (×)",
+            f"RR, {per_actor} each (msg/s)",
+            "spawn (actors/s)",
+            "vs Thr. (×)",
+            "stop (actors/s)",
         ],
         rows,
     )
     thread_rss = _nan(probes["threading"], "rss_per_actor")
     table(
         f"{actors:,} live idle actors: memory and threads",
-        ["kind", "RSS per idle actor KiB", "vs Thr.", "OS threads in process"],
+        ["kind", "RSS per idle actor (KiB)", "vs Thr. (×)", "OS threads in process (count)"],
         [
             [
                 labels[kind],
@@ -666,41 +668,52 @@ def run(*, quick: bool = False) -> dict[str, float]:
     }
     full = actors == 10_000
     scale = "" if full else f" (quick run: {actors:,} actors)"
-    verdicts: list[tuple[str, bool | None, str]] = [
-        (
-            f"round-robin across 10,000 actors ≥ 15× ThreadingActor{scale}",
-            metrics["round_robin_ratio"] >= 15 if full else None,
-            f"{metrics['round_robin_ratio']:.1f}×",
-        ),
-        (
-            f"10,000 live pooled actors with ≤ 32 OS threads{scale}",
-            metrics["pooled_threads"] <= 32 if full else None,
-            f"{metrics['pooled_threads']:.0f} threads",
-        ),
-        (
-            f"≤ 8 KiB RSS per idle pooled actor{scale}",
-            metrics["pooled_rss_per_actor_kib"] <= 8 if full else None,
-            f"{metrics['pooled_rss_per_actor_kib']:.2f} KiB",
-        ),
-        (
-            "tell throughput into one actor ≥ ThreadingActor's",
-            metrics["tell_ratio"] >= 1.0,
-            f"{metrics['tell_ratio']:.2f}×",
-        ),
-        (
-            "ask p50 within 3× ThreadingActor's",
-            metrics["ask_p50_ratio"] <= 3.0,
-            f"{metrics['ask_p50_ratio']:.2f}×",
-        ),
-        ("every message accounted for", not failures, f"{len(failures)} failure(s)"),
-    ]
-    table(
-        "targets",
-        ["target", "measured", "verdict"],
+    needs = "needs 10,000 actors; this is a quick run"
+    targets_table(
         [
-            [name, measured, "n/a (needs 10,000)" if ok is None else "pass" if ok else "FAIL"]
-            for name, ok, measured in verdicts
-        ],
+            Target(
+                f"round-robin across 10,000 actors vs ThreadingActor{scale}",
+                metrics["round_robin_ratio"],
+                "×",
+                ">=",
+                15,
+                applies=full,
+                missing=needs,
+            ),
+            Target(
+                f"OS threads with 10,000 live pooled actors{scale}",
+                metrics["pooled_threads"],
+                "threads",
+                "<=",
+                32,
+                applies=full,
+                missing=needs,
+            ),
+            Target(
+                f"RSS per idle pooled actor{scale}",
+                metrics["pooled_rss_per_actor_kib"],
+                "KiB",
+                "<=",
+                8,
+                applies=full,
+                missing=needs,
+            ),
+            Target(
+                "tell throughput into one actor vs ThreadingActor",
+                metrics["tell_ratio"],
+                "×",
+                ">=",
+                1.0,
+            ),
+            Target("ask p50 vs ThreadingActor's", metrics["ask_p50_ratio"], "×", "<=", 3.0),
+            Target(
+                "every message accounted for (lost-work failures)",
+                float(len(failures)),
+                "failures",
+                "==",
+                0,
+            ),
+        ]
     )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     console.print(

@@ -51,7 +51,15 @@ from fore.actors.core import ActorSystem, PooledActor
 from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.netio import FastAsyncTransport
-from fore.bench._common import console, machine_line, percentile, ratio, table
+from fore.bench._common import (
+    Target,
+    console,
+    machine_line,
+    percentile,
+    ratio,
+    table,
+    targets_table,
+)
 from fore.messages.conversation import UserMessage
 from fore.messages.llm import (
     CancelLlmRequest,
@@ -306,7 +314,7 @@ def _hostile_rss() -> dict[str, float]:
     table(
         f"hostile servers: peak RSS growth of a client process (limit "
         f"{HOSTILE_RSS_LIMIT // 2**20} MiB; 'benign' is the same-run baseline)",
-        ["answer", "growth MB", "growth / limit", "seconds", "how the request ended"],
+        ["answer", "growth (MB)", "growth / limit (×)", "time (s)", "how the request ended"],
         rows,
     )
     if over:
@@ -390,7 +398,7 @@ def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]
     stock_ratio = ratio(bare_wall, gate_wall)
     table(
         f"{n:,} concurrent streaming requests (50 words each, ttft 20 ms)",
-        ["path", "wall s", "req/s", "latency p50 ms", "latency p99 ms"],
+        ["path", "wall (s)", "throughput (req/s)", "latency p50 (ms)", "latency p99 (ms)"],
         [
             [
                 "bare httpx, one AsyncClient (reference)",
@@ -428,15 +436,22 @@ def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]
         "ratios and cancellation",
         ["measurement", "value", "target"],
         [
-            ["throughput gateway / bare, same transport", throughput_ratio, "≥ 0.8"],
-            ["throughput gateway / bare, stock httpx", stock_ratio, ""],
-            ["throughput gateway / one stock bare client", ratio(single_wall, gate_wall), ""],
+            ["throughput gateway / bare, same transport (×)", throughput_ratio, "≥ 0.8×"],
+            ["throughput gateway / bare, stock httpx (×)", stock_ratio, ""],
+            ["throughput gateway / one stock bare client (×)", ratio(single_wall, gate_wall), ""],
             ["added mean latency vs same transport (ms)", added * 1e3, ""],
             ["added mean latency vs stock httpx (ms)", added_stock * 1e3, ""],
-            ["failed requests", float(failures), "0"],
+            ["failed requests (count)", float(failures), "0"],
             ["cancel → closed p50 (ms)", percentile(cancel_latencies, 50) * 1e3, ""],
-            ["cancel → closed p99 (ms)", percentile(cancel_latencies, 99) * 1e3, "≤ 5"],
+            ["cancel → closed p99 (ms)", percentile(cancel_latencies, 99) * 1e3, "≤ 5 ms"],
         ],
+    )
+    targets_table(
+        [
+            Target("throughput gateway / bare, same transport", throughput_ratio, "×", ">=", 0.8),
+            Target("failed requests", float(failures), "", "==", 0),
+            Target("cancel → closed, p99", percentile(cancel_latencies, 99) * 1e3, "ms", "<=", 5),
+        ]
     )
     forks = _fork_cpu(quick)
     hostile = _hostile_rss()

@@ -6,8 +6,13 @@ HTTP, a latency model). A simulated user per session -- a pooled actor, so
 the harness adds no threads -- types a prompt, reads the answer (think time
 drawn from ``think_dist`` -- exponential, lognormal, uniform or fixed -- with
 mean ``think_ms``), then presses Tab on the suggestion with probability
-``accept_p`` or types something else, sometimes while the speculation is
-still running. It is bounded by ``turns`` per session and stops by itself.
+``accept_p`` or types something else. With probability ``type_during_p`` it
+does not read at all but starts typing its next prompt at once (within
+:data:`TYPE_AT_ONCE_S` of the answer), which is while the speculation of the
+answer's suggestion typically runs: that is what abort latency is measured
+on; it presses Enter after its usual think time, so the workload's pace does
+not depend on the knob. It is bounded by ``turns`` per session and stops by
+itself.
 
 **Wall time.** ``duration`` bounds the whole run -- opening the sessions, the
 users' rounds, a short drain, closing everything -- not just the rounds: the
@@ -15,6 +20,19 @@ users get what is left after setup, the drain (rounds in flight at their
 deadline may finish within ``drain_s``; any still running then are cut and
 counted) and a reserve for the teardown (about what opening took). So the
 default run (200 sessions, 100 s) ends in well under two minutes.
+
+**Accounting.** Every planned round, every suggestion shown and every
+speculation admitted ends in exactly one named bucket
+(:mod:`bench.report_accounting`): what the users saw is filed as it happens;
+when the run ends the ledger is frozen and each session's current
+speculation is read, so the ones still running or unused at the end are
+counted as such rather than lost.
+
+**Ctrl-C** ends the rounds, not the process: the sessions are closed, then
+the runtime, and only then the mock server (which is spawned with SIGINT
+blocked, so the terminal's Ctrl-C does not kill it first), and the report of
+what finished is returned with ``interrupted`` set. A second Ctrl-C gives up
+on the orderly teardown (quietly).
 
 Reported: sessions, turns, suggestions, speculations by outcome; accept
 latency (Tab -> files applied and history inserted); abort latency, timed
@@ -28,22 +46,27 @@ abort cancelled (estimated at ~4 characters per token when no usage arrived;
 :mod:`actors.speculation.metered`); main-turn latency (and, with ``compare``,
 the same workload without speculation, over interleaved pairs of runs:
 :func:`run_comparison`); RSS per session, peak OS threads and
-file descriptors; setup / run / teardown / total wall time; and leaks after
-shutdown -- all of which must be zero: overlays of a session still on disk
-when its ``Session.close()`` returned (or a close that timed out), overlay
-directories on disk when ``Runtime.close()`` returned, threads, file
-descriptors, live actors, and an unclean ``Runtime.close()``.
+file descriptors; setup / run / teardown / total wall time; a timeline of
+running speculations and governor skips (sampled with the progress bar, a few
+numbers every 0.2 s); and leaks after shutdown -- all of which must be zero:
+overlays of a session still on disk when its ``Session.close()`` returned (or
+a close that timed out), overlay directories on disk when ``Runtime.close()``
+returned, threads, file descriptors, live actors, and an unclean
+``Runtime.close()``.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
 import shutil
+import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,13 +79,15 @@ from fore.actors.llm import OpenAICompatible, RetryPolicy, evloop
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
-from fore.bench._common import console, percentile, table
+from fore.bench._common import console, percentile
+from fore.bench.report_accounting import Accounting, Ledger
 from fore.bench.workload import USER_PROMPTS, make_workspace, script
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import EventBase, Subscribe, TurnResult
 from fore.messages.speculation import (
     AcceptResult,
     AcceptSuggestion,
+    GetSpeculation,
     Keystroke,
     SpeculationConfig,
     SpeculationFinished,
@@ -75,6 +100,16 @@ from fore.supervision import Runtime
 
 THINK_DISTS = ("exp", "lognormal", "uniform", "fixed")
 """Think-time distributions, each with mean ``think_ms`` (see :func:`think_time`)."""
+
+TYPE_AT_ONCE_S = (0.05, 0.25)
+"""When a user who types at once (``type_during_p``) presses its first key:
+uniformly this many seconds after the answer. The answer's suggestion is
+ready some 50-100 ms after it and its speculation then runs for a few
+hundred ms here, so most of these keystrokes find it running."""
+
+TIMELINE_POINTS = 2_000
+"""The timeline keeps at most this many samples (every other one is dropped
+when it fills: a long run is sampled more coarsely, never unboundedly)."""
 
 
 class BenchSetupError(RuntimeError):
@@ -148,6 +183,20 @@ class LoadOptions:
     """
     think_dist: str = "exp"
     """How think times are distributed around ``think_ms`` (:data:`THINK_DISTS`)."""
+    type_during_p: float = 0.8
+    """Probability that a user, instead of reading the answer, starts typing its
+    next prompt at once -- while the speculation runs (:data:`TYPE_AT_ONCE_S`) --
+    and presses Enter after its think time (:meth:`SimUser._start_typing`).
+
+    Only a keystroke that finds the speculation still running measures abort
+    latency, and a session acts on just two suggestions in a default run (the
+    first answer has none, the last one's is never acted on): ~400 in all,
+    less what the governor skips. About three in four of these keystrokes
+    find the speculation running. Measured on a default run: 0.75 gave 249
+    aborts of running speculations with no governor skips, and 187 with the
+    governor skipping 23% of suggestions on a machine loaded by other work;
+    0.8 gave 265 without skips and 233 with the governor skipping 10%, and
+    leaves a fifth of the suggestions to be read and accepted with ``accept_p``."""
     drain_s: float = 5.0
     """After the users' deadline, rounds in flight get this long to finish."""
     edit_p: float = 0.05
@@ -177,7 +226,6 @@ class Recorder:
     finished_abort_cleanup_s: list[float] = field(default_factory=list)
     """Keystroke -> overlay removed, for speculations that had already finished."""
     suggestions: int = 0
-    speculations: set[str] = field(default_factory=set)
     outcomes: dict[str, int] = field(default_factory=dict)
     states: dict[str, int] = field(default_factory=dict)
     tab_waited_s: list[float] = field(default_factory=list)
@@ -185,7 +233,9 @@ class Recorder:
     wasted_tokens: int = 0
     wasted_tokens_estimated: int = 0
     skipped: int = 0
+    typed_at_once: int = 0
     errors: list[str] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)
 
     def add(self, name: str, value: float) -> None:
         with self.lock:
@@ -198,7 +248,11 @@ class Recorder:
 
 
 class SimUser(PooledActor):
-    """One simulated user, driving its session by messages only."""
+    """One simulated user, driving its session by messages only.
+
+    It files what it sees into the recorder's :class:`~bench.report_accounting.Ledger`
+    (rounds, suggestions, speculations), so every one of them is accounted for.
+    """
 
     def __init__(
         self,
@@ -209,6 +263,7 @@ class SimUser(PooledActor):
         recorder: Recorder,
         done: threading.Semaphore,
         deadline: float,
+        index: int = 0,
     ) -> None:
         super().__init__()
         self.session = session
@@ -216,13 +271,17 @@ class SimUser(PooledActor):
         self.options = options
         self.rng = random.Random(seed)
         self.recorder = recorder
+        self.ledger = recorder.ledger
+        self.index = index
         self.done = done
         self.deadline = deadline
         self.rounds = 0
-        self.suggestion: str | None = None
         self.finished = False
+        self._wake: object | None = None
+        """The pending think timer's token (a stale timer finds it changed)."""
 
     def on_start(self) -> None:
+        self.ledger.user(self.index, self.options.turns)
         self.session.supervisor.tell(Subscribe(address=self.actor_ref))
         # Users start as they would be found in steady state, part-way through
         # a think time (first_action_delay); a burst of every session's first
@@ -230,17 +289,36 @@ class SimUser(PooledActor):
         delay = first_action_delay(
             self.rng, self.options.think_dist, max(0.2, self.options.think_ms / 1000.0)
         )
-        self.call_after(delay, self._type)
+        self._after(delay, self._type)
+
+    def _after(self, delay: float, action: Callable[[], None]) -> None:
+        token = self._wake = object()
+        self.call_after(delay, self._wake_up, token, action)
+
+    def _wake_up(self, token: object, action: Callable[[], None]) -> None:
+        if token is self._wake and not self.finished:
+            self._wake = None
+            action()
 
     # -- one round -----------------------------------------------------------------
 
     def _think(self) -> float:
         return think_time(self.rng, self.options.think_dist, self.options.think_ms / 1000.0)
 
-    def _type(self) -> None:
-        prompt = USER_PROMPTS[(self.rounds + self.rng.randrange(3)) % len(USER_PROMPTS)]
-        self.suggestion = None
-        self.session.supervisor.tell(Keystroke(text=prompt[:1]))
+    def _prompt(self) -> str:
+        return USER_PROMPTS[(self.rounds + self.rng.randrange(3)) % len(USER_PROMPTS)]
+
+    def _type(self, prompt: str | None = None) -> None:
+        """Submit a prompt of the user's own, typed over whatever suggestion is shown.
+
+        ``prompt``: the one it started typing at once (:meth:`_start_typing`).
+        """
+        at_once = prompt is not None
+        if prompt is None:
+            prompt = self._prompt()
+            self.session.supervisor.tell(Keystroke(text=prompt[:1]))
+        self.ledger.typed_over(self.index, at_once=at_once)
+        self.ledger.round_began(self.index)
         typed = time.monotonic()
         self.ask_then(
             self.session.supervisor,
@@ -250,22 +328,39 @@ class SimUser(PooledActor):
             timeout=120.0,
         )
 
+    def _start_typing(self, think: float) -> None:
+        """Type at once: the keystrokes land while the speculation runs (``type_during_p``).
+
+        The user types its own next prompt -- text that is no prefix of the
+        suggestion, so the speculation is aborted now -- and presses Enter
+        after its usual think time: it composes instead of reading, so the
+        pace of the workload is the same with or without this knob.
+        """
+        prompt = self._prompt()
+        with self.recorder.lock:
+            self.recorder.typed_at_once += 1
+        self.ledger.typed_over(self.index, at_once=True)
+        self.session.supervisor.tell(Keystroke(text=prompt))
+        self._after(think, lambda: self._type(prompt))
+
     def _typed_done(self, typed: float, result: TurnResult) -> None:
         self.recorder.add("typed_turn_s", time.monotonic() - typed)
         if result.status != "completed":
             self.recorder.count("accepts", f"typed turn {result.status}")
+        self.ledger.round_ended(self.index, "typed" if result.status == "completed" else "error")
         self._round_over()
 
     def _decide(self) -> None:
         if self.finished:
             return
-        if self.suggestion is not None and self.rng.random() < self.options.accept_p:
+        if self.ledger.has_pending(self.index) and self.rng.random() < self.options.accept_p:
             if self.rng.random() < self.options.edit_p:
                 # the user edits the file the speculation writes: its accept conflicts
                 todo = self.workspace / "notes" / "todo.md"
                 todo.write_text(f"user edit {self.rng.random()}\n")
             pressed = time.monotonic()
-            self.suggestion = None
+            self.ledger.tab_pressed(self.index)
+            self.ledger.round_began(self.index)
             self.ask_then(
                 self.session.supervisor,
                 AcceptSuggestion(wait_continuation=True),
@@ -278,6 +373,8 @@ class SimUser(PooledActor):
 
     def _accepted(self, pressed: float, result: AcceptResult) -> None:
         self.recorder.count("accepts", result.outcome)
+        self.ledger.tab_answered(self.index, result.outcome)
+        self.ledger.round_ended(self.index, "tab")
         if result.outcome in ("accepted", "boundary"):
             self.recorder.add("accept_latency_s", result.accept_latency_s)
             self.recorder.add("time_saved_s", result.time_saved_s)
@@ -291,45 +388,57 @@ class SimUser(PooledActor):
         self.rounds += 1
         with self.recorder.lock:
             self.recorder.rounds += 1
+        if self.rounds >= self.options.turns:
+            self._finish("turns")
+            return
+        # (no draw at all when it is 0: the runs of a seed stay what they were)
+        p = self.options.type_during_p
+        at_once = p > 0 and self.rng.random() < p
         think = self._think()
+        reaction = self.rng.uniform(*TYPE_AT_ONCE_S) if at_once else 0.0
         # A user who would still be thinking at the deadline leaves now: the
         # run's wall time is bounded by ``duration`` plus the rounds in flight.
-        if self.rounds >= self.options.turns or time.monotonic() + think >= self.deadline:
-            self._finish()
+        if time.monotonic() + reaction + think >= self.deadline:
+            self._finish("deadline")
             return
-        self.call_after(think, self._decide)
+        if at_once:
+            self._after(reaction, lambda: self._start_typing(think))
+        else:
+            self._after(think, self._decide)
 
     def _error(self, error: BaseException) -> None:
         with self.recorder.lock:
             self.recorder.errors.append(f"{type(error).__name__}: {error}")
-        self._finish()
+        self.ledger.round_ended(self.index, "error")
+        self._finish("error")
 
-    def _finish(self) -> None:
+    def _finish(self, reason: Any) -> None:
         if not self.finished:
             self.finished = True
+            self._wake = None
+            self.ledger.left(self.index, reason)
             self.done.release()
 
     # -- what the session tells us --------------------------------------------------------
 
     @handles(SuggestionReady)
     def _on_suggestion(self, event: SuggestionReady) -> None:
-        self.suggestion = event.suggestion.text
+        self.ledger.suggestion_shown(self.index, event.suggestion.id)
         with self.recorder.lock:
             self.recorder.suggestions += 1
 
     @handles(SpeculationProgress)
     def _on_progress(self, event: SpeculationProgress) -> None:
-        with self.recorder.lock:
-            self.recorder.speculations.add(event.speculation_id)
+        self.ledger.speculation_seen(event.speculation_id)
 
     @handles(SpeculationFinished)
     def _on_finished(self, event: SpeculationFinished) -> None:
+        self.ledger.speculation_ended(event.speculation_id, event.outcome, event.was_running)
         recorder = self.recorder
         with recorder.lock:
-            recorder.speculations.add(event.speculation_id)
             recorder.outcomes[event.outcome] = recorder.outcomes.get(event.outcome, 0) + 1
             recorder.states[event.state] = recorder.states.get(event.state, 0) + 1
-            if event.outcome in ("aborted", "failed", "conflict", "stale"):
+            if event.outcome in ("aborted", "failed", "conflict", "stale", "empty"):
                 recorder.wasted_tokens += event.tokens
                 recorder.wasted_tokens_estimated += event.estimated_tokens
             if event.outcome != "aborted" or event.was_running is None:
@@ -359,6 +468,7 @@ class LoadReport:
     turns: int
     suggestions: int
     speculations_started: int
+    """Speculations the runtime admitted (the load governor's count)."""
     speculations_skipped: int
     speculations: dict[str, int]
     speculation_states: dict[str, int]
@@ -375,7 +485,7 @@ class LoadReport:
     """Their keystroke -> overlay removed."""
     time_saved_ms_mean: float
     wasted_tokens: int
-    """Tokens of aborted, failed, conflicting and stale speculations (estimates included)."""
+    """Tokens of aborted, failed, conflicting, stale and empty speculations (estimates included)."""
     wasted_tokens_estimated: int
     """Of those: estimated for streams cancelled before their usage arrived."""
     main_turn_ms: dict[str, float]
@@ -392,6 +502,18 @@ class LoadReport:
     """Users still in a round when the drain ended (their sessions were closed under them)."""
     leaks: dict[str, int]
     errors: list[str]
+    turns_planned: int = 0
+    """Sessions x turns: every one is in a bucket of ``accounting["turns"]``."""
+    typed_at_once: int = 0
+    """Rounds in which the user typed at once, while the speculation ran (``type_during_p``)."""
+    accounting: dict[str, Any] = field(default_factory=dict)
+    """Every turn, suggestion and speculation in one bucket (:class:`Accounting`)."""
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+    """Sampled during the rounds: ``t_s`` (since the users started), ``running``
+    (speculations running), ``skipped`` and ``admitted`` (cumulative), ``rounds``
+    (cumulative)."""
+    interrupted: bool = False
+    """Ctrl-C ended the run: the figures are of what finished before it."""
 
 
 def count_overlay_dirs(rt: Runtime) -> int:
@@ -418,22 +540,53 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
-    """Run the workload once; returns the report and the raw latency samples.
+class _Interrupts:
+    """Ctrl-C during a run: the first one asks the run to stop, a second one gives up.
 
-    Raises :class:`BenchSetupError` (one clear line) when it cannot start.
+    Installed only on the main thread (signal handlers live there); elsewhere
+    a Ctrl-C is whatever the caller makes of it.
     """
-    if options.think_dist not in THINK_DISTS:
-        raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
-    begun = time.monotonic()
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.gave_up = False
+        """A second Ctrl-C: the orderly teardown was abandoned."""
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, _signum: int, _frame: Any) -> None:
+        if self.requested.is_set():
+            self.gave_up = True
+            raise KeyboardInterrupt
+        self.requested.set()
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+
+def _spawn_server(options: LoadOptions) -> Any:
+    """The mock LLM server, spawned with SIGINT blocked so that it outlives a Ctrl-C.
+
+    A Ctrl-C in a terminal goes to the whole foreground process group: the
+    mock server would die at once, before the runtime could close its
+    sessions, and every request still in flight would log a connection error.
+    A child inherits its parent's blocked-signal mask through ``exec``; the
+    server blocks SIGINT for good then (it still stops on SIGTERM, which is
+    how :meth:`stop` ends it), and this thread's mask is restored at once (a
+    Ctrl-C that arrived meanwhile is delivered then, not lost).
+    """
+    script_file = ScriptFile.model_validate(script(options.turns))
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        root = Path(tempfile.mkdtemp(prefix="fore-bench-"))
-    except OSError as exc:
-        raise BenchSetupError(f"cannot create a temp directory: {exc.strerror or exc}") from None
-    recorder = Recorder()
-    try:
-        script_file = ScriptFile.model_validate(script(options.turns))
-        server = MockLlmServer.spawn(
+        return MockLlmServer.spawn(
             script_file,
             ttft_ms=options.ttft_ms,
             tokens_per_s=options.tokens_per_s,
@@ -441,10 +594,88 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             # token (see MockSettings.background_tick_ms).
             background_tick_ms=50.0,
         )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+class _Timeline:
+    """A few numbers every sample (~0.2 s): cheap, and bounded by :data:`TIMELINE_POINTS`."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[float]] = {
+            k: [] for k in ("t_s", "running", "skipped", "admitted", "rounds")
+        }
+        self._stride = 1
+        self._calls = 0
+
+    def sample(self, t: float, governor: LoadGovernor, rounds: int) -> None:
+        self._calls += 1
+        if self._calls % self._stride:
+            return
+        for key, value in (
+            ("t_s", t),
+            ("running", governor.running),
+            ("skipped", governor.refused),
+            ("admitted", governor.admitted),
+            ("rounds", rounds),
+        ):
+            self.columns[key].append(float(value))
+        if len(self.columns["t_s"]) >= TIMELINE_POINTS:
+            for values in self.columns.values():
+                del values[1::2]
+            self._stride *= 2
+
+
+def _open_states(sessions: list[tuple[Any, Path]], deadline_s: float = 5.0) -> dict[str, Any]:
+    """Each session's current speculation id -> its state, asked of all at once."""
+    futures = []
+    for session, _ in sessions:
+        try:
+            futures.append(session.supervisor.ask(GetSpeculation(), block=False))
+        except Exception:  # a session that is gone has nothing open
+            continue
+    until = time.monotonic() + deadline_s
+    states: dict[str, Any] = {}
+    for future in futures:
+        try:
+            status, _text = future.get(timeout=max(0.01, until - time.monotonic()))
+        except Exception:
+            continue
+        if status.speculation_id is not None:
+            states[status.speculation_id] = status.state
+    return states
+
+
+def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
+    """Run the workload once; returns the report and the raw latency samples (seconds).
+
+    Raises :class:`BenchSetupError` (one clear line) when it cannot start. A
+    Ctrl-C ends the rounds early and still returns (``report.interrupted``).
+    """
+    if options.think_dist not in THINK_DISTS:
+        raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
+    with _Interrupts() as interrupts:
+        return _run(options, interrupts)
+
+
+def _run(
+    options: LoadOptions, interrupts: _Interrupts
+) -> tuple[LoadReport, dict[str, list[float]]]:
+    begun = time.monotonic()
+    try:
+        root = Path(tempfile.mkdtemp(prefix="fore-bench-"))
+    except OSError as exc:
+        raise BenchSetupError(f"cannot create a temp directory: {exc.strerror or exc}") from None
+    recorder = Recorder()
+    try:
+        server = _spawn_server(options)
     except Exception as exc:
         shutil.rmtree(root, ignore_errors=True)
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise BenchSetupError(f"cannot start the mock LLM server: {detail}") from None
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     process = psutil.Process()
     try:
         threads_before = {t.ident for t in threading.enumerate()}
@@ -452,12 +683,18 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
         # the process and lives as long as it: part of the process, not of a run.
         evloop.new_event_loop().close()
         fds_before = process.num_fds()
+        # The runtime starts with a full collection (actors.core.tuning): the
+        # baseline is taken after one too, or the setup's garbage (the parsed
+        # script, say) would be freed inside the measurement and the RSS per
+        # session come out negative.
+        gc.collect()
         rss_before = process.memory_info().rss
+        governor = LoadGovernor(enabled=options.governor)
         rt = Runtime(
             name="bench",
             overlay_root=root / "overlays",
             blob_dir=root / "blobs",
-            speculation_governor=LoadGovernor(enabled=options.governor),
+            speculation_governor=governor,
             # The benchmark owns its process: the GC and GIL settings that a
             # many-session service would choose (actors/core/tuning.py).
             tune_process=True,
@@ -486,11 +723,15 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             disable=not options.progress,
             transient=True,
         )
-        sessions = []
+        sessions: list[tuple[Any, Path]] = []
         rounds_cut = 0
+        timeline = _Timeline()
+        started = time.monotonic()
         with progress:
             opening = progress.add_task("opening sessions", total=options.sessions)
             for i in range(options.sessions):
+                if interrupts.requested.is_set():
+                    break
                 workspace = make_workspace(root / "ws" / f"s{i:05d}")
                 session = rt.open_session(
                     workspace=workspace,
@@ -511,19 +752,21 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             task = progress.add_task(
                 "speculation" if options.speculation else "no speculation", total=total_rounds
             )
-            with rt.system.activated():
-                for i, (session, workspace) in enumerate(sessions):
-                    users.append(
-                        SimUser.start(
-                            session,
-                            workspace,
-                            options,
-                            options.seed * 100_003 + i,
-                            recorder,
-                            done,
-                            deadline,
+            if not interrupts.requested.is_set():
+                with rt.system.activated():
+                    for i, (session, workspace) in enumerate(sessions):
+                        users.append(
+                            SimUser.start(
+                                session,
+                                workspace,
+                                options,
+                                options.seed * 100_003 + i,
+                                recorder,
+                                done,
+                                deadline,
+                                i,
+                            )
                         )
-                    )
             finished = 0
             while finished < len(users):
                 if done.acquire(timeout=0.2):
@@ -531,13 +774,23 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
                     while done.acquire(blocking=False):
                         finished += 1
                 progress.update(task, completed=recorder.rounds)
+                timeline.sample(time.monotonic() - started, governor, recorder.rounds)
                 peak_threads = max(peak_threads, threading.active_count())
                 peak_fds = max(peak_fds, process.num_fds())
                 peak_rss = max(peak_rss, process.memory_info().rss)
-                if time.monotonic() > hard_stop:
+                if interrupts.requested.is_set() or time.monotonic() > hard_stop:
                     rounds_cut = len(users) - finished  # their sessions close under them
                     break
         wall = time.monotonic() - started
+        interrupted = interrupts.requested.is_set()
+        # The run has ended: what is open now is counted as open (the ledger
+        # takes nothing more), then each session says what it still runs.
+        ledger = recorder.ledger
+        if len(sessions) < options.sessions:  # Ctrl-C while opening: never played
+            for i in range(len(sessions), options.sessions):
+                ledger.user(i, options.turns)
+        ledger.freeze("interrupt" if interrupted else "duration" if rounds_cut else None)
+        accounting = ledger.result(_open_states(sessions), admitted=governor.admitted)
         closing = time.monotonic()
         for user in users:
             user.stop()
@@ -560,47 +813,17 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             "live_actors": len(rt.system.registry),
             "unclean_shutdown": 0 if clean else 1,
         }
-        samples = {
-            "accept": recorder.accept_latency_s,
-            "abort_cancel": recorder.abort_cancel_s,
-            "abort_cleanup": recorder.abort_cleanup_s,
-            "main_turn": recorder.typed_turn_s,
-        }
-        report = LoadReport(
-            options=asdict(options),
-            sessions=options.sessions,
-            turns=recorder.rounds,
-            suggestions=recorder.suggestions,
-            speculations_started=len(recorder.speculations),
-            speculations_skipped=recorder.skipped,
-            speculations=dict(sorted(recorder.outcomes.items())),
-            speculation_states=dict(sorted(recorder.states.items())),
-            accepts=dict(sorted(recorder.accepts.items())),
-            tab_waited_ms=_quantiles(recorder.tab_waited_s),
-            accept_latency_ms=_quantiles(recorder.accept_latency_s),
-            abort_latency_ms=_quantiles(recorder.abort_cancel_s),
-            abort_cleanup_ms=_quantiles(recorder.abort_cleanup_s),
-            aborts_of_finished=len(recorder.finished_abort_cleanup_s),
-            abort_finished_cleanup_ms=_quantiles(recorder.finished_abort_cleanup_s),
-            time_saved_ms_mean=(
-                sum(recorder.time_saved_s) / len(recorder.time_saved_s) * 1e3
-                if recorder.time_saved_s
-                else 0.0
-            ),
-            wasted_tokens=recorder.wasted_tokens,
-            wasted_tokens_estimated=recorder.wasted_tokens_estimated,
-            main_turn_ms=_quantiles(recorder.typed_turn_s),
-            rss_per_session_kib=(peak_rss - rss_before) / max(1, options.sessions) / 1024,
-            peak_threads=peak_threads,
-            peak_fds=peak_fds,
-            wall_s=wall,
-            setup_s=setup,
-            teardown_s=teardown,
-            wall_total_s=time.monotonic() - begun,
-            rounds_cut=rounds_cut,
-            leaks=leaks,
-            errors=recorder.errors[:20],
+        report = _report(
+            options, recorder, accounting, governor, timeline, leaks, interrupted=interrupted
         )
+        report.rss_per_session_kib = (peak_rss - rss_before) / max(1, len(sessions)) / 1024
+        report.peak_threads = peak_threads
+        report.peak_fds = peak_fds
+        report.wall_s = wall
+        report.setup_s = setup
+        report.teardown_s = teardown
+        report.wall_total_s = time.monotonic() - begun
+        report.rounds_cut = rounds_cut
         if leaked_threads:
             report.errors.append(
                 "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])
@@ -609,10 +832,75 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
             report.errors.append(
                 "overlays left: " + "; ".join(str(o) for o in rt.overlays_left[:10])
             )
+        samples = {
+            "accept": recorder.accept_latency_s,
+            "abort_cancel": recorder.abort_cancel_s,
+            "abort_cleanup": recorder.abort_cleanup_s,
+            "main_turn": recorder.typed_turn_s,
+        }
         return report, samples
     finally:
+        if interrupts.gave_up:
+            # The sessions may still be running: with the server gone their
+            # requests fail, and nobody wants those lines after a second Ctrl-C.
+            from fore.actors.core.logs import configure_logging
+
+            configure_logging(level="critical")
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _report(
+    options: LoadOptions,
+    recorder: Recorder,
+    accounting: Accounting,
+    governor: LoadGovernor,
+    timeline: _Timeline,
+    leaks: dict[str, int],
+    *,
+    interrupted: bool,
+) -> LoadReport:
+    """The report's figures from what was recorded (the wall times are set by the caller)."""
+    return LoadReport(
+        options=asdict(options),
+        sessions=options.sessions,
+        turns=recorder.rounds,
+        suggestions=accounting.suggestions.total,
+        speculations_started=accounting.speculations.total,
+        speculations_skipped=recorder.skipped,
+        speculations=dict(sorted(recorder.outcomes.items())),
+        speculation_states=dict(sorted(recorder.states.items())),
+        accepts=dict(sorted(recorder.accepts.items())),
+        tab_waited_ms=_quantiles(recorder.tab_waited_s),
+        accept_latency_ms=_quantiles(recorder.accept_latency_s),
+        abort_latency_ms=_quantiles(recorder.abort_cancel_s),
+        abort_cleanup_ms=_quantiles(recorder.abort_cleanup_s),
+        aborts_of_finished=len(recorder.finished_abort_cleanup_s),
+        abort_finished_cleanup_ms=_quantiles(recorder.finished_abort_cleanup_s),
+        time_saved_ms_mean=(
+            sum(recorder.time_saved_s) / len(recorder.time_saved_s) * 1e3
+            if recorder.time_saved_s
+            else 0.0
+        ),
+        wasted_tokens=recorder.wasted_tokens,
+        wasted_tokens_estimated=recorder.wasted_tokens_estimated,
+        main_turn_ms=_quantiles(recorder.typed_turn_s),
+        rss_per_session_kib=0.0,
+        peak_threads=0,
+        peak_fds=0,
+        wall_s=0.0,
+        setup_s=0.0,
+        teardown_s=0.0,
+        wall_total_s=0.0,
+        rounds_cut=0,
+        leaks=leaks,
+        errors=recorder.errors[:20],
+        turns_planned=accounting.turns.total,
+        typed_at_once=recorder.typed_at_once,
+        accounting=accounting.as_dict(),
+        timeline=timeline.columns,
+        interrupted=interrupted,
+    )
 
 
 @dataclass
@@ -626,7 +914,8 @@ class Comparison:
     (``seed``, ``seed + 1``, ...; both arms of a pair see the same workload),
     alternating the order (on/off, off/on, ...) so that a drift of the
     machine falls on both arms alike, and pools each arm's turns. The pooled
-    ratio is the verdict; each pair's ratio shows the spread.
+    ratio is the verdict; each pair's ratio shows the spread. A Ctrl-C keeps
+    the pairs that finished.
     """
 
     pairs: list[dict[str, float]]
@@ -634,6 +923,9 @@ class Comparison:
     on_ms: dict[str, float]
     """Quantiles over every typed turn of every run with speculation."""
     off_ms: dict[str, float]
+    on_turns_s: list[float] = field(default_factory=list, repr=False)
+    """The pooled typed-turn latencies themselves (seconds), for the plot."""
+    off_turns_s: list[float] = field(default_factory=list, repr=False)
 
     @staticmethod
     def _ratio(on: float, off: float) -> float:
@@ -659,11 +951,12 @@ class Comparison:
 
 def run_comparison(
     options: LoadOptions, pairs: int = 1
-) -> tuple[list[LoadReport], list[LoadReport], Comparison, dict[str, list[float]]]:
+) -> tuple[list[LoadReport], list[LoadReport], Comparison | None, dict[str, list[float]]]:
     """``pairs`` interleaved pairs of runs, speculation on and off (see :class:`Comparison`).
 
     Returns the reports with and without speculation (in run order), the
-    comparison, and the raw samples of the first run with speculation.
+    comparison over the pairs that finished (``None`` if Ctrl-C came before
+    the first did), and the raw samples of the first run with speculation.
     """
     if pairs < 1:
         raise ValueError("pairs must be at least 1")
@@ -677,17 +970,20 @@ def run_comparison(
         seed = options.seed + index
         order = (True, False) if index % 2 == 0 else (False, True)
         quantiles: dict[bool, dict[str, float]] = {}
+        turns: dict[bool, list[float]] = {}
         for speculation in order:
             report, samples = run_load(replace(options, speculation=speculation, seed=seed))
-            turns = samples["main_turn"]
-            quantiles[speculation] = report.main_turn_ms
+            (on_reports if speculation else off_reports).append(report)
             if speculation:
-                on_reports.append(report)
-                on_turns += turns
                 first_samples = first_samples or samples
-            else:
-                off_reports.append(report)
-                off_turns += turns
+            if report.interrupted:
+                break
+            quantiles[speculation] = report.main_turn_ms
+            turns[speculation] = samples["main_turn"]
+        if len(quantiles) < 2:  # interrupted: this pair is incomplete, and the last
+            break
+        on_turns += turns[True]
+        off_turns += turns[False]
         on, off = quantiles[True], quantiles[False]
         rows.append(
             {
@@ -699,94 +995,12 @@ def run_comparison(
                 "p99_ratio": Comparison._ratio(on["p99"], off["p99"]),
             }
         )
-    comparison = Comparison(rows, _quantiles(on_turns), _quantiles(off_turns))
-    return on_reports, off_reports, comparison, first_samples
-
-
-def print_report(report: LoadReport, comparison: Comparison | None = None) -> None:
-    def q(d: dict[str, float]) -> str:
-        return f"{d['p50']:.2f} / {d['p95']:.2f} / {d['p99']:.2f} ms (n={d['count']:.0f})"
-
-    spec = report.speculations
-    table(
-        f"fore bench: {report.sessions} sessions, {report.turns} turns in {report.wall_s:.1f} s",
-        ["measurement", "value"],
-        [
-            [
-                "wall time: total (setup / rounds / teardown)",
-                f"{report.wall_total_s:.1f} s ({report.setup_s:.1f} / {report.wall_s:.1f} / "
-                f"{report.teardown_s:.1f} s)"
-                + (f"; {report.rounds_cut} users cut at the deadline" if report.rounds_cut else ""),
-            ],
-            ["suggestions shown", report.suggestions],
-            ["speculations started", report.speculations_started],
-            ["suggestions not speculated (no headroom)", report.speculations_skipped],
-            [
-                "speculations reached: completed / boundary / failed / still running",
-                " / ".join(
-                    str(report.speculation_states.get(k, 0))
-                    for k in ("completed", "boundary", "failed", "running")
-                ),
-            ],
-            [
-                "speculations ended: accepted / accepted at boundary / aborted / failed / conflict",
-                " / ".join(
-                    str(spec.get(k, 0))
-                    for k in ("accepted", "boundary", "aborted", "failed", "conflict")
-                ),
-            ],
-            ["Tabs by outcome", ", ".join(f"{k} {v}" for k, v in report.accepts.items()) or "-"],
-            [
-                "accept latency p50 / p95 / p99 (Tab → files applied, history inserted)",
-                q(report.accept_latency_ms),
-            ],
-            ["Tab while still running: waited p50 / p95 / p99", q(report.tab_waited_ms)],
-            [
-                "abort latency p50 / p95 / p99 (keystroke → stream closed, tools cancelled;"
-                " running speculations)",
-                q(report.abort_latency_ms),
-            ],
-            ["  keystroke → overlay removed p50 / p95 / p99", q(report.abort_cleanup_ms)],
-            [
-                "aborts of finished speculations: keystroke → overlay removed",
-                q(report.abort_finished_cleanup_ms),
-            ],
-            ["time saved per accepted turn (mean)", f"{report.time_saved_ms_mean:.1f} ms"],
-            [
-                "tokens spent on discarded speculations (of which estimated)",
-                f"{report.wasted_tokens} ({report.wasted_tokens_estimated})",
-            ],
-            ["main-turn latency p50 / p95 / p99 (typed prompts)", q(report.main_turn_ms)],
-            ["RSS per session", f"{report.rss_per_session_kib:.1f} KiB"],
-            [
-                "peak OS threads / open file descriptors",
-                f"{report.peak_threads} / {report.peak_fds}",
-            ],
-            ["leaks after shutdown", ", ".join(f"{k} {v}" for k, v in report.leaks.items())],
-        ],
-    )
-    if comparison is not None:
-        on, off = comparison.on_ms, comparison.off_ms
-        count = len(comparison.pairs)
-        rows: list[list[Any]] = []
-        if count > 1:
-            rows += [
-                [f"p99, pair {i + 1} (seed {p['seed']})", p["on_p99"], p["off_p99"], p["p99_ratio"]]
-                for i, p in enumerate(comparison.pairs)
-            ]
-        pooled = f" ({count} pairs pooled)" if count > 1 else ""
-        rows += [
-            ["p50" + pooled, on["p50"], off["p50"], comparison.p50_ratio],
-            ["p99" + pooled, on["p99"], off["p99"], comparison.p99_ratio],
-        ]
-        table(
-            f"main-turn latency: speculation on vs off (same workload; "
-            f"{on['count']} / {off['count']} typed turns)",
-            ["", "on (ms)", "off (ms)", "on / off"],
-            rows,
+    comparison = None
+    if rows:
+        comparison = Comparison(
+            rows, _quantiles(on_turns), _quantiles(off_turns), on_turns, off_turns
         )
-    if report.errors:
-        console.print("[yellow]notes:[/] " + "; ".join(report.errors[:5]))
+    return on_reports, off_reports, comparison, first_samples
 
 
 def leaks_total(report: LoadReport) -> int:
@@ -797,15 +1011,18 @@ def report_json(
     report: LoadReport,
     compare: LoadReport | None = None,
     comparison: Comparison | None = None,
+    verdict: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The JSON report: the (first) run with speculation, the (first) run without, and
-    the pooled comparison (``main_turn_p99_ratio`` is its verdict)."""
+    """The JSON report: the (first) run with speculation, the (first) run without, the
+    pooled comparison (``main_turn_p99_ratio`` is its verdict) and each target's verdict."""
     data: dict[str, Any] = {"speculation": asdict(report)}
     if compare is not None:
         data["no_speculation"] = asdict(compare)
     if comparison is not None:
         data["comparison"] = comparison.as_dict()
         data["main_turn_p99_ratio"] = comparison.p99_ratio
+    if verdict is not None:
+        data["verdict"] = verdict
     return json.dumps(_finite(data), indent=2, allow_nan=False, default=str)
 
 
@@ -818,21 +1035,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
-
-
-def plot(path: Path, samples: dict[str, list[float]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [k for k, v in samples.items() if v]
-    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(4 * max(1, len(names)), 3.2))
-    axes_list = axes if hasattr(axes, "__iter__") else [axes]
-    for ax, name in zip(axes_list, names, strict=False):
-        ax.hist([v * 1e3 for v in samples[name]], bins=40)
-        ax.set_title(f"{name} latency")
-        ax.set_xlabel("ms")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

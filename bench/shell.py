@@ -37,6 +37,7 @@ from rich.table import Table
 
 from fore.actors.gate.shell import classify_shell_command
 from fore.actors.gate.tool_gate import evaluate_tool_call
+from fore.bench._common import Target, targets_table
 from fore.bench.shell_corpus import CORPUS, EXPANSION_OPERANDS, make_workspace
 
 _TABLE = {"read_file": "allow", "shell": "boundary"}
@@ -179,7 +180,7 @@ def _print(metrics: dict[str, float], *, quick: bool) -> None:
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_column("baseline", justify="right")
-    table.add_column("ratio", justify="right")
+    table.add_column("ratio (×)", justify="right")
     table.add_row("corpus commands", f"{metrics['corpus_commands']:.0f}", "", "")
     table.add_row("classify median / command", f"{metrics['classify_median_us']:.1f} µs", "", "")
     table.add_row("classify p99 / command", f"{metrics['classify_p99_us']:.1f} µs", "", "")
@@ -215,6 +216,18 @@ def _print(metrics: dict[str, float], *, quick: bool) -> None:
         f"{metrics['gate_shell_probed_us'] / metrics['gate_shell_us']:.1f}×",
     )
     Console().print(table)
+    # Issue 10's only figure: even adversarial input is classified in well under a second.
+    targets_table(
+        [
+            Target(
+                "slowest corpus command classified",
+                metrics["classify_max_us"] / 1e3,
+                "ms",
+                "<=",
+                1000,
+            )
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import httpx
 from fore.actors.llm import ScriptedModel
 from fore.actors.tools import CancelToken, ToolContext, WorkspaceFs, default_registry, invoke_tool
 from fore.bench._common import (
+    Target,
     console,
     machine_line,
     os_threads,
@@ -30,6 +31,7 @@ from fore.bench._common import (
     ratio,
     rss_bytes,
     table,
+    targets_table,
 )
 from fore.messages.conversation import ToolCall, UserMessage
 from fore.messages.llm import LlmRequest
@@ -143,7 +145,7 @@ def run(*, quick: bool = False, sessions: int | None = None) -> dict[str, float]
 
         table(
             f"per-turn overhead (median of {turns} turns, scripted model, unpaced)",
-            ["turn", "session ms", "direct ms", "overhead ms", "session / direct"],
+            ["turn", "session (ms)", "direct (ms)", "overhead (ms)", "session / direct (×)"],
             rows,
         )
 
@@ -177,16 +179,29 @@ def run(*, quick: bool = False, sessions: int | None = None) -> dict[str, float]
             f"{many:,} sessions, one scripted turn each (2 tool calls), concurrently",
             ["measurement", "value"],
             [
-                ["sessions opened / s", many / open_s],
+                ["sessions opened (per s)", many / open_s],
                 ["wall time for all turns (s)", wall],
-                ["turns per second", many / wall],
-                ["completed", float(completed)],
+                ["turns (per s)", many / wall],
+                ["completed (turns)", float(completed)],
                 ["RSS per session (KiB)", (rss1 - rss0) / many / 1024],
                 [
                     "OS threads (before → peak during → after)",
                     f"{threads0} → {peak_threads} → {threads_after}",
                 ],
             ],
+        )
+        # Issue 5 sets no figure to reach here (it asks for the measurements);
+        # what must hold is that every turn completed.
+        targets_table(
+            [
+                Target(
+                    f"turns of {many:,} concurrent sessions not completed",
+                    float(many - completed),
+                    "",
+                    "==",
+                    0,
+                )
+            ]
         )
         metrics.update(
             sessions=float(many),

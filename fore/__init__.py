@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
     from fore.actors.speculation.governor import LoadGovernor
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
+    from fore.actors.tools.decorator import tool
     from fore.actors.worker.hooks import (
         Abort,
         Cancel,
@@ -105,6 +106,7 @@ _WHERE: dict[str, str] = {
     "FunctionTool": "fore.actors.tools.base",
     "ToolContext": "fore.actors.tools.base",
     "ToolError": "fore.actors.tools.base",
+    "tool": "fore.actors.tools.decorator",
     # hooks and their results
     "Hooks": "fore.actors.worker.hooks",
     "Continue": "fore.actors.worker.hooks",
@@ -206,6 +208,7 @@ __all__ = [
     "classify_shell_command",
     "configure_logging",
     "evaluate_tool_call",
+    "tool",
 ]
 
 

@@ -1,8 +1,8 @@
 """The ``fore`` command.
 
 * ``fore bench`` -- the speculation load benchmark (the main job);
-* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store|chat|real_server`` -- the
-  micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
+* ``fore bench actors|tools|llm|worker|blobs|overlay|shell|store|chat|tool-api|real_server``
+  -- the micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
   ``bench/llama_server.py``);
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
 * ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted);
@@ -39,6 +39,7 @@ MICRO = (
     "shell",
     "store",
     "chat",
+    "tool-api",
     "real_server",
 )
 
@@ -194,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
         "lognormal (sigma 1, capped at 5x), uniform (0 to 2x) or fixed (default exp)",
     )
     bench.add_argument(
+        "--type-during-p",
+        type=_probability,
+        default=0.8,
+        help="probability a user types its next prompt at once, while the speculation of the "
+        "answer's suggestion still runs (what abort latency is measured on; default 0.8)",
+    )
+    bench.add_argument(
         "--edit-p",
         type=_probability,
         default=0.05,
@@ -233,7 +241,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     bench.add_argument("--json", type=_writable, metavar="PATH", help="write the JSON report here")
     bench.add_argument(
-        "--plot", type=_writable, metavar="PATH.png", help="latency histograms (needs matplotlib)"
+        "--plot",
+        type=_writable,
+        metavar="PATH.png",
+        help="one figure: latency CDFs and a timeline of running speculations and governor "
+        "skips (needs matplotlib: pip install 'fore-runtime[plot]')",
+    )
+    bench.add_argument(
+        "--html",
+        type=_writable,
+        metavar="PATH",
+        help="a self-contained HTML report: the table, the verdict, the figure "
+        "(the figure needs matplotlib)",
+    )
+    bench.add_argument(
+        "--explain", action="store_true", help="print a glossary of the report's terms"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     _log_level_flag(bench, "error")
@@ -368,7 +390,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.name is not None:
         from fore.bench._common import BenchFailed
 
-        module = importlib.import_module(f"fore.bench.{args.name}")
+        module = importlib.import_module(f"fore.bench.{args.name.replace('-', '_')}")
         try:
             module.run(quick=args.quick)
         except BenchFailed as exc:
@@ -387,16 +409,16 @@ def _bench(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"{PROG} bench: --plot needs matplotlib (pip install 'fore-runtime[plot]')"
             ) from None
+    from fore.bench._common import console
     from fore.bench.load import (
         BenchSetupError,
         LoadOptions,
         leaks_total,
-        plot,
-        print_report,
         report_json,
         run_comparison,
         run_load,
     )
+    from fore.bench.report import print_report, verdict_json, verdict_line
 
     options = LoadOptions(
         sessions=args.sessions,
@@ -405,6 +427,7 @@ def _bench(args: argparse.Namespace) -> int:
         accept_p=args.accept_p,
         think_ms=args.think_ms,
         think_dist=args.think_dist,
+        type_during_p=args.type_during_p,
         edit_p=args.edit_p,
         ttft_ms=args.ttft_ms,
         tokens_per_s=args.tokens_per_s,
@@ -419,28 +442,65 @@ def _bench(args: argparse.Namespace) -> int:
         if args.compare:
             on_reports, off_reports, comparison, samples = run_comparison(options, args.pairs)
             reports = on_reports + off_reports
-            report, compare = on_reports[0], off_reports[0]
+            report = on_reports[0]
+            compare = off_reports[0] if off_reports else None
         else:
             report, samples = run_load(options)
             reports = [report]
     except (BenchSetupError, OSError) as exc:
         sys.stderr.write(f"{PROG} bench: error: {_one_line(exc)}\n")
         return EXIT_FAILED
-    print_report(report, comparison)
+    interrupted = any(r.interrupted for r in reports)
+    targets = print_report(
+        report,
+        comparison,
+        reports=reports,
+        compare=args.compare,
+        explain=args.explain,
+        with_verdict=False,
+    )
     try:
         if args.json is not None:
-            args.json.write_text(report_json(report, compare, comparison) + "\n")
-        if args.plot is not None:
-            plot(args.plot, samples)
+            args.json.write_text(
+                report_json(report, compare, comparison, verdict_json(targets)) + "\n"
+            )
+            console.print(f"JSON report written to {args.json}", soft_wrap=True)
+        figure = None
+        if args.plot is not None or args.html is not None:
+            figure = _figure(report, samples, comparison)
+        if args.plot is not None and figure is not None:
+            args.plot.write_bytes(figure)
+            console.print(f"figure written to {args.plot}", soft_wrap=True)
+        if args.html is not None:
+            from fore.bench.report_html import render_html
+
+            args.html.write_text(render_html(report, targets, comparison, reports, figure))
+            console.print(f"HTML report written to {args.html}", soft_wrap=True)
     except OSError as exc:
         sys.stderr.write(f"{PROG} bench: error: cannot write the report: {_one_line(exc)}\n")
         return EXIT_FAILED
+    # The verdict is the last line of the output, whatever was written.
+    console.print(verdict_line(targets, interrupted=interrupted), soft_wrap=True, markup=False)
     leaky = [r for r in reports if leaks_total(r)]
     if leaky:
         leaks = sum(leaks_total(r) for r in leaky)
         sys.stderr.write(f"{PROG} bench: {leaks} leak(s) after shutdown: {leaky[0].leaks}\n")
         return EXIT_FAILED
+    if interrupted:
+        sys.stderr.write(f"{PROG} bench: interrupted: the report covers what finished\n")
+        return 130
     return EXIT_OK
+
+
+def _figure(report: Any, samples: dict[str, list[float]], comparison: Any) -> bytes | None:
+    """The report's figure as PNG bytes, or None without matplotlib (``--html`` only)."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return None
+    from fore.bench.report_plot import figure_png
+
+    return figure_png(report, samples, comparison)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ every runtime thread, so nothing outlives it::
     root (one_for_one)
     ├── alert_sink       AlertSink     (every user-facing warning and error)
     ├── blob_store       BlobStoreActor (disk: FsBlobStore, owned here)
-    ├── tool_pool        ToolPool      (threads: ThreadRunner, owned here)
+    ├── tool_pool        ToolPool      (threads: ThreadRunner; async tools and MCP: ToolLoop)
     ├── llm_gateway      LlmGateway    (threads: two LlmLoops, main and background)
     └── sessions         Supervisor    (one_for_one)
         └── session:<id> Supervisor    (one_for_one)
@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -55,11 +55,17 @@ from fore.actors.llm.models import ChatModel
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
+from fore.actors.tools.aio import ToolLoop
 from fore.actors.tools.base import Tool, ToolRegistry, ToolServices
 from fore.actors.tools.builtin import builtin_tools
-from fore.actors.tools.fs import WorkspaceFs
+from fore.actors.tools.decorator import as_tool
+from fore.actors.tools.fs import FsView, WorkspaceFs
+from fore.actors.tools.mcp.config import MCPServer
+from fore.actors.tools.mcp.manager import MCPManager
+from fore.actors.tools.noworkspace import NoWorkspace
 from fore.actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
 from fore.actors.tools.runner import ThreadRunner
+from fore.actors.tools.selection import choose_builtins
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
 from fore.actors.worker.state import SessionState
@@ -126,6 +132,9 @@ class Runtime:
             hook_threads=hook_threads,
         )
         self.runner = ThreadRunner(name=f"{name}-tool")
+        # async def tools and MCP connections; its thread starts with the first use.
+        self.tool_loop = ToolLoop(name=f"{name}-tool-aio")
+        self._mcp: MCPManager | None = None
         self.llm_loop = LlmLoop(name=f"{name}-llm")
         # Suggestions and speculation stream on a loop of their own, so the
         # user's main turns never queue behind them (actors.llm.gateway).
@@ -205,7 +214,10 @@ class Runtime:
             ChildSpec(
                 id="tool_pool",
                 start=lambda: ToolPool.start(
-                    runner=self.runner, max_running=max_running_tools, per_session=tools_per_session
+                    runner=self.runner,
+                    aio=self.tool_loop,
+                    max_running=max_running_tools,
+                    per_session=tools_per_session,
                 ),
             )
         )
@@ -273,12 +285,13 @@ class Runtime:
     def open_session(
         self,
         *,
-        workspace: str | os.PathLike[str],
+        workspace: str | os.PathLike[str] | None = None,
         model: ChatModel,
         session_id: str | None = None,
         system_prompt: str | None = None,
-        tools: Iterable[Tool[Any]] = (),
-        builtin: bool = True,
+        tools: Iterable[Tool[Any] | Callable[..., Any]] = (),
+        builtin: bool | Iterable[str] | None = None,
+        mcp_servers: Iterable[MCPServer] = (),
         hooks: Hooks | None = None,
         interceptor: Interceptor | None = None,
         model_name: str = "",
@@ -299,18 +312,41 @@ class Runtime:
         :class:`~actors.llm.OpenAICompatible` endpoint configuration.
         ``max_batch_calls`` and ``max_argument_retries`` bound what a model's
         answer can do (see :class:`~actors.worker.worker.WorkerConfig`).
+
+        ``tools`` are :class:`~actors.tools.base.Tool` instances or plain
+        functions (made tools as by ``@tool``). ``builtin`` picks the built-in
+        file and shell tools: all of them (``True``), none (``False``) or
+        those named (``("read_file", "grep")``); by default all of them when
+        there is a ``workspace``. ``workspace=None`` opens a session that
+        touches no files (no built-ins, no ``@path`` references, no
+        speculation). ``mcp_servers`` are MCP server configurations
+        (:mod:`actors.tools.mcp`): their tools join the session's; a server
+        that does not start is one alert, and the session opens without it.
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
         sid = session_id or uuid.uuid4().hex[:12]
         if sid in self._sessions:
             raise ValueError(f"session {sid!r} is already open")
-        fs = WorkspaceFs(Path(workspace))
+        spec_config = speculation or SpeculationConfig()
+        fs: FsView = NoWorkspace() if workspace is None else WorkspaceFs(Path(workspace))
+        if workspace is None and spec_config.enabled:
+            raise ValueError("speculation needs a workspace (open_session(workspace=...))")
         resolve_tool = Resolve()
-        extra: list[Tool[Any]] = [MultiEdit(), resolve_tool]
+        extra: list[Tool[Any]] = [resolve_tool]
+        chosen = choose_builtins(builtin, has_workspace=workspace is not None)
+        if "multi_edit" in chosen:
+            extra.insert(0, MultiEdit())
         if self.blob_store is not None:
             extra.append(Inspect(self.blob_limits))
-        registry = ToolRegistry([*(builtin_tools() if builtin else []), *extra, *tools])
+        own = [as_tool(item) for item in tools]
+        base = [*(t for t in builtin_tools() if t.name in chosen), *extra, *own]
+        servers = list(mcp_servers)
+        mcp_failures: list[str] = []
+        if servers:
+            mcp_tools, mcp_failures = self.mcp.session_tools(servers, taken=[t.name for t in base])
+            base.extend(mcp_tools)
+        registry = ToolRegistry(base)
         hooks = hooks or Hooks()
         state = SessionState()
         pending = PendingActions()
@@ -329,7 +365,11 @@ class Runtime:
             tools=registry,
             hooks=hooks,
             interceptor=Interceptors(trusted),
-            preparer=functools.partial(prepare_submit, fs, cap=file_ref_cap),
+            preparer=(
+                None
+                if workspace is None
+                else functools.partial(prepare_submit, fs, cap=file_ref_cap)
+            ),
             alert_sink=self.alert_sink,
             state=state,
             services=ToolServices(blobs=self.blob_fs, pending_actions=pending),
@@ -346,8 +386,8 @@ class Runtime:
             max_argument_retries=max_argument_retries,
         )
         supervisor_id = f"session:{sid}"
-        spec_config = speculation or SpeculationConfig()
-        workspace_path = fs.root
+        # Only a speculation uses it, and a session without a workspace has none.
+        workspace_path = fs.root if isinstance(fs, WorkspaceFs) else Path(".")
         session_sup: Handle[SessionSupervisor] = self.sessions_supervisor.ask(
             StartChild(
                 spec=ChildSpec(
@@ -384,7 +424,25 @@ class Runtime:
         )
         self._sessions[sid] = session
         self._session_models[sid] = (model, fast_model)
+        for text in mcp_failures:
+            self.alert_sink.tell(
+                Alert(level=AlertLevel.ERROR, text=text, session=sid, source="mcp")
+            )
         return session
+
+    @property
+    def mcp(self) -> MCPManager:
+        """The runtime's MCP connections (created with the first session that names a server)."""
+        if self._mcp is None:
+            self._mcp = MCPManager(self.tool_loop, alert=self._mcp_alert)
+        return self._mcp
+
+    def _mcp_alert(self, level: AlertLevel, text: str) -> None:
+        """A runtime-wide alert about a shared MCP server (it serves several sessions)."""
+        try:
+            self.alert_sink.tell(Alert(level=level, text=text, source="mcp"))
+        except Exception as exc:  # the sink is restarting or gone: the log has it
+            log.debug("mcp_alert_dropped", text=text, error=repr(exc))
 
     def _wait_child(self, supervisor: Handle[Any], child_id: str) -> Handle[Any]:
         deadline = time.monotonic() + 30
@@ -497,6 +555,8 @@ class Runtime:
         clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.llm_background_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
+        # async tools and MCP servers (each server's process is stopped here)
+        clean = self.tool_loop.close(max(0.5, deadline - time.monotonic())) and clean
         # 4. Nothing runs any more that could write into an overlay: what a
         # reaper did not finish (past its deadline, stopped early, its removal
         # dropped by the shut-down lane) is removed here, or named.

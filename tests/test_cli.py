@@ -82,6 +82,14 @@ def check_report(report: dict[str, Any], sessions: int) -> None:
     # the total wall time covers setup, the rounds and the teardown
     assert report["wall_total_s"] >= report["setup_s"] + report["wall_s"] + report["teardown_s"]
     assert report["rounds_cut"] == 0
+    assert report["interrupted"] is False
+    # every planned turn, suggestion shown and speculation started is in one bucket
+    assert report["turns_planned"] == sessions * report["options"]["turns"]
+    for group in ("turns", "suggestions", "speculations"):
+        accounting = report["accounting"][group]
+        assert accounting["accounted"] == accounting["total"], (group, accounting)
+    assert report["accounting"]["turns"]["total"] == report["turns_planned"]
+    assert report["accounting"]["speculations"]["total"] == report["speculations_started"]
     assert report["peak_fds"] > 0
     assert report["rss_per_session_kib"] >= 0
     assert report["main_turn_ms"]["count"] > 0
@@ -105,11 +113,13 @@ def test_bench_tab_every_time_accepts_speculations(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     # Think long enough for the suggestion (shown 300 ms after the answer) to be there.
     done = fore(
-        *BENCH, "--think-ms", "1500", "--accept-p", "1", "--edit-p", "0", "--json", str(out)
-    )
+        *BENCH, "--think-ms", "1500", "--think-dist", "fixed", "--accept-p", "1",
+        "--edit-p", "0", "--type-during-p", "0", "--json", str(out),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "fore bench: 3 sessions" in done.stdout
     assert "leaks after shutdown" in done.stdout
+    check_output(done.stdout)
     report = json.loads(out.read_text())["speculation"]
     check_report(report, 3)
     assert report["suggestions"] > 0
@@ -127,6 +137,10 @@ def test_bench_typing_every_time_aborts_and_compares(tmp_path: Path) -> None:
     done = fore(*BENCH, "--think-ms", "600", "--accept-p", "0", "--compare", "--json", str(out))
     assert done.returncode == 0, done.stderr
     assert "speculation on vs off" in done.stdout
+    check_output(done.stdout)
+    # No Tab: the accept latency is "—" and says why, never nan.
+    assert "— (no Tab applied a speculation)" in done.stdout
+    assert "main-turn p99 on/off" in done.stdout.splitlines()[-1]
     data = json.loads(out.read_text())
     spec, plain = data["speculation"], data["no_speculation"]
     check_report(spec, 3)
@@ -170,7 +184,7 @@ def test_bench_compare_pools_interleaved_pairs(tmp_path: Path) -> None:
     assert data["speculation"]["options"]["seed"] == 7
 
 
-def test_bench_plot_writes_a_png(tmp_path: Path) -> None:
+def test_bench_plot_writes_a_png_and_says_where(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "latency.png"
     done = fore(
@@ -179,6 +193,95 @@ def test_bench_plot_writes_a_png(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"figure written to {out}" in done.stdout
+    check_output(done.stdout)
+
+
+def test_bench_explain_prints_the_glossary_under_the_table() -> None:
+    from fore.bench.report import GLOSSARY
+
+    done = fore(*BENCH, "--turns", "1", "--think-ms", "100", "--explain")
+    assert done.returncode == 0, done.stderr
+    glossary = done.stdout.index("glossary")
+    assert done.stdout.index("leaks after shutdown") < glossary
+    for term in GLOSSARY:
+        assert term in done.stdout[glossary:], term
+    check_output(done.stdout)
+
+
+def check_output(stdout: str) -> None:
+    """What every load-benchmark report shows: closed accounting, n, no nan, the verdict last."""
+    assert "nan" not in stdout.lower().replace("nanos", "")
+    assert "DOES NOT CLOSE" not in stdout
+    assert stdout.count("✓ closes") == 3  # turns, suggestions, speculations
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("verdict"), last
+    for target in ("accept p99", "abort p99", "leaks", "accounting"):
+        assert target in last, (target, last)
+
+
+def test_bench_ctrl_c_closes_in_order_and_reports_what_finished(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal reaches the whole foreground process group -- the mock
+    server child too. The runtime must close its sessions before that server goes, so
+    no request fails on the way out (no error lines), and what finished is reported."""
+    import signal
+    import time
+
+    import psutil
+
+    out = tmp_path / "report.json"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in _ISOLATED} | {"TMPDIR": str(scratch)}
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "fore.supervision.cli", "bench", "--sessions", "6",
+            "--turns", "500", "--think-ms", "300", "--duration", "200", "--no-progress",
+            "--no-governor", "--json", str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group, as a terminal gives a job
+    )  # fmt: skip
+    try:
+        # Bounded wait until the rounds are under way: a session's second main turn
+        # has written its note (turns, suggestions and speculations are in flight).
+        until = time.monotonic() + 120
+        while not list(scratch.glob("fore-bench-*/ws/*/notes/main_1.md")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < until, "the benchmark never got to its rounds"
+            time.sleep(0.05)
+        children = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert children  # the mock server
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        stdout, stderr = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    # No structlog error lines, no traceback: one line saying what happened.
+    assert stderr.strip().splitlines() == [
+        "fore bench: interrupted: the report covers what finished"
+    ], stderr
+    assert "INTERRUPTED" in stdout
+    assert stdout.strip().splitlines()[-1].startswith("verdict (partial: interrupted)")
+    report = json.loads(out.read_text())["speculation"]
+    assert report["interrupted"] is True
+    assert report["leaks"] == dict.fromkeys(report["leaks"], 0)
+    buckets = report["accounting"]["turns"]["buckets"]
+    assert buckets["not_started_interrupt"] > 0  # far more turns than it played
+    for group in ("turns", "suggestions", "speculations"):
+        accounting = report["accounting"][group]
+        assert accounting["accounted"] == accounting["total"], (group, accounting)
+    # The mock server went with it (bounded poll: it is stopped, then reaped).
+    until = time.monotonic() + 30
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+              for pid in children):  # fmt: skip
+        assert time.monotonic() < until, "the mock server outlived the benchmark"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(
@@ -197,6 +300,8 @@ def test_bench_plot_writes_a_png(tmp_path: Path) -> None:
         (("bench", "--ttft-ms", "-5"), "--ttft-ms: must be a non-negative number"),
         (("bench", "--turns", "0"), "--turns: must be at least 1"),
         (("bench", "--edit-p", "-0.1"), "--edit-p: must be a non-negative number"),
+        (("bench", "--type-during-p", "2"), "--type-during-p: must be between 0 and 1"),
+        (("bench", "--type-during-p", "nan"), "--type-during-p: must be a non-negative number"),
         (("bench", "--seed", "x"), "--seed: invalid int value"),
         (("bench", "--pairs", "2"), "--pairs needs --compare"),
         (("bench", "--compare", "--pairs", "0"), "--pairs: must be at least 1"),
@@ -223,6 +328,7 @@ def test_usage_errors_are_one_line_exit_2(args: tuple[str, ...], needle: str) ->
 
 def test_unwritable_output_paths_are_one_line(tmp_path: Path) -> None:
     assert_one_line_error(fore("bench", "--json", str(tmp_path)), 2, "it is a directory")
+    assert_one_line_error(fore("bench", "--html", str(tmp_path)), 2, "it is a directory")
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)

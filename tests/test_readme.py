@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -42,3 +44,46 @@ def test_the_readme_documents_the_bench_and_run_options_that_exist() -> None:
     for name in ("FORE_BASE_URL", "OPENAI_BASE_URL", "FORE_MODEL", "OPENAI_MODEL"):
         assert name in text
     assert "--base-url` and `--model` may\nbe left out" in text
+
+
+def _block(marker: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)\n```", README.read_text(), re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"one README example with {marker!r}"
+    return found[0]
+
+
+def _run(code: str, cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_tool_example_streams_events_and_answers(tmp_path: Path) -> None:
+    code = _block("@tool")
+    assert len([line for line in code.splitlines() if line.strip()]) <= 25  # the bound asked for
+    lines = _run(code, tmp_path).splitlines()
+    assert lines[0] == "run_started What's the weather in Lisbon?"
+    assert "tool_started get_weather" in lines
+    assert "tool_finished get_weather" in lines
+    assert lines.index("tool_finished get_weather") < lines.index("turn_finished ")
+    assert "".join(
+        line[len("text_delta ") :] for line in lines if line.startswith("text_delta")
+    ) == ("It is 18°C and sunny in Lisbon.")
+    assert lines[-1] == "answer: It is 18°C and sunny in Lisbon."
+
+
+def test_the_mcp_example_asks_a_real_git_server(tmp_path: Path) -> None:
+    pytest.importorskip("mcp_server_git")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=60)
+    (tmp_path / "new.txt").write_text("x\n")
+    out = _run(_block("MCPServerStdio"), tmp_path)
+    assert out.startswith("Repository status:")
+    assert "new.txt" in out

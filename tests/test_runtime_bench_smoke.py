@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_bench_micro_tables import check_tables
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,3 +38,4 @@ def test_fore_bench_actors_quick_runs_and_accounts_for_every_message() -> None:
         assert phase in report, f"no {phase!r} in the report"
     assert "every message accounted for" in report
     assert "FAILED" not in report
+    check_tables(report)  # a unit for every number, a verdict for every target

@@ -149,8 +149,17 @@ models have 4,096 to 128k; llama.cpp is bounded by its context), so a request
 never carries more than ``OpenAICompatible(max_output_tokens=...)``: 4,096 is
 what every current model accepts."""
 
-BACKGROUND_READ_INTERVAL_S = 0.25
-"""How often the stream of a request nobody watches is read (see ``OpenAICompatible``)."""
+BACKGROUND_READ_INTERVAL_S = 0.1
+"""How often the stream of a request nobody watches is read (see ``OpenAICompatible``).
+
+Also the most it can delay noticing that such an answer is complete: a
+speculation's end (what a Tab that arrived while it ran waits for) comes up
+to this late, so it is kept well under the time a person takes to read."""
+
+_BATCHED_PURPOSES = frozenset({"speculation", "pipelined"})
+"""Purposes whose streams are read in batches. A suggestion is not: it is short
+(``suggestion_max_tokens``) and the sooner it is complete, the sooner its
+speculation can start -- before the user has begun to type."""
 
 _BATCH_FULL_BYTES = 8 * 1024
 """A raw read at least this large suggests more is already buffered: read on
@@ -284,7 +293,7 @@ class OpenAICompatible:
       ``"max_completion_tokens"`` (OpenAI's reasoning models reject the former).
     * ``limits`` -- how much of an answer is read (:class:`~actors.llm.body.BodyLimits`).
     * ``background_read_interval`` -- the stream of a request nobody watches
-      (purpose ``suggestion``, ``speculation``, ``pipelined``) is read in batches,
+      (purpose ``speculation``, ``pipelined``) is read in batches,
       at most every this many seconds (0: as it arrives). Forks are streamed so
       that an abort closes the connection mid-answer and the server stops
       generating (a server notices a client that left only when it writes to
@@ -502,7 +511,7 @@ class OpenAICompatible:
     ) -> StreamResult:
         """Read an event stream within the limits; see :mod:`actors.llm.body`.
 
-        A request nobody watches (purpose other than ``main``) is read in
+        A request nobody watches (purpose ``speculation`` or ``pipelined``) is read in
         batches (``background_read_interval``): after each read the task sleeps
         while the server's events pile up in the socket buffer, then handles
         them together -- one JSON decode for the batch, one text event.
@@ -521,7 +530,7 @@ class OpenAICompatible:
             max_tool_calls=limits.max_tool_calls,
         )
         want_text = request.stream_deltas
-        pause = self.background_read_interval if request.purpose != "main" else 0.0
+        pause = self.background_read_interval if request.purpose in _BATCHED_PURPOSES else 0.0
         decoder = BoundedDecoder.for_response(response)
         sse = SseParser(limits.max_line_bytes)
         raw = cast(AsyncGenerator[bytes, None], response.aiter_raw())

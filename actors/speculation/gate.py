@@ -45,7 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from fore.actors.filerefs.interceptor import FileRefInterceptor
-from fore.actors.gate.tool_gate import evaluate_tool_call
+from fore.actors.gate.tool_gate import (
+    INTERACTIVE_TOOLS,
+    NETWORK_TOOLS,
+    READ_TOOLS,
+    SHELL_TOOL,
+    WRITE_TOOLS,
+    evaluate_tool_call,
+)
 from fore.actors.resolve.interceptor import ResolveInterceptor
 from fore.actors.worker.hooks import (
     Abort,
@@ -69,7 +76,7 @@ from fore.actors.worker.interceptor import (
 )
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, UserMessage
-from fore.messages.gate import ApprovalMode, GateAction
+from fore.messages.gate import ApprovalMode, GateAction, GateDecision
 from fore.messages.llm import LlmError
 from fore.messages.tools import ToolDefinition
 
@@ -199,6 +206,7 @@ class SpeculationGate(Interceptor):
         decision = evaluate_tool_call(
             ctx.name, ctx.arguments, self.mode, cwd=self.workspace, overlay_has_writes=stale
         )
+        decision = declared_read_only(decision, ctx.tool, stale)
         self.decisions.append((ctx.name, decision.action.value, decision.reason))
         if decision.action is GateAction.BOUNDARY:
             return Boundary(decision.reason, ctx.name)
@@ -269,10 +277,47 @@ class SpeculationGate(Interceptor):
         return Continue()
 
 
+_KNOWN = READ_TOOLS | WRITE_TOOLS | NETWORK_TOOLS | INTERACTIVE_TOOLS | {SHELL_TOOL}
+
+
+def declared_read_only(decision: GateDecision, tool: Any, stale: bool) -> GateDecision:
+    """Let a tool the gate does not know run when it declares itself read-only.
+
+    ``Tool.read_only`` is declared by whoever added the tool --
+    ``@tool(read_only=True)``, or a *trusted* MCP server's tools annotated
+    read-only and closed-world (never the hints alone: ``actors.tools.mcp``).
+    Tools the gate knows by name keep its rules. Such a tool may read the real
+    tree rather than the overlay, so once the speculation holds writes it is
+    a boundary, as a shell command is.
+    """
+    if decision.action is not GateAction.BOUNDARY or decision.tool in _KNOWN:
+        return decision
+    if getattr(tool, "read_only", False) is not True:
+        return decision
+    if stale:
+        return GateDecision(
+            action=GateAction.BOUNDARY,
+            reason=f"{decision.tool} declares itself read-only, but it may read the real tree, "
+            "which no longer matches the speculation's writes",
+            tool=decision.tool,
+        )
+    return GateDecision(
+        action=GateAction.ALLOW,
+        reason=f"{decision.tool} declares itself read-only",
+        tool=decision.tool,
+    )
+
+
 def _named(event: str, policy: Interceptor, verdict: Any, reason: str) -> str:
     text = f"the session's interceptor {type(policy).__name__} returned {type(verdict).__name__}"
     text += f" at {event}"
     return f"{text}: {reason}" if reason else text
 
 
-__all__ = ["OVERLAY_FULL", "LateBoundary", "SpeculationGate", "session_policy"]
+__all__ = [
+    "OVERLAY_FULL",
+    "LateBoundary",
+    "SpeculationGate",
+    "declared_read_only",
+    "session_policy",
+]

@@ -24,6 +24,7 @@ from fore.actors.tools.builtin import (
     default_registry,
 )
 from fore.actors.tools.cancel import CancelToken, ToolCancelled
+from fore.actors.tools.decorator import ToolDefinitionError, tool
 from fore.actors.tools.fs import (
     DirEntry,
     FileStat,
@@ -64,6 +65,7 @@ __all__ = [
     "ToolArgs",
     "ToolCancelled",
     "ToolContext",
+    "ToolDefinitionError",
     "ToolError",
     "ToolPool",
     "ToolRegistry",
@@ -73,5 +75,6 @@ __all__ = [
     "builtin_tools",
     "default_registry",
     "invoke_tool",
+    "tool",
     "valid_unicode",
 ]

@@ -2,14 +2,18 @@
 
 A tool is a name, a description, a pydantic arguments model (whose JSON schema
 is what the model sees) and an ``execute(args, ctx)`` that runs on a pool
-worker thread. :func:`invoke_tool` turns *any* outcome -- unknown tool,
-invalid arguments, a raised exception, cancellation -- into exactly one
-:class:`Invocation`; nothing escapes to the pool.
+worker thread -- or, when ``execute`` is ``async def``, as a task on the tool
+layer's event loop (:mod:`actors.tools.aio`). :func:`invoke_tool` and
+:func:`ainvoke_tool` turn *any* outcome -- unknown tool, invalid arguments, a
+raised exception, cancellation, a sync tool that returned a coroutine -- into
+exactly one :class:`Invocation`; nothing escapes to the pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import json
 import time
 from abc import ABC, abstractmethod
@@ -119,6 +123,16 @@ class Tool(ABC, Generic[ArgsT]):
     args_model: type[ArgsT]
     exclusive: bool = False
     writes_all: bool = False
+    read_only: bool = False
+    """The tool changes nothing: a speculation may run it before the user approves.
+
+    Declared by whoever adds the tool (``@tool(read_only=True)``, a trusted
+    MCP server's annotations); the speculation gate takes it at its word for
+    tools it does not know by name, while the speculation's overlay holds no
+    writes (the tool may read the real tree, which no longer matches what the
+    speculation sees once it has written)."""
+    timeout: float | None = None
+    """Seconds one call may run; None: the session's ``call_timeout``."""
 
     @abstractmethod
     def execute(self, args: ArgsT, ctx: ToolContext) -> ToolReturn:
@@ -135,6 +149,19 @@ class Tool(ABC, Generic[ArgsT]):
 
     def definition(self) -> ToolDefinition:
         return _definition(self.name, self.description, self.args_model)
+
+
+def is_async_tool(tool: Tool[Any]) -> bool:
+    """Whether ``tool.execute`` is a coroutine function (the pool runs it on the event loop)."""
+    return inspect.iscoroutinefunction(tool.execute)
+
+
+def call_timeout(tool: Tool[Any] | None, session_timeout: float) -> float:
+    """The deadline of one call: the tool's own ``timeout`` when it declares one."""
+    own = getattr(tool, "timeout", None) if tool is not None else None
+    if isinstance(own, int | float) and not isinstance(own, bool) and 0 < own < float("inf"):
+        return float(own)
+    return session_timeout
 
 
 class FunctionTool(Tool[ArgsT]):
@@ -266,7 +293,12 @@ def unknown_tool(registry: ToolRegistry, call: ToolCall) -> Invocation:
 
 
 def invoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Invocation:
-    """Run one call to completion and describe how it ended. Never raises."""
+    """Run one call to completion and describe how it ended. Never raises.
+
+    A tool whose ``execute`` hands back an awaitable instead of a result is an
+    error naming the cause (the coroutine is closed, never awaited): an
+    ``async def`` tool runs through :func:`ainvoke_tool` on the event loop.
+    """
     tool = registry.get(call.name)
     if tool is None:
         return unknown_tool(registry, call)
@@ -276,13 +308,77 @@ def invoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Inv
     try:
         ctx.cancel.raise_if_cancelled()
         value = tool.execute(args, ctx)
-    except ToolCancelled as exc:
-        return Invocation("cancelled", f"Cancelled: {exc}", True)
-    except (ToolError, FsError) as exc:
-        return Invocation("error", str(exc) or type(exc).__name__, True)
+        if _awaitable(value):
+            return awaitable_returned(tool, value)
     except Exception as exc:
-        return Invocation("error", f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
+        return failure(tool, exc)
     return render_value(value)
+
+
+async def ainvoke_tool(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> Invocation:
+    """:func:`invoke_tool` for the event loop: awaits an ``async def`` tool. Never raises.
+
+    Cancelling the task running it (the pool's timeout or cancel) cancels the
+    tool's coroutine; the call then ends ``cancelled``.
+    """
+    tool = registry.get(call.name)
+    if tool is None:
+        return unknown_tool(registry, call)
+    args = parse_args(tool, call)
+    if isinstance(args, Invocation):
+        return args
+    try:
+        ctx.cancel.raise_if_cancelled()
+        value = tool.execute(args, ctx)
+        if _awaitable(value):
+            if not is_async_tool(tool):
+                return awaitable_returned(tool, value)
+            value = await value
+    except asyncio.CancelledError:
+        return Invocation("cancelled", f"Cancelled: {ctx.cancel.reason or 'cancelled'}", True)
+    except Exception as exc:
+        return failure(tool, exc)
+    return render_value(value)
+
+
+_PLAIN = frozenset({str, dict, list, tuple, int, float, bool, type(None), Inline, Stored})
+"""Result types that are never awaitable: checked first, so the test costs nothing for them."""
+
+
+def _awaitable(value: Any) -> bool:
+    """``inspect.isawaitable``, minus its ABC check's cost (~2 µs) on every ordinary result."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return False
+    return inspect.iscoroutine(value) or hasattr(kind, "__await__")
+
+
+def failure(tool: Tool[Any], exc: Exception) -> Invocation:
+    """The result of a tool that raised."""
+    if isinstance(exc, ToolCancelled):
+        return Invocation("cancelled", f"Cancelled: {exc}", True)
+    if isinstance(exc, ToolError | FsError):
+        return Invocation("error", str(exc) or type(exc).__name__, True)
+    return Invocation("error", f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
+
+
+def awaitable_returned(tool: Tool[Any], value: Any) -> Invocation:
+    """A sync ``execute`` returned an awaitable: an error, and the coroutine is closed.
+
+    Closing it means no "coroutine was never awaited" warning, and the
+    model never sees the text of a coroutine object as a result.
+    """
+    close = getattr(value, "close", None)
+    if inspect.iscoroutine(value) and callable(close):
+        close()
+    kind = type(value).__name__
+    return Invocation(
+        "error",
+        f"{tool.name} failed: its execute() returned an awaitable ({kind}) instead of a "
+        "result; declare the tool's function or execute() with 'async def' so the tool "
+        "pool awaits it on its event loop",
+        True,
+    )
 
 
 def render_value(value: ToolReturn) -> Invocation:

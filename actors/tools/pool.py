@@ -1,7 +1,10 @@
 """The tool executor pool: one shared actor running every session's tool calls.
 
 It receives :class:`~messages.tools.RunToolBatch` requests and runs their calls
-on :class:`~actors.tools.runner.ThreadRunner` threads -- never on a dispatcher
+on :class:`~actors.tools.runner.ThreadRunner` threads -- or, for a tool whose
+``execute`` is ``async def``, as tasks on the tool layer's event loop
+(:class:`~actors.tools.aio.ToolLoop`), with the same deadlines, cancellation
+(the task is cancelled), caps and ordering -- never on a dispatcher
 thread -- under a global cap and a per-session cap with FIFO round-robin
 fairness (:class:`~actors.tools.scheduling.FairQueue`). Within a batch, calls
 writing the same file run in call order, a ``shell`` call is ordered against
@@ -60,6 +63,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -69,12 +73,16 @@ from pykka import ActorDeadError
 
 from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
+from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
 from fore.actors.tools.base import (
     Invocation,
     ToolContext,
     ToolRegistry,
     ToolServices,
+    ainvoke_tool,
+    call_timeout,
     invoke_tool,
+    is_async_tool,
     parse_args,
     unknown_tool,
 )
@@ -126,6 +134,8 @@ class _Call:
     wait_timer: TimerHandle | None = None
     """How long it may wait for a zombie it must not overlap."""
     started: float = 0.0
+    timeout: float = 0.0
+    """Its deadline in seconds once it runs (the tool's own ``timeout``, else the batch's)."""
     ended_as: str = ""
     """How a zombie's call was reported ("timed out", "was cancelled")."""
 
@@ -209,6 +219,7 @@ class ToolPool(ForeActor):
         self,
         *,
         runner: ThreadRunner | None = None,
+        aio: ToolLoop | None = None,
         max_running: int = DEFAULT_MAX_RUNNING,
         per_session: int = DEFAULT_PER_SESSION,
         max_zombies: int | None = None,
@@ -220,6 +231,8 @@ class ToolPool(ForeActor):
         self.registry_name = registry_name
         self._owns_runner = runner is None
         self._runner = runner or ThreadRunner()
+        self._owns_aio = aio is None
+        self._aio = aio or ToolLoop()  # its thread starts with the first async call
         self._queue: FairQueue[_Call] = FairQueue(global_cap=max_running, session_cap=per_session)
         self._max_zombies = max_zombies
         self._batches: dict[tuple[str, str], _Batch] = {}
@@ -460,20 +473,27 @@ class ToolPool(ForeActor):
         item.state = "running"
         item.holds_slot = True
         item.started = time.monotonic()
-        ctx = self._context(batch, item.call, item.token)
         registry: ToolRegistry = request.tools
         call = item.call
+        tool = registry.get(call.name)
+        item.timeout = call_timeout(tool, request.call_timeout)
+        ctx = self._context(batch, call, item.token, item.timeout)
 
         def done(result: Any, error: BaseException | None) -> None:
             self.post(self._on_done, item, result, error)
 
         try:
-            self._runner.submit(functools.partial(invoke_tool, registry, call, ctx), done)
-        except RunnerSaturated as exc:
+            if tool is not None and is_async_tool(tool):
+                self._aio.submit(
+                    functools.partial(ainvoke_tool, registry, call, ctx), done, cancel=item.token
+                )
+            else:
+                self._runner.submit(functools.partial(invoke_tool, registry, call, ctx), done)
+        except (RunnerSaturated, ToolLoopClosed) as exc:
             self._report(item, Invocation("error", f"{call.name} was not run: {exc}", True))
             self._release(item)
             return
-        item.timer = self.call_after(request.call_timeout, self._on_timeout, item)
+        item.timer = self.call_after(item.timeout, self._on_timeout, item)
         _tell(
             request.reply_to,
             ToolCallStarted(
@@ -484,12 +504,14 @@ class ToolPool(ForeActor):
             ),
         )
 
-    def _context(self, batch: _Batch, call: ToolCall, token: CancelToken) -> ToolContext:
+    def _context(
+        self, batch: _Batch, call: ToolCall, token: CancelToken, timeout: float
+    ) -> ToolContext:
         request = batch.request
         return ToolContext(
             fs=request.fs,
             cancel=token,
-            deadline=time.monotonic() + request.call_timeout,
+            deadline=time.monotonic() + timeout,
             session_id=request.session_id,
             call_id=call.id,
             tool_name=call.name,
@@ -510,7 +532,7 @@ class ToolPool(ForeActor):
     def _on_timeout(self, item: _Call) -> None:
         if item.state != "running":
             return
-        timeout = item.batch.request.call_timeout
+        timeout = item.timeout
         self._abandon(
             item,
             Invocation("timeout", f"{item.call.name} timed out after {timeout:g}s", True),
@@ -703,6 +725,11 @@ class ToolPool(ForeActor):
         self._abandon_all("Cancelled: the tool pool stopped", "cancelled")
         if self._owns_runner:
             self._runner.shutdown(timeout=0)
+        if self._owns_aio and self._aio.started:
+            # Its close waits for the loop thread: not on a dispatcher thread.
+            threading.Thread(
+                target=self._aio.close, name="fore-tool-aio-close", daemon=True
+            ).start()
 
     def _abandon_all(self, message: str, outcome: str) -> None:
         for batch in list(self._batches.values()):

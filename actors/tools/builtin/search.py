@@ -4,6 +4,12 @@ All three work through the session's :class:`~actors.tools.fs.FsView` only, so
 they see exactly what the view shows -- the real tree, or the speculation
 overlay's union view.
 
+All three skip what the workspace's ``.gitignore`` files (and
+``.git/info/exclude``) ignore, as ``git``, ripgrep and editors do -- a model
+grepping ``node_modules`` or ``dist`` wastes its context -- unless the model
+names an ignored directory as the ``path`` to search. Globs understand
+braces (``**/*.{ts,tsx}``). The rules live in :mod:`actors.tools.matching`.
+
 ``grep`` runs a regular expression the model wrote, so it must stay
 cancellable and bounded even for a pattern that backtracks catastrophically
 (``(a|aa)+$`` on a line of forty ``a``s would run for hours). Python's ``re``
@@ -26,6 +32,7 @@ may match pay for the regex.
 from __future__ import annotations
 
 import importlib
+import posixpath
 import re
 import time
 import warnings
@@ -35,8 +42,15 @@ from pydantic import Field
 
 from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from fore.actors.tools.cancel import ToolCancelled
-from fore.actors.tools.fs import FsError
-from fore.actors.tools.paths import glob_regex, split_lines
+from fore.actors.tools.fs import FsError, FsView
+from fore.actors.tools.matching import (
+    MAX_IGNORE_FILE_BYTES,
+    GlobMatcher,
+    IgnoreRules,
+    PatternError,
+    compile_glob,
+)
+from fore.actors.tools.paths import split_lines
 
 _regex: Any = importlib.import_module("regex")
 """The ``regex`` package (untyped, so imported as ``Any``: no stubs needed)."""
@@ -69,7 +83,10 @@ class ListDirectoryArgs(ToolArgs):
 
 class ListDirectory(Tool[ListDirectoryArgs]):
     name = "list_directory"
-    description = "List a directory: subdirectories first (with a trailing /), then files."
+    description = (
+        "List a directory: subdirectories first (with a trailing /), then files. Entries "
+        "the workspace's .gitignore ignores are left out (their number is shown)."
+    )
     args_model = ListDirectoryArgs
 
     def execute(self, args: ListDirectoryArgs, ctx: ToolContext) -> str:
@@ -79,7 +96,14 @@ class ListDirectory(Tool[ListDirectoryArgs]):
             raise ToolError(f"{rel or '.'}: no such directory")
         if st.kind != "dir":
             raise ToolError(f"{rel} is not a directory")
-        entries = ctx.fs.list_dir(rel)
+        rules = workspace_ignores(ctx.fs)
+        listed = ctx.fs.list_dir(rel)
+        entries = [
+            e
+            for e in listed
+            if not rules.ignored(posixpath.join(rel, e.name), is_dir=e.kind == "dir", below=rel)
+        ]
+        hidden = len(listed) - len(entries)
         dirs = [f"{e.name}/" for e in entries if e.kind == "dir"]
         files = [
             f"{e.name} ({e.size} bytes)" if e.kind == "file" else e.name
@@ -88,8 +112,11 @@ class ListDirectory(Tool[ListDirectoryArgs]):
         ]
         lines = (dirs + files)[:MAX_LIST_ENTRIES]
         header = f"{rel or '.'}/ ({_plural(len(dirs), 'directory', 'directories')}, " + (
-            f"{_plural(len(files), 'file', 'files')})"
+            f"{_plural(len(files), 'file', 'files')}"
         )
+        if hidden:
+            header += f"; {hidden} ignored by .gitignore not shown"
+        header += ")"
         if not lines:
             return f"{header}\n(empty)"
         more = len(dirs) + len(files) - len(lines)
@@ -102,26 +129,30 @@ def _plural(count: int, one: str, many: str) -> str:
 
 
 class GlobArgs(ToolArgs):
-    pattern: str = Field(min_length=1, description="Glob, e.g. '**/*.py' or 'src/*.ts'.")
+    pattern: str = Field(
+        min_length=1, description="Glob, e.g. '**/*.py', 'src/*.ts' or '**/*.{ts,tsx}'."
+    )
     path: str = Field(default=".", description="Directory to search from.")
 
 
 class Glob(Tool[GlobArgs]):
     name = "glob"
     description = (
-        "Find files by glob pattern ('*' stays within a directory, '**' spans directories; "
-        "a pattern without '/' matches file names at any depth)."
+        "Find files by glob pattern ('*' stays within a directory, '**' spans directories, "
+        "'{a,b}' matches either; a pattern without '/' matches file names at any depth). "
+        "Files the workspace's .gitignore ignores are skipped unless path names them."
     )
     args_model = GlobArgs
 
     def execute(self, args: GlobArgs, ctx: ToolContext) -> str:
+        matcher = _glob(args.pattern)
         base = ctx.fs.resolve(args.path)
-        regex = glob_regex(args.pattern)
+        rules = workspace_ignores(ctx.fs)
         matches = []
         for rel in ctx.fs.iter_files(base):
             ctx.cancel.raise_if_cancelled()
             relative = rel[len(base) + 1 :] if base else rel
-            if regex.match(relative):
+            if _matches(matcher, relative) and not rules.ignored(rel, below=base):
                 matches.append(rel)
         if not matches:
             return f"No files match {args.pattern!r} under {base or '.'}."
@@ -137,7 +168,9 @@ class Glob(Tool[GlobArgs]):
 class GrepArgs(ToolArgs):
     pattern: str = Field(min_length=1, description="Regular expression (Python syntax).")
     path: str = Field(default=".", description="File or directory to search.")
-    include: str | None = Field(default=None, description="Only files matching this glob.")
+    include: str | None = Field(
+        default=None, description="Only files matching this glob, e.g. '*.py' or '*.{ts,tsx}'."
+    )
     case_insensitive: bool = Field(default=False, description="Ignore case.")
     max_results: int = Field(default=200, ge=1, le=5000, description="Maximum matching lines.")
 
@@ -146,7 +179,8 @@ class Grep(Tool[GrepArgs]):
     name = "grep"
     description = (
         "Search file contents with a regular expression; prints path:line: text for each "
-        "matching line (binary files are skipped, output is capped)."
+        "matching line (binary files and files the workspace's .gitignore ignores are skipped "
+        "unless path names them; output is capped)."
     )
     args_model = GrepArgs
 
@@ -155,20 +189,19 @@ class Grep(Tool[GrepArgs]):
             regex = _regex.compile(args.pattern, _regex.IGNORECASE if args.case_insensitive else 0)
         except _regex.error as exc:
             raise ToolError(f"invalid regular expression {args.pattern!r}: {exc}") from None
-        include = glob_regex(args.include) if args.include else None
+        include = _glob(args.include) if args.include else None
         needle = required_literal(args.pattern, args.case_insensitive)
         base = ctx.fs.resolve(args.path)
+        rules = workspace_ignores(ctx.fs)
         out: list[str] = []
         size = 0
         hits = 0
         capped = False
         for rel in ctx.fs.iter_files(base):
             ctx.cancel.raise_if_cancelled()
-            if (
-                include is not None
-                and not include.match(rel.rsplit("/", 1)[-1])
-                and not (include.match(rel))
-            ):
+            if include is not None and not _matches(include, rel):
+                continue
+            if rules.ignored(rel, below=base):
                 continue
             try:
                 data = ctx.fs.read_bytes(rel, limit=MAX_GREP_FILE_BYTES)
@@ -199,6 +232,33 @@ class Grep(Tool[GrepArgs]):
         if capped:
             out.append(f"… output capped at {len(out)} lines; narrow the pattern, path or include")
         return "\n".join(out)
+
+
+def workspace_ignores(fs: FsView) -> IgnoreRules:
+    """The ignore rules of ``fs``'s workspace, read through the view (so an overlay's too)."""
+
+    def read(path: str) -> str | None:
+        try:
+            data = fs.read_bytes(path, limit=MAX_IGNORE_FILE_BYTES)
+        except (FsError, OSError):
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    return IgnoreRules(read)
+
+
+def _glob(pattern: str) -> GlobMatcher:
+    try:
+        return compile_glob(pattern)
+    except PatternError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _matches(matcher: GlobMatcher, path: str) -> bool:
+    try:
+        return matcher.match(path)
+    except PatternError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def required_literal(pattern: str, ignore_case: bool = False) -> str | None:

@@ -332,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
     )
     run.add_argument(
+        "--wrap-up",
+        action="store_true",
+        help="make the last of --max-turns LLM calls one without tools, so a model that "
+        "keeps calling tools still answers (small local models do)",
+    )
+    run.add_argument(
         "--timeout",
         type=_positive,
         default=600.0,
@@ -694,7 +700,11 @@ def _run(args: argparse.Namespace) -> int:
     out = _Output(sys.stdout, as_json=args.json)
     with Runtime(name="fore-run") as rt:
         session = rt.open_session(
-            workspace=workspace, model=model, system_prompt=args.system, max_turns=args.max_turns
+            workspace=workspace,
+            model=model,
+            system_prompt=args.system,
+            max_turns=args.max_turns,
+            wrap_up=args.wrap_up,
         )
         box: dict[str, Any] = {}
         ended = threading.Event()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import queue
 import threading
 import weakref
 from collections import Counter
@@ -29,9 +30,15 @@ from hypothesis.stateful import (
     invariant,
     rule,
 )
+from pykka import ActorDeadError
 
+from fore.actors.core import ActorSystem
 from fore.actors.core.cancel import KINDS, Cancelled, CancelScope, Lease, LeaseKind
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import ForeActor, handles
 from fore.errors import ForeError
+from fore.messages.address import Ask
+from fore.messages.base import Message
 
 WAIT = 10.0
 """Bound of every wait for another thread; never reached when things work."""
@@ -664,3 +671,154 @@ def test_racing_threads_run_every_callback_exactly_once(
         assert calls.count == 1, f"an on_settled callback ran {calls.count} times"
         (times,) = calls.args
         assert set(times) == set(KINDS)
+
+
+# -- in actors: post_urgent, and ask_typed(scope=) drops a called-off answer -----------------------
+
+
+class Hold(Message):
+    """Keeps the actor busy until the test opens the gate (bounded)."""
+
+
+class Record(Message):
+    tag: str
+
+
+class Sync(Ask[str]):
+    """Answered once everything queued before it has been handled."""
+
+
+class Slow(Ask[int]):
+    """Answered only when the responder is told to (``Release``)."""
+
+
+class Release(Ask[int]):
+    value: int
+    fail: bool = False
+
+
+class Go(Message):
+    with_on_error: bool
+
+
+class Busy(ForeActor):
+    def __init__(self, out: queue.Queue[Any], gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+        self.entered = threading.Event()
+        self.seen: list[str] = []
+        out.put(self)
+
+    @handles(Hold)
+    def _hold(self, _message: Hold) -> None:
+        self.entered.set()
+        assert self.gate.wait(WAIT)
+
+    @handles(Record)
+    def _record(self, message: Record) -> None:
+        self.seen.append(message.tag)
+
+    @handles(Sync)
+    def _sync(self, _message: Sync) -> str:
+        return "synced"
+
+
+def test_post_urgent_overtakes_queued_mail() -> None:
+    system = ActorSystem(name="post-urgent")
+    try:
+        out: queue.Queue[Any] = queue.Queue()
+        gate = threading.Event()
+        with system.activated():
+            ref = Busy.start(out, gate)
+        busy: Busy = out.get(timeout=WAIT)
+        ref.tell(Hold())
+        assert busy.entered.wait(WAIT)
+        ref.tell(Record(tag="queued 1"))
+        ref.tell(Record(tag="queued 2"))
+        # From another thread, as a scope's cancel callback would.
+        in_thread(lambda: busy.post_urgent(busy.seen.append, "urgent"))
+        gate.set()
+        assert ref.ask(Sync(), timeout=WAIT) == "synced"
+        assert busy.seen == ["urgent", "queued 1", "queued 2"]
+        ref.stop(timeout=WAIT)
+        assert busy.post_urgent(busy.seen.append, "late") is False
+    finally:
+        gate.set()
+        assert system.shutdown(timeout=WAIT)
+
+
+class Responder(ForeActor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.owed: list[PooledFuture[Any]] = []
+
+    @handles(Slow)
+    def _slow(self, _message: Slow) -> None:
+        future = self.defer_reply()
+        assert future is not None
+        self.owed.append(future)
+
+    @handles(Release)
+    def _release(self, message: Release) -> int:
+        for future in self.owed:
+            if message.fail:
+                future.try_set_exception(ValueError("slow failed"))
+            else:
+                future.try_set(message.value)
+        released, self.owed = len(self.owed), []
+        return released
+
+
+class ScopedAsker(ForeActor):
+    def __init__(self, target: Any, scope: CancelScope, out: queue.Queue[Any]) -> None:
+        super().__init__()
+        self.target = target
+        self.scope = scope
+        self.out = out
+
+    @handles(Go)
+    def _go(self, message: Go) -> None:
+        on_error = self.out.put if message.with_on_error else None
+        self.ask_typed(self.target, Slow(), self.out.put, on_error, scope=self.scope)
+
+    @handles(Sync)
+    def _sync(self, _message: Sync) -> str:
+        return "synced"
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["answer", "error"])
+@pytest.mark.parametrize("with_on_error", [True, False], ids=["on_error", "no_on_error"])
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "live"])
+def test_ask_typed_drops_the_continuation_of_a_cancelled_scope(
+    cancel: bool, with_on_error: bool, fail: bool
+) -> None:
+    system = ActorSystem(name="scoped-asks")
+    try:
+        out: queue.Queue[Any] = queue.Queue()
+        scope = CancelScope()
+        with system.activated():
+            responder = Responder.start()
+            asker = ScopedAsker.start(responder, scope, out)
+        asker.tell(Go(with_on_error=with_on_error))
+        assert asker.ask(Sync(), timeout=WAIT) == "synced"  # the Slow ask has been sent
+        if cancel:
+            scope.cancel("keystroke")
+        # The answer is set (and its continuation posted to the asker) before
+        # Release returns; the Sync after it is handled after the continuation.
+        assert responder.ask(Release(value=7, fail=fail), timeout=WAIT) == 1
+        if cancel or not fail or with_on_error:
+            assert asker.ask(Sync(), timeout=WAIT) == "synced"
+            if cancel:
+                assert out.empty(), "a cancelled scope's answer reached its continuation"
+            else:
+                got = out.get(timeout=WAIT)
+                if fail:
+                    assert isinstance(got, ValueError) and str(got) == "slow failed"
+                else:
+                    assert got == 7
+        else:
+            # Live, failed, no on_error: as ask_then, the error fails the asker.
+            with pytest.raises(ActorDeadError):
+                asker.ask(Sync(), timeout=WAIT)
+    finally:
+        assert system.shutdown(timeout=WAIT)

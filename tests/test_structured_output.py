@@ -403,6 +403,9 @@ def test_auto_falls_back_to_the_tool_when_the_format_is_refused(runtime: Runtime
         alerts = [a.text for a in s.alerts if a.source == "output"]
     assert [r.response_schema is not None for r in seen] == [True, False, False]
     assert FINAL_ANSWER in [t.name for t in seen[1].tools]
+    # the retry cannot be retried: auto plus the reminder; later requests force the tool
+    assert [r.tool_choice for r in seen] == ["auto", "auto", "required"]
+    assert FINAL_ANSWER in getattr(seen[1].messages[-1], "text", "")
     assert len(alerts) == 1 and "refused the JSON-schema response format" in alerts[0]
 
 
@@ -421,6 +424,33 @@ def test_a_refused_required_tool_choice_becomes_auto_with_a_reminder(runtime: Ru
         assert s.ask("n", output_type=Positive, timeout=WAIT) == Positive(n=2)
     assert [r.tool_choice for r in seen] == ["required", "auto"]
     assert FINAL_ANSWER in getattr(seen[1].messages[-1], "text", "")
+
+
+class Buggy(BaseModel):
+    """A validator with a bug (it raises KeyError, which pydantic does not catch)."""
+
+    n: int
+
+    @field_validator("n")
+    @classmethod
+    def _lookup(cls, value: int) -> int:
+        return {2: 2}[value]
+
+
+def test_a_validator_that_raises_a_bug_is_a_failed_answer_not_a_crash(runtime: Runtime) -> None:
+    answers = iter(['{"n": 1}', '{"n": 2}'])
+    seen: list[LlmRequest] = []
+
+    def answer(request: LlmRequest) -> str:
+        seen.append(request)
+        return next(answers)
+
+    with runtime.open_session(model=FunctionModel(answer, structured_output="json_schema")) as s:
+        assert s.ask("n", output_type=Buggy, timeout=WAIT) == Buggy(n=2)
+        # the worker lives on; the spent script (StopIteration) is a failed request
+        later = s.submit("still alive?", timeout=WAIT)
+        assert later.status == "error" and "StopIteration" in (later.error or "")
+    assert "validation raised KeyError" in getattr(seen[1].messages[-1], "text", "")
 
 
 def test_a_type_pydantic_cannot_handle_fails_at_submit(runtime: Runtime) -> None:

@@ -958,6 +958,16 @@ class ScriptedModel:
 ReplyLike = ScriptReply | Mapping[str, Any] | str
 
 
+def _no_stop_iteration(fn: Callable[[LlmRequest], ReplyLike], request: LlmRequest) -> ReplyLike:
+    """``fn(request)``, with a ``StopIteration`` it raises (``next()`` on a spent iterator)
+    turned into a ``RuntimeError``: asyncio cannot set one on a future, and the request
+    would never be answered."""
+    try:
+        return fn(request)
+    except StopIteration as exc:
+        raise RuntimeError(f"StopIteration{f': {exc}' if str(exc) else ''}") from None
+
+
 class FunctionModel:
     """``fn(request) -> reply`` decides every answer (run on the model's own threads).
 
@@ -1037,7 +1047,7 @@ class FunctionModel:
             self.requests.append(request)
         try:
             loop = asyncio.get_running_loop()
-            raw = await loop.run_in_executor(self._pool(), self.fn, request)
+            raw = await loop.run_in_executor(self._pool(), _no_stop_iteration, self.fn, request)
         except LlmException:
             raise
         except Exception as exc:

@@ -203,36 +203,46 @@ class OutputRun:
             return validator.validate_json(text)
         return getattr(validator.model_validate_json(text), RESULT_KEY)
 
+    def _judge(self, text: str) -> tuple[Any, str | None]:
+        """``(value, None)`` or ``(None, errors)``; never raises for a bad answer.
+
+        A validator of the output type that fails with something else than
+        ``ValueError`` / ``AssertionError`` (a bug, e.g. a ``KeyError``) is a
+        failed answer too -- it must not take the session's worker down.
+        """
+        try:
+            return self._validate_text(text), None
+        except ValidationError as exc:
+            return None, compact_errors(exc)
+        except ForeError:
+            raise
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            return None, f"- (the value): the output type's validation raised {message}"
+
     def check_text(self, text: str) -> str | None:
         """Judge a text answer: ``None`` when it validated (``value`` is set), else the errors.
 
         A JSON answer wrapped in a Markdown code fence is accepted too (models
         without enforced decoding often add one).
         """
-        try:
-            value = self._validate_text(text)
-        except ValidationError as exc:
+        value, errors = self._judge(text)
+        if errors is not None:
             inner = _strip_fence(text)
             if inner is None:
-                return compact_errors(exc)
-            try:
-                value = self._validate_text(inner)
-            except ValidationError:
-                return compact_errors(exc)
+                return errors
+            value, fenced_errors = self._judge(inner)
+            if fenced_errors is not None:
+                return errors
         self.value, self.done = value, True
         return None
 
     def check_arguments(self, arguments: dict[str, Any]) -> str | None:
         """Judge a final-answer call's arguments (as JSON, like a text answer)."""
-        try:
-            text = json.dumps(arguments, ensure_ascii=False)
-        except (TypeError, ValueError) as exc:  # pragma: no cover - arguments are JSON values
-            return f"- (the value): {exc}"
-        try:
-            self.value, self.done = self._validate_text(text), True
-        except ValidationError as exc:
-            return compact_errors(exc)
-        return None
+        value, errors = self._judge(json.dumps(arguments, ensure_ascii=False))
+        if errors is None:
+            self.value, self.done = value, True
+        return errors
 
     def failed(self, errors: str) -> bool:
         """Count a failed answer; ``True`` while a re-ask is still allowed."""

@@ -221,7 +221,12 @@ class OutputInterceptor(Interceptor):
             retry = dataclasses.replace(
                 ctx, response_schema=None, tools=list(ctx.tools), messages=list(ctx.messages)
             )
+            # The retry cannot be retried again: "auto" plus the reminder, which
+            # every tool-calling server accepts; later requests try "required".
+            supported, self.required_supported = self.required_supported, False
             self._offer_tool(run, retry)
+            self.required_supported = supported
+            self._forced = None
             return RetryRequest(retry)
         if forced is ctx and rejects_forced_choice(error):
             self.required_supported = False

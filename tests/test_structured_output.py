@@ -42,6 +42,7 @@ from fore.actors.output import (
     wire_schema,
 )
 from fore.actors.output.contract import MAX_ERROR_CHARS
+from fore.actors.speculation.gate import session_policy
 from fore.actors.worker.hooks import Continue, Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
 from fore.actors.worker.state import SessionState
@@ -801,3 +802,17 @@ def test_a_worker_without_the_output_interceptor_refuses_a_structured_submit() -
     run = start_output(request, chain)
     assert isinstance(run, OutputRun) and run.request is request
     assert start_output(None, Interceptor()) is None
+
+
+def test_a_speculation_never_runs_the_main_sessions_output_interceptor() -> None:
+    """The OutputInterceptor is Fore's machinery, bound to the main session's state:
+    a speculation's gate must not treat it as the session's policy and call it."""
+
+    class Policy(Interceptor):
+        pass
+
+    policy = Policy()
+    main = Interceptors([OutputInterceptor(SessionState()), policy])
+    assert session_policy(main) is policy
+    assert session_policy(Interceptors([OutputInterceptor(SessionState())])) is None
+    assert session_policy(OutputInterceptor(SessionState())) is None

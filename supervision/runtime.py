@@ -52,6 +52,7 @@ from fore.actors.filerefs.resolver import prepare_submit
 from fore.actors.llm.gateway import LlmGateway
 from fore.actors.llm.loop import LlmLoop
 from fore.actors.llm.models import ChatModel
+from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
@@ -355,6 +356,7 @@ class Runtime:
         state = SessionState()
         pending = PendingActions()
         trusted: list[Interceptor] = [
+            OutputInterceptor(state, model),  # structured output (submit(output_type=...))
             FileRefInterceptor(state),
             ResolveInterceptor(pending, resolve_tool.definition()),
         ]

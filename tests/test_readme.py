@@ -89,6 +89,12 @@ def test_the_mcp_example_asks_a_real_git_server(tmp_path: Path) -> None:
     assert "new.txt" in out
 
 
+def test_the_structured_output_example_validates_and_re_asks(tmp_path: Path) -> None:
+    code = _block("output_type=")
+    lines = _run(code, tmp_path).splitlines()
+    assert lines == ["18.0 ['sunny']", "completed 1 True True"]
+
+
 def test_readme_and_help_agree_on_exit_codes_and_log_level_defaults() -> None:
     from fore.supervision.cli import build_parser
 

@@ -20,9 +20,9 @@ import pytest
 
 from fore import AnthropicModel
 from fore.actors.llm.errors import LlmException
-from fore.actors.llm.mock_anthropic import prompt_blocks
+from fore.actors.llm.mock_anthropic import prompt_blocks, validate_request
 from fore.actors.llm.mock_server import MockLlmServer
-from fore.actors.llm.models import RetryPolicy, StreamResult
+from fore.actors.llm.models import RetryPolicy, StreamResult, Timeouts
 from fore.actors.llm.script import ScriptFile
 from fore.messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
 from fore.messages.llm import LlmRequest, NamedToolChoice
@@ -320,3 +320,108 @@ def _raw_prefix(body: Any, *, full: bool = False) -> str:
     there): what a byte comparison of two bodies can see directly."""
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return text if full else text[: text.index(',"messages":')]
+
+
+# -- a hostile server: the OpenAI client's bounds, reused ------------------------------------
+
+
+def _hostile(case: str, **options: Any) -> tuple[LlmException, Any]:
+    from fore.actors.llm import evloop
+    from fore.actors.llm.netio import FastAsyncTransport
+    from fore.bench.llm_hostile import CASES, HostileServer
+
+    options.setdefault("retry", RetryPolicy(max_retries=0))
+    with HostileServer(CASES[case]) as server:
+        model = AnthropicModel(base_url=server.base_url, api_key="k", model="m", **options)
+        request = _request(stream=CASES[case].stream)
+
+        async def go() -> StreamResult:
+            async with httpx.AsyncClient(transport=FastAsyncTransport()) as http:
+                return await model.stream(request, lambda _e: None, http)
+
+        with pytest.raises(LlmException) as info:
+            evloop.run(go())
+        server.ended()
+    return info.value, server
+
+
+def test_hostile_servers_are_bounded() -> None:
+    from fore.actors.llm.body import BodyLimits
+
+    mib = 1024 * 1024
+    error, server = _hostile("long_line")
+    assert "max_line_bytes" in error.error.message and not error.error.retryable
+    assert server.stats.hung_up == [True] and server.stats.sent[0] < 48 * mib
+    error, _ = _hostile("stream_gzip_bomb")
+    assert "one line of the event stream passed 1 MiB" in error.error.message
+    error, _ = _hostile("stream_gzip_bomb_events", limits=BodyLimits(max_stream_bytes=4 * mib))
+    assert "max_stream_bytes" in error.error.message
+    error, _ = _hostile("error_gzip_bomb")
+    assert error.error.kind == "server" and error.error.status == 500
+    error, _ = _hostile("body_huge")
+    assert "max_body_bytes" in error.error.message
+    timeouts = Timeouts(idle=5, no_progress=0.6, total=60)
+    error, _ = _hostile("keepalives", timeouts=timeouts)
+    assert error.error.kind == "timeout" and error.error.deadline == "no_progress"
+
+
+def test_a_cancelled_stream_is_billed_its_prompt() -> None:
+    """The API bills a prompt once ``message_start`` is out, abort or not: so does the meter."""
+    slow = {"replies": [{"text": "word " * 400, "tokens_per_s": 20}]}
+    with MockLlmServer(ScriptFile.model_validate(slow)) as server:
+        model = _model(server)
+
+        async def go() -> None:
+            streamed = asyncio.Event()
+            async with httpx.AsyncClient() as http:
+                task = asyncio.ensure_future(
+                    model.stream(_request(purpose="speculation"), lambda _e: streamed.set(), http)
+                )
+                await asyncio.wait_for(streamed.wait(), WAIT)  # past message_start
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+
+        asyncio.run(go())
+        server.wait_for_stats(lambda st: st.disconnects == 1, timeout_s=WAIT)
+    ((count, usage),) = model.meter.by_purpose().values()
+    assert count == 1 and usage.prompt_tokens > 0
+
+
+def test_a_paused_turn_is_continued_from_its_text() -> None:
+    """``pause_turn``: the answer so far goes back as the final assistant message."""
+    sent: list[dict[str, Any]] = []
+
+    def answer(http_request: httpx.Request) -> httpx.Response:
+        body = json.loads(http_request.content)
+        sent.append(body)
+        paused = len(sent) < 3
+        data = {
+            "type": "message",
+            "content": [{"type": "text", "text": f"part {len(sent)} "}],
+            "stop_reason": "pause_turn" if paused else "end_turn",
+            "usage": {"input_tokens": 10, "output_tokens": 2},
+        }
+        return httpx.Response(
+            200,
+            headers={"content-type": "application/json"},
+            stream=httpx.ByteStream(json.dumps(data).encode()),
+        )
+
+    model = AnthropicModel(base_url="http://api.test", api_key="k", thinking_budget=2048)
+
+    async def go() -> StreamResult:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+            return await model.stream(_request(stream=False), lambda _e: None, http)
+
+    result = asyncio.run(go())
+    assert result.message.text == "part 1part 2part 3 " and result.finish_reason == "stop"
+    assert result.usage.prompt_tokens == 30 and result.usage.completion_tokens == 6
+    assert "thinking" in sent[0] and "thinking" not in sent[1]  # a prefill has no thinking
+    assert sent[1]["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "part 1", "cache_control": {"type": "ephemeral"}}],
+    }
+    assert sent[2]["messages"][-1]["content"][0]["text"] == "part 1part 2"
+    for body in sent:
+        assert validate_request(body) is None

@@ -89,6 +89,9 @@ accepts at least this ``max_tokens`` (the API refuses more than a model's limit)
 
 ForkToolChoice = Literal["match_main", "as_requested"]
 
+MAX_PAUSE_CONTINUATIONS = 3
+"""How often a turn the API paused (``pause_turn``) is continued before it is an error."""
+
 _ONE_SHOT_PURPOSES = frozenset({"suggestion", "pipelined"})
 """Requests nothing extends: their final message gets no breakpoint (a cache write
 costs 1.25x the input price; only the snapshot's end, which the speculation and the
@@ -183,7 +186,9 @@ class AnthropicModel:
         self.fork_tool_choice: ForkToolChoice = fork_tool_choice
         self.url = _messages_url(self.base_url)
         self.meter = UsageMeter()
-        """Every completed answer's usage, by purpose (cache reads and writes included)."""
+        """Usage as billed, by purpose (cache reads and writes included): every completed
+        answer, and every stream that ended early -- cancelled by an abort, or failed --
+        after the server had reported its prompt (``message_start``)."""
 
     def __repr__(self) -> str:
         return f"AnthropicModel(model={self.name!r}, base_url={self.base_url!r})"
@@ -222,7 +227,9 @@ class AnthropicModel:
             return None
         return thinking
 
-    def body(self, request: LlmRequest, *, stream: bool | None = None) -> dict[str, Any]:
+    def body(
+        self, request: LlmRequest, *, stream: bool | None = None, prefill: str | None = None
+    ) -> dict[str, Any]:
         """The JSON body :meth:`stream` sends for ``request`` (shaped first)."""
         request = self.shape(request)
         max_tokens = cast(int, request.max_tokens)
@@ -235,10 +242,12 @@ class AnthropicModel:
             max_tokens=max_tokens,
             stream=request.stream if stream is None else stream,
             temperature=request.temperature,
-            thinking=self._thinking(request, tool_choice, max_tokens),
+            # (a prefill cannot start with the thinking block the API would then want)
+            thinking=None if prefill else self._thinking(request, tool_choice, max_tokens),
             cache=self.cache,
             cache_ttl=self.cache_ttl,
             cache_final=request.purpose not in _ONE_SHOT_PURPOSES,
+            prefill=prefill,
         )
 
     def _headers(self, request: LlmRequest, stream: bool) -> dict[str, str]:
@@ -259,9 +268,45 @@ class AnthropicModel:
     # -- one attempt ---------------------------------------------------------------------------
 
     async def stream(self, request: LlmRequest, emit: Any, http: httpx.AsyncClient) -> StreamResult:
+        """Answer ``request``; a turn the API paused (``pause_turn``) is continued.
+
+        The API pauses a long turn and expects the answer back as the final
+        (assistant) message to go on from it: up to :data:`MAX_PAUSE_CONTINUATIONS`
+        times, the text so far is sent back and the continuation joined to it.
+        """
+        result = await self._attempt(request, emit, http)
+        for _ in range(MAX_PAUSE_CONTINUATIONS):
+            paused = result.message
+            if result.finish_reason != "pause_turn" or paused.tool_calls:
+                break
+            prefill = paused.text.rstrip()
+            if not prefill:
+                break
+            more = await self._attempt(request, emit, http, prefill=prefill)
+            message = AssistantMessage(
+                text=prefill + more.message.text, tool_calls=more.message.tool_calls
+            )
+            result = StreamResult(message, result.usage + more.usage, more.finish_reason)
+        if result.finish_reason == "pause_turn":
+            raise llm_error(
+                "incomplete",
+                "the API paused the turn (pause_turn) and it could not be continued"
+                f" within {MAX_PAUSE_CONTINUATIONS} continuations",
+                retryable=False,
+            )
+        return result
+
+    async def _attempt(
+        self,
+        request: LlmRequest,
+        emit: Any,
+        http: httpx.AsyncClient,
+        *,
+        prefill: str | None = None,
+    ) -> StreamResult:
         whole = self.stream_answers is False and request.stream
         stream = request.stream and not whole
-        payload = dumps(self.body(request, stream=stream)).encode()
+        payload = dumps(self.body(request, stream=stream, prefill=prefill)).encode()
         t = self.timeouts
         loop = asyncio.get_running_loop()
         clock = _Clock(loop, t, stream=stream, start=loop.time())
@@ -441,6 +486,12 @@ class AnthropicModel:
             if assembler.stopped:
                 clock.done()
                 await _drain(raw, min(self.timeouts.idle, self.timeouts.after_done))
+        except BaseException:
+            # Cancelled (an abort) or failed after message_start: the API bills the
+            # prompt all the same, so the meter counts it (output as far as reported).
+            if assembler.started:
+                self.meter.record(request.purpose, assembler.usage)
+            raise
         finally:
             await raw.aclose()
         return StreamResult(message, usage, reason)

@@ -193,12 +193,16 @@ class _Turns:
                 self.open_calls[block["id"]] = None
 
 
-def encode_history(items: Sequence[Item]) -> tuple[list[Json], list[Json]]:
+def encode_history(
+    items: Sequence[Item], *, prefill: str | None = None
+) -> tuple[list[Json], list[Json]]:
     """``(system blocks, messages)`` for ``items``: always a valid Messages request.
 
     Leading system messages become the top-level ``system`` (one text block
     each); every later one is a ``<system-reminder>`` in a user turn. See the
-    module docs for the rest.
+    module docs for the rest. ``prefill``: an answer to go on from (a paused
+    turn), sent as the final assistant message (without trailing whitespace,
+    which the API refuses there).
     """
     system: list[Json] = []
     turns = _Turns()
@@ -226,6 +230,10 @@ def encode_history(items: Sequence[Item]) -> tuple[list[Json], list[Json]]:
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": OMITTED_START}]})
     if messages[-1]["role"] != "user":
         messages.append({"role": "user", "content": [{"type": "text", "text": CONTINUE}]})
+    if prefill is not None and prefill.rstrip():
+        messages.append(
+            {"role": "assistant", "content": [{"type": "text", "text": prefill.rstrip()}]}
+        )
     return system, messages
 
 
@@ -299,6 +307,7 @@ def request_body(
     cache: bool = True,
     cache_ttl: CacheTtl = "5m",
     cache_final: bool = True,
+    prefill: str | None = None,
 ) -> Json:
     """The JSON body of a Messages request.
 
@@ -309,7 +318,7 @@ def request_body(
     their bodies up to it. ``tool_choice`` is sent only with tools (the API
     has nothing to choose from without them).
     """
-    system, messages = encode_history(items)
+    system, messages = encode_history(items, prefill=prefill)
     tool_blocks = to_anthropic_tools(tools)
     if cache:
         place_breakpoints(tool_blocks, system, messages, cache_ttl, final=cache_final)
@@ -355,8 +364,9 @@ STOP_REASONS: dict[str, str] = {
 
 ``max_tokens`` (and a full context window) is ``length``: the worker ends the
 run ``cut_off``, as for any provider. ``refusal`` is ``content_filter``, as
-OpenAI reports a policy stop. ``pause_turn`` (a long server-tool turn the API
-paused) is continued by the model class (:class:`~actors.llm.anthropic.AnthropicModel`)."""
+OpenAI reports a policy stop. ``pause_turn`` (a long turn the API
+paused) is continued by :class:`~actors.llm.anthropic.AnthropicModel`, which sends
+the answer so far back as a prefill (``request_body(prefill=...)``)."""
 
 
 def finish_reason(stop_reason: Any) -> str:

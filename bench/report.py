@@ -338,7 +338,7 @@ def verdict(
     )
     from fore.bench.report_cache import cache_target  # --provider anthropic (issue 27)
 
-    cached = cache_target(report.cache)
+    cached = cache_target(report.cache, int(report.options.get("turns") or 0))
     if cached is not None:
         targets.append(cached)
     unaccounted = sum(_unaccounted(r) for r in reports)

@@ -71,22 +71,33 @@ def cache_rows(cache: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def cache_target(cache: dict[str, Any]) -> Target | None:
+WARM_TURNS = 4
+"""Turns a session plays before the target applies. A fork's own last message (the
+suggestion prompt, ~400 tokens) is never cached, and against the short histories of a
+session's first turns it is a large share of the fork's input: a run of fewer turns
+measures mostly cold prefixes."""
+
+
+def cache_target(cache: dict[str, Any], turns: int = WARM_TURNS) -> Target | None:
     """The fork cache-share target, for a run whose provider caches explicitly."""
     if not cache:
         return None
     forks = cache.get("forks") or {}
     share = forks.get("read_share")
+    warm = turns >= WARM_TURNS
     return Target(
         "fork input tokens read from the prompt cache",
         share * 100 if isinstance(share, float) else math.nan,
         "%",
         ">=",
         FORK_CACHE_SHARE * 100,
+        applies=warm,
         note=f"{forks.get('requests', 0):,} fork requests",
-        missing="no fork request completed",
+        missing="no fork request completed"
+        if warm
+        else f"fewer than {WARM_TURNS} turns a session: prefixes mostly cold",
         short="fork cache share",
     )
 
 
-__all__ = ["FORK_CACHE_SHARE", "cache_rows", "cache_summary", "cache_target"]
+__all__ = ["FORK_CACHE_SHARE", "WARM_TURNS", "cache_rows", "cache_summary", "cache_target"]

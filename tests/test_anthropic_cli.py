@@ -81,8 +81,12 @@ def test_bench_with_provider_anthropic_reports_the_fork_cache_share(tmp_path: Pa
     assert cache["provider"] == "anthropic"
     forks = cache["forks"]
     assert forks["requests"] > 0 and forks["cache_read_tokens"] > 0
-    assert forks["read_share"] >= 0.9
-    assert "fork input tokens read from the prompt cache" in done.stdout
+    # Three turns a session are short histories, against which each suggestion's own
+    # prompt (never cached) weighs: most of the input is still read from the cache,
+    # and the 90% target is not judged on so short a run (WARM_TURNS).
+    assert forks["read_share"] >= 0.75
+    assert "fork cache share" in done.stdout  # the verdict line (the table wraps)
+    assert "prefixes mostly cold" in done.stdout
     assert "prompt cache (anthropic)" in done.stdout
 
 
@@ -113,6 +117,9 @@ def test_bench_report_section_and_target() -> None:
     assert ("  fork requests: share of input read from cache", "97.6%") in section.rows
     (target,) = [t for t in verdict([report]) if t.short == "fork cache share"]
     assert target.passed is True
+    short = fake_report(cache=cache, options={**report.options, "turns": 3})
+    (target,) = [t for t in verdict([short]) if t.short == "fork cache share"]
+    assert target.passed is None and "mostly cold" in target.missing
     # A run without a cache-keeping provider has neither.
     plain = fake_report()
     assert not [s for s in sections(plain) if s.title.startswith("prompt cache")]

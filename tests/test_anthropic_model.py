@@ -139,6 +139,9 @@ def test_tool_use_round_trip_through_a_session(runtime: Runtime, tmp_path: Path)
     assert turn.status == "completed"
     assert isinstance(turn.items[-1], AssistantMessage)
     assert turn.items[-1].text == "It says: the contents."
+    # The run's usage sums both requests' cache figures: the first wrote the tools'
+    # prefix (over 1,024 tokens), the second read it.
+    assert turn.usage.cache_write_tokens > 0 and turn.usage.cached_tokens > 0
     assert isinstance(first, dict) and isinstance(second, dict)
     assert first["tool_choice"] == {"type": "auto"}
     assert {t["name"] for t in first["tools"]} >= {"read_file"}
@@ -306,6 +309,13 @@ def test_forks_share_the_main_prefix_byte_for_byte(runtime: Runtime, tmp_path: P
         # to its last breakpoint -- and the mock, keyed by them, read them from cache.
         assert [b.data for b in fork_blocks[: len(shared)]] == [b.data for b in shared], purpose
     assert _raw_prefix(main.body) in _raw_prefix(forks["suggestion"].body, full=True)
+    # A suggestion writes nothing of its own (its last message is never extended);
+    # a speculation marks its last message for its own next turn.
+    assert isinstance(forks["speculation"].body, dict) and isinstance(
+        forks["suggestion"].body, dict
+    )
+    assert "cache_control" in forks["speculation"].body["messages"][-1]["content"][-1]
+    assert "cache_control" not in forks["suggestion"].body["messages"][-1]["content"][-1]
     usage = model.meter.by_purpose()
     shared_tokens = (sum(len(b.data) for b in shared) + 3) // 4
     for purpose in ("suggestion", "speculation", "pipelined"):

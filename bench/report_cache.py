@@ -29,6 +29,7 @@ def _group(share: CacheShare) -> dict[str, Any]:
         "cache_write_tokens": share.cache_write_tokens,
         "uncached_tokens": share.uncached_tokens,
         "read_share": share.read_share,
+        "cost_ratio": share.cost_ratio,
     }
 
 
@@ -68,6 +69,13 @@ def cache_rows(cache: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
         rows.append((f"  {label}: share of input read from cache", _percent(group["read_share"])))
+        ratio = group.get("cost_ratio")
+        rows.append(
+            (
+                f"  {label}: input price with the cache / without (read 0.1×, write 1.25×)",
+                f"{ratio:.3f}×" if isinstance(ratio, float) else "—",
+            )
+        )
     return rows
 
 

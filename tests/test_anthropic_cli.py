@@ -115,6 +115,9 @@ def test_bench_report_section_and_target() -> None:
     report = fake_report(cache=cache)
     (section,) = [s for s in sections(report) if s.title == "prompt cache (anthropic)"]
     assert ("  fork requests: share of input read from cache", "97.6%") in section.rows
+    # 100 full + 10 written x 1.25 + 4,390 read x 0.1 over 4,500: the same input unbilled.
+    label = "  fork requests: input price with the cache / without (read 0.1×, write 1.25×)"
+    assert (label, "0.123×") in section.rows
     (target,) = [t for t in verdict([report]) if t.short == "fork cache share"]
     assert target.passed is True
     short = fake_report(cache=cache, options={**report.options, "turns": 3})

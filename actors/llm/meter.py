@@ -17,6 +17,11 @@ from fore.messages.llm import Usage
 
 FORK_PURPOSES = ("suggestion", "speculation", "pipelined")
 
+CACHE_READ_PRICE = 0.1
+"""What a token read from Anthropic's prompt cache costs, in input-token prices."""
+CACHE_WRITE_PRICE = 1.25
+"""What a token written to it costs (the 5-minute TTL; a 1-hour entry costs 2×)."""
+
 
 @dataclass(frozen=True)
 class CacheShare:
@@ -32,6 +37,22 @@ class CacheShare:
     def uncached_tokens(self) -> int:
         """Billed at the full input price."""
         return max(0, self.input_tokens - self.cache_read_tokens - self.cache_write_tokens)
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """The input's price with caching over its price without (``None``: no input).
+
+        Reads at :data:`CACHE_READ_PRICE`, writes at :data:`CACHE_WRITE_PRICE`, the
+        rest at the full price: the same requests, billed with and without the cache.
+        """
+        if not self.input_tokens:
+            return None
+        billed = (
+            self.uncached_tokens
+            + CACHE_WRITE_PRICE * self.cache_write_tokens
+            + CACHE_READ_PRICE * self.cache_read_tokens
+        )
+        return billed / self.input_tokens
 
     @property
     def read_share(self) -> float | None:
@@ -79,4 +100,4 @@ class UsageMeter:
         return self.share(FORK_PURPOSES)
 
 
-__all__ = ["FORK_PURPOSES", "CacheShare", "UsageMeter"]
+__all__ = ["CACHE_READ_PRICE", "CACHE_WRITE_PRICE", "FORK_PURPOSES", "CacheShare", "UsageMeter"]

@@ -50,10 +50,13 @@ def test_infer_provider_refuses_an_unknown_one() -> None:
 
 def test_run_with_provider_anthropic(tmp_path: Path) -> None:
     script = ScriptFile.model_validate({"replies": [{"text": "Hello from the Messages API."}]})
+    key_file = tmp_path / "key"
+    key_file.write_text("k\n")
     with MockLlmServer(script) as server:
         done = fore(
             "run", "--workspace", str(tmp_path), "--provider", "anthropic",
-            "--base-url", server.root_url, "--model", "claude-mock", "--api-key", "k", "hi",
+            "--base-url", server.root_url, "--model", "claude-mock",
+            "--api-key-file", str(key_file), "hi",
         )  # fmt: skip
         # Inferred: ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL, no OpenAI configuration.
         inferred = fore(

@@ -115,6 +115,7 @@ from fore.messages.llm import (
     LlmTextDelta,
     LlmToolCallDelta,
     Purpose,
+    ToolChoice,
     Usage,
 )
 from fore.messages.session import (
@@ -181,6 +182,11 @@ def _needs_store(item: _Call, threshold: int) -> bool:
 
 def _fits(text: str, threshold: int) -> bool:
     return not _may_exceed(text, threshold)
+
+
+def wrap_up_choice(wrap_up: bool, turn: int, max_turns: int) -> ToolChoice:
+    """The tool choice of LLM call ``turn`` of ``max_turns`` (see ``WorkerConfig.wrap_up``)."""
+    return "none" if wrap_up and turn >= max_turns else "auto"
 
 
 def _live(run: _Run) -> bool:
@@ -295,6 +301,14 @@ class WorkerConfig:
     (``ToolCall.arguments_error``) a run hands back to the model as error results,
     so it can correct itself; the next one ends the run as an LLM protocol error.
     ``0``: the first one does."""
+    wrap_up: bool = False
+    """Make the last LLM call the run's budget allows with ``tool_choice: "none"``.
+
+    A model that keeps calling tools (small local models in llama.cpp's
+    function-calling mode do) otherwise ends every run at ``max_turns`` with
+    no answer; with ``wrap_up`` its last call must answer from what the tools
+    returned -- LangChain's ``early_stopping_method="generate"``. A hook or
+    interceptor that sets its own ``tool_choice`` still wins."""
 
     def __post_init__(self) -> None:
         if self.max_batch_calls < 1:
@@ -818,7 +832,7 @@ class Worker(ForeActor):
                 turn=run.turns + 1,
                 messages=messages,
                 tools=list(config.tools.definitions(exclude=config.hidden_tools)),
-                tool_choice="auto",
+                tool_choice=wrap_up_choice(config.wrap_up, run.turns + 1, run.max_turns),
                 model_name=config.model_name,
             )
             verdict = config.interceptor.pre_llm_request(base)

@@ -167,6 +167,40 @@ def test_a_gzip_bombed_body_is_refused_at_the_body_limit() -> None:
     assert "max_body_bytes" in error.error.message
 
 
+def test_a_non_streamed_body_of_many_tool_calls_stops_at_the_same_limit() -> None:
+    """Within the body's byte cap, still past the tool-call limit: refused as a stream is."""
+    import asyncio
+
+    calls = [{"type": "tool_use", "id": f"toolu_{i}", "name": "t", "input": {}} for i in range(600)]
+    body = {"type": "message", "content": calls, "stop_reason": "tool_use", "usage": {}}
+
+    def answer(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            headers={"content-type": "application/json"},
+            stream=httpx.ByteStream(json.dumps(body).encode()),
+        )
+
+    model = AnthropicModel(
+        base_url="http://api.test",
+        api_key="k",
+        limits=BodyLimits(max_tool_calls=500),
+        retry=RetryPolicy(max_retries=0),
+    )
+    request = LlmRequest(
+        request_id="r1", session_id="s1", messages=(UserMessage(text="hi"),), stream=False
+    )
+
+    async def go() -> StreamResult:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+            return await model.stream(request, lambda _e: None, http)
+
+    with pytest.raises(LlmException) as info:
+        asyncio.run(go())
+    assert "more than 500 tool calls" in info.value.error.message
+    assert not info.value.error.retryable
+
+
 # -- any decoded events: a typed error or an answer, nothing else ---------------------------
 
 _scalars = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=6)

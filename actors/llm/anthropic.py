@@ -391,7 +391,9 @@ class AnthropicModel:
                 retryable=True,
                 provider_message=detail,
             ) from None
-        message, usage, reason = complete_from_message(request.request_id, data)
+        message, usage, reason = complete_from_message(
+            request.request_id, data, max_tool_calls=self.limits.max_tool_calls
+        )
         return StreamResult(message, usage, reason)
 
     async def _status_error(self, response: httpx.Response) -> LlmException:

@@ -672,8 +672,13 @@ def _calls(raw: Sequence[tuple[str, str, str]], request_id: str, *, cut: bool) -
     return calls
 
 
-def complete_from_message(request_id: str, body: Any) -> tuple[AssistantMessage, Usage, str]:
-    """A non-streamed Messages answer as (message, usage, finish reason)."""
+def complete_from_message(
+    request_id: str, body: Any, *, max_tool_calls: int = MAX_TOOL_CALLS
+) -> tuple[AssistantMessage, Usage, str]:
+    """A non-streamed Messages answer as (message, usage, finish reason).
+
+    A body is already capped in bytes; ``max_tool_calls`` bounds it as the
+    stream is bounded, so both paths refuse the same answer."""
     if not isinstance(body, Mapping) or body.get("type") != "message":
         if isinstance(body, Mapping) and body.get("type") == "error":
             raise anthropic_error(body.get("error"), where="response body")
@@ -693,6 +698,13 @@ def complete_from_message(request_id: str, body: Any) -> tuple[AssistantMessage,
             name = block.get("name")
             if not isinstance(name, str) or not name:
                 raise llm_error("protocol", f"tool_use block #{index} has no name", retryable=True)
+            if len(raw_calls) >= max_tool_calls:
+                raise llm_error(
+                    "protocol",
+                    f"the answer has more than {max_tool_calls} tool calls (the client's"
+                    " limit): refused",
+                    retryable=False,
+                )
             tool_input = block.get("input")
             text = dumps(tool_input) if isinstance(tool_input, Mapping) else dumps(tool_input or {})
             call_id = block.get("id")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from fore.actors.core.logs import configure_logging
     from fore.actors.gate.shell import classify_shell_command
     from fore.actors.gate.tool_gate import evaluate_tool_call
+    from fore.actors.llm.anthropic import AnthropicModel
     from fore.actors.llm.errors import LlmException
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
     from fore.actors.output.contract import OutputValidationError
@@ -100,6 +101,7 @@ _WHERE: dict[str, str] = {
     # models
     "ChatModel": "fore.actors.llm.models",
     "OpenAICompatible": "fore.actors.llm.models",
+    "AnthropicModel": "fore.actors.llm.anthropic",
     "RetryPolicy": "fore.actors.llm.models",
     "Timeouts": "fore.actors.llm.models",
     # tools
@@ -161,6 +163,7 @@ __all__ = [
     "Alert",
     "AlertLevel",
     "AlertRaised",
+    "AnthropicModel",
     "ApprovalMode",
     "AssistantMessage",
     "Cancel",

@@ -1006,13 +1006,7 @@ class Worker(ForeActor):
             return
         run.llm_request_id = None
         run.llm_retried = False
-        usage = run.usage
-        run.usage = Usage(
-            prompt_tokens=usage.prompt_tokens + message.usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens + message.usage.completion_tokens,
-            total_tokens=usage.total_tokens + message.usage.total_tokens,
-            cached_tokens=usage.cached_tokens + message.usage.cached_tokens,
-        )
+        run.usage = run.usage + message.usage  # every field, cache writes included (#27)
         assistant = message.message
         assert run.llm_base is not None
         bad = next((c for c in assistant.tool_calls if c.arguments_error is not None), None)

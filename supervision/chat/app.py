@@ -90,6 +90,7 @@ from fore.supervision.chat.paths import PathCompleter, at_word
 from fore.supervision.chat.status import (
     FINAL_STATES,
     StatusInput,
+    cache_lines,
     cost_lines,
     speculation_text,
     status_line,
@@ -840,7 +841,9 @@ class ChatApp:
         elif name == "exit":
             self._leave()
         elif name == "cost":
-            self._print_text(cost_lines(self.totals, self.backend.model_label))
+            model = getattr(getattr(self.backend, "config", None), "model", None)
+            meter = getattr(model, "meter", None)  # prompt-cache figures (issue 27)
+            self._print_text(cost_lines(self.totals, self.backend.model_label) + cache_lines(meter))
         elif name == "model":
             lines = [f"model: {self.backend.model_label}"]
             if argument:

@@ -54,6 +54,7 @@ from fore.actors.gate.tool_gate import (
     evaluate_tool_call,
 )
 from fore.actors.resolve.interceptor import ResolveInterceptor
+from fore.actors.worker.approval import LiveApproval
 from fore.actors.worker.hooks import (
     Abort,
     AbortContext,
@@ -129,8 +130,12 @@ class SpeculationGate(Interceptor):
         *,
         tools: Sequence[ToolDefinition] | None = None,
         policy: Interceptor | None = None,
+        approval: LiveApproval | None = None,
     ) -> None:
         self.mode = mode
+        self.approval = approval
+        """The session's live approval state: a file tool the person said "always" to
+        goes to the overlay in ``default`` mode too (``LiveApproval.speculation_mode``)."""
         self.overlay = overlay
         self.workspace = workspace
         self.tools = None if tools is None else tuple(tools)
@@ -203,8 +208,11 @@ class SpeculationGate(Interceptor):
             self._batch_writes = False
             self._batch_bytes = 0
         stale = bool(self.overlay.has_writes) or self._batch_writes
+        mode = self.mode
+        if self.approval is not None:
+            mode = self.approval.speculation_mode(ctx.name, mode)
         decision = evaluate_tool_call(
-            ctx.name, ctx.arguments, self.mode, cwd=self.workspace, overlay_has_writes=stale
+            ctx.name, ctx.arguments, mode, cwd=self.workspace, overlay_has_writes=stale
         )
         decision = declared_read_only(decision, ctx.tool, stale)
         self.decisions.append((ctx.name, decision.action.value, decision.reason))

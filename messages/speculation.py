@@ -201,13 +201,17 @@ class SpeculationStatusChanged(EventBase):
     """The session's speculation status changed: push, instead of polling ``s.speculation``.
 
     Sent by the session supervisor after any message that changed what
-    ``s.speculation`` / ``s.suggestion`` would answer: a speculation started
-    (``running``), ran a tool or wrote a file (``tool_calls``,
-    ``files_written``), finished (``completed``, ``boundary`` with its tool and
-    reason, ``failed``, ``empty``), was aborted (``aborted``, ``stale``) or not
-    started (``skipped``), Tab began (``accepting``) or ended (``accepted``), or
-    the suggestion on offer appeared or went away (``shown``). Consecutive
-    events always differ.
+    ``s.speculation`` / ``s.suggestion`` would answer -- the status of the
+    session's *current* speculation: it started (``running``), ran a tool or
+    wrote a file (``tool_calls``, ``files_written``), finished (``completed``,
+    ``boundary`` with its tool and reason, ``failed``, ``empty``), was aborted
+    (``aborted``, ``stale``) or not started (``skipped``), Tab began
+    (``accepting``) or ended (``accepted``), or the suggestion on offer
+    appeared or went away (``shown``). Consecutive events always differ.
+    When one step both ends a speculation and starts the next (the pipelined
+    suggestion after Tab, a speculation started again under a stricter
+    approval mode), the status moves straight to the new one's: every
+    speculation's own end is its :class:`SpeculationFinished`.
     """
 
     kind: Literal["speculation_status"] = "speculation_status"

@@ -17,14 +17,20 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pykka
 from pykka import ActorDeadError
 
 from fore.actors.core.future import PooledFuture
 from fore.actors.gate.tool_gate import parse_approval_mode
+from fore.actors.output.contract import (
+    DEFAULT_MAX_OUTPUT_RETRIES,
+    OutputValidationError,
+    output_request,
+)
 from fore.actors.tools.base import Tool
+from fore.actors.tools.decorator import as_tool
 from fore.actors.worker.approval import ApprovalPolicy, LiveApproval
 from fore.actors.worker.hooks import Hooks
 from fore.messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
@@ -37,6 +43,7 @@ from fore.messages.session import (
     EventBase,
     GetHistory,
     GetRunState,
+    OutputRequest,
     PauseRun,
     Resume,
     RunState,
@@ -62,6 +69,8 @@ from fore.supervision.session_async import DEFAULT_STREAM_MAXLEN, EventStream, w
 if TYPE_CHECKING:
     from fore.supervision.handle import Handle
     from fore.supervision.runtime import Runtime
+
+T = TypeVar("T")
 
 
 class EventQueue:
@@ -203,6 +212,7 @@ class Session:
 
     # -- running -------------------------------------------------------------
 
+    @overload
     def submit(
         self,
         text: str | None = None,
@@ -210,8 +220,45 @@ class Session:
         segments: Sequence[Segment] | None = None,
         timeout: float = 60.0,
         max_turns: int | None = None,
-    ) -> TurnResult:
+        output_type: type[T],
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[T]: ...
+
+    @overload
+    def submit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        output_type: Any = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]: ...
+
+    def submit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        output_type: Any = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]:
         """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds).
+
+        ``output_type`` (a pydantic model, or any type pydantic validates:
+        ``list[Item]``, ``int``, a dataclass ...) makes it a **structured**
+        turn: the model is asked for a value of that type -- through the
+        provider's JSON-schema response format or a ``final_answer`` tool,
+        whichever the model supports (``OpenAICompatible(structured_output=...)``)
+        -- and the answer is validated with ``pydantic.TypeAdapter``. An answer
+        that does not validate is handed back with pydantic's errors, at most
+        ``max_output_retries`` times (each re-ask is an LLM call and counts
+        against ``max_turns``). The result's ``output`` is the validated value;
+        when there is none, ``output_error`` says why. A type pydantic cannot
+        handle raises :class:`~actors.output.schema.OutputTypeError` at once.
 
         If ``timeout`` passes first, the run is **cancelled** (as by
         :meth:`cancel`; its on_abort hooks run if it had started) and
@@ -224,7 +271,12 @@ class Session:
         debounced -- only Tab is -- because typing and sending the text is an
         explicit request, not a double key press.
         """
-        submit_id, future = self._send_submit(text, segments, max_turns, timeout)
+        output = (
+            None
+            if output_type is None
+            else output_request(output_type, max_retries=max_output_retries)
+        )
+        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
         try:
             result: TurnResult = future.get()
         except pykka.Timeout:
@@ -243,6 +295,7 @@ class Session:
         segments: Sequence[Segment] | None,
         max_turns: int | None,
         timeout: float,
+        output: OutputRequest | None = None,
     ) -> tuple[str, PooledFuture[Any]]:
         """Send one submit (named, so :meth:`cancel` reaches it anywhere); its id and answer."""
         frozen = tuple(segments) if segments is not None else None
@@ -254,14 +307,22 @@ class Session:
                 # Through the session supervisor: submitting exactly the suggestion
                 # takes the accept path; anything else aborts the speculation first.
                 prompt = SubmitPrompt(
-                    text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id
+                    text=text,
+                    segments=frozen,
+                    max_turns=max_turns,
+                    submit_id=submit_id,
+                    output=output,
                 )
                 future: PooledFuture[Any] = self._supervisor.ask(
                     prompt, block=False, timeout=timeout
                 )
             else:
                 message = Submit(
-                    text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id
+                    text=text,
+                    segments=frozen,
+                    max_turns=max_turns,
+                    submit_id=submit_id,
+                    output=output,
                 )
                 future = self._worker.ask(message, block=False, timeout=timeout)
         except BaseException:
@@ -269,6 +330,60 @@ class Session:
                 self._pending_submits.discard(submit_id)
             raise
         return submit_id, future
+
+    @overload
+    def ask(
+        self,
+        text: str | None = None,
+        *,
+        output_type: type[T],
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> T: ...
+
+    @overload
+    def ask(
+        self,
+        text: str | None = None,
+        *,
+        output_type: Any,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> Any: ...
+
+    def ask(
+        self,
+        text: str | None = None,
+        *,
+        output_type: Any,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> Any:
+        """A structured turn's value: :meth:`submit` with ``output_type``, unwrapped.
+
+        Raises :class:`~actors.output.contract.OutputValidationError` (its
+        ``result`` is the whole ``TurnResult``) when the turn gave no valid
+        value: the answers did not validate within ``max_output_retries``
+        re-asks, or the run ended first (cancelled, failed, out of turns).
+        """
+        result = self.submit(
+            text,
+            segments=segments,
+            timeout=timeout,
+            max_turns=max_turns,
+            output_type=output_type,
+            max_output_retries=max_output_retries,
+        )
+        if result.output_error is not None or result.status != "completed":
+            why = result.output_error or f"the run ended {result.status}"
+            raise OutputValidationError(why, result)
+        return result.output
 
     def _cancel_quietly(self, message: CancelRun) -> None:
         try:
@@ -378,15 +493,20 @@ class Session:
         """Every buffered event, without waiting."""
         return self._events.drain()
 
-    def add_tool(self, tool: Tool[Any]) -> None:
+    def add_tool(self, tool: Tool[Any] | Callable[..., Any]) -> None:
         """Offer one more tool to this session's model (names must stay unique).
+
+        Like ``open_session(tools=...)``: a :class:`Tool`, or a plain or
+        ``async`` function (made a tool as by ``@tool``; a function that cannot
+        be one raises here, naming the parameter).
 
         With a session supervisor the change goes through it: the tools are
         part of every fork's cache-safe prefix, so a tool change makes the
         current speculation stale (it is aborted) before the worker gets it.
         """
+        made = as_tool(tool)
         target = self._supervisor if self._supervisor is not None else self._worker
-        target.ask(AddTool(tool=tool), timeout=10)
+        target.ask(AddTool(tool=made), timeout=10)
 
     # -- approvals and the model (issue 24) --------------------------------------------
 
@@ -483,16 +603,23 @@ class Session:
         segments: Sequence[Segment] | None = None,
         timeout: float = 60.0,
         max_turns: int | None = None,
-    ) -> TurnResult:
+        output_type: Any = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]:
         """:meth:`submit` for asyncio: awaits the turn without blocking the loop.
 
         Cancelling the awaiting task -- or ``timeout`` passing (then
         :class:`~actors.core.errors.AskTimeout`) -- cancels the run, as a
         timed-out :meth:`submit` does.
         """
-        submit_id, future = self._send_submit(text, segments, max_turns, timeout)
+        output = (
+            None
+            if output_type is None
+            else output_request(output_type, max_retries=max_output_retries)
+        )
+        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
         try:
-            result: TurnResult = await wait_answer(future, timeout)
+            result: TurnResult[Any] = await wait_answer(future, timeout)
         except (asyncio.CancelledError, pykka.Timeout):
             self._cancel_quietly(CancelRun(reason="the submit was cancelled", submit_id=submit_id))
             raise

@@ -46,13 +46,10 @@ from typing import Any
 
 from fore.actors.filerefs.interceptor import FileRefInterceptor
 from fore.actors.gate.tool_gate import (
-    INTERACTIVE_TOOLS,
-    NETWORK_TOOLS,
-    READ_TOOLS,
-    SHELL_TOOL,
-    WRITE_TOOLS,
+    declared_read_only,
     evaluate_tool_call,
 )
+from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.resolve.interceptor import ResolveInterceptor
 from fore.actors.worker.approval import LiveApproval
 from fore.actors.worker.hooks import (
@@ -77,13 +74,13 @@ from fore.actors.worker.interceptor import (
 )
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, UserMessage
-from fore.messages.gate import ApprovalMode, GateAction, GateDecision
+from fore.messages.gate import ApprovalMode, GateAction
 from fore.messages.llm import LlmError
 from fore.messages.tools import ToolDefinition
 
 OVERLAY_FULL = "the speculation's overlay is full"
 
-_INTERNAL = (FileRefInterceptor, ResolveInterceptor)
+_INTERNAL = (FileRefInterceptor, ResolveInterceptor, OutputInterceptor)
 """Fore's own interceptors of a main worker: machinery, not the session's policy."""
 
 
@@ -283,37 +280,6 @@ class SpeculationGate(Interceptor):
                 reason = _named("post_tool_call", self.policy, verdict, verdict.reason)
                 self.late.append(LateBoundary(ctx.call_id, ctx.name, reason))
         return Continue()
-
-
-_KNOWN = READ_TOOLS | WRITE_TOOLS | NETWORK_TOOLS | INTERACTIVE_TOOLS | {SHELL_TOOL}
-
-
-def declared_read_only(decision: GateDecision, tool: Any, stale: bool) -> GateDecision:
-    """Let a tool the gate does not know run when it declares itself read-only.
-
-    ``Tool.read_only`` is declared by whoever added the tool --
-    ``@tool(read_only=True)``, or a *trusted* MCP server's tools annotated
-    read-only and closed-world (never the hints alone: ``actors.tools.mcp``).
-    Tools the gate knows by name keep its rules. Such a tool may read the real
-    tree rather than the overlay, so once the speculation holds writes it is
-    a boundary, as a shell command is.
-    """
-    if decision.action is not GateAction.BOUNDARY or decision.tool in _KNOWN:
-        return decision
-    if getattr(tool, "read_only", False) is not True:
-        return decision
-    if stale:
-        return GateDecision(
-            action=GateAction.BOUNDARY,
-            reason=f"{decision.tool} declares itself read-only, but it may read the real tree, "
-            "which no longer matches the speculation's writes",
-            tool=decision.tool,
-        )
-    return GateDecision(
-        action=GateAction.ALLOW,
-        reason=f"{decision.tool} declares itself read-only",
-        tool=decision.tool,
-    )
 
 
 def _named(event: str, policy: Interceptor, verdict: Any, reason: str) -> str:

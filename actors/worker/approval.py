@@ -67,6 +67,7 @@ from pydantic import Field
 from fore.actors.gate.tool_gate import (
     READ_TOOLS,
     WRITE_TOOLS,
+    declared_read_only,
     evaluate_tool_call,
     parse_approval_mode,
 )
@@ -198,9 +199,6 @@ def classify(
     tool: Any = None,
 ) -> tuple[Category, str]:
     """The call's category and the classifier's reason (the gate in ``default`` mode)."""
-    # Imported here: the speculation gate imports the worker's modules.
-    from fore.actors.speculation.gate import declared_read_only
-
     decision = evaluate_tool_call(name, arguments, ApprovalMode.DEFAULT, cwd=cwd)
     decision = declared_read_only(decision, tool, False)
     if decision.action is GateAction.ALLOW:

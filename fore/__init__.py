@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from fore.actors.speculation.governor import LoadGovernor
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
     from fore.actors.tools.decorator import tool
+    from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
     from fore.actors.worker.hooks import (
         Abort,
         Cancel,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         SpeculationConfig,
         SpeculationFinished,
         SpeculationSkipped,
+        SpeculationStatusChanged,
         Suggestion,
         SuggestionReady,
     )
@@ -97,6 +99,8 @@ _WHERE: dict[str, str] = {
     "Session": "fore.supervision.session",
     "SpeculationConfig": "fore.messages.speculation",
     "ApprovalMode": "fore.messages.gate",
+    "ApprovalRequest": "fore.actors.worker.approval",
+    "ApprovalDecision": "fore.actors.worker.approval",
     "LoadGovernor": "fore.actors.speculation.governor",
     # models
     "ChatModel": "fore.actors.llm.models",
@@ -147,6 +151,7 @@ _WHERE: dict[str, str] = {
     "LlmRetried": "fore.messages.session",
     "SuggestionReady": "fore.messages.speculation",
     "SpeculationFinished": "fore.messages.speculation",
+    "SpeculationStatusChanged": "fore.messages.speculation",
     "SpeculationSkipped": "fore.messages.speculation",
     # errors
     "LlmException": "fore.actors.llm.errors",
@@ -164,7 +169,9 @@ __all__ = [
     "AlertLevel",
     "AlertRaised",
     "AnthropicModel",
+    "ApprovalDecision",
     "ApprovalMode",
+    "ApprovalRequest",
     "AssistantMessage",
     "Cancel",
     "ChatModel",
@@ -194,6 +201,7 @@ __all__ = [
     "SpeculationConfig",
     "SpeculationFinished",
     "SpeculationSkipped",
+    "SpeculationStatusChanged",
     "Suggestion",
     "SuggestionReady",
     "SystemMessage",

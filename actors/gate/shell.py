@@ -9,7 +9,7 @@ other doubt makes it ``"unknown"``, which the gate treats like ``"write"``.
 
 The command is parsed with tree-sitter's bash grammar and the tree is walked:
 lists, pipelines, subshells and groups take the worst of their parts; simple
-commands are judged by :mod:`actors.gate.shell_rules`; redirections, command
+commands are judged by :mod:`fore.actors.gate.rules`; redirections, command
 and process substitutions, here-documents and parameter expansions are checked
 wherever they appear (arguments, assignments, redirect targets, here-doc
 bodies, inside double quotes). Because tree-sitter is not bash, the walker also
@@ -52,7 +52,7 @@ import tree_sitter
 import tree_sitter_bash
 
 from fore.actors.gate.git_config import program_setting
-from fore.actors.gate.shell_rules import (
+from fore.actors.gate.rules import (
     DIRECTORY_CHANGES,
     DYNAMIC,
     Severity,

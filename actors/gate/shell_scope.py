@@ -42,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fore.actors.gate.shell_rules import DYNAMIC, Verdict, unknown
+from fore.actors.gate.rules import DYNAMIC, Verdict, unknown
 from fore.actors.tools.paths import (
     Entry,
     FsError,

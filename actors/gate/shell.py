@@ -30,7 +30,7 @@ cost of a hostile command is bounded by construction, not by a timer.
 workspace (a speculation may read nothing else), and every path a command
 opens -- operands, option values, ``<`` targets, glob and brace expansions,
 ``cd``/``git -C`` directories, the trees ``grep -R`` walks -- is held to the
-scope rule the file tools apply (:mod:`actors.gate.shell_scope`,
+scope rule the file tools apply (:mod:`fore.actors.gate.scope`,
 :func:`actors.tools.paths.resolve_in_workspace`). Another process's data under
 ``/proc`` and ``ps`` are never read-only. Git runs only where its local config
 was probed (every directory it may run in), and without a workspace git and
@@ -52,6 +52,7 @@ import tree_sitter
 import tree_sitter_bash
 
 from fore.actors.gate.git_config import program_setting
+from fore.actors.gate.path_model import NO_PATHS, path_arguments
 from fore.actors.gate.rules import (
     DIRECTORY_CHANGES,
     DYNAMIC,
@@ -66,7 +67,7 @@ from fore.actors.gate.rules import (
     worst,
     write,
 )
-from fore.actors.gate.shell_scope import MAX_DIRECTORIES, NO_PATHS, Scope, path_arguments
+from fore.actors.gate.scope import MAX_DIRECTORIES, Scope
 
 if TYPE_CHECKING:
     from fore.messages.gate import ShellClass
@@ -217,7 +218,7 @@ def classify_shell_command(
 
     Only ``"read-only"`` may run during a speculation. ``workspace`` (required;
     an absolute directory) is what a speculation may read: a command whose
-    paths lead outside it is ``"unknown"`` (see :mod:`actors.gate.shell_scope`),
+    paths lead outside it is ``"unknown"`` (see :mod:`fore.actors.gate.scope`),
     and git is ``"unknown"`` when the local git config of the repository it
     runs in names programs to run. ``cwd`` is where the command starts
     (default: the workspace; relative to it, or absolute inside it). With
@@ -576,7 +577,7 @@ def _command(
 
 
 def _operands(name: str, arguments: list[_Word], context: _Context) -> Verdict:
-    """Doubt if command ``name`` may read outside the workspace (see :mod:`shell_scope`)."""
+    """Doubt if command ``name`` may read outside the workspace (see :class:`Scope`)."""
     scope = context.scope
     verdict = _READ_ONLY
     for word in arguments:

@@ -21,8 +21,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from fore.actors.gate.rules import Severity
 from fore.actors.gate.shell import explain_shell_command
-from fore.actors.gate.shell_rules import Severity
 from fore.messages.gate import ApprovalMode, GateAction, GateDecision
 
 READ_TOOLS: frozenset[str] = frozenset({"read_file", "grep", "glob", "list_directory", "inspect"})

@@ -7,13 +7,14 @@ it would after a bug. Waits are bounded polls, never sleeps for a guessed time.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
+import fore.testing
 from fore.actors.alerts import AlertSink, AlertSinkState, default_state
 from fore.actors.core import ActorSystem, PooledActor
 from fore.actors.llm import ScriptedModel
@@ -24,11 +25,8 @@ from fore.supervision import Runtime
 WAIT = 30.0
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def _boom() -> NoReturn:

@@ -7,14 +7,15 @@ real files in ``tmp_path``; waits are bounded, never sleeps for a guessed time.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import fore.testing
 from fore.actors.blobs.actor import BlobStoreActor
 from fore.actors.blobs.fs_store import BlobNotFound, FsBlobStore, InvalidBlobId
 from fore.actors.blobs.pins import PinTable
@@ -54,12 +55,8 @@ def start(system: ActorSystem, store: FsBlobStore, **kwargs: Any) -> Any:
         return BlobStoreActor.start(store, **kwargs)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.002)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 # -- the BlobStore interface -------------------------------------------------------------

@@ -25,6 +25,7 @@ from fore.actors.tools.builtin import ReadFile, Shell, default_registry
 from fore.actors.tools.cancel import CancelToken
 from fore.actors.tools.fs import WorkspaceFs
 from fore.messages.conversation import ToolCall
+from fore.testing import wait_until
 
 REGISTRY = default_registry()
 BUILTIN_NAMES = ["edit", "glob", "grep", "list_directory", "read_file", "shell", "write_file"]
@@ -72,15 +73,6 @@ def err(ctx: ToolContext, name: str, **arguments: Any) -> str:
     return result.output
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -98,7 +90,7 @@ def process_gone(pid: int) -> bool:
 
 
 def assert_group_gone(pgid: int) -> None:
-    assert wait_until(lambda: group_gone(pgid)), f"process group {pgid} still alive"
+    wait_until(lambda: group_gone(pgid), message=f"process group {pgid} still alive")
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
 
@@ -601,7 +593,7 @@ def test_shell_cancel_from_another_thread(ctx: ToolContext, ws: Path) -> None:
         lambda: call(ctx, "shell", command="echo $$ > pid; sleep 30 & sleep 30", timeout=60)
     )
     pid_file = ws / "pid"
-    assert wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
     pgid = int(pid_file.read_text())
     ctx.cancel.cancel("user pressed stop")
     thread.join(10)
@@ -633,7 +625,7 @@ def test_shell_background_child_is_killed(ctx: ToolContext, ws: Path, command: s
     pgid = int((ws / "pid").read_text())
     bg = int((ws / "bg").read_text())
     assert_group_gone(pgid)
-    assert wait_until(lambda: process_gone(bg))
+    wait_until(lambda: process_gone(bg))
 
 
 def test_shell_output_capped_head_and_tail(ctx: ToolContext) -> None:

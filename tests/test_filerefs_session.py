@@ -8,13 +8,13 @@ model is sent across turns.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import fore.testing
 from fore.actors.core import PooledActor
 from fore.actors.filerefs.interceptor import FileRefInterceptor
 from fore.actors.llm import FunctionModel, ScriptedModel
@@ -30,15 +30,6 @@ from fore.supervision import Runtime
 WAIT = 20.0
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="fileref-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     (tmp_path / "src").mkdir()
@@ -49,11 +40,8 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def recorder() -> tuple[FunctionModel, list[LlmRequest]]:

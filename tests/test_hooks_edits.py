@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +48,6 @@ from fore.messages.session import TurnResult
 from fore.supervision import Runtime
 
 WAIT = 20.0
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="hooks-edits-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

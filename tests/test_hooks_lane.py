@@ -8,13 +8,14 @@ state is known; hung hooks are always released at the end.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import fore.testing
 from fore.actors.llm import ScriptedModel
 from fore.actors.worker.hookrun import HookGate, HookJob
 from fore.actors.worker.hooks import HookEvent, Hooks, HookSpec
@@ -24,11 +25,8 @@ from fore.supervision import Runtime
 WAIT = 20.0
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def drain(rt: Runtime, threads: int) -> None:

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
+import fore.testing
 from fore.actors.llm import FunctionModel
 from fore.actors.tools.decorator import tool
 from fore.actors.tools.mcp import MCPServerHTTP, MCPServerStdio
@@ -59,11 +61,8 @@ def runtime() -> Iterator[Runtime]:
         assert rt.close(timeout=60)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 class Caller:

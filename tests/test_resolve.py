@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +36,6 @@ from fore.messages.llm import LlmRequest, NamedToolChoice
 from fore.supervision import Runtime
 
 WAIT = 20.0
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="resolve-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 class LabelArgs(BaseModel):

@@ -17,11 +17,8 @@ whenever they are forced, the worst case for a loop.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from fore.actors.llm import FunctionModel
 from fore.actors.resolve import MAX_FORCED_ATTEMPTS, PendingActions
@@ -32,15 +29,6 @@ from tests.test_resolve import call, results
 
 WAIT = 20.0
 FORCED = NamedToolChoice(name="resolve")
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="resolve-forcing-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 def forced(requests: list[LlmRequest]) -> list[bool]:

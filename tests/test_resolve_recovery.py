@@ -14,7 +14,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,6 @@ from tests.test_resolve import LabelArgs, Producer, call, results
 
 WAIT = 20.0
 FORCED = NamedToolChoice(name="resolve")
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="resolve-recovery-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 def scripted(replies: list[Any], seen: list[LlmRequest]) -> Callable[[LlmRequest], Any]:

@@ -21,11 +21,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+import fore.testing
 from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
 from fore.actors.tools.base import Invocation
 from fore.actors.tools.builtin import Shell
@@ -50,14 +52,8 @@ while True:
 """
 
 
-def wait_until(predicate: Callable[[], bool]) -> bool:
-    pause = threading.Event()
-    end = time.monotonic() + WAIT
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        pause.wait(0.02)
-    return predicate()
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def tagged(tag: str) -> list[int]:
@@ -156,7 +152,9 @@ def test_nothing_outlives_a_call_that_ends(
     result = shell(context(tmp_path), escape(family, tag), backend)
     assert result.outcome == "ok", result.output
     assert "escaped" in str(result.output)
-    assert wait_until(lambda: not tagged(tag)), f"{family} outlived the call: {tagged(tag)}"
+    wait_until(
+        lambda: not tagged(tag), message=lambda: f"{family} outlived the call: {tagged(tag)}"
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -169,15 +167,17 @@ def test_nothing_outlives_a_cancelled_call(
     thread = threading.Thread(target=lambda: box.update(r=shell(ctx, command, backend)))
     thread.start()
     try:
-        assert wait_until((tmp_path / "escaped").exists)
+        wait_until((tmp_path / "escaped").exists)
         # (a re-forker can fall between two reads of /proc: poll, do not sample once)
-        assert wait_until(lambda: bool(tagged(tag))), "the escapee never ran"
+        wait_until(lambda: bool(tagged(tag)), message="the escapee never ran")
     finally:
         ctx.cancel.cancel("user pressed stop")  # a failed check must not leave the call running
     thread.join(WAIT)
     assert not thread.is_alive()
     assert box["r"].outcome == "cancelled"
-    assert wait_until(lambda: not tagged(tag)), f"{family} outlived the cancel: {tagged(tag)}"
+    wait_until(
+        lambda: not tagged(tag), message=lambda: f"{family} outlived the cancel: {tagged(tag)}"
+    )
 
 
 def test_a_timed_out_call_takes_its_escapees_with_it(
@@ -188,7 +188,7 @@ def test_a_timed_out_call_takes_its_escapees_with_it(
     call = ToolCall(id="c", name="shell", arguments={"command": command, "timeout": 1})
     result = invoke_tool(registry, call, context(tmp_path))
     assert result.outcome == "error" and "timed out" in str(result.output)
-    assert wait_until(lambda: not tagged(tag))
+    wait_until(lambda: not tagged(tag))
 
 
 def test_the_exit_status_and_output_are_the_commands_own(tmp_path: Path, backend: str) -> None:
@@ -210,7 +210,7 @@ def test_commands_in_the_cgroup_backend_run_inside_their_own_cgroup(tmp_path: Pa
     mount, own = cgroup2_mount(), own_cgroup()
     assert mount is not None and own is not None
     parent = Path(mount, own.lstrip("/"), line.split("/")[-2])
-    assert wait_until(lambda: not any(p.is_dir() for p in parent.iterdir()))  # removed
+    wait_until(lambda: not any(p.is_dir() for p in parent.iterdir()))  # removed
 
 
 def test_the_callers_bash_env_still_applies(
@@ -236,7 +236,7 @@ def test_posix_mode_in_the_runtimes_environment_does_not_switch_tracking_off(
     assert "rc= posix=1" in str(out.output)  # as bash itself would: no BASH_ENV in POSIX mode
     result = shell(context(tmp_path), escape("env -i setsid", tag), backend)
     assert "escaped" in str(result.output)
-    assert wait_until(lambda: not tagged(tag))
+    wait_until(lambda: not tagged(tag))
 
 
 def test_a_command_that_kills_its_supervisor_is_still_swept_by_marker(
@@ -253,7 +253,7 @@ def test_a_command_that_kills_its_supervisor_is_still_swept_by_marker(
         " until [ -s started ]; do sleep 0.01; done; kill -9 $PPID; echo done"
     )
     shell(context(tmp_path), command, "subreaper")
-    assert wait_until(lambda: not tagged(tag))
+    wait_until(lambda: not tagged(tag))
 
 
 def test_a_command_that_never_joined_its_cgroup_is_swept_anyway(
@@ -273,4 +273,4 @@ def test_a_command_that_never_joined_its_cgroup_is_swept_anyway(
     )
     out = str(shell(context(tmp_path), command, "cgroup").output)
     assert "/fore." not in out  # it really ran outside its cgroup
-    assert wait_until(lambda: not tagged(tag))
+    wait_until(lambda: not tagged(tag))

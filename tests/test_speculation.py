@@ -7,8 +7,8 @@ Replies are tagged by purpose (``main`` / ``suggestion`` / ``speculation`` /
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+import fore.testing
 from fore.actors.core import PooledActor
 from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
@@ -62,11 +63,8 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 TWO_TURNS = [main_reply("Hello."), main_reply("x is 1. Shall I bump it?")]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def settled(s: Any) -> str:

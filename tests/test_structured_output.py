@@ -110,15 +110,6 @@ FORECAST = {
 }
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="structured-output-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
 

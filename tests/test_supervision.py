@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -39,6 +38,7 @@ from fore.supervision import (
     plan_restart,
     should_restart,
 )
+from fore.testing import wait_until
 
 WAIT = 10.0
 
@@ -122,14 +122,6 @@ def spec(
         restart=restart,
         shutdown_timeout=shutdown_timeout,
     )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.002)
 
 
 def urn(handle: Handle[Any]) -> str:

@@ -12,12 +12,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+import fore.testing
 from fore.actors.core import PooledActor, handles
 from fore.actors.tools import (
     FunctionTool,
@@ -232,12 +234,8 @@ def stats(pool: Any) -> PoolStats:
     return result
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 # -- caps and fairness -----------------------------------------------------------------

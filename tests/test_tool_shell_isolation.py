@@ -17,13 +17,15 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+import fore.testing
 from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
 from fore.actors.tools.base import Invocation
 from fore.actors.tools.builtin import Shell
@@ -46,14 +48,8 @@ def gone(pid: int) -> bool:
         return True
 
 
-def wait_until(predicate: Callable[[], bool]) -> bool:
-    pause = threading.Event()
-    end = time.monotonic() + WAIT
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        pause.wait(0.02)
-    return predicate()
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 @pytest.fixture
@@ -86,7 +82,7 @@ def shell(ctx: ToolContext, command: str, tool: Shell | None = None, **extra: An
 
 
 def pid_in(path: Path) -> int:
-    assert wait_until(lambda: path.exists() and path.read_text().strip() != "")
+    wait_until(lambda: path.exists() and path.read_text().strip() != "")
     return int(path.read_text())
 
 
@@ -113,7 +109,7 @@ def test_children_that_escape_with_setsid_do_not_outlive_the_call(ws: Path, comm
     for name in ("bg", "bg2"):
         if (ws / name).exists():
             pid = pid_in(ws / name)
-            assert wait_until(lambda pid=pid: gone(pid)), f"{name} ({pid}) outlived the call"
+            wait_until(lambda pid=pid: gone(pid), message=f"{name} ({pid}) outlived the call")
 
 
 def test_a_cancelled_call_takes_its_setsid_children_with_it(ws: Path) -> None:
@@ -130,7 +126,7 @@ def test_a_cancelled_call_takes_its_setsid_children_with_it(ws: Path) -> None:
     thread.join(WAIT)
     assert not thread.is_alive()
     assert box["r"].outcome == "cancelled"
-    assert wait_until(lambda: gone(escapee)), "the setsid child outlived the cancelled call"
+    wait_until(lambda: gone(escapee), message="the setsid child outlived the cancelled call")
 
 
 def test_every_process_of_a_call_carries_its_marker(ws: Path) -> None:
@@ -147,7 +143,7 @@ def test_unrelated_processes_survive_the_sweep(ws: Path) -> None:
         command = f"setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $! > bg; {IN_OWN_SESSION}"
         result = shell(context(ws), command)
         assert result.outcome == "ok"
-        assert wait_until(lambda: gone(pid_in(ws / "bg")))
+        wait_until(lambda: gone(pid_in(ws / "bg")))
         assert bystander.is_running() and bystander.status() != psutil.STATUS_ZOMBIE
     finally:
         bystander.kill()

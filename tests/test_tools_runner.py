@@ -11,22 +11,19 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 
+import fore.testing
 from fore.actors.tools.runner import Job, RunnerSaturated, ThreadRunner
 
 WAIT = 15.0
 
 
-def wait_until(predicate: Callable[[], bool]) -> None:
-    pause = threading.Event()
-    for _ in range(int(WAIT / 0.005)):
-        if predicate():
-            return
-        pause.wait(0.005)
-    raise AssertionError("condition not reached in time")
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def _recorder() -> tuple[list[Any], threading.Event, Callable[[Any, BaseException | None], None]]:

@@ -10,7 +10,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +51,6 @@ from fore.messages.session import Submit, TextDelta, ToolFinished, ToolStarted, 
 from fore.supervision import Runtime
 
 WAIT = 20.0
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="worker-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

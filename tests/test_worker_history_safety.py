@@ -9,15 +9,16 @@ speculative call after the gate approved it.
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+import fore.testing
 from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.tools import FunctionTool, ToolContext
@@ -53,11 +54,8 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import itertools
 import json
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +58,6 @@ from fore.messages.session import TurnResult
 from fore.supervision import Runtime
 
 WAIT = 60.0
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="hostile-model-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

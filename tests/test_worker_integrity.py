@@ -8,7 +8,6 @@ synchronises on events, never on wall-clock time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +43,6 @@ from fore.messages.session import (
 from fore.supervision import Runtime
 
 WAIT = 20.0
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="worker-integrity-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ event, never by sleeping.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pykka
 import pytest
 from pydantic import BaseModel
 
+import fore.testing
 from fore.actors.llm import FunctionModel, ScriptedModel
 from fore.actors.tools import FunctionTool, ToolContext
 from fore.actors.worker.hooks import (
@@ -38,15 +39,6 @@ from fore.supervision import Runtime
 WAIT = 20.0
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="worker-lifecycle-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 @pytest.fixture
 def narrow() -> Iterator[Runtime]:
     """A runtime whose blocking lane has one thread (a test can hold it)."""
@@ -63,11 +55,8 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 def drain_lane(rt: Runtime) -> None:

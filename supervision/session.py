@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pykka
 from pykka import ActorDeadError
 
+from fore.actors.telemetry.context import current_context
 from fore.actors.tools.base import Tool
 from fore.actors.worker.hooks import Hooks
 from fore.messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
@@ -45,6 +46,7 @@ from fore.messages.speculation import (
     SpeculationStatus,
     SubmitPrompt,
 )
+from fore.messages.usage import UsageLimits, UsageSummary
 
 if TYPE_CHECKING:
     from fore.supervision.handle import Handle
@@ -144,6 +146,8 @@ class Session:
         self._pending_lock = threading.Lock()
         self._pending_submits: set[str] = set()
         """Submit ids of this object's submits still waiting for their answer."""
+        self._final_usage: UsageSummary | None = None
+        """The usage when the session closed (the runtime's ledger forgets it then)."""
         worker.ask(Subscribe(address=self._events), timeout=30)
         if supervisor is not None:
             supervisor.ask(Subscribe(address=self._events), timeout=30)
@@ -185,8 +189,13 @@ class Session:
         segments: Sequence[Segment] | None = None,
         timeout: float = 60.0,
         max_turns: int | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> TurnResult:
         """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds).
+
+        ``usage_limits`` bound this turn's model requests and tokens (the
+        session's own, from ``open_session``, apply too): the turn ends with
+        status ``usage_limit`` the moment one is crossed.
 
         If ``timeout`` passes first, the run is **cancelled** (as by
         :meth:`cancel`; its on_abort hooks run if it had started) and
@@ -200,10 +209,18 @@ class Session:
         explicit request, not a double key press.
         """
         frozen = tuple(segments) if segments is not None else None
+        # The caller's active span (telemetry on) becomes the turn's parent.
+        trace = current_context(self.runtime.telemetry)
         if self._speculation and self._supervisor is not None:
             # Through the session supervisor: submitting exactly the suggestion
             # takes the accept path; anything else aborts the speculation first.
-            prompt = SubmitPrompt(text=text, segments=frozen, max_turns=max_turns)
+            prompt = SubmitPrompt(
+                text=text,
+                segments=frozen,
+                max_turns=max_turns,
+                usage_limits=usage_limits,
+                trace=trace,
+            )
             try:
                 turn: TurnResult = self._supervisor.ask(prompt, timeout=timeout)
             except pykka.Timeout:
@@ -211,7 +228,14 @@ class Session:
                 raise
             return turn
         submit_id = uuid.uuid4().hex
-        message = Submit(text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id)
+        message = Submit(
+            text=text,
+            segments=frozen,
+            max_turns=max_turns,
+            submit_id=submit_id,
+            usage_limits=usage_limits,
+            trace=trace,
+        )
         with self._pending_lock:
             self._pending_submits.add(submit_id)
         try:
@@ -309,6 +333,15 @@ class Session:
             return alerts
         return tuple(self._state.alerts)
 
+    @property
+    def usage(self) -> UsageSummary:
+        """This session's model usage and cost so far, by purpose (main, suggestion,
+        speculation, pipelined): what providers reported for completed requests,
+        priced with the runtime's ``prices``."""
+        if self._final_usage is not None:
+            return self._final_usage
+        return self.runtime.usage_ledger.session(self.id)
+
     def run_state(self) -> RunState:
         state: RunState = self._worker.ask(GetRunState(), timeout=10)
         return state
@@ -365,5 +398,6 @@ class Session:
         except Exception:
             pass
         left = self.runtime._close_session(self.id, timeout=timeout)
+        self._final_usage = self.runtime._final_usage(self.id)
         self._events.close()
         return not left

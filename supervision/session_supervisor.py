@@ -247,6 +247,9 @@ class SessionSupervisor(Supervisor):
             if reply is not None:
                 reply.try_set_exception(ActorDeadError("the session closed"))
         super().on_stop()
+        for spec in self._specs.values():  # no SpeculationFinished will come: end their spans
+            if spec.span is not None and not spec.reported:
+                spec.span.closed("session closed")
 
     # -- subscribers (the session's event stream) -------------------------------------
 

@@ -493,6 +493,12 @@ class SpeculationSpan:
         """Tab applied it: the time the user did not wait for."""
         self.span.set_attribute("fore.speculation.time_saved_s", seconds)
 
+    def closed(self, reason: str) -> None:
+        """Its session closed before it reported an outcome (outcome ``closed``)."""
+        self.span.set_attribute("fore.speculation.outcome", "closed")
+        self.span.set_attribute("fore.speculation.reason", reason)
+        self.span.end()
+
     def end(self, event: Any) -> None:
         """Its :class:`~messages.speculation.SpeculationFinished`: the outcome, tokens, timings."""
         span = self.span

@@ -55,6 +55,7 @@ _RUN_EXIT = {
     "max_turns": 4,
     "paused": 5,
     "cut_off": 6,
+    "usage_limit": 4,
     "cancelled": 130,
 }
 
@@ -96,6 +97,15 @@ def _positive(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def _price(text: str) -> Any:
+    from fore.actors.telemetry.usage import parse_price
+
+    try:
+        return parse_price(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _probability(text: str) -> float:
@@ -265,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="one headless turn",
         description=(
             "Run one turn in WORKSPACE and print its events (JSON lines with --json). "
-            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget spent, "
+            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget or a usage "
+            "limit spent, "
             "5 paused, 6 answer cut off at the model's output limit, 130 cancelled, "
             "2 usage error."
         ),
@@ -299,7 +310,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds the turn may take; then it is cancelled (> 0; default 600)",
     )
-    run.add_argument("--json", action="store_true", help="print events as JSON lines")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print events as JSON lines; the last line is the usage (tokens and cost)",
+    )
+    run.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the model's price in USD per million tokens (input, output, cached input), "
+        "for the cost in the usage line",
+    )
     _log_level_flag(run, "critical")
 
     chat = sub.add_parser(
@@ -338,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=50,
         help="LLM calls per turn at most (default 50)",
+    )
+    chat.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the model's price in USD per million tokens, for /cost",
     )
     _log_level_flag(chat, "critical")
 
@@ -619,7 +647,8 @@ def _run(args: argparse.Namespace) -> int:
     from fore.supervision import Runtime
 
     out = _Output(sys.stdout, as_json=args.json)
-    with Runtime(name="fore-run") as rt:
+    prices = None if args.price is None else {"*": args.price}
+    with Runtime(name="fore-run", prices=prices) as rt:
         session = rt.open_session(
             workspace=workspace, model=model, system_prompt=args.system, max_turns=args.max_turns
         )
@@ -652,6 +681,7 @@ def _run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"{PROG} run: turn timed out after {args.timeout:g} s\n")
             else:
                 sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
+            _usage_line(out, session, args.json)
             return EXIT_FAILED
         result = box["result"]
         if result.status == "cut_off":
@@ -663,7 +693,17 @@ def _run(args: argparse.Namespace) -> int:
                 json.dumps({"kind": "turn_finished", "result": result.model_dump(mode="json")})
                 + "\n"
             )
+        _usage_line(out, session, args.json)
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
+
+
+def _usage_line(out: _Output, session: Any, as_json: bool) -> None:
+    """``--json``'s last line: the session's usage by purpose and its cost (issue 28)."""
+    if as_json:
+        from fore.actors.telemetry.usage import usage_json
+
+        line = {"kind": "usage", "session_id": session.id, "usage": usage_json(session.usage)}
+        out.write(json.dumps(line) + "\n")
 
 
 # -- fore chat -------------------------------------------------------------------------------
@@ -683,6 +723,7 @@ def _chat(args: argparse.Namespace) -> int:
         speculation=not args.no_speculation,
         system_prompt=args.system,
         max_turns=args.max_turns,
+        price=args.price,
     )
     try:
         return chat(options)

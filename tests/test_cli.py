@@ -403,7 +403,7 @@ def test_run_json_lines(tmp_path: Path) -> None:
     finished = [e for e in events if e["kind"] == "turn_finished"]
     assert len(finished) == 1
     assert finished[0]["result"]["status"] == "completed"
-    assert kinds[-1] == "turn_finished"
+    assert kinds[-2:] == ["turn_finished", "usage"]  # the usage line is last (issue 28)
 
 
 def test_run_exit_code_says_how_the_turn_ended(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ still has its tokens counted; its requests are ``unpriced_requests``.
 from __future__ import annotations
 
 import fnmatch
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -194,3 +195,39 @@ class UsageLedger:
             while len(self._forgotten) > 4096:
                 self._forgotten.popitem(last=False)
             return account.summary() if account is not None else UsageSummary()
+
+
+def parse_price(text: str) -> ModelPrice:
+    """``"IN,OUT[,CACHED[,WRITE]]"`` (USD per million tokens) as a :class:`ModelPrice`.
+
+    The command line's form (``fore run --price 2.5,10,1.25``); a malformed
+    one is a ``ValueError`` with one line saying what was expected.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    expected = "expected INPUT,OUTPUT[,CACHED_INPUT[,CACHE_WRITE]] in USD per million tokens"
+    if not 2 <= len(parts) <= 4:
+        raise ValueError(f"{expected}, got {text!r}")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"{expected}, got {text!r}") from None
+    if any(not math.isfinite(v) or v < 0 for v in values):
+        raise ValueError(f"prices must be finite and not negative, got {text!r}")
+    return ModelPrice(
+        input=values[0],
+        output=values[1],
+        cached_input=values[2] if len(values) > 2 else None,
+        cache_write=values[3] if len(values) > 3 else None,
+    )
+
+
+def usage_json(summary: UsageSummary) -> dict[str, Any]:
+    """``summary`` as plain JSON data, with the totals (``fore run --json``'s last line)."""
+
+    def one(usage: TokenUsage) -> dict[str, Any]:
+        return {**usage.model_dump(mode="json"), "total_tokens": usage.total_tokens}
+
+    return {
+        "by_purpose": {purpose: one(u) for purpose, u in summary.by_purpose.items()},
+        "total": one(summary.total),
+    }

@@ -840,7 +840,10 @@ class ChatApp:
         elif name == "exit":
             self._leave()
         elif name == "cost":
-            self._print_text(cost_lines(self.totals, self.backend.model_label))
+            usage = getattr(self.backend, "usage", None)  # issue 28: by purpose, with cost
+            self._print_text(
+                cost_lines(self.totals, self.backend.model_label, usage() if usage else None)
+            )
         elif name == "model":
             lines = [f"model: {self.backend.model_label}"]
             if argument:

@@ -44,6 +44,7 @@ from fore.actors.worker.hooks import Hooks
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnResult
 from fore.messages.speculation import AcceptResult, SpeculationConfig, SpeculationStatus
+from fore.messages.usage import UsageSummary
 from fore.supervision.chat.approval import ApprovalPolicy, Approver, approval_hook
 from fore.supervision.runtime import Runtime
 from fore.supervision.session import Session
@@ -200,3 +201,7 @@ class SessionBackend:
 
     def close(self) -> None:
         self.session.close()
+
+    def usage(self) -> UsageSummary:
+        """The session's model usage and cost by purpose (``/cost``; issue 28)."""
+        return self.session.usage

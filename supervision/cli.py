@@ -18,6 +18,7 @@ parsed, with the range in the message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import math
@@ -40,6 +41,7 @@ MICRO = (
     "store",
     "chat",
     "tool-api",
+    "telemetry",
     "real_server",
 )
 
@@ -106,6 +108,11 @@ def _price(text: str) -> Any:
         return parse_price(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _price_tuple(price: Any) -> tuple[float, float, float]:
+    cached = price.input if price.cached_input is None else price.cached_input
+    return (price.input, price.output, cached)
 
 
 def _probability(text: str) -> float:
@@ -249,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculate on every suggestion, even without headroom (no load shedding)",
     )
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    bench.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the mock model's price in USD per million tokens, for the report's costs and "
+        "the waste in money (default 3,15,0.3)",
+    )
     bench.add_argument("--json", type=_writable, metavar="PATH", help="write the JSON report here")
     bench.add_argument(
         "--plot",
@@ -464,6 +478,8 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
+    if args.price is not None:
+        options = dataclasses.replace(options, price=_price_tuple(args.price))
     comparison = None
     compare = None
     try:

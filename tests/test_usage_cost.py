@@ -220,3 +220,41 @@ def test_cost_lines_show_the_usage_by_purpose() -> None:
     assert "$0.0048+" in total  # one of its requests had no price
     assert cost_lines(Totals(), "m") == cost_lines(Totals(), "m", UsageSummary())
     assert usage_json(usage)["total"]["requests"] == 3
+
+
+def test_the_bench_report_shows_costs_and_the_waste_in_money() -> None:
+    from fore.bench.load import wasted_cost
+    from fore.bench.report import sections
+    from tests.test_bench_report import fake_report
+
+    usage = UsageSummary(
+        by_purpose={
+            "main": TokenUsage(requests=4, input_tokens=4000, output_tokens=400, cost_usd=0.018),
+            "speculation": TokenUsage(
+                requests=10, input_tokens=9000, output_tokens=1000, cost_usd=0.042
+            ),
+        }
+    )
+    # 10,000 speculation tokens cost $0.042: 2,500 wasted ones cost a quarter of it.
+    assert wasted_cost(usage, 2500) == pytest.approx(0.0105)
+    assert wasted_cost(UsageSummary(), 2500) == 0.0
+    # Every speculation cut off before its usage came: the run's whole blend prices them.
+    main_only = UsageSummary(by_purpose={"main": usage.of("main")})
+    assert wasted_cost(main_only, 2200) == pytest.approx(2200 * 0.018 / 4400)
+    report = fake_report(
+        wasted_tokens=2500,
+        wasted_tokens_estimated=100,
+        usage=usage_json(usage),
+        wasted_cost_usd=wasted_cost(usage, 2500),
+    )
+    report.options["price"] = (3.0, 15.0, 0.3)
+    rows = dict(row for section in sections(report) for row in section.rows)
+    waste = rows["tokens spent on discarded speculations (of which estimated)"]
+    assert waste == "2,500 (100) ≈ $0.0105"
+    [cost_label] = [k for k in rows if k.startswith("cost by purpose")]
+    assert "$3 / $15 / $0.3 per M input / output / cached tokens" in cost_label
+    assert rows[cost_label] == "main $0.0180 · speculation $0.0420 · total $0.0600"
+    # A report from before issue 28 (no usage) shows neither.
+    old = dict(row for section in sections(fake_report()) for row in section.rows)
+    assert not any(k.startswith("cost by purpose") for k in old)
+    assert "$" not in old["tokens spent on discarded speculations (of which estimated)"]

@@ -100,10 +100,10 @@ class ArmResult:
 
 def _child(arm: str, sizes: Sizes) -> dict[str, Any]:
     """One arm's workloads in this process (see the module docs); returns its figures."""
+    from fore.actors.llm.mock_server import MockLlmServer
     from fore.actors.llm.models import FunctionModel, OpenAICompatible, RetryPolicy
     from fore.actors.llm.script import ScriptFile
     from fore.supervision.runtime import Runtime
-    from fore.testing import MockLlmServer
 
     telemetry = None
     spans: Any = None
@@ -114,7 +114,7 @@ def _child(arm: str, sizes: Sizes) -> dict[str, Any]:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        from fore.telemetry import Telemetry
+        from fore.actors.telemetry.config import Telemetry
 
         spans = InMemorySpanExporter()
         tracer_provider = TracerProvider()

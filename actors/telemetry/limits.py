@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fore.actors.speculation.metered import estimate_tokens
+from fore.actors.telemetry.usage import estimate_tokens
 from fore.messages.llm import Usage
 from fore.messages.usage import LimitScope, UsageLimitHit, UsageLimits
 

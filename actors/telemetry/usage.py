@@ -30,6 +30,16 @@ from fore.messages.usage import PURPOSES, ModelPrice, TokenUsage, UsageSummary
 PER = 1_000_000.0
 """Prices are per million tokens."""
 
+CHARS_PER_TOKEN = 4
+"""Characters per token of the estimate of what a provider has not reported yet
+(a stream cancelled before its usage, output while it streams): speculation
+budgets, usage limits and the bench's waste use the same rule."""
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens for ``chars`` characters at :data:`CHARS_PER_TOKEN` (rounded up)."""
+    return -(-max(0, chars) // CHARS_PER_TOKEN)
+
 
 @dataclass(frozen=True, slots=True)
 class TokenCounts:

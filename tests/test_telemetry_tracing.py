@@ -297,7 +297,28 @@ def test_metrics_without_traces(workspace: Path) -> None:
     assert spans.get_finished_spans() == ()
     data = reader.get_metrics_data()
     assert data is not None
-    names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert {"fore.turn.duration", "gen_ai.execute_tool.duration"} <= names
+    points: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                points.setdefault(metric.name, []).extend(metric.data.data_points)
+
+    def one(name: str, **attrs: Any) -> Any:
+        [point] = [p for p in points[name] if attrs.items() <= dict(p.attributes).items()]
+        return point
+
+    # One main turn, completed; its two model calls, both streamed (time to first chunk).
+    turn_point = one("fore.turn.duration", **{"fore.purpose": "main"})
+    assert turn_point.count == 1 and dict(turn_point.attributes)["fore.turn.status"] == "completed"
+    assert one("gen_ai.client.operation.duration", **{"fore.purpose": "main"}).count == 2
+    assert one("gen_ai.client.operation.time_to_first_chunk").count == 2
+    # Tool duration by tool: both read_file calls, under the tool's name.
+    tool_point = one("gen_ai.execute_tool.duration", **{"gen_ai.tool.name": "read_file"})
+    assert tool_point.count == 2 and tool_point.sum > 0
+    # Tokens by purpose: what the server reported for the turn.
+    out = one("fore.tokens", **{"fore.purpose": "main", "fore.token.type": "output"})
+    assert out.value == turn.usage.completion_tokens
+    inp = one("fore.tokens", **{"fore.purpose": "main", "fore.token.type": "input"})
+    assert inp.value == turn.usage.prompt_tokens
     meters.shutdown()
     provider.shutdown()

@@ -75,13 +75,14 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fore.actors.core import PooledActor, handles
-from fore.actors.llm import OpenAICompatible, RetryPolicy, evloop
+from fore.actors.llm import AnthropicModel, OpenAICompatible, RetryPolicy, evloop
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.telemetry.usage import usage_json
 from fore.bench._common import console, percentile
 from fore.bench.report_accounting import Accounting, Ledger
+from fore.bench.report_cache import cache_summary
 from fore.bench.workload import USER_PROMPTS, make_workspace, script
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import EventBase, Subscribe, TurnResult
@@ -212,6 +213,9 @@ class LoadOptions:
     price: tuple[float, float, float] = (3.0, 15.0, 0.3)
     """The mock model's price, USD per million input / output / cached input tokens
     (``--price``): the report's costs, waste in money included (issue 28)."""
+    provider: str = "openai"
+    """The mock's wire protocol the sessions speak: ``openai`` (Chat Completions) or
+    ``anthropic`` (Messages, with prompt caching: the report's "prompt cache" rows)."""
 
 
 @dataclass
@@ -519,6 +523,8 @@ class LoadReport:
     (cumulative)."""
     interrupted: bool = False
     """Ctrl-C ended the run: the figures are of what finished before it."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Prompt-cache figures by purpose (``--provider anthropic``; :mod:`bench.report_cache`)."""
     usage: dict[str, Any] = field(default_factory=dict)
     """What the provider reported, by purpose, priced at ``options["price"]`` (issue 28)."""
     wasted_cost_usd: float = 0.0
@@ -729,12 +735,7 @@ def _run(
             tune_process=True,
             prices={"*": _model_price(options.price)},
         )
-        model = OpenAICompatible(
-            base_url=server.base_url,
-            api_key="bench",
-            model="mock",
-            retry=RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5),
-        )
+        model = _bench_model(options.provider, server)
         config = SpeculationConfig(
             enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
         )
@@ -857,6 +858,7 @@ def _run(
         report.rounds_cut = rounds_cut
         report.usage = usage_json(usage)
         report.wasted_cost_usd = wasted_cost(usage, report.wasted_tokens)
+        report.cache = cache_summary(options.provider, getattr(model, "meter", None))
         if leaked_threads:
             report.errors.append(
                 "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])
@@ -881,6 +883,14 @@ def _run(
             configure_logging(level="critical")
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _bench_model(provider: str, server: Any) -> Any:
+    """The sessions' model: the mock over ``provider``'s wire protocol (issue 27)."""
+    retry = RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5)
+    if provider == "anthropic":
+        return AnthropicModel(base_url=server.root_url, api_key="bench", model="mock", retry=retry)
+    return OpenAICompatible(base_url=server.base_url, api_key="bench", model="mock", retry=retry)
 
 
 def _report(

@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "approval": "show the approval mode, or set it: /approval default|auto-edit|yolo|plan",
     "clear": "start a new conversation (clears the screen and the history)",
     "cost": "tokens and their cost by purpose (main, suggestion, speculation), the wasted "
-    "tokens and the time saved by Tab",
+    "tokens, prompt-cache hits of forks and the time saved by Tab",
     "exit": "leave (also Ctrl-D)",
 }
 

@@ -83,12 +83,20 @@ def test_provider_usage_maps_to_consistent_counts(
     prompt: int, completion: int, cached: int, written: int
 ) -> None:
     usage = Usage.model_construct(
-        prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, total_tokens=0
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        cache_write_tokens=written,  # Anthropic's cache_creation_input_tokens
+        total_tokens=0,
     )
-    object.__setattr__(usage, "cache_write_tokens", written)  # a provider that reports writes
     counts = counts_of(usage)
     assert counts.input == max(0, prompt)
     assert 0 <= counts.cached_input + counts.cache_write <= counts.input
+    if cached >= 0 and written >= 0 and cached + written <= prompt:  # a consistent report
+        assert (counts.cached_input, counts.cache_write) == (cached, written)
+        assert counts.input - counts.cached_input - counts.cache_write == (
+            usage.uncached_input_tokens
+        )
     assert counts.output == max(0, completion)
 
 

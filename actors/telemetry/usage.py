@@ -54,15 +54,15 @@ class TokenCounts:
 def counts_of(usage: Usage) -> TokenCounts:
     """``usage`` as :class:`TokenCounts`.
 
-    ``prompt_tokens`` is every input token, cached ones included (OpenAI's
-    meaning). ``cache_write_tokens`` is read when the usage carries it (a
-    provider with prompt-cache writes, issue 27), so this is the one line to
-    map such a field. Negative or inconsistent figures from a provider are
-    clamped: cached and written tokens are part of the input, never more.
+    ``prompt_tokens`` is every input token, cache reads (``cached_tokens``)
+    and cache writes (``cache_write_tokens``, Anthropic's
+    ``cache_creation_input_tokens``) included. Negative or inconsistent
+    figures from a provider are clamped: cached and written tokens are part of
+    the input, never more.
     """
     prompt = max(0, usage.prompt_tokens)
     cached = min(prompt, max(0, usage.cached_tokens))
-    written = min(prompt - cached, max(0, int(getattr(usage, "cache_write_tokens", 0) or 0)))
+    written = min(prompt - cached, max(0, usage.cache_write_tokens))
     return TokenCounts(
         input=prompt,
         cached_input=cached,

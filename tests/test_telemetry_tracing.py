@@ -322,3 +322,45 @@ def test_metrics_without_traces(workspace: Path) -> None:
     assert inp.value == turn.usage.prompt_tokens
     meters.shutdown()
     provider.shutdown()
+
+
+def test_anthropic_cache_reads_and_writes_reach_the_spans_and_the_cost(
+    exporter: tuple[InMemorySpanExporter, TracerProvider], workspace: Path
+) -> None:
+    """Issue 27's provider: its cache figures are the spans' and priced at their own rates."""
+    from fore.actors.llm.anthropic import AnthropicModel
+    from fore.telemetry import ModelPrice
+
+    spans_out, provider = exporter
+    price = ModelPrice(input=3, cached_input=0.3, cache_write=3.75, output=15)
+    script = ScriptFile.model_validate(TWO_TOOLS)
+    with (
+        MockLlmServer(script) as server,
+        Runtime(telemetry=Telemetry(tracer_provider=provider), prices={"claude-*": price}) as rt,
+    ):
+        model = AnthropicModel(
+            base_url=server.root_url, api_key="k", model="claude-mock", retry=RetryPolicy(0)
+        )
+        with rt.open_session(workspace=workspace, model=model) as session:
+            turn = session.submit("what is in a.txt and b.txt?", timeout=60)
+            usage = session.usage.of("main")
+    assert turn.status == "completed"
+    # The first request wrote the cacheable prefix (the tools), the second read it.
+    assert turn.usage.cache_write_tokens > 0 and turn.usage.cached_tokens > 0
+    chats = sorted(_named(spans_out.get_finished_spans(), "chat "), key=lambda s: s.start_time or 0)
+    attrs = [dict(c.attributes or {}) for c in chats]
+    assert [a["gen_ai.system"] for a in attrs] == ["anthropic", "anthropic"]
+    assert sum(a.get("gen_ai.usage.cache_creation.input_tokens", 0) for a in attrs) == (
+        turn.usage.cache_write_tokens
+    )
+    assert sum(a["gen_ai.usage.cache_read.input_tokens"] for a in attrs) == turn.usage.cached_tokens
+    # Each kind of input at its own rate.
+    assert (usage.cached_input_tokens, usage.cache_write_tokens) == (
+        turn.usage.cached_tokens,
+        turn.usage.cache_write_tokens,
+    )
+    plain = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens
+    expected = (
+        plain * 3 + usage.cached_input_tokens * 0.3 + usage.cache_write_tokens * 3.75
+    ) / 1e6 + usage.output_tokens * 15 / 1e6
+    assert usage.cost_usd == pytest.approx(expected)

@@ -635,6 +635,7 @@ class Session:
         max_turns: int | None = None,
         output_type: Any = None,
         max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+        usage_limits: UsageLimits | None = None,
     ) -> TurnResult[Any]:
         """:meth:`submit` for asyncio: awaits the turn without blocking the loop.
 
@@ -647,7 +648,9 @@ class Session:
             if output_type is None
             else output_request(output_type, max_retries=max_output_retries)
         )
-        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
+        submit_id, future = self._send_submit(
+            text, segments, max_turns, timeout, output, usage_limits=usage_limits
+        )
         try:
             result: TurnResult[Any] = await wait_answer(future, timeout)
         except (asyncio.CancelledError, pykka.Timeout):

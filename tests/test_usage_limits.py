@@ -87,6 +87,21 @@ def test_the_request_past_a_turn_limit_is_not_sent(rt: Runtime, ws: Path) -> Non
     assert aborts[0].status == "usage_limit"
 
 
+def test_asubmit_takes_the_turns_limits_too(rt: Runtime, ws: Path) -> None:
+    """The asyncio API (issue 24) goes through the same submit path and limits."""
+    import asyncio
+
+    with MockLlmServer(ScriptFile.model_validate(LOOP)) as server:
+        s = rt.open_session(workspace=ws, model=_model(server))
+        limits = UsageLimits(request_limit=1)
+        turn = asyncio.run(s.asubmit("loop", timeout=WAIT, usage_limits=limits))
+        sent = server.requests()
+        s.close()
+    assert turn.status == "usage_limit"
+    assert turn.usage_limit == UsageLimitHit(scope="turn", kind="requests", limit=1, used=2)
+    assert len(sent) == 1
+
+
 def test_a_session_limit_spans_turns(rt: Runtime, ws: Path) -> None:
     script = {
         "replies": [

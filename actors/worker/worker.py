@@ -98,6 +98,7 @@ from fore.actors.worker.interceptor import (
     Interceptor,
     RetryRequest,
 )
+from fore.actors.worker.run_state import CallStatus, RunProgress
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -330,7 +331,7 @@ class WorkerConfig:
 class _Call:
     call: ToolCall
     ctx: ToolCallContext
-    status: str = "pending"  # pending | approved | skipped | running | done | removed
+    status: CallStatus = "pending"
     executed: ToolCall | None = None
     """What runs: the model's id and name with the arguments the pre hooks left."""
     result: ToolResult | None = None
@@ -351,13 +352,14 @@ class _Call:
 
 
 @dataclass
-class _Run:
+class _Run(RunProgress):
+    """One submit's run. Its status is its phase alone (:class:`RunProgress`)."""
+
     run_id: str
     start_len: int
     max_turns: int
     reply: PooledFuture[Any] | None = None
     submit_id: str | None = None
-    phase: str = "starting"
     started: bool = False
     """The user message is in history: the run started (it gets on_abort if it ends early)."""
     turns: int = 0
@@ -383,17 +385,12 @@ class _Run:
     resume_point: tuple[Any, ...] | None = None
     pause_requested: str | None = None
     boundary: dict[str, Any] | None = None
-    aborted: bool = False
-    """on_abort has started for this run (it runs once)."""
-    abort_status: RunStatus = "aborted"
-    abort_error: str | None = None
     error_kind: ErrorKind | None = None
     hook_failure: HookFailure | None = None
     successor: tuple[_Run, Submit] | None = None
     """A submit that interrupted this paused run; it starts once this run has ended."""
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
-    ended: bool = False
     output: Any = None
     """Structured output: the run's ``OutputRun`` (actors.output), shared with the
     OutputInterceptor through ``SessionState.output`` while the run is current."""
@@ -447,8 +444,8 @@ class Worker(ForeActor):
         if run is None or run.ended:
             return
         successor, run.successor = run.successor, None
-        if run.aborted:  # already ending: keep the status it is ending with
-            status, error = run.abort_status, run.abort_error
+        if run.ending is not None:  # already ending: keep the status it is ending with
+            status, error = run.ending.status, run.ending.error
         else:
             status, error = "cancelled", "session closed"
             self._close_open_calls(run, "Cancelled: the session closed")
@@ -503,8 +500,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             return
         else:
-            run.aborted = True
-            run.abort_status, run.abort_error = status, reason
+            run.begin_ending(status, reason)
             ctx = AbortContext(
                 session_id=self.config.session_id,
                 purpose=self.config.purpose,
@@ -750,7 +746,6 @@ class Worker(ForeActor):
         It is not the worker's current run, so nothing of the current run --
         the interceptor's state, the stash -- is touched.
         """
-        run.ended = True
         run.phase = "ended"
         result = self._result(run, status, reason)
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
@@ -1826,9 +1821,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             self._complete(run, status, error)
             return
-        run.aborted = True
-        run.abort_status, run.abort_error = status, error
-        run.phase = "on_abort"
+        run.begin_ending(status, error)
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,
@@ -1893,9 +1886,8 @@ class Worker(ForeActor):
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
             return
-        if run.aborted:  # the ending that began first decides how the run ended
-            status, error = run.abort_status, run.abort_error
-        run.ended = True
+        if run.ending is not None:  # the ending that began first decides how the run ended
+            status, error = run.ending.status, run.ending.error
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
         self.state.output = None  # nor does a structured run's contract

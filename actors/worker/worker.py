@@ -784,11 +784,6 @@ class Worker(ForeActor):
         run.phase = "on_prompt_submit"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 # The run never started (nothing entered history): no on_abort.
@@ -816,7 +811,7 @@ class Worker(ForeActor):
                 self._append(run, item)
             self._llm_turn(run)
 
-        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, done)
+        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, self._on_outcome(run, done))
 
     # -- LLM turns ---------------------------------------------------------------------
 
@@ -880,11 +875,6 @@ class Worker(ForeActor):
         run.phase = "pre_llm_request"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 self._finish(
@@ -893,7 +883,7 @@ class Worker(ForeActor):
                 return
             self._send(run, ctx, base, edited_by=state.ran[-1] if state.ran else None)
 
-        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
+        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, self._on_outcome(run, done))
 
     def _send(
         self,
@@ -1156,19 +1146,12 @@ class Worker(ForeActor):
     def _pre_tool_hooks(self, run: _Run, item: _Call, start: int) -> None:
         """The public ``pre_tool_call`` hooks of the current call, from hook ``start``."""
         run.phase = "pre_tool_call"
-        index = run.index
-
-        def done(state: ChainState) -> None:
-            self._after_pre_tool(run, item, index, state)
-
-        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
+        done = functools.partial(self._after_pre_tool, run, item, run.index)
+        self._chain(
+            run, HookEvent.PRE_TOOL_CALL, item.ctx, self._on_outcome(run, done), start=start
+        )
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
-        if not _live(run):
-            return
-        if state.error is not None:
-            self._hook_failed(run, state.error)
-            return
         outcome = final_outcome(state)
         if self.config.strict_tool_hooks:
             hook = state.ran[-1] if state.ran else "pre_tool_call"
@@ -1406,12 +1389,6 @@ class Worker(ForeActor):
                 ctx: PostToolCallContext = ctx,
                 index: int = index,
             ) -> None:
-                if not _live(run):
-                    return
-                if state.error is not None:
-                    # A post hook failed on this result: it is withheld, never committed raw.
-                    self._hook_failed(run, state.error)
-                    return
                 # Continue, or Abort: the aborting hook saw this result and may have
                 # masked it; the results after it never passed their hooks (withheld).
                 self._apply_post(item, ctx)
@@ -1424,7 +1401,7 @@ class Worker(ForeActor):
                 run.index = index + 1
                 self._post_step(run)
 
-            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, done)
+            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, self._on_outcome(run, done))
             return
         self._convert(run)
 
@@ -1557,11 +1534,6 @@ class Worker(ForeActor):
         run.phase = "on_turn_end"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, ContinueWithMessages):
                 self._continue_with(run, outcome.messages)
@@ -1573,7 +1545,7 @@ class Worker(ForeActor):
             else:
                 self._complete(run, "completed", None)
 
-        self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
+        self._chain(run, HookEvent.ON_TURN_END, ctx, self._on_outcome(run, done), start=start)
 
     def _continue_with(self, run: _Run, items: Sequence[Item]) -> None:
         if not _live(run):
@@ -1938,6 +1910,29 @@ class Worker(ForeActor):
         chain = self.config.hooks.chain(event) if specs is None else specs
         state = ChainState(event, chain, ctx, index=start)
         self._chain_step(_ChainRun(run, state, done, abort_chain))
+
+    def _on_outcome(
+        self, run: _Run, then: Callable[[ChainState], None]
+    ) -> Callable[[ChainState], None]:
+        """``then`` as a chain's continuation: it runs only if the run is live and no hook failed.
+
+        Every step after a chain of the run's own hooks opens the same way: a
+        run that ended, or began its ending, while the hooks ran drops their
+        outcome; a hook that failed ends the run as a hook error (a post hook's
+        result is withheld then, never committed raw). The approval chain
+        (a failure skips the call) and on_abort (runs on an ending run) take
+        their ``done`` as it is.
+        """
+
+        def done(state: ChainState) -> None:
+            if not _live(run):
+                return
+            if state.error is not None:
+                self._hook_failed(run, state.error)
+                return
+            then(state)
+
+        return done
 
     def _chain_step(self, chain: _ChainRun) -> None:
         if chain.run.ended or (not chain.abort_chain and chain.run.aborted):

@@ -137,6 +137,8 @@ class _Hosted:
     """History items already in the store."""
     persist_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending_submits: set[str] = field(default_factory=set)
+    models: tuple[Any, ...] = ()
+    """The shard's copies of the session's models: closed with the session."""
 
     def target(self, name: str) -> Any:
         if name == "worker":
@@ -283,7 +285,7 @@ class ShardServer:
         if resume:
             snapshot = await asyncio.to_thread(self._lease, sid)
         try:
-            session = await asyncio.to_thread(self._open_runtime_session, spec)
+            session, models = await asyncio.to_thread(self._open_runtime_session, spec)
         except BaseException:
             if snapshot is not None:
                 await asyncio.to_thread(self.durable.release, sid)
@@ -304,8 +306,10 @@ class ShardServer:
                     session_config=spec.session_config(),
                 )
             hosted = await self._attach(spec, session)
+            hosted.models = models
         except BaseException:
             await asyncio.to_thread(session.close)
+            _close_models(models)
             with contextlib.suppress(StoreError):
                 await asyncio.to_thread(self.durable.release, sid)
             raise
@@ -328,12 +332,13 @@ class ShardServer:
                     raise
                 time.sleep(min(1.0, max(0.05, exc.expires_in)))
 
-    def _open_runtime_session(self, spec: SessionSpec) -> Session:
+    def _open_runtime_session(self, spec: SessionSpec) -> tuple[Session, tuple[Any, ...]]:
         kwargs = spec.open_kwargs()
         model = kwargs.pop("model")
-        return self.runtime.open_session(
+        session = self.runtime.open_session(
             workspace=spec.workspace, model=model, session_id=spec.session_id, **kwargs
         )
+        return session, (model, kwargs.get("fast_model"))
 
     async def _attach(self, spec: SessionSpec, session: Session) -> _Hosted:
         """Send the session's events to a sink of ours instead of its in-process queue."""
@@ -544,6 +549,7 @@ class ShardServer:
         with contextlib.suppress(Exception):
             session.supervisor.tell(AbortSpeculation(reason="session closed"))
         clean = await asyncio.to_thread(session.close, timeout)
+        _close_models(hosted.models)
         hosted.sink.close()
         with contextlib.suppress(StoreError):
             await asyncio.to_thread(self.durable.release, session_id)
@@ -597,6 +603,17 @@ class ShardServer:
 
 _background: set[asyncio.Future[Any]] = set()
 """Background persist tasks (a reference keeps them from being collected mid-run)."""
+
+
+def _close_models(models: tuple[Any, ...]) -> None:
+    """The shard's copies of a closed session's models let their threads go (``close()``)."""
+    for model in models:
+        close = getattr(model, "close", None)
+        if model is not None and callable(close):
+            try:
+                close()
+            except Exception as exc:  # a model's cleanup must not break a close
+                log.warning("model_close_failed", model=repr(model), error=repr(exc))
 
 
 def _quiet_tell(handle: Any, message: Any) -> None:

@@ -121,7 +121,7 @@ def test_sessions_spread_over_two_shard_processes_and_turns_run_there(
         for i, s in enumerate(sessions):
             turn = s.submit(f"hello {i}", timeout=WAIT)
             assert turn.status == "completed"
-            assert turn.items[-1].text == f"echo: hello {i}"
+            assert getattr(turn.items[-1], "text", None) == f"echo: hello {i}"
         stored = {r.session_id for r in rt.list_sessions(limit=50)}
         assert {s.id for s in sessions} <= stored
     finally:
@@ -191,7 +191,9 @@ def test_a_killed_shard_loses_only_the_call_in_flight_and_its_sessions_move(
 
         # the next call works, on a live shard, and the completed turn is still there
         turn = victim.submit("second", timeout=WAIT)
-        assert turn.status == "completed" and turn.items[-1].text == "echo: second"
+        assert (
+            turn.status == "completed" and getattr(turn.items[-1], "text", None) == "echo: second"
+        )
         texts = [getattr(i, "text", None) for i in victim.history]
         assert texts[:2] == ["first", "echo: first"]
         assert "hold this" not in texts  # the lost turn never half-written

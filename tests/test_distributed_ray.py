@@ -25,7 +25,7 @@ import pytest
 from fore.actors.llm import FunctionModel, ScriptedModel
 from fore.messages.conversation import ToolResult
 from fore.messages.llm import LlmRequest
-from fore.messages.session import ItemAdded, TurnFinished
+from fore.messages.session import ItemAdded, TextDelta, TurnFinished
 from fore.messages.speculation import SpeculationConfig, SpeculationFinished
 
 # The dev extra has Ray; CI must run this tier, never skip it (CI=1 makes a missing Ray fail).
@@ -139,7 +139,7 @@ def test_events_arrive_in_order_from_the_shard(rt: RayRuntime, ws: Path) -> None
             events.append(event)
             if isinstance(event, TurnFinished):
                 break
-        text = "".join(e.text for e in events if type(e).__name__ == "TextDelta")
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
         assert text == words  # every delta, in order
         assert [e.item for e in events if isinstance(e, ItemAdded)] == list(turn.items)
         assert isinstance(events[-1], TurnFinished)

@@ -207,6 +207,9 @@ class LoadOptions:
     """Speculate only with headroom (the runtime's default); off: speculate always."""
     seed: int = 1
     progress: bool = True
+    shards: int = 0
+    """Ray shards hosting the sessions (``fore bench --shards N``, :mod:`bench.load_ray`);
+    0: the sessions are in this process."""
 
 
 @dataclass
@@ -514,6 +517,8 @@ class LoadReport:
     (cumulative)."""
     interrupted: bool = False
     """Ctrl-C ended the run: the figures are of what finished before it."""
+    shard_loads: list[dict[str, Any]] = field(default_factory=list)
+    """With ``--shards N``: each shard's load at the end of the rounds (:mod:`bench.load_ray`)."""
 
 
 def count_overlay_dirs(rt: Runtime) -> int:
@@ -655,6 +660,10 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     if options.think_dist not in THINK_DISTS:
         raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
     with _Interrupts() as interrupts:
+        if options.shards:  # --shards N: the sessions on Ray shards (bench/load_ray.py)
+            from fore.bench.load_ray import run_load_ray
+
+            return run_load_ray(options, interrupts)
         return _run(options, interrupts)
 
 

@@ -100,6 +100,10 @@ def test_a_busier_governor_loses_to_an_idle_one_even_with_fewer_sessions() -> No
     # jitter inside one band does not decide: the session count does
     a, b = load(0, 0.4, 10), load(1, 1.6, 3)
     assert choose_shard([a, b]) == b
+    # below the governor's threshold every shard has headroom: sessions decide, not the
+    # jitter of the pressure sample (a burst of opens once all went to one idle shard)
+    c, d = load(0, 2.0, 0), load(1, 1.9, 20)
+    assert choose_shard([c, d]) == c
     # sessions placed since the last report count
     assert choose_shard([a, b], placed=[0, 8]) == a
 

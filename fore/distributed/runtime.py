@@ -61,7 +61,7 @@ from fore.distributed.errors import NoShardAvailable, ShardLost
 from fore.distributed.local import start_local_ray
 from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad, choose_shard
 from fore.distributed.session import Placement, RemoteSession, _Died, _NotHere, new_session_id
-from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer
+from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
 from fore.distributed.spec import SessionSpec, model_from_settings, options_from_config
 
 log = get_logger(__name__)
@@ -169,6 +169,8 @@ class RayRuntime:
             self._owns_ray = True
         try:
             self.node_id: str = ray.get_runtime_context().get_node_id()
+            # Ray's servers in this process (shards connect to them: not leaks of theirs)
+            self._ray_ports = tuple(sorted(_listening_ports()))
             if store is None or blob_dir is None:
                 self._tmp = Path(tempfile.mkdtemp(prefix=f"fore-ray-{self.id}-"))
             self.store_url = store or f"sqlite://{self._tmp}/sessions.db"
@@ -653,7 +655,8 @@ class RayRuntime:
             left = deadline - time.monotonic()
             try:
                 report: dict[str, int] = self._result(
-                    shard.handle.shutdown.remote(max(1.0, left - 5.0)), max(1.0, left)
+                    shard.handle.shutdown.remote(max(1.0, left - 5.0), self._ray_ports),
+                    max(1.0, left),
                 )
                 return report
             except _Died as exc:

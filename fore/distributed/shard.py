@@ -555,13 +555,18 @@ class ShardServer:
             await asyncio.to_thread(self.durable.release, session_id)
         return clean
 
-    async def shutdown(self, timeout: float = 60.0) -> dict[str, int]:
+    async def shutdown(
+        self, timeout: float = 60.0, ray_ports: tuple[int, ...] = ()
+    ) -> dict[str, int]:
         """Close every session, the runtime and the store; what was left behind, counted here.
 
         The counters are the load benchmark's leak counters, measured in this
         process: overlays of sessions still on disk after their close, overlay
         directories after the runtime's close, threads and file descriptors
         this shard started and did not end, live actors, an unclean close.
+        ``ray_ports``: the caller's Ray servers; Ray's core worker here opens
+        connections to them lazily (a streaming generator reports its items to
+        the caller's worker that way), and those are Ray's, not the runtime's.
         """
         if self._closed:
             return {}
@@ -588,7 +593,10 @@ class ShardServer:
         ]
         if threads:
             log.warning("shard_threads_left", threads=[t.name for t in threads])
-        fds = _fds(accepted_on=self._listening) - self._fds_before
+        now = _fds(accepted_on=self._listening, ray_ports=frozenset(ray_ports))
+        fds = {
+            f"{fd} -> {target}" for fd, target in now.items() if self._fds_before.get(fd) != target
+        }
         if fds:
             log.warning("shard_fds_left", fds=sorted(fds)[:20])
         return {
@@ -638,35 +646,43 @@ def _listening_ports() -> frozenset[int]:
     return frozenset(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN)
 
 
-def _fds(accepted_on: frozenset[int] = frozenset()) -> set[str]:
-    """This process's open file descriptors, each as ``fd -> target``.
+def _fds(
+    accepted_on: frozenset[int] = frozenset(), ray_ports: frozenset[int] = frozenset()
+) -> dict[int, str]:
+    """This process's open file descriptors: ``fd -> target`` (a socket with its ports).
 
     Connections accepted on ``accepted_on`` (Ray's servers: the caller's calls
-    arrive that way) are Ray's, not the runtime's, and are left out.
+    arrive that way) and connections to ``ray_ports`` (the caller's Ray
+    servers) are Ray's, not the runtime's, and are left out.
     """
-    found: set[str] = set()
+    found: dict[int, str] = {}
     skip: set[int] = set()
-    if accepted_on:
-        try:
-            connections = psutil.Process().net_connections(kind="inet")
-        except psutil.Error:
-            connections = []
-        skip = {
-            c.fd
-            for c in connections
-            if c.laddr and c.laddr.port in accepted_on and c.status != psutil.CONN_LISTEN
-        }
+    peers: dict[int, str] = {}
+    try:
+        connections = psutil.Process().net_connections(kind="inet")
+    except psutil.Error:
+        connections = []
+    for c in connections:
+        remote = c.raddr.port if c.raddr else None
+        if c.status != psutil.CONN_LISTEN and (
+            (c.laddr and c.laddr.port in accepted_on) or remote in ray_ports
+        ):
+            skip.add(c.fd)
+        peers[c.fd] = f" ({c.laddr.port} -> {remote or '-'})"
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:
         return found
     for name in names:
-        if name.isdigit() and int(name) in skip:
+        if not name.isdigit() or int(name) in skip:
             continue
         try:
-            found.add(f"{name} -> {os.readlink(f'/proc/self/fd/{name}')}")
+            target = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue  # closed meanwhile (the listing's own descriptor)
+        found[int(name)] = target + (
+            peers.get(int(name), "") if target.startswith("socket") else ""
+        )
     return found
 
 

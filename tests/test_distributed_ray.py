@@ -11,8 +11,12 @@ duration: every wait is a bounded poll.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,6 +69,10 @@ def rt(ray_instance: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         tune_shards=False,
         lease_ttl=5.0,
         health_interval=0.2,
+        # one pressure band: on this shared machine a shard's scheduling waits can cross the
+        # governor's threshold at any time, which would rightly send every session to the
+        # other shard; the policy itself is tested in test_distributed_units.py
+        band_ms=1e9,
     )
     try:
         yield runtime
@@ -241,3 +249,77 @@ def test_a_keystroke_aborts_a_speculation_on_the_remote_shard(
         wait_until(lambda: s.speculation.state == "aborted")
         assert s.history == before
         assert (ws / "app.py").read_text() == "x = 1\n"
+
+
+# -- the README example and `fore bench --shards`, each in a fresh process (its own Ray) --------
+
+
+def _readme_block(marker: str) -> str:
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    blocks = re.findall(r"```python\n(.*?)\n```", readme.read_text(), re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"one README example with {marker!r}"
+    return found[0]
+
+
+def test_the_readme_ray_example_runs(tmp_path: Path) -> None:
+    (tmp_path / "myproject").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _readme_block("RayRuntime(shards=2)")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    assert words[:4] == ["completed", "Hi.", "on", "shard"], done.stdout
+    assert int(words[-1]) != os.getpid()  # the turn ran in a shard process
+
+
+def test_bench_with_shards_reports_per_shard_load_and_no_leaks(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fore",
+            "bench",
+            "--sessions",
+            "6",
+            "--turns",
+            "2",
+            "--think-ms",
+            "300",
+            "--duration",
+            "40",
+            "--shards",
+            "2",
+            "--no-progress",
+            "--json",
+            str(report),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert "per-shard load" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    run = data["speculation"]
+    assert [load["index"] for load in run["shard_loads"]] == [0, 1]
+    assert sum(load["sessions"] for load in run["shard_loads"]) == 6
+    assert all(value == 0 for value in run["leaks"].values()), run["leaks"]
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_bench_rejects_a_hostile_shard_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from fore.supervision.cli import build_parser
+    from fore.supervision.cli import main as cli_main
+
+    assert build_parser().parse_args(["bench", "--shards", "0"]).shards == 0
+    assert cli_main(["bench", "--shards", "100000"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be 0 to 64" in err[0]

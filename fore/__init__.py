@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from fore.actors.gate.tool_gate import evaluate_tool_call
     from fore.actors.llm.errors import LlmException
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
+    from fore.actors.output.contract import OutputValidationError
     from fore.actors.speculation.governor import LoadGovernor
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
     from fore.actors.tools.decorator import tool
@@ -147,6 +148,7 @@ _WHERE: dict[str, str] = {
     "SpeculationSkipped": "fore.messages.speculation",
     # errors
     "LlmException": "fore.actors.llm.errors",
+    "OutputValidationError": "fore.actors.output.contract",
     # utilities
     "classify_shell_command": "fore.actors.gate.shell",
     "evaluate_tool_call": "fore.actors.gate.tool_gate",
@@ -176,6 +178,7 @@ __all__ = [
     "LlmRetried",
     "LoadGovernor",
     "OpenAICompatible",
+    "OutputValidationError",
     "Pause",
     "Paused",
     "RetryPolicy",

@@ -519,6 +519,9 @@ class LoadReport:
     """Ctrl-C ended the run: the figures are of what finished before it."""
     shard_loads: list[dict[str, Any]] = field(default_factory=list)
     """With ``--shards N``: each shard's load at the end of the rounds (:mod:`bench.load_ray`)."""
+    tab_roundtrip_ms: dict[str, float] = field(default_factory=dict)
+    """With ``--shards N``: Tab pressed here -> the accept answered here (continuation included),
+    through Ray."""
 
 
 def count_overlay_dirs(rt: Runtime) -> int:

@@ -107,6 +107,7 @@ def run_load_ray(
         Recorder,
         SimUser,
         _open_states,
+        _quantiles,
         _report,
         _spawn_server,
         _Timeline,
@@ -238,6 +239,7 @@ def run_load_ray(
         )
         report.speculations_skipped = max(report.speculations_skipped, totals.refused)
         report.shard_loads = [load.model_dump() for load in loads]
+        report.tab_roundtrip_ms = _quantiles(recorder.tab_roundtrip_s)
         report.wall_s = wall
         report.setup_s = setup
         report.teardown_s = teardown
@@ -290,3 +292,19 @@ def print_shard_table(report: LoadReport) -> None:
             f"{share:.0f}",
         )
     console.print(table)
+    abort, tab = report.abort_latency_ms, report.tab_roundtrip_ms
+    console.print(
+        "through Ray, p50 / p99 (n): keystroke → speculation aborted "
+        + (
+            f"{abort['p50']:.2f} / {abort['p99']:.2f} ms (n={abort['count']:.0f})"
+            if abort.get("count")
+            else "—"
+        )
+        + "; Tab → accept answered here (its continuation included) "
+        + (
+            f"{tab['p50']:.2f} / {tab['p99']:.2f} ms (n={tab['count']:.0f})"
+            if tab.get("count")
+            else "—"
+        ),
+        soft_wrap=True,
+    )

@@ -8,19 +8,20 @@ plain code:
 
 1. only live shards, and only shards on the workspace's machine (a shard serves
    only workspaces on its own filesystem; ``node=None`` means any machine);
-2. the lowest **pressure band**: the governor's pressure in steps of
-   ``band_ms`` (the governor's default threshold, 4 ms). Band 0 is "has
-   headroom": every shard there fills by session count. Waits jitter by a
-   millisecond or two from one sample to the next; comparing raw values -- or
-   bands finer than the threshold -- sends every new session to whichever
-   shard happened to sample lowest, and a burst of opens piles onto it before
-   its next report (measured: with 2 ms bands, 20 sessions opened in a burst
-   all went to one of two idle shards, sampling 1.9 and 2.0 ms). Above the
-   threshold the bands keep a saturated shard from taking more;
-3. within the band, the fewest sessions (counting those placed since the
-   shard's last report, which the caller adds), so an idle cluster fills
-   evenly;
-4. then the lowest shard index, so the choice is deterministic.
+2. the lowest **weighted load**: ``(sessions + 1) x (1 + pressure band)``,
+   the band being the governor's pressure in steps of ``band_ms`` (the
+   governor's default threshold, 4 ms; band 0 is "has headroom"). Sessions
+   count those placed since the shard's last report, which the caller adds.
+   Below the threshold every shard weighs 1, so an idle cluster fills evenly
+   by session count; a shard under pressure takes proportionally fewer new
+   sessions (two bands up: a third as many), never none and never all.
+   Waits jitter by a millisecond or two from one sample to the next, and a
+   shard that is busy opening sessions samples high for a moment; comparing
+   raw values, or letting the lowest band win outright, sent a whole burst of
+   opens to one shard (measured: 20 of 20 with 2 ms bands; 184 of 200 with
+   4 ms bands won outright, the other shard sampling just above 4 ms while
+   the sessions opened);
+3. then the lowest shard index, so the choice is deterministic.
 
 A session stays on its shard for its whole life there; it moves only when the
 shard dies (it is then resumed from the store on a live shard, chosen the same
@@ -36,7 +37,14 @@ from pydantic import Field
 
 from fore.messages.base import Message
 
-__all__ = ["DEFAULT_BAND_MS", "ShardInfo", "ShardLoad", "choose_shard", "pressure_band"]
+__all__ = [
+    "DEFAULT_BAND_MS",
+    "ShardInfo",
+    "ShardLoad",
+    "choose_shard",
+    "pressure_band",
+    "weighted_load",
+]
 
 DEFAULT_BAND_MS = 4.0
 """The governor's default threshold: band 0 is every shard with headroom (module docs)."""
@@ -108,12 +116,19 @@ def choose_shard(
     (they are not in its ``sessions`` yet). See the module docs for the order.
     """
     best: ShardLoad | None = None
-    best_key: tuple[int, int, int] | None = None
+    best_key: tuple[int, int] | None = None
     for load in loads:
         if not load.alive or (node is not None and load.node_id != node):
             continue
-        extra = placed[load.index] if load.index < len(placed) else 0
-        key = (pressure_band(load.pressure_ms, band_ms), load.sessions + extra, load.index)
+        key = (weighted_load(load, placed, band_ms), load.index)
         if best_key is None or key < best_key:
             best, best_key = load, key
     return best
+
+
+def weighted_load(
+    load: ShardLoad, placed: Sequence[int] = (), band_ms: float = DEFAULT_BAND_MS
+) -> int:
+    """``(sessions + placed + 1) x (1 + pressure band)``: what placement minimises."""
+    extra = placed[load.index] if load.index < len(placed) else 0
+    return (load.sessions + extra + 1) * (1 + pressure_band(load.pressure_ms, band_ms))

@@ -75,12 +75,13 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fore.actors.core import PooledActor, handles
-from fore.actors.llm import OpenAICompatible, RetryPolicy, evloop
+from fore.actors.llm import AnthropicModel, OpenAICompatible, RetryPolicy, evloop
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
 from fore.bench._common import console, percentile
 from fore.bench.report_accounting import Accounting, Ledger
+from fore.bench.report_cache import cache_summary
 from fore.bench.workload import USER_PROMPTS, make_workspace, script
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import EventBase, Subscribe, TurnResult
@@ -210,6 +211,9 @@ class LoadOptions:
     shards: int = 0
     """Ray shards hosting the sessions (``fore bench --shards N``, :mod:`bench.load_ray`);
     0: the sessions are in this process."""
+    provider: str = "openai"
+    """The mock's wire protocol the sessions speak: ``openai`` (Chat Completions) or
+    ``anthropic`` (Messages, with prompt caching: the report's "prompt cache" rows)."""
 
 
 @dataclass
@@ -522,6 +526,8 @@ class LoadReport:
     tab_roundtrip_ms: dict[str, float] = field(default_factory=dict)
     """With ``--shards N``: Tab pressed here -> the accept answered here (continuation included),
     through Ray."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Prompt-cache figures by purpose (``--provider anthropic``; :mod:`bench.report_cache`)."""
 
 
 def count_overlay_dirs(rt: Runtime) -> int:
@@ -711,12 +717,7 @@ def _run(
             # many-session service would choose (actors/core/tuning.py).
             tune_process=True,
         )
-        model = OpenAICompatible(
-            base_url=server.base_url,
-            api_key="bench",
-            model="mock",
-            retry=RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5),
-        )
+        model = _bench_model(options.provider, server)
         config = SpeculationConfig(
             enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
         )
@@ -836,6 +837,7 @@ def _run(
         report.teardown_s = teardown
         report.wall_total_s = time.monotonic() - begun
         report.rounds_cut = rounds_cut
+        report.cache = cache_summary(options.provider, getattr(model, "meter", None))
         if leaked_threads:
             report.errors.append(
                 "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])
@@ -860,6 +862,14 @@ def _run(
             configure_logging(level="critical")
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _bench_model(provider: str, server: Any) -> Any:
+    """The sessions' model: the mock over ``provider``'s wire protocol (issue 27)."""
+    retry = RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5)
+    if provider == "anthropic":
+        return AnthropicModel(base_url=server.root_url, api_key="bench", model="mock", retry=retry)
+    return OpenAICompatible(base_url=server.base_url, api_key="bench", model="mock", retry=retry)
 
 
 def _report(

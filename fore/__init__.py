@@ -32,12 +32,14 @@ if TYPE_CHECKING:
     from fore.actors.core.logs import configure_logging
     from fore.actors.gate.shell import classify_shell_command
     from fore.actors.gate.tool_gate import evaluate_tool_call
+    from fore.actors.llm.anthropic import AnthropicModel
     from fore.actors.llm.errors import LlmException
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
     from fore.actors.output.contract import OutputValidationError
     from fore.actors.speculation.governor import LoadGovernor
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
     from fore.actors.tools.decorator import tool
+    from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
     from fore.actors.worker.hooks import (
         Abort,
         Cancel,
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
         SpeculationConfig,
         SpeculationFinished,
         SpeculationSkipped,
+        SpeculationStatusChanged,
         Suggestion,
         SuggestionReady,
     )
@@ -96,10 +99,13 @@ _WHERE: dict[str, str] = {
     "Session": "fore.supervision.session",
     "SpeculationConfig": "fore.messages.speculation",
     "ApprovalMode": "fore.messages.gate",
+    "ApprovalRequest": "fore.actors.worker.approval",
+    "ApprovalDecision": "fore.actors.worker.approval",
     "LoadGovernor": "fore.actors.speculation.governor",
     # models
     "ChatModel": "fore.actors.llm.models",
     "OpenAICompatible": "fore.actors.llm.models",
+    "AnthropicModel": "fore.actors.llm.anthropic",
     "RetryPolicy": "fore.actors.llm.models",
     "Timeouts": "fore.actors.llm.models",
     # tools
@@ -145,6 +151,7 @@ _WHERE: dict[str, str] = {
     "LlmRetried": "fore.messages.session",
     "SuggestionReady": "fore.messages.speculation",
     "SpeculationFinished": "fore.messages.speculation",
+    "SpeculationStatusChanged": "fore.messages.speculation",
     "SpeculationSkipped": "fore.messages.speculation",
     # errors
     "LlmException": "fore.actors.llm.errors",
@@ -161,7 +168,10 @@ __all__ = [
     "Alert",
     "AlertLevel",
     "AlertRaised",
+    "AnthropicModel",
+    "ApprovalDecision",
     "ApprovalMode",
+    "ApprovalRequest",
     "AssistantMessage",
     "Cancel",
     "ChatModel",
@@ -191,6 +201,7 @@ __all__ = [
     "SpeculationConfig",
     "SpeculationFinished",
     "SpeculationSkipped",
+    "SpeculationStatusChanged",
     "Suggestion",
     "SuggestionReady",
     "SystemMessage",

@@ -144,6 +144,16 @@ def _log_level_flag(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _provider_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--provider",
+        choices=("openai", "anthropic"),
+        help="the endpoint's API: openai (Chat Completions) or anthropic (Messages); "
+        "default: inferred -- anthropic for a base URL on anthropic.com, or with "
+        "ANTHROPIC_API_KEY set and no OpenAI configuration; else openai",
+    )
+
+
 def _api_key_flags(parser: argparse.ArgumentParser) -> None:
     """Where the API key comes from: the environment, or a file -- not the command line.
 
@@ -312,6 +322,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain", action="store_true", help="print a glossary of the report's terms"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument(
+        "--provider",
+        choices=("openai", "anthropic"),
+        default="openai",
+        help="the mock's wire protocol: openai (default) or anthropic (Messages API with "
+        "prompt caching; the report adds the share of fork input read from the cache)",
+    )
     _log_level_flag(bench, "error")
 
     run = sub.add_parser(
@@ -333,8 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--base-url",
         help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
-        "(default: FORE_BASE_URL / OPENAI_BASE_URL)",
+        "(default: FORE_BASE_URL / OPENAI_BASE_URL), or an Anthropic one",
     )
+    _provider_flag(run)
     run.add_argument(
         "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
     )
@@ -383,8 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat_source.add_argument("--script", help="a scripted-model JSON file (offline)")
     chat_source.add_argument(
         "--base-url",
-        help="an OpenAI-compatible endpoint (default: FORE_BASE_URL / OPENAI_BASE_URL)",
+        help="an OpenAI-compatible endpoint (default: FORE_BASE_URL / OPENAI_BASE_URL), "
+        "or an Anthropic one",
     )
+    _provider_flag(chat)
     chat.add_argument("--model", help="the model name (default: FORE_MODEL / OPENAI_MODEL)")
     _api_key_flags(chat)
     chat.add_argument("--system", help="a system prompt")
@@ -520,6 +540,7 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
         shards=args.shards,
+        provider=args.provider,
     )
     comparison = None
     compare = None
@@ -622,6 +643,13 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
             return ScriptedModel.from_file(args.script)
         except ScriptError as exc:
             raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
+    # -- --provider (issue 27) --
+    from fore.actors.llm.providers import infer_provider
+
+    configured = args.base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL")
+    if infer_provider(args.provider, configured, os.environ) == "anthropic":
+        return _anthropic_model(args, command, api_key)
+    # --
     base_url = args.base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL")
     if not base_url:
         sources = (
@@ -650,6 +678,28 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
             stream=False if args.no_stream else None,
         )
     except ValueError as exc:  # e.g. a malformed FORE_EXTRA_HEADERS
+        raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
+
+
+def _anthropic_model(args: argparse.Namespace, command: str, api_key: str | None) -> Any:
+    """``--provider anthropic``: the Messages API (defaults: ``AnthropicModel``'s; the key
+    from ``--api-key-file`` or else ``ANTHROPIC_API_KEY`` / ``FORE_API_KEY``)."""
+    from fore.actors.llm import AnthropicModel, RetryPolicy
+    from fore.actors.llm.providers import is_anthropic_url
+
+    base_url = args.base_url or _env("ANTHROPIC_BASE_URL")
+    fallback = _env("FORE_BASE_URL", "OPENAI_BASE_URL")
+    if base_url is None and fallback is not None and is_anthropic_url(fallback):
+        base_url = fallback
+    try:
+        return AnthropicModel(
+            base_url=base_url,
+            model=args.model,
+            api_key=api_key,
+            retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+            stream=False if getattr(args, "no_stream", False) else None,
+        )
+    except ValueError as exc:
         raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
 
 

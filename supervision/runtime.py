@@ -67,6 +67,7 @@ from fore.actors.tools.noworkspace import NoWorkspace
 from fore.actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
 from fore.actors.tools.runner import ThreadRunner
 from fore.actors.tools.selection import choose_builtins
+from fore.actors.worker.approval import ApprovalPolicy, Approver, LiveApproval, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
 from fore.actors.worker.state import SessionState
@@ -79,6 +80,7 @@ from fore.actors.worker.worker import (
 from fore.messages.alerts import Alert, AlertLevel, ForgetSession
 from fore.messages.blob_store import ReleaseSession
 from fore.messages.blobs import BlobLimits
+from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Purpose
 from fore.messages.runtime import (
     ChildSpec,
@@ -306,6 +308,8 @@ class Runtime:
         file_ref_cap: int = 16_384,
         speculation: SpeculationConfig | None = None,
         fast_model: ChatModel | None = None,
+        approval: ApprovalPolicy | ApprovalMode | str | None = None,
+        approver: Approver | None = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -327,6 +331,15 @@ class Runtime:
         speculation). ``mcp_servers`` are MCP server configurations
         (:mod:`actors.tools.mcp`): their tools join the session's; a server
         that does not start is one alert, and the session opens without it.
+
+        ``approval`` holds the tool calls of normal turns to an
+        :class:`~actors.worker.approval.ApprovalPolicy` (or just a mode:
+        ``"default"``, ``"auto-edit"``, ``"yolo"``, ``"plan"``), asking
+        ``approver`` (called on the hook lane; it may wait for a person up to
+        the policy's ``timeout_s``) where the mode says to ask. ``approver``
+        alone means the ``default`` mode. The mode is also the speculation
+        gate's (it replaces ``speculation.approval_mode``). Without either,
+        calls run unasked and ``speculation.approval_mode`` gates speculation.
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
@@ -335,6 +348,14 @@ class Runtime:
             raise ValueError(f"session {sid!r} is already open")
         spec_config = speculation or SpeculationConfig()
         fs: FsView = NoWorkspace() if workspace is None else WorkspaceFs(Path(workspace))
+        # -- approvals (issue 24): one mode for normal turns and the speculation gate --
+        live_approval: LiveApproval | None = None
+        if approval is not None or approver is not None:
+            policy = as_policy(approval if approval is not None else ApprovalMode.DEFAULT)
+            live_approval = LiveApproval(
+                policy, approver, workspace=fs.root if isinstance(fs, WorkspaceFs) else None
+            )
+            spec_config = spec_config.model_copy(update={"approval_mode": policy.mode})
         if workspace is None and spec_config.enabled:
             raise ValueError("speculation needs a workspace (open_session(workspace=...))")
         resolve_tool = Resolve()
@@ -353,7 +374,7 @@ class Runtime:
             base.extend(mcp_tools)
         registry = ToolRegistry(base)
         hooks = hooks or Hooks()
-        state = SessionState()
+        state = SessionState(approval=live_approval)
         pending = PendingActions()
         trusted: list[Interceptor] = [
             OutputInterceptor(state, model),  # structured output (submit(output_type=...))
@@ -428,6 +449,7 @@ class Runtime:
             pending_actions=pending,
             supervisor=session_sup,
             speculation=spec_config.enabled,
+            workspace=fs.root if isinstance(fs, WorkspaceFs) else None,
         )
         self._sessions[sid] = session
         self._session_models[sid] = (model, fast_model)
@@ -467,6 +489,11 @@ class Runtime:
     @property
     def open_sessions(self) -> list[str]:
         return list(self._sessions)
+
+    def _session_model_added(self, session_id: str, model: Any) -> None:
+        """``Session.set_model``: the new model forgets the session with the others."""
+        if session_id in self._session_models:
+            self._session_models[session_id] = (*self._session_models[session_id], model)
 
     def _forget_models(self, session_id: str) -> None:
         """Per-session model state (a script's cursor, ...) dies with the session."""

@@ -486,10 +486,6 @@ class Runtime:
     def session(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
-    @property
-    def open_sessions(self) -> list[str]:
-        return list(self._sessions)
-
     def _session_model_added(self, session_id: str, model: Any) -> None:
         """``Session.set_model``: the new model forgets the session with the others."""
         if session_id in self._session_models:

@@ -522,7 +522,7 @@ class PooledActor(pykka.Actor):
 
     def send_after(self, delay: float, message: Any) -> TimerHandle:
         """Tell this actor ``message`` after ``delay`` seconds (cancellable)."""
-        return self._fore_system.timer.call_later(delay, _tell_quietly, self.actor_ref, message)
+        return self._fore_system.timer.call_later(delay, tell_quietly, self.actor_ref, message)
 
     def call_after(self, delay: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
         """Run ``fn(*args)`` in this actor's context after ``delay`` seconds."""
@@ -798,13 +798,6 @@ def _settle_exception(future: Any, exc_info: Any) -> None:
     try:
         future.set_exception(exc_info)
     except queue.Full:  # the asker's deadline already answered it
-        pass
-
-
-def _tell_quietly(ref: ActorRef[Any], message: Any) -> None:
-    try:
-        ref.tell(message)
-    except ActorDeadError:
         pass
 
 

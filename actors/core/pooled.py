@@ -334,11 +334,7 @@ class PooledActor(pykka.Actor):
 
     def post(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Run ``fn(*args)`` later, in this actor's context; False if it is gone."""
-        try:
-            self.actor_ref.tell(_Call(fn, args))
-        except ActorDeadError:
-            return False
-        return True
+        return tell_quietly(self.actor_ref, _Call(fn, args))
 
     def post_urgent(self, fn: Callable[..., object], *args: object) -> bool:
         """Like :meth:`post`, on the control lane: ``fn(*args)`` overtakes queued mail.
@@ -348,11 +344,7 @@ class PooledActor(pykka.Actor):
         cancel handler this way). Safe from any thread; False if the actor is
         gone.
         """
-        try:
-            self.actor_ref.tell(_UrgentCall.model_construct(fn=fn, args=args))
-        except ActorDeadError:
-            return False
-        return True
+        return tell_quietly(self.actor_ref, _UrgentCall.model_construct(fn=fn, args=args))
 
     def run_blocking(
         self,

@@ -12,8 +12,9 @@ every runtime thread, so nothing outlives it::
     ├── tool_pool        ToolPool      (threads: ThreadRunner; async tools and MCP: ToolLoop)
     ├── llm_gateway      LlmGateway    (threads: two LlmLoops, main and background)
     └── sessions         Supervisor    (one_for_one)
-        └── session:<id> Supervisor    (one_for_one)
-            └── worker   Worker
+        └── session:<id> SessionSupervisor (one_for_one)
+            ├── worker   Worker
+            └── speculator:<id> Speculator (one per speculation, temporary)
 
 **Close order.** The sessions go first, and the close then waits -- with
 everything their speculations' reapers need still running (tool pool, LLM

@@ -99,6 +99,7 @@ from fore.actors.worker.interceptor import (
     Interceptor,
     RetryRequest,
 )
+from fore.actors.worker.run_state import CallStatus, RunProgress
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -337,7 +338,7 @@ class WorkerConfig:
 class _Call:
     call: ToolCall
     ctx: ToolCallContext
-    status: str = "pending"  # pending | approved | skipped | running | done | removed
+    status: CallStatus = "pending"
     executed: ToolCall | None = None
     """What runs: the model's id and name with the arguments the pre hooks left."""
     result: ToolResult | None = None
@@ -358,13 +359,14 @@ class _Call:
 
 
 @dataclass
-class _Run:
+class _Run(RunProgress):
+    """One submit's run. Its status is its phase alone (:class:`RunProgress`)."""
+
     run_id: str
     start_len: int
     max_turns: int
     reply: PooledFuture[Any] | None = None
     submit_id: str | None = None
-    phase: str = "starting"
     started: bool = False
     """The user message is in history: the run started (it gets on_abort if it ends early)."""
     turns: int = 0
@@ -390,17 +392,12 @@ class _Run:
     resume_point: tuple[Any, ...] | None = None
     pause_requested: str | None = None
     boundary: dict[str, Any] | None = None
-    aborted: bool = False
-    """on_abort has started for this run (it runs once)."""
-    abort_status: RunStatus = "aborted"
-    abort_error: str | None = None
     error_kind: ErrorKind | None = None
     hook_failure: HookFailure | None = None
     successor: tuple[_Run, Submit] | None = None
     """A submit that interrupted this paused run; it starts once this run has ended."""
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
-    ended: bool = False
     # -- telemetry (issue 28) --
     span: Any = None
     """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
@@ -460,8 +457,8 @@ class Worker(ForeActor):
         if run is None or run.ended:
             return
         successor, run.successor = run.successor, None
-        if run.aborted:  # already ending: keep the status it is ending with
-            status, error = run.abort_status, run.abort_error
+        if run.ending is not None:  # already ending: keep the status it is ending with
+            status, error = run.ending.status, run.ending.error
         else:
             status, error = "cancelled", "session closed"
             self._close_open_calls(run, "Cancelled: the session closed")
@@ -518,8 +515,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             return
         else:
-            run.aborted = True
-            run.abort_status, run.abort_error = status, reason
+            run.begin_ending(status, reason)
             ctx = AbortContext(
                 session_id=self.config.session_id,
                 purpose=self.config.purpose,
@@ -767,7 +763,6 @@ class Worker(ForeActor):
         It is not the worker's current run, so nothing of the current run --
         the interceptor's state, the stash -- is touched.
         """
-        run.ended = True
         run.phase = "ended"
         result = self._result(run, status, reason)
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
@@ -806,11 +801,6 @@ class Worker(ForeActor):
         run.phase = "on_prompt_submit"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 # The run never started (nothing entered history): no on_abort.
@@ -838,7 +828,7 @@ class Worker(ForeActor):
                 self._append(run, item)
             self._llm_turn(run)
 
-        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, done)
+        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, self._on_outcome(run, done))
 
     # -- LLM turns ---------------------------------------------------------------------
 
@@ -904,11 +894,6 @@ class Worker(ForeActor):
         run.phase = "pre_llm_request"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 self._finish(
@@ -917,7 +902,7 @@ class Worker(ForeActor):
                 return
             self._send(run, ctx, base, edited_by=state.ran[-1] if state.ran else None)
 
-        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
+        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, self._on_outcome(run, done))
 
     def _send(
         self,
@@ -1241,19 +1226,12 @@ class Worker(ForeActor):
     def _pre_tool_hooks(self, run: _Run, item: _Call, start: int) -> None:
         """The public ``pre_tool_call`` hooks of the current call, from hook ``start``."""
         run.phase = "pre_tool_call"
-        index = run.index
-
-        def done(state: ChainState) -> None:
-            self._after_pre_tool(run, item, index, state)
-
-        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
+        done = functools.partial(self._after_pre_tool, run, item, run.index)
+        self._chain(
+            run, HookEvent.PRE_TOOL_CALL, item.ctx, self._on_outcome(run, done), start=start
+        )
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
-        if not _live(run):
-            return
-        if state.error is not None:
-            self._hook_failed(run, state.error)
-            return
         outcome = final_outcome(state)
         if self.config.strict_tool_hooks:
             hook = state.ran[-1] if state.ran else "pre_tool_call"
@@ -1492,12 +1470,6 @@ class Worker(ForeActor):
                 ctx: PostToolCallContext = ctx,
                 index: int = index,
             ) -> None:
-                if not _live(run):
-                    return
-                if state.error is not None:
-                    # A post hook failed on this result: it is withheld, never committed raw.
-                    self._hook_failed(run, state.error)
-                    return
                 # Continue, or Abort: the aborting hook saw this result and may have
                 # masked it; the results after it never passed their hooks (withheld).
                 self._apply_post(item, ctx)
@@ -1510,7 +1482,7 @@ class Worker(ForeActor):
                 run.index = index + 1
                 self._post_step(run)
 
-            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, done)
+            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, self._on_outcome(run, done))
             return
         self._convert(run)
 
@@ -1643,11 +1615,6 @@ class Worker(ForeActor):
         run.phase = "on_turn_end"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, ContinueWithMessages):
                 self._continue_with(run, outcome.messages)
@@ -1659,7 +1626,7 @@ class Worker(ForeActor):
             else:
                 self._complete(run, "completed", None)
 
-        self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
+        self._chain(run, HookEvent.ON_TURN_END, ctx, self._on_outcome(run, done), start=start)
 
     def _continue_with(self, run: _Run, items: Sequence[Item]) -> None:
         if not _live(run):
@@ -1907,9 +1874,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             self._complete(run, status, error)
             return
-        run.aborted = True
-        run.abort_status, run.abort_error = status, error
-        run.phase = "on_abort"
+        run.begin_ending(status, error)
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,
@@ -1975,9 +1940,8 @@ class Worker(ForeActor):
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
             return
-        if run.aborted:  # the ending that began first decides how the run ended
-            status, error = run.abort_status, run.abort_error
-        run.ended = True
+        if run.ending is not None:  # the ending that began first decides how the run ended
+            status, error = run.ending.status, run.ending.error
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
         self.state.output = None  # nor does a structured run's contract
@@ -2030,6 +1994,29 @@ class Worker(ForeActor):
         chain = self.config.hooks.chain(event) if specs is None else specs
         state = ChainState(event, chain, ctx, index=start)
         self._chain_step(_ChainRun(run, state, done, abort_chain))
+
+    def _on_outcome(
+        self, run: _Run, then: Callable[[ChainState], None]
+    ) -> Callable[[ChainState], None]:
+        """``then`` as a chain's continuation: it runs only if the run is live and no hook failed.
+
+        Every step after a chain of the run's own hooks opens the same way: a
+        run that ended, or began its ending, while the hooks ran drops their
+        outcome; a hook that failed ends the run as a hook error (a post hook's
+        result is withheld then, never committed raw). The approval chain
+        (a failure skips the call) and on_abort (runs on an ending run) take
+        their ``done`` as it is.
+        """
+
+        def done(state: ChainState) -> None:
+            if not _live(run):
+                return
+            if state.error is not None:
+                self._hook_failed(run, state.error)
+                return
+            then(state)
+
+        return done
 
     def _chain_step(self, chain: _ChainRun) -> None:
         if chain.run.ended or (not chain.abort_chain and chain.run.aborted):

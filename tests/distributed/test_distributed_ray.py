@@ -19,13 +19,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+import fore.testing
 from fore.actors.llm import FunctionModel, ScriptedModel
 from fore.messages.conversation import ToolResult
 from fore.messages.llm import LlmRequest
@@ -42,11 +44,8 @@ pytestmark = pytest.mark.ray
 WAIT = 60.0
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ Run with ``-s`` to see the path and everything else the window held.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,6 @@ from tests.speculation.test_speculation import (
     next_suggestion,
     settled,
     spec,
-    speculation_runtime,
 )
 
 MAX_HOPS = 10
@@ -209,11 +208,6 @@ class _Job:
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "accept-hops")
 
 
 def test_an_accept_takes_at_most_max_hops(

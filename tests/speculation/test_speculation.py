@@ -177,11 +177,6 @@ def speculation_runtime(tmp_path_factory: pytest.TempPathFactory, name: str) -> 
         assert rt.close(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-test")
-
-
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     (tmp_path / "app.py").write_text("x = 1\n")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     settled,
     spec,
-    speculation_runtime,
     wait_until,
 )
 
@@ -56,11 +54,6 @@ def bump(request: LlmRequest) -> Any:
     if isinstance(request.messages[-1], ToolResult):
         return "Bumped x to 2."
     return EDIT
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-accept-test")
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ Ordering comes from held replies and events, never from timings.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +33,12 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     settled,
     spec,
-    speculation_runtime,
     suggestion,
     tails,
     wait_until,
 )
 
 MAIN = ["Hello.", "x is 1. Shall I look around?"]
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-boundary-test")
 
 
 @pytest.fixture

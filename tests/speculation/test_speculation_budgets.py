@@ -8,7 +8,6 @@ replies), never from timing assertions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,12 @@ from tests.speculation.test_speculation import (
     call,
     settled,
     spec,
-    speculation_runtime,
 )
 
 MAIN = ["Hello.", "x is 1. Shall I look around?"]
 SUGGEST = ['{"suggestion": "look around"}']
 LOOK = {"text": "", "tool_calls": [call("list_directory")]}
 LOOKING = [LOOK] * 10  # never a final answer: only a budget ends it
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-budget-test")
 
 
 @pytest.fixture

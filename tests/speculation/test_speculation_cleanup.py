@@ -12,7 +12,6 @@ event type (``Boom``) that the test sends at the moment it chooses.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     spec,
     speculated,
-    speculation_runtime,
     suggestion,
     tails,
     wait_until,
@@ -46,11 +44,6 @@ from tests.speculation.test_speculation import (
 
 TOOLS_BEFORE_OVERLAY = ("abort_requested", "worker_stopped")
 """The abort steps that must precede the cancellations' confirmations."""
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-cleanup-test")
 
 
 @pytest.fixture

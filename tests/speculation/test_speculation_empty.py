@@ -9,7 +9,6 @@ submits the suggestion as a normal turn -- also when Tab waited for it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,10 @@ import pytest
 from fore.messages.conversation import AssistantMessage, UserMessage
 from fore.messages.speculation import SpeculationFinished
 from fore.supervision import Runtime
-from tests.speculation.test_speculation import WAIT, Replies, spec, speculation_runtime, wait_until
+from tests.speculation.test_speculation import WAIT, Replies, spec, wait_until
 
 MAIN = ["Hello.", "x is 1. Shall I bump it?", "Bumped it for real."]
 SUGGEST = ['{"suggestion": "bump x to 2"}']
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-empty-test")
 
 
 @pytest.fixture

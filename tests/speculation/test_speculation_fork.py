@@ -6,7 +6,6 @@ The mock server records every request body, so "what the fork sent" is compared 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,11 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     settled,
     spec,
-    speculation_runtime,
     wait_until,
 )
 
 MAIN = ["Hello.", "x is 1. Shall I bump it?"]
 SUGGEST = ['{"suggestion": "bump x to 2"}']
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-fork-test")
 
 
 @pytest.fixture

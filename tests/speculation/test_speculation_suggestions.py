@@ -8,7 +8,6 @@ is cancelled (the mock server sees the disconnect) and never shown or speculated
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,9 @@ from tests.speculation.test_speculation import (
     WAIT,
     main_reply,
     spec,
-    speculation_runtime,
     suggestion,
     wait_until,
 )
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-suggest-test")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ tokens and duration, for accepted, boundary, failed and aborted speculations.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,9 @@ from tests.speculation.test_speculation import (
     settled,
     spec,
     speculated,
-    speculation_runtime,
     suggestion,
     wait_until,
 )
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-telemetry-test")
 
 
 @pytest.fixture

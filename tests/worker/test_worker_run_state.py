@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,15 +144,6 @@ def test_run_progress_accepts_exactly_the_tables_moves(steps: list[tuple[str, st
 
 
 # -- the worker's moves -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="worker-run-state-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from pykka import ActorDeadError
+from pykka._envelope import Envelope
 
 from fore.actors.blobs.summary import fits_utf8, truncated_fallback
 from fore.actors.core.future import PooledFuture
@@ -90,6 +91,7 @@ from fore.actors.worker.hooks import (
     raised_error,
 )
 from fore.actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
+from fore.actors.worker.persistence import Persistence, TurnWriter
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -295,6 +297,9 @@ class WorkerConfig:
     (``ToolCall.arguments_error``) a run hands back to the model as error results,
     so it can correct itself; the next one ends the run as an LLM protocol error.
     ``0``: the first one does."""
+    persist: Persistence | None = None
+    """The session's write-ahead to its session store (:mod:`actors.worker.persistence`);
+    ``None``: history lives in memory only (no store, or a speculation's worker)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_calls < 1:
@@ -367,6 +372,8 @@ class _Run:
     """A submit that interrupted this paused run; it starts once this run has ended."""
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
+    saving: bool = False
+    """Its end is being written to the session store (reported once that is done)."""
     ended: bool = False
 
 
@@ -402,11 +409,22 @@ class Worker(ForeActor):
         """Submit ids received (bounded): a late cancel for one is not an early cancel."""
         self._continuations: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._draining = False
+        self._writer = None if config.persist is None else TurnWriter(self, config.persist)
+        self._held: list[tuple[Any, PooledFuture[Any] | None]] | None = None
+        """Messages that arrived while a restarted worker reloads from the store."""
 
     # -- lifecycle -------------------------------------------------------------
 
     def on_start(self) -> None:
         self.config.interceptor.attach(self.alert)
+        if self._writer is not None and self._writer.started():
+            # A restart: history comes back from the session store first.
+            self._held = []
+            self._writer.reload(self._reloaded)
+            return
+        self._repair()
+
+    def _repair(self) -> None:
         repaired = self.state.repair("Interrupted: the session's worker restarted")
         for item in repaired:
             self._emit(ItemAdded(session_id=self.config.session_id, run_id=None, item=item))
@@ -501,6 +519,77 @@ class Worker(ForeActor):
                 log=self.log,
             ).start()
 
+    # -- the session store: write-ahead and reload (actors/worker/persistence.py) ----
+
+    def on_receive(self, message: Any) -> Any:
+        held = self._held
+        if held is not None:  # reloading after a restart: handled once history is back
+            held.append((message, self.defer_reply()))
+            return None
+        return super().on_receive(message)
+
+    def _reloaded(self, kept: int, lost: int, problem: str | None) -> None:
+        """History is back from the store: repair it, say what was lost, handle what waited."""
+        if problem is not None:
+            self.alert(
+                AlertLevel.ERROR,
+                f"the session's worker restarted and could not reload history from the session "
+                f"store ({problem}); it goes on with the history in memory",
+                "store",
+            )
+        elif lost:
+            self.alert(
+                AlertLevel.WARN,
+                f"the session's worker restarted: the turn in flight was lost ({lost} "
+                f"item{'' if lost == 1 else 's'} not saved); history was reloaded from the "
+                "session store"
+                + (f", with {kept} unsaved item(s) of earlier turns kept" if kept else ""),
+                "store",
+            )
+        self._repair()
+        held, self._held = self._held or [], None
+        for message, reply in held:
+            # In arrival order, each as if it had just arrived (its reply kept).
+            self._fore_process(Envelope(message, reply_to=reply))
+
+    def _save_then(self, run: _Run | None, then: Callable[[str | None], None]) -> bool:
+        """Write history so far to the store, then ``then(problem)``; False: nothing to write."""
+        writer = self._writer
+        if writer is None:
+            return False
+        usage = None
+        if run is not None and not run.saving:
+            run.saving = True
+            usage = run.usage
+        return writer.save(then, usage=usage)
+
+    def _store_failed(self, problem: str, what: str) -> str:
+        text = (
+            f"the session store could not save {what} ({problem}); its items stay in this "
+            "process's memory and are written with the next save that succeeds"
+        )
+        self.alert(AlertLevel.ERROR, text, "store")
+        return text
+
+    def _saved(self, run: _Run, problem: str | None) -> None:
+        """The run's end is in the store (or could not be written): report it now."""
+        if run.ended:
+            return
+        if problem is not None:
+            run.abort_status = "error"
+            run.abort_error = self._store_failed(problem, "this turn")
+            run.error_kind = "store"
+        self._complete(run, run.abort_status, run.abort_error)
+
+    def _pause_saved(
+        self, run: _Run, reason: str, where: str, point: tuple[Any, ...], problem: str | None
+    ) -> None:
+        if not _live(run):
+            return  # cancelled while it was saved: its end reports
+        if problem is not None:
+            self._store_failed(problem, "the paused turn")
+        self._pause(run, reason, where, point, saved=True)
+
     # -- subscription and queries ------------------------------------------------
 
     @handles(Subscribe)
@@ -521,6 +610,16 @@ class Worker(ForeActor):
         if not message.continue_calls and not message.continue_turn:
             for item in message.items:
                 self._append(None, item)
+            reply = self.defer_reply() if self._writer is not None else None
+
+            def inserted(problem: str | None) -> None:
+                if problem is not None:
+                    self._store_failed(problem, "the accepted speculation's items")
+                if reply is not None:
+                    reply.try_set(None)
+
+            if not self._save_then(None, inserted):
+                inserted(None)
             return None
         # Answered at once (the items are in history); the continuation's end
         # is its TurnFinished event.
@@ -536,9 +635,7 @@ class Worker(ForeActor):
             # goes on with an LLM request on the history as it now is.
             for item in message.items:
                 self._append(run, item)
-            self._emit(RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=""))
-            self._llm_turn(run)
-            return run.run_id
+            return self._inserted(run, lambda: self._llm_turn(run))
         items = list(message.items)
         extra = tuple(message.continue_calls)
         last = max(
@@ -555,11 +652,32 @@ class Worker(ForeActor):
             items.append(AssistantMessage(text="", tool_calls=extra))
         for item in items:
             self._append(run, item)
-        self._emit(RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=""))
         assistant = items[last]
         assert isinstance(assistant, AssistantMessage)
         run.assistant_index = run.start_len + last
-        self._start_tools(run, assistant, only=extra)
+        return self._inserted(run, lambda: self._start_tools(run, assistant, only=extra))
+
+    def _inserted(self, run: _Run, go_on: Callable[[], None]) -> str | None:
+        """The accepted items are in history: save them (a store), answer, continue the turn."""
+        reply = self.defer_reply() if self._writer is not None else None
+
+        def saved(problem: str | None) -> None:
+            if problem is not None:
+                self._store_failed(problem, "the accepted speculation's items")
+            if reply is not None:
+                reply.try_set(run.run_id)
+            if _live(run):
+                run.phase = "starting"
+                self._emit(
+                    RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
+                )
+                go_on()
+
+        if self._writer is not None:
+            run.phase = "saving"
+            if self._writer.save(saved):
+                return None
+        saved(None)
         return run.run_id
 
     @handles(AddTool)
@@ -1499,7 +1617,14 @@ class Worker(ForeActor):
         run.pause_requested = message.reason
         return True
 
-    def _pause(self, run: _Run, reason: str, where: str, point: tuple[Any, ...]) -> None:
+    def _pause(
+        self, run: _Run, reason: str, where: str, point: tuple[Any, ...], *, saved: bool = False
+    ) -> None:
+        if not saved and self._writer is not None:
+            # A pause may wait hours for a person: what the run did so far is saved first.
+            run.phase = "saving"
+            if self._writer.save(functools.partial(self._pause_saved, run, reason, where, point)):
+                return
         run.phase = "paused"
         run.resume_point = point
         self._emit(
@@ -1789,6 +1914,14 @@ class Worker(ForeActor):
 
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
+            return
+        if not run.saving and self._save_then(run, functools.partial(self._saved, run)):
+            # Write-ahead: reported once its items are in the session store. Until
+            # then the run is ending (a cancel finds nothing to cancel, a submit
+            # waits behind it), and this status is the one it ends with.
+            if not run.aborted:
+                run.aborted, run.abort_status, run.abort_error = True, status, error
+            run.phase = "saving"
             return
         if run.aborted:  # the ending that began first decides how the run ended
             status, error = run.abort_status, run.abort_error

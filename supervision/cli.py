@@ -5,7 +5,9 @@
   -- the micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
   ``bench/llama_server.py``);
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
-* ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted);
+  ``--session ID`` continues a stored session;
+* ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted; ``--resume``
+  picks a stored session to continue);
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
 A user mistake (a bad flag value, an unreachable endpoint, an unwritable output
@@ -131,6 +133,55 @@ def _log_level_flag(parser: argparse.ArgumentParser, default: str) -> None:
         help=f"runtime log events on stderr at or above this level (default {default}, "
         "or FORE_LOG_LEVEL)",
     )
+
+
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    """``--store`` / ``--no-store``: where the session is kept (issue 25)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--store",
+        metavar="URL",
+        help="the session store: sqlite:///path/sessions.db or postgresql://... (default: "
+        "FORE_STORE, else sessions.db in the user's data directory)",
+    )
+    group.add_argument("--no-store", action="store_true", help="keep the session in memory only")
+
+
+def _store_url(args: argparse.Namespace) -> str | None:
+    """The store ``fore run`` / ``fore chat`` use: a flag, ``FORE_STORE``, or the default file."""
+    if args.no_store:
+        return None
+    url = args.store or _env("FORE_STORE")
+    if url:
+        return str(url)
+    from fore.supervision.persist import default_store_dir
+
+    directory = default_store_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"{PROG}: cannot create the session store's directory: {_one_line(exc)} "
+            "(use --store URL or --no-store)"
+        ) from None
+    return f"sqlite:///{directory / 'sessions.db'}"
+
+
+def _runtime(name: str, store: str | None, command: str, **options: Any) -> Any:
+    """A runtime on ``store``; a store that cannot be opened is one line."""
+    from fore.actors.store import StoreError, StoreUrlError
+    from fore.supervision import Runtime
+
+    try:
+        return Runtime(name=name, store=store, **options)
+    except StoreUrlError as exc:
+        raise UsageError(f"{PROG} {command}: --store: {_one_line(exc)}") from None
+    except StoreError as exc:
+        raise _Failed(f"{PROG} {command}: error: the session store: {_one_line(exc)}") from None
+
+
+class _Failed(Exception):
+    """A failure to set up, reported as one line, exit code 1."""
 
 
 def _version() -> str:
@@ -271,7 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     run.add_argument("prompt", help="the prompt (@path references are attached)")
-    run.add_argument("--workspace", required=True, help="the workspace directory")
+    run.add_argument(
+        "--workspace", help="the workspace directory (required unless --session gives it)"
+    )
+    run.add_argument(
+        "--session",
+        metavar="ID",
+        help="continue the stored session ID (its workspace, model and settings unless given)",
+    )
+    _store_flags(run)
     source = run.add_mutually_exclusive_group()
     source.add_argument("--script", help="a scripted-model JSON file (offline)")
     source.add_argument(
@@ -291,7 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--system", help="a system prompt")
     run.add_argument(
-        "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
+        "--max-turns",
+        type=_positive_int,
+        help="LLM calls at most (default 50, or the stored session's)",
     )
     run.add_argument(
         "--timeout",
@@ -333,6 +394,14 @@ def build_parser() -> argparse.ArgumentParser:
         "Shift-Tab cycles it",
     )
     chat.add_argument("--no-speculation", action="store_true", help="suggestions only")
+    chat.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="ID",
+        help="continue a stored session: the one named, or pick one of the recent ones",
+    )
+    _store_flags(chat)
     chat.add_argument(
         "--max-turns",
         type=_positive_int,
@@ -377,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_USAGE
+    except _Failed as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_FAILED
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
@@ -612,17 +684,29 @@ class _Output:
 
 
 def _run(args: argparse.Namespace) -> int:
-    workspace = Path(args.workspace)
-    if not workspace.is_dir():
+    workspace = None if args.workspace is None else Path(args.workspace)
+    if workspace is None and args.session is None:
+        raise UsageError(f"{PROG} run: --workspace is required (or --session ID)")
+    if workspace is not None and not workspace.is_dir():
         raise UsageError(f"{PROG} run: --workspace {args.workspace}: not a directory")
-    model = _run_model(args)
-    from fore.supervision import Runtime
+    store = _store_url(args)
+    if args.session is not None and store is None:
+        raise UsageError(f"{PROG} run: --session needs a session store (not --no-store)")
+    # Continuing a session: its stored endpoint unless flags name a model.
+    explicit = args.script is not None or args.base_url is not None
+    model = _run_model(args) if args.session is None or explicit else None
 
     out = _Output(sys.stdout, as_json=args.json)
-    with Runtime(name="fore-run") as rt:
-        session = rt.open_session(
-            workspace=workspace, model=model, system_prompt=args.system, max_turns=args.max_turns
-        )
+    with _runtime("fore-run", store, "run") as rt:
+        if args.session is None:
+            session = rt.open_session(
+                workspace=workspace,
+                model=model,
+                system_prompt=args.system,
+                max_turns=args.max_turns or 50,
+            )
+        else:
+            session = _resume(rt, args, model)
         box: dict[str, Any] = {}
         ended = threading.Event()
 
@@ -654,6 +738,8 @@ def _run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
             return EXIT_FAILED
         result = box["result"]
+        if store is not None and not args.json:
+            out.write(f"[session {session.id}: continue it with --session {session.id}]\n")
         if result.status == "cut_off":
             sys.stderr.write(f"{PROG} run: incomplete answer: {result.error}\n")
         if result.status == "error":
@@ -666,6 +752,33 @@ def _run(args: argparse.Namespace) -> int:
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
 
 
+def _resume(rt: Any, args: argparse.Namespace, model: Any) -> Any:
+    """``fore run --session ID``: the stored session, continued (one line if it cannot be)."""
+    from fore.actors.store import SessionLeased, SessionNotFound, StoreError
+    from fore.supervision.resume import ModelNotRebuildable
+
+    def resume(with_model: Any) -> Any:
+        return rt.resume_session(
+            args.session,
+            with_model,
+            workspace=args.workspace,
+            system_prompt=args.system,
+            max_turns=args.max_turns,
+        )
+
+    try:
+        try:
+            return resume(model)
+        except ModelNotRebuildable as exc:
+            if model is not None or not _env("FORE_BASE_URL", "OPENAI_BASE_URL"):
+                raise UsageError(f"{PROG} run: {_one_line(exc)} (--script or --base-url)") from None
+            return resume(_run_model(args))  # the environment names an endpoint
+    except SessionNotFound as exc:
+        raise UsageError(f"{PROG} run: --session: {_one_line(exc)}") from None
+    except (SessionLeased, StoreError) as exc:
+        raise _Failed(f"{PROG} run: error: {_one_line(exc)}") from None
+
+
 # -- fore chat -------------------------------------------------------------------------------
 
 
@@ -673,7 +786,10 @@ def _chat(args: argparse.Namespace) -> int:
     from fore.messages.gate import ApprovalMode
     from fore.supervision.chat.run import ChatError, ChatOptions, chat
 
-    model = None if args.demo else _run_model(args, "chat")
+    # Resuming without a model named: the stored session's endpoint is rebuilt.
+    explicit = args.script is not None or args.base_url is not None
+    resuming = args.resume is not None and not explicit
+    model = None if args.demo or resuming else _run_model(args, "chat")
     options = ChatOptions(
         workspace=args.workspace,
         model=model,
@@ -683,7 +799,11 @@ def _chat(args: argparse.Namespace) -> int:
         speculation=not args.no_speculation,
         system_prompt=args.system,
         max_turns=args.max_turns,
+        store=None if args.demo else _store_url(args),
+        resume=args.resume,
     )
+    if args.resume is not None and options.store is None:
+        raise UsageError(f"{PROG} chat: --resume needs a session store (not --no-store)")
     try:
         return chat(options)
     except ChatError as exc:

@@ -81,6 +81,8 @@ class BackendConfig:
     speculation: bool = True
     approval_wait_s: float = 600.0
     """How long an approval prompt waits for the person before it counts as "no"."""
+    resume: str | None = None
+    """A stored session to continue instead of opening a new one (``fore chat --resume``)."""
 
 
 APPROVAL_HOOK_MARGIN_S = 30.0
@@ -118,9 +120,9 @@ class SessionBackend:
         self.model_label = config.model_label or str(getattr(config.model, "name", "model"))
         self._lock = threading.Lock()
         self._generation = 0
-        self._session: Session = self._open()
+        self._session: Session = self._open(resume=config.resume)
 
-    def _open(self) -> Session:
+    def _open(self, resume: str | None = None) -> Session:
         hooks = Hooks()
         hooks.pre_tool_call(
             approval_hook(self.policy, self.approver),
@@ -133,6 +135,16 @@ class SessionBackend:
             # per call -- see supervision.chat.approval.
             approval_mode=ApprovalMode.AUTO_EDIT,
         )
+        if resume is not None:  # the stored session goes on, in this workspace
+            return self.runtime.resume_session(
+                resume,
+                self.config.model,
+                workspace=self.config.workspace,
+                system_prompt=self.config.system_prompt,
+                max_turns=self.config.max_turns,
+                hooks=hooks,
+                speculation=speculation,
+            )
         return self.runtime.open_session(
             workspace=self.config.workspace,
             model=self.config.model,

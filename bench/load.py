@@ -207,6 +207,9 @@ class LoadOptions:
     """Speculate only with headroom (the runtime's default); off: speculate always."""
     seed: int = 1
     progress: bool = True
+    store: str | None = None
+    """``"sqlite"``: every session in a SQLite session store (a file of the run's temp
+    directory), each turn written ahead of its report (``fore bench --store sqlite``)."""
 
 
 @dataclass
@@ -698,6 +701,7 @@ def _run(
             # The benchmark owns its process: the GC and GIL settings that a
             # many-session service would choose (actors/core/tuning.py).
             tune_process=True,
+            store=f"sqlite:///{root / 'sessions.db'}" if options.store == "sqlite" else None,
         )
         model = OpenAICompatible(
             base_url=server.base_url,
@@ -950,9 +954,12 @@ class Comparison:
 
 
 def run_comparison(
-    options: LoadOptions, pairs: int = 1
+    options: LoadOptions, pairs: int = 1, *, arm: str = "speculation"
 ) -> tuple[list[LoadReport], list[LoadReport], Comparison | None, dict[str, list[float]]]:
     """``pairs`` interleaved pairs of runs, speculation on and off (see :class:`Comparison`).
+
+    ``arm="store"`` compares the same workload with a SQLite session store
+    ("on") and without one ("off") instead (``fore bench --store sqlite``).
 
     Returns the reports with and without speculation (in run order), the
     comparison over the pairs that finished (``None`` if Ctrl-C came before
@@ -972,7 +979,11 @@ def run_comparison(
         quantiles: dict[bool, dict[str, float]] = {}
         turns: dict[bool, list[float]] = {}
         for speculation in order:
-            report, samples = run_load(replace(options, speculation=speculation, seed=seed))
+            if arm == "store":
+                varied = replace(options, store="sqlite" if speculation else None, seed=seed)
+            else:
+                varied = replace(options, speculation=speculation, seed=seed)
+            report, samples = run_load(varied)
             (on_reports if speculation else off_reports).append(report)
             if speculation:
                 first_samples = first_samples or samples

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from fore.actors.llm.errors import LlmException
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
     from fore.actors.speculation.governor import LoadGovernor
+    from fore.actors.store.errors import SessionLeased, SessionNotFound, StoreError
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
     from fore.actors.tools.decorator import tool
     from fore.actors.worker.hooks import (
@@ -147,6 +148,10 @@ _WHERE: dict[str, str] = {
     "SpeculationSkipped": "fore.messages.speculation",
     # errors
     "LlmException": "fore.actors.llm.errors",
+    # the session store (Runtime(store=...), resume_session)
+    "StoreError": "fore.actors.store.errors",
+    "SessionNotFound": "fore.actors.store.errors",
+    "SessionLeased": "fore.actors.store.errors",
     # utilities
     "classify_shell_command": "fore.actors.gate.shell",
     "evaluate_tool_call": "fore.actors.gate.tool_gate",
@@ -184,10 +189,13 @@ __all__ = [
     "Runtime",
     "Session",
     "SessionEvent",
+    "SessionLeased",
+    "SessionNotFound",
     "Skip",
     "SpeculationConfig",
     "SpeculationFinished",
     "SpeculationSkipped",
+    "StoreError",
     "Suggestion",
     "SuggestionReady",
     "SystemMessage",

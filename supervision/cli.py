@@ -277,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare", action="store_true", help="run with and without speculation; print the ratio"
     )
     bench.add_argument(
+        "--store",
+        choices=("sqlite",),
+        help="run the workload with every session in a SQLite session store and without one "
+        "(same seed, --pairs pairs), and compare main-turn latency (target: p99 ratio <= 1.05)",
+    )
+    bench.add_argument(
         "--pairs",
         type=_positive_int,
         default=1,
@@ -472,8 +478,10 @@ def _bench(args: argparse.Namespace) -> int:
             sys.stderr.write(f"{PROG} bench {args.name}: error: {_one_line(exc)}\n")
             return EXIT_FAILED
         return EXIT_OK
-    if args.pairs != 1 and not args.compare:
-        raise UsageError(f"{PROG} bench: --pairs needs --compare")
+    if args.pairs != 1 and not (args.compare or args.store):
+        raise UsageError(f"{PROG} bench: --pairs needs --compare or --store")
+    if args.store and args.compare:
+        raise UsageError(f"{PROG} bench: --store and --compare are two comparisons: pick one")
     if args.plot is not None:
         try:
             importlib.import_module("matplotlib")
@@ -508,6 +516,15 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
+    if args.store:  # the session store's cost (bench/store_load.py)
+        from fore.bench.store_load import run_store_comparison
+
+        try:
+            code, _figures = run_store_comparison(options, args.pairs)
+        except (BenchSetupError, OSError) as exc:
+            sys.stderr.write(f"{PROG} bench: error: {_one_line(exc)}\n")
+            return EXIT_FAILED
+        return code
     comparison = None
     compare = None
     try:

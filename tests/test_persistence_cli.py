@@ -220,3 +220,18 @@ def test_the_chat_backend_resumes_a_stored_session(tmp_path: Path) -> None:
 def test_chat_resume_without_a_store_is_one_line(flag: str, tmp_path: Path) -> None:
     done = fore("chat", flag, "--no-store", "--script", str(script_file(tmp_path, "x")))
     assert_one_line_error(done, 2, "needs a session store")
+
+
+# -- the README's example --------------------------------------------------------------------------
+
+
+def test_the_readme_store_example_runs_as_printed(tmp_path: Path) -> None:
+    from tests.test_readme import _block, _run
+
+    out = _run(_block("resume_session"), tmp_path)
+    assert out.splitlines() == [
+        "[(True, 1, 'remember: the deploy is on Friday')]",
+        "On Friday. 4",
+        "True True",
+    ]
+    assert (tmp_path / "sessions.db").is_file()

@@ -306,7 +306,8 @@ def _runtime_resume(base: Path, runs: int) -> dict[str, float]:
             session.close()
     table(
         "Runtime: resume_session of a 1,000-item session vs open_session of a new one (SQLite)",
-        ["measurement", "p50 ms", "p99 ms", "baseline p50", "baseline p99", "p99 ratio"],
+        ["measurement", "p50 (ms)", "p99 (ms)", "baseline p50 (ms)", "baseline p99 (ms)",
+         "p99 ratio (×)"],
         [["resume_session (1,000 items)", _ms(resumed, 50), _ms(resumed, 99),
           _ms(fresh, 50), _ms(fresh, 99), ratio(_ms(resumed, 99), _ms(fresh, 99))]],
     )  # fmt: skip

@@ -54,7 +54,14 @@ def run_store_comparison(options: LoadOptions, pairs: int) -> tuple[int, dict[st
         table(
             f"main-turn latency with a SQLite session store vs none ({options.sessions} "
             f"sessions, {len(comparison.on_turns_s)} + {len(comparison.off_turns_s)} typed turns)",
-            ["run", "store p50 ms", "store p99 ms", "none p50 ms", "none p99 ms", "p99 ratio"],
+            [
+                "run",
+                "store p50 (ms)",
+                "store p99 (ms)",
+                "none p50 (ms)",
+                "none p99 (ms)",
+                "p99 ratio (×)",
+            ],
             rows,
         )
         figures = {

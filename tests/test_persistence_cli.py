@@ -235,3 +235,27 @@ def test_the_readme_store_example_runs_as_printed(tmp_path: Path) -> None:
         "True True",
     ]
     assert (tmp_path / "sessions.db").is_file()
+
+
+# -- the benchmarks (smoke tests: they run and print their baselines; nothing is timed) ------------
+
+
+def test_fore_bench_store_sqlite_compares_with_and_without_a_store() -> None:
+    done = fore(
+        "bench", "--store", "sqlite", "--sessions", "3", "--turns", "2", "--think-ms", "100",
+        "--duration", "30", "--no-progress", env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "main-turn latency with a SQLite session store vs none" in done.stdout
+    assert "pooled" in done.stdout and "store p99 ratio" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("verdict:")
+    assert "no unit" not in done.stdout
+    bad = fore("bench", "--store", "sqlite", "--compare")
+    assert_one_line_error(bad, 2, "pick one")
+
+
+def test_bench_store_resumes_through_the_runtime(tmp_path: Path) -> None:
+    from fore.bench.store import _runtime_resume
+
+    figures = _runtime_resume(tmp_path, 3)
+    assert figures["runtime_resume_p99_ms"] > 0 and figures["runtime_open_p99_ms"] > 0

@@ -248,6 +248,33 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
+def test_closing_a_session_under_a_run_reports_it_and_still_stores_its_items(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    release = threading.Event()
+
+    def slow(_request: LlmRequest) -> str:
+        release.wait(WAIT)
+        return "too late"
+
+    with Runtime(store=sqlite_url, blob_dir=tmp_path / "b") as rt:
+        session = rt.open_session(model=FunctionModel(slow))
+        results: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: results.append(session.submit("wait for it", timeout=WAIT))
+        )
+        thread.start()
+        wait_until(lambda: len(session.history) == 1, timeout=WAIT)  # the prompt is in
+        sid = session.id
+        session.close()
+        release.set()
+        thread.join(WAIT)
+        (turn,) = results
+        assert turn.status == "cancelled"
+        assert stored_items(sqlite_url, sid) == as_json(turn.items)
+        assert rt.list_sessions()[0].leased_by is None  # the lease went after the append
+
+
 # -- a worker restart reloads from the store -------------------------------------------------------
 
 

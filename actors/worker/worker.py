@@ -204,6 +204,10 @@ def _blob_texts(item: Item) -> tuple[str, ...]:
     return tuple(t for t in texts if _BLOB_MARK in t)
 
 
+def _ignore(_problem: str | None) -> None:
+    """The answer of a save nobody waits for (the worker is stopping)."""
+
+
 def match_results(
     calls: Sequence[ToolCall], results: Iterable[ToolCallFinished]
 ) -> list[ToolCallFinished | None]:
@@ -412,6 +416,7 @@ class Worker(ForeActor):
         self._writer = None if config.persist is None else TurnWriter(self, config.persist)
         self._held: list[tuple[Any, PooledFuture[Any] | None]] | None = None
         """Messages that arrived while a restarted worker reloads from the store."""
+        self._stopping = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -431,6 +436,7 @@ class Worker(ForeActor):
 
     def on_stop(self) -> None:
         """The session closed under a run: cancel it; its on_abort hooks still run once."""
+        self._stopping = True  # no more waiting on the store: the end is reported now
         run = self._run
         if run is None or run.ended:
             return
@@ -561,6 +567,11 @@ class Worker(ForeActor):
         if run is not None and not run.saving:
             run.saving = True
             usage = run.usage
+        if self._stopping:
+            # The session is closing under the run: its end is reported now, and
+            # its items still go to the store (closing the session waits for it).
+            writer.save(_ignore, usage=usage)
+            return False
         return writer.save(then, usage=usage)
 
     def _store_failed(self, problem: str, what: str) -> str:

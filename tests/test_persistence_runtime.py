@@ -461,6 +461,54 @@ def test_an_accepted_speculation_is_saved_when_it_is_inserted(tmp_path: Path) ->
         assert stored_items(url, s.id) == as_json(s.history)
 
 
+def test_an_accepted_boundary_is_saved_before_its_turn_goes_on(tmp_path: Path) -> None:
+    """Tab on a limit boundary: the accepted items are stored before the continued turn runs."""
+    from fore.actors.speculation.governor import LoadGovernor
+    from tests.test_speculation import Replies, call, settled, spec
+    from tests.test_speculation_accept import MAIN
+
+    url = f"sqlite:///{tmp_path}/sessions.db"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "app.py").write_text("x = 1\n")
+    sid: list[str] = []
+    seen: list[list[str]] = []
+
+    def go_on(request: LlmRequest) -> str:
+        """The continued turn's request: what is in the store by now?"""
+        seen.append(stored_items(url, sid[0]))
+        return "Listed: app.py."
+
+    looks = {"text": "", "tool_calls": [call("list_directory")]}
+    with (
+        Replies(
+            main=[*MAIN, go_on],
+            suggestion=['{"suggestion": "list the files"}'],
+            speculation=[looks, looks],
+        ) as replies,
+        Runtime(
+            store=url,
+            blob_dir=tmp_path / "b",
+            overlay_root=tmp_path / "overlays",
+            speculation_governor=LoadGovernor(enabled=False),
+        ) as rt,
+    ):
+        s = rt.open_session(workspace=ws, model=replies.model, speculation=spec(max_turns=1))
+        sid.append(s.id)
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "boundary"
+        result = s.accept(timeout=WAIT)
+        assert result.outcome == "boundary"
+        assert result.turn is not None and result.turn.status == "completed"
+        history = s.history
+        (before,) = seen
+        # Everything but the continued turn's answer was durable before it was asked for.
+        assert before == as_json(history[:-1])
+        assert isinstance(history[-2], ToolResult)
+        assert stored_items(url, s.id) == as_json(history)
+
+
 # -- blobs of stored sessions ----------------------------------------------------------------------
 
 

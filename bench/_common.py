@@ -32,9 +32,20 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+
 # Piped output (CI logs, tests, ``| tee``) gets 120 columns rather than rich's
 # 80, so the result tables keep one row per line.
-console = Console(highlight=False, width=None if os.isatty(1) else 120)
+def _width() -> int | None:
+    """The terminal's width; 120 (or ``COLUMNS``) when the output is a file or a pipe."""
+    if os.isatty(1):
+        return None
+    try:
+        return max(80, int(os.environ.get("COLUMNS", "120")))
+    except ValueError:
+        return 120
+
+
+console = Console(highlight=False, width=_width())
 
 
 class BenchFailed(RuntimeError):

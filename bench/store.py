@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fore.actors.core import configure_logging, tuning
+from fore.actors.core import tuning
 from fore.actors.store import NewSession, SessionStore, TurnBatch, open_store
 from fore.actors.store.pgtemp import PgCluster, PgClusterError, find_bindir
 from fore.bench._common import (
@@ -169,7 +169,8 @@ def _sqlite(base: Path, runs: int, turns: int) -> dict[str, float]:
 
     table(
         "SQLite: resume of a 1,000-item session vs a bare SELECT + json.loads of its rows",
-        ["measurement", "p50 ms", "p99 ms", "bare p50", "bare p99", "p99 ratio", "target"],
+        ["measurement", "p50 (ms)", "p99 (ms)", "bare p50 (ms)", "bare p99 (ms)",
+         "p99 ratio (×)", "target"],
         [
             ["load (record, items, alerts, refs)", _ms(load, 50), _ms(load, 99),
              _ms(bare, 50), _ms(bare, 99), ratio(_ms(load, 99), _ms(bare, 99)), ""],
@@ -182,7 +183,8 @@ def _sqlite(base: Path, runs: int, turns: int) -> dict[str, float]:
     )  # fmt: skip
     table(
         "SQLite: one turn's write (4 items, synchronous=FULL) vs bare executemany + COMMIT",
-        ["measurement", "p50 ms", "p99 ms", "bare p50", "bare p99", "p99 ratio"],
+        ["measurement", "p50 (ms)", "p99 (ms)", "bare p50 (ms)", "bare p99 (ms)",
+         "p99 ratio (×)"],
         [["append", _ms(appends, 50), _ms(appends, 99), _ms(bare_writes, 50),
           _ms(bare_writes, 99), ratio(_ms(appends, 99), _ms(bare_writes, 99))]],
     )  # fmt: skip
@@ -254,7 +256,7 @@ def _postgres(url: str, sessions: int, turns: int) -> dict[str, float]:
     store_rate, bare_rate, one_rate = total / store_s, total / bare_s, total / one_s
     table(
         f"PostgreSQL: {sessions:,} sessions × {turns} turns ({total:,} items) from one process",
-        ["measurement", "items/s", "turns/s", "store ÷ this"],
+        ["measurement", "rate (items/s)", "rate (turns/s)", "store ÷ this (×)"],
         [
             ["store: create + one append per turn", store_rate, store_rate / ITEMS_PER_TURN, ""],
             ["bare executemany, one transaction per turn", bare_rate,
@@ -320,7 +322,6 @@ def _runtime_resume(base: Path, runs: int) -> dict[str, float]:
 
 
 def run(*, quick: bool = False) -> dict[str, float]:
-    configure_logging()
     runs = 50 if quick else 300
     console.print(f"[bold]bench store[/] — {machine_line()}")
     base = Path(tempfile.mkdtemp(prefix="fore-bench-store-"))
@@ -347,7 +348,7 @@ def run(*, quick: bool = False) -> dict[str, float]:
     targets_table(
         [
             Target(
-                "store resume (open_session) of 1,000 items, p99",
+                "resume of a 1,000-item session (SQLite), p99",
                 results["sqlite_resume_p99_ms"], "ms", "<=", RESUME_TARGET_MS,
             ),
             Target(

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     from fore.actors.gate.tool_gate import evaluate_tool_call
     from fore.actors.llm.errors import LlmException
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
+    from fore.actors.output.contract import OutputValidationError
     from fore.actors.speculation.governor import LoadGovernor
-    from fore.actors.store.errors import SessionLeased, SessionNotFound, StoreError
+    from fore.actors.store.errors import SessionLeased, SessionNotFound
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
     from fore.actors.tools.decorator import tool
     from fore.actors.worker.hooks import (
@@ -148,8 +149,9 @@ _WHERE: dict[str, str] = {
     "SpeculationSkipped": "fore.messages.speculation",
     # errors
     "LlmException": "fore.actors.llm.errors",
-    # the session store (Runtime(store=...), resume_session)
-    "StoreError": "fore.actors.store.errors",
+    "OutputValidationError": "fore.actors.output.contract",
+    # the session store (Runtime(store=...), resume_session); StoreError, their base and
+    # the error of a bad store at Runtime(...), is a ForeError (the 60-name budget)
     "SessionNotFound": "fore.actors.store.errors",
     "SessionLeased": "fore.actors.store.errors",
     # utilities
@@ -181,6 +183,7 @@ __all__ = [
     "LlmRetried",
     "LoadGovernor",
     "OpenAICompatible",
+    "OutputValidationError",
     "Pause",
     "Paused",
     "RetryPolicy",
@@ -195,7 +198,6 @@ __all__ = [
     "SpeculationConfig",
     "SpeculationFinished",
     "SpeculationSkipped",
-    "StoreError",
     "Suggestion",
     "SuggestionReady",
     "SystemMessage",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from fore.messages.base import ControlMessage, Message
 from fore.messages.conversation import AssistantMessage, Item
@@ -28,6 +28,22 @@ class NamedToolChoice(Message):
 
 
 ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class ResponseSchema(Message):
+    """Ask for an answer whose text is JSON matching ``json_schema`` (structured output).
+
+    On the wire (:mod:`actors.llm.wire`) it is OpenAI's ``response_format:
+    {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``,
+    which OpenAI, vLLM and llama.cpp's server enforce while decoding.
+    ``strict`` asks the provider to follow the schema exactly; such a schema
+    must list every property as required and forbid additional ones
+    (:func:`actors.output.schema.strict_schema` builds it).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    json_schema: dict[str, JsonValue]
+    strict: bool = True
 
 
 class Usage(Message):
@@ -69,6 +85,9 @@ class LlmRequest(Message):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     json_response: bool = False
+    response_schema: ResponseSchema | None = None
+    """Structured output: the answer's text must be JSON matching this schema (wins
+    over ``json_response``)."""
     model: Any = Field(default=None, exclude=True)
     reply_to: Any = Field(default=None, exclude=True)
 

@@ -9,9 +9,11 @@ with a :class:`TurnResult` when the run ends or pauses.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue, field_serializer
+from pydantic_core import to_jsonable_python
+from typing_extensions import TypeVar
 
 from fore.messages.alerts import Alert
 from fore.messages.base import ControlMessage, Message
@@ -87,6 +89,24 @@ class HookFailure(Message):
     """What went wrong, without the event and hook prefix."""
 
 
+class OutputRequest(Message):
+    """Structured output: the run must end with a value of ``output_type``.
+
+    ``json_schema`` is the type's JSON schema (what the model is asked for, as
+    data); ``output_type`` is the type itself, an in-process field left out of
+    JSON (like ``LlmRequest.model``): the answer is validated with
+    ``pydantic.TypeAdapter(output_type)``, so the type's own validators run.
+    ``max_retries`` bounds the re-asks after an answer that does not validate
+    (each is an LLM call and counts against the run's ``max_turns``).
+    ``Session.submit(output_type=...)`` builds it (:mod:`actors.output`).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    json_schema: dict[str, JsonValue]
+    output_type: Any = Field(default=None, exclude=True)
+    max_retries: int = Field(default=2, ge=0, le=20)
+
+
 class Submit(Message):
     """Start a run with user input: plain text (``@path`` recognised) or segments.
 
@@ -101,6 +121,8 @@ class Submit(Message):
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
     submit_id: str | None = Field(default=None, min_length=1, max_length=200)
+    output: OutputRequest | None = None
+    """Structured output: the run ends with a validated value (``TurnResult.output``)."""
 
 
 class Resume(Message):
@@ -173,7 +195,11 @@ class RunState(Message):
     history_length: int = 0
 
 
-class TurnResult(Message):
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of a structured turn's ``TurnResult.output`` (``Any`` when unnamed)."""
+
+
+class TurnResult(Message, Generic[OutputT]):
     """How a run ended (or paused), and the items it added to history."""
 
     run_id: str
@@ -190,6 +216,17 @@ class TurnResult(Message):
     usage: Usage = Usage()
     boundary: dict[str, Any] | None = None
     """Speculation only: the gate boundary's tool, reason and the calls not run."""
+    output: OutputT | None = None
+    """Structured output (``submit(output_type=...)``): the validated value, or ``None``."""
+    output_error: str | None = None
+    """Structured output: why there is no ``output`` -- the last validation errors
+    once the re-asks ran out, or how the run ended before an answer validated."""
+
+    @field_serializer("output", when_used="json")
+    def _output_json(self, value: Any) -> Any:
+        # The value is whatever the caller's type validated to (a model, a
+        # dataclass, a plain value): JSON-able where pydantic knows how, else its str.
+        return to_jsonable_python(value, fallback=str)
 
 
 # -- events ---------------------------------------------------------------------

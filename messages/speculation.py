@@ -11,7 +11,7 @@ from fore.messages.base import ControlMessage, Message
 from fore.messages.conversation import Item, Segment, ToolCall
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Usage
-from fore.messages.session import EventBase, TurnResult
+from fore.messages.session import EventBase, OutputRequest, TurnResult
 from fore.messages.tools import ToolDefinition
 
 
@@ -269,6 +269,9 @@ class SubmitPrompt(Message):
     text: str | None = None
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
+    output: OutputRequest | None = None
+    """Structured output: never the accept path (the speculation was not asked for
+    the value), always a new run -- the speculation is aborted like for other text."""
     at: float = Field(default_factory=time.monotonic)
     """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
 

@@ -184,6 +184,42 @@ class _Failed(Exception):
     """A failure to set up, reported as one line, exit code 1."""
 
 
+def _api_key_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the API key comes from: the environment, or a file -- not the command line.
+
+    A key given as an argument is visible to every user of the machine (``ps``)
+    and lands in shell history; ``--api-key`` still works, with a warning.
+    """
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        metavar="PATH",
+        help="read the API key from this file (default: FORE_API_KEY / OPENAI_API_KEY)",
+    )
+    parser.add_argument("--api-key", help=argparse.SUPPRESS)
+
+
+def _api_key(args: argparse.Namespace, command: str) -> str | None:
+    if args.api_key is not None:
+        sys.stderr.write(
+            f"{PROG} {command}: warning: --api-key shows the key to every process listing and "
+            "keeps it in shell history; use FORE_API_KEY or --api-key-file\n"
+        )
+        return str(args.api_key)
+    path: Path | None = args.api_key_file
+    if path is None:
+        return None
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise UsageError(
+            f"{PROG} {command}: --api-key-file {path}: {exc.strerror or _one_line(exc)}"
+        ) from None
+    if not key or "\n" in key:
+        raise UsageError(f"{PROG} {command}: --api-key-file {path}: expected one line, the key")
+    return key
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -329,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("prompt", help="the prompt (@path references are attached)")
     run.add_argument(
-        "--workspace", help="the workspace directory (required unless --session gives it)"
+        "--workspace",
+        help="the workspace directory (default: the current one; with --session, the stored one)",
     )
     run.add_argument(
         "--session",
@@ -347,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
     )
-    run.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    _api_key_flags(run)
     run.add_argument(
         "--no-stream",
         action="store_true",
@@ -359,6 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-turns",
         type=_positive_int,
         help="LLM calls at most (default 50, or the stored session's)",
+    )
+    run.add_argument(
+        "--wrap-up",
+        action="store_true",
+        help="make the last of --max-turns LLM calls one without tools, so a model that "
+        "keeps calling tools still answers (small local models do)",
     )
     run.add_argument(
         "--timeout",
@@ -391,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an OpenAI-compatible endpoint (default: FORE_BASE_URL / OPENAI_BASE_URL)",
     )
     chat.add_argument("--model", help="the model name (default: FORE_MODEL / OPENAI_MODEL)")
-    chat.add_argument("--api-key", help="API key (default: FORE_API_KEY / OPENAI_API_KEY)")
+    _api_key_flags(chat)
     chat.add_argument("--system", help="a system prompt")
     chat.add_argument(
         "--approval",
@@ -428,6 +471,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] == "mock-llm":
+        try:
+            _needs_extra("mock-llm", "testing", _MOCK_MODULES)
+        except UsageError as exc:
+            sys.stderr.write(f"{exc}\n")
+            return EXIT_USAGE
         from fore.actors.llm.mock_server import main as mock_main
 
         return mock_main(args_list[1:])
@@ -464,7 +512,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- fore bench -----------------------------------------------------------------------------
 
 
+def _needs_extra(command: str, extra: str, modules: tuple[str, ...]) -> None:
+    """A clear usage error when an optional dependency of ``command`` is missing."""
+    import importlib.util
+
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"{PROG} {command}: needs the {extra!r} extra ({', '.join(missing)} missing): "
+            f"pip install 'fore-runtime[{extra}]'"
+        )
+
+
+_BENCH_MODULES = ("rich", "starlette", "uvicorn")
+_MOCK_MODULES = ("starlette", "uvicorn")
+
+
 def _bench(args: argparse.Namespace) -> int:
+    _needs_extra("bench", "bench", _BENCH_MODULES)
     if args.name is not None:
         from fore.bench._common import BenchFailed
 
@@ -613,6 +678,7 @@ def _env(*names: str) -> str | None:
 
 def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
     """The model of ``fore run``/``chat``: a script, or an endpoint from flags or environment."""
+    api_key = _api_key(args, command)  # warned about / checked even when a script needs none
     if args.script is not None:
         from fore.actors.llm import ScriptedModel
         from fore.actors.llm.script import ScriptError
@@ -644,7 +710,7 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
         return OpenAICompatible(
             base_url=base_url,
             model=model_name,
-            api_key=args.api_key,
+            api_key=api_key,
             retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
             stream=False if args.no_stream else None,
         )
@@ -668,12 +734,24 @@ class _Output:
         self.saw_end = False
 
     def event(self, event: Any) -> None:
-        from fore.messages.session import TextDelta, ToolFinished, ToolStarted, TurnFinished
+        from fore.messages.session import (
+            AlertRaised,
+            TextDelta,
+            ToolFinished,
+            ToolStarted,
+            TurnFinished,
+        )
+        from fore.messages.speculation import SnapshotTaken
 
+        if isinstance(event, SnapshotTaken):
+            return  # speculation's own plumbing: the whole request (tools included), every turn
         if isinstance(event, TurnFinished):
             self.saw_end = True
         if self.as_json:
             self.write(event.model_dump_json() + "\n")
+        elif isinstance(event, AlertRaised):
+            alert = event.alert
+            self.write(f"\n[{alert.level.value}] {' '.join(alert.text.split())}\n")
         elif isinstance(event, TextDelta):
             self.write(event.text)
         elif isinstance(event, ToolStarted):
@@ -701,9 +779,9 @@ class _Output:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.workspace is None and args.session is None:
+        args.workspace = "."  # the current directory; --session ID keeps the stored one
     workspace = None if args.workspace is None else Path(args.workspace)
-    if workspace is None and args.session is None:
-        raise UsageError(f"{PROG} run: --workspace is required (or --session ID)")
     if workspace is not None and not workspace.is_dir():
         raise UsageError(f"{PROG} run: --workspace {args.workspace}: not a directory")
     store = _store_url(args)
@@ -721,6 +799,7 @@ def _run(args: argparse.Namespace) -> int:
                 model=model,
                 system_prompt=args.system,
                 max_turns=args.max_turns or 50,
+                wrap_up=args.wrap_up,
             )
         else:
             session = _resume(rt, args, model)
@@ -781,6 +860,7 @@ def _resume(rt: Any, args: argparse.Namespace, model: Any) -> Any:
             workspace=args.workspace,
             system_prompt=args.system,
             max_turns=args.max_turns,
+            wrap_up=args.wrap_up or None,
         )
 
     try:

@@ -81,6 +81,7 @@ class SessionArgs:
     interceptor: Interceptor | None = None
     model_name: str = ""
     max_turns: int = 50
+    wrap_up: bool = False
     call_timeout: float = 120.0
     tool_concurrency: int | None = None
     max_batch_calls: int = 128
@@ -105,6 +106,7 @@ class SessionArgs:
             "interceptor": self.interceptor,
             "model_name": self.model_name,
             "max_turns": self.max_turns,
+            "wrap_up": self.wrap_up,
             "call_timeout": self.call_timeout,
             "tool_concurrency": self.tool_concurrency,
             "max_batch_calls": self.max_batch_calls,
@@ -218,6 +220,7 @@ def session_config(args: SessionArgs) -> tuple[dict[str, JsonValue], list[str]]:
         "builtin": list(args.builtin) if isinstance(args.builtin, tuple) else args.builtin,
         "model_name": args.model_name,
         "max_turns": args.max_turns,
+        "wrap_up": args.wrap_up,
         "call_timeout": args.call_timeout,
         "tool_concurrency": args.tool_concurrency,
         "max_batch_calls": args.max_batch_calls,
@@ -304,6 +307,7 @@ def stored_args(
         interceptor=overrides.get("interceptor"),
         model_name=pick("model_name", str, ""),
         max_turns=pick("max_turns", int, 50),
+        wrap_up=pick("wrap_up", bool, False),
         call_timeout=float(pick("call_timeout", (int, float), 120.0)),
         tool_concurrency=pick("tool_concurrency", int, None),
         max_batch_calls=pick("max_batch_calls", int, 128),

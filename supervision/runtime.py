@@ -52,6 +52,7 @@ from fore.actors.filerefs.resolver import prepare_submit
 from fore.actors.llm.gateway import LlmGateway
 from fore.actors.llm.loop import LlmLoop
 from fore.actors.llm.models import ChatModel
+from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
@@ -318,6 +319,7 @@ class Runtime:
         interceptor: Interceptor | None = None,
         model_name: str = "",
         max_turns: int = 50,
+        wrap_up: bool = False,
         call_timeout: float = 120.0,
         tool_concurrency: int | None = None,
         max_batch_calls: int = DEFAULT_MAX_BATCH_CALLS,
@@ -334,6 +336,9 @@ class Runtime:
         :class:`~actors.llm.OpenAICompatible` endpoint configuration.
         ``max_batch_calls`` and ``max_argument_retries`` bound what a model's
         answer can do (see :class:`~actors.worker.worker.WorkerConfig`).
+        ``wrap_up`` makes the last LLM call of a run's ``max_turns`` one
+        without tools (``tool_choice: "none"``), so a model that would call
+        tools forever still answers.
 
         ``tools`` are :class:`~actors.tools.base.Tool` instances or plain
         functions (made tools as by ``@tool``). ``builtin`` picks the built-in
@@ -361,6 +366,7 @@ class Runtime:
             interceptor=interceptor,
             model_name=model_name,
             max_turns=max_turns,
+            wrap_up=wrap_up,
             call_timeout=call_timeout,
             tool_concurrency=tool_concurrency,
             max_batch_calls=max_batch_calls,
@@ -411,6 +417,7 @@ class Runtime:
         call_timeout: float | None = None,
         speculation: SpeculationConfig | None = None,
         fast_model: ChatModel | None = None,
+        wrap_up: bool | None = None,
     ) -> Session:
         """Open a stored session again: the same id, its history, ready for the next prompt.
 
@@ -448,6 +455,7 @@ class Runtime:
                 "call_timeout": call_timeout,
                 "speculation": speculation,
                 "fast_model": fast_model,
+                "wrap_up": wrap_up,
             }
             place = (
                 workspace
@@ -548,7 +556,7 @@ class Runtime:
         )
         max_batch_calls, max_argument_retries = args.max_batch_calls, args.max_argument_retries
         purpose, file_ref_cap, speculation = args.purpose, args.file_ref_cap, args.speculation
-        fast_model = args.fast_model
+        fast_model, wrap_up = args.fast_model, args.wrap_up
         spec_config = speculation or SpeculationConfig()
         fs: FsView = NoWorkspace() if workspace is None else WorkspaceFs(Path(workspace))
         if workspace is None and spec_config.enabled:
@@ -572,6 +580,7 @@ class Runtime:
         state = SessionState(history=history)
         pending = PendingActions()
         trusted: list[Interceptor] = [
+            OutputInterceptor(state, model),  # structured output (submit(output_type=...))
             FileRefInterceptor(state),
             ResolveInterceptor(pending, resolve_tool.definition()),
         ]
@@ -601,6 +610,7 @@ class Runtime:
             system_prompt=system_prompt,
             purpose=purpose,
             max_turns=max_turns,
+            wrap_up=wrap_up,
             call_timeout=call_timeout,
             tool_concurrency=tool_concurrency,
             max_batch_calls=max_batch_calls,

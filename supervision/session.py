@@ -10,14 +10,20 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pykka
 from pykka import ActorDeadError
 
+from fore.actors.output.contract import (
+    DEFAULT_MAX_OUTPUT_RETRIES,
+    OutputValidationError,
+    output_request,
+)
 from fore.actors.tools.base import Tool
+from fore.actors.tools.decorator import as_tool
 from fore.actors.worker.hooks import Hooks
 from fore.messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
 from fore.messages.conversation import Item, Segment
@@ -49,6 +55,8 @@ from fore.messages.speculation import (
 if TYPE_CHECKING:
     from fore.supervision.handle import Handle
     from fore.supervision.runtime import Runtime
+
+T = TypeVar("T")
 
 
 class EventQueue:
@@ -178,6 +186,7 @@ class Session:
 
     # -- running -------------------------------------------------------------
 
+    @overload
     def submit(
         self,
         text: str | None = None,
@@ -185,8 +194,45 @@ class Session:
         segments: Sequence[Segment] | None = None,
         timeout: float = 60.0,
         max_turns: int | None = None,
-    ) -> TurnResult:
+        output_type: type[T],
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[T]: ...
+
+    @overload
+    def submit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        output_type: Any = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]: ...
+
+    def submit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        output_type: Any = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]:
         """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds).
+
+        ``output_type`` (a pydantic model, or any type pydantic validates:
+        ``list[Item]``, ``int``, a dataclass ...) makes it a **structured**
+        turn: the model is asked for a value of that type -- through the
+        provider's JSON-schema response format or a ``final_answer`` tool,
+        whichever the model supports (``OpenAICompatible(structured_output=...)``)
+        -- and the answer is validated with ``pydantic.TypeAdapter``. An answer
+        that does not validate is handed back with pydantic's errors, at most
+        ``max_output_retries`` times (each re-ask is an LLM call and counts
+        against ``max_turns``). The result's ``output`` is the validated value;
+        when there is none, ``output_error`` says why. A type pydantic cannot
+        handle raises :class:`~actors.output.schema.OutputTypeError` at once.
 
         If ``timeout`` passes first, the run is **cancelled** (as by
         :meth:`cancel`; its on_abort hooks run if it had started) and
@@ -200,10 +246,15 @@ class Session:
         explicit request, not a double key press.
         """
         frozen = tuple(segments) if segments is not None else None
+        output = (
+            None
+            if output_type is None
+            else output_request(output_type, max_retries=max_output_retries)
+        )
         if self._speculation and self._supervisor is not None:
             # Through the session supervisor: submitting exactly the suggestion
             # takes the accept path; anything else aborts the speculation first.
-            prompt = SubmitPrompt(text=text, segments=frozen, max_turns=max_turns)
+            prompt = SubmitPrompt(text=text, segments=frozen, max_turns=max_turns, output=output)
             try:
                 turn: TurnResult = self._supervisor.ask(prompt, timeout=timeout)
             except pykka.Timeout:
@@ -211,7 +262,9 @@ class Session:
                 raise
             return turn
         submit_id = uuid.uuid4().hex
-        message = Submit(text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id)
+        message = Submit(
+            text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id, output=output
+        )
         with self._pending_lock:
             self._pending_submits.add(submit_id)
         try:
@@ -225,6 +278,60 @@ class Session:
             with self._pending_lock:
                 self._pending_submits.discard(submit_id)
         return result
+
+    @overload
+    def ask(
+        self,
+        text: str | None = None,
+        *,
+        output_type: type[T],
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> T: ...
+
+    @overload
+    def ask(
+        self,
+        text: str | None = None,
+        *,
+        output_type: Any,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> Any: ...
+
+    def ask(
+        self,
+        text: str | None = None,
+        *,
+        output_type: Any,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> Any:
+        """A structured turn's value: :meth:`submit` with ``output_type``, unwrapped.
+
+        Raises :class:`~actors.output.contract.OutputValidationError` (its
+        ``result`` is the whole ``TurnResult``) when the turn gave no valid
+        value: the answers did not validate within ``max_output_retries``
+        re-asks, or the run ended first (cancelled, failed, out of turns).
+        """
+        result = self.submit(
+            text,
+            segments=segments,
+            timeout=timeout,
+            max_turns=max_turns,
+            output_type=output_type,
+            max_output_retries=max_output_retries,
+        )
+        if result.output_error is not None or result.status != "completed":
+            why = result.output_error or f"the run ended {result.status}"
+            raise OutputValidationError(why, result)
+        return result.output
 
     def _cancel_quietly(self, message: CancelRun) -> None:
         try:
@@ -329,15 +436,20 @@ class Session:
         """Every buffered event, without waiting."""
         return self._events.drain()
 
-    def add_tool(self, tool: Tool[Any]) -> None:
+    def add_tool(self, tool: Tool[Any] | Callable[..., Any]) -> None:
         """Offer one more tool to this session's model (names must stay unique).
+
+        Like ``open_session(tools=...)``: a :class:`Tool`, or a plain or
+        ``async`` function (made a tool as by ``@tool``; a function that cannot
+        be one raises here, naming the parameter).
 
         With a session supervisor the change goes through it: the tools are
         part of every fork's cache-safe prefix, so a tool change makes the
         current speculation stale (it is aborted) before the worker gets it.
         """
+        made = as_tool(tool)
         target = self._supervisor if self._supervisor is not None else self._worker
-        target.ask(AddTool(tool=tool), timeout=10)
+        target.ask(AddTool(tool=made), timeout=10)
 
     # -- forking (the session store, issue 25) -------------------------------------
 

@@ -779,7 +779,8 @@ class SessionSupervisor(Supervisor):
     def _on_submit_prompt(self, message: SubmitPrompt) -> None:
         reply = self.defer_reply()
         suggestion = self._suggestion
-        if suggestion is not None and message.segments is None and message.text == suggestion.text:
+        plain = message.segments is None and message.output is None  # structured: a new run
+        if suggestion is not None and plain and message.text == suggestion.text:
             # Typing the suggestion and pressing Enter is an explicit request, not a
             # double press: it is never debounced, and its answer is a turn.
             self._last_accept = time.monotonic()
@@ -797,7 +798,12 @@ class SessionSupervisor(Supervisor):
             )
             return
         self._invalidate("the user submitted something else", at=message.at)
-        submit = Submit(text=message.text, segments=message.segments, max_turns=message.max_turns)
+        submit = Submit(
+            text=message.text,
+            segments=message.segments,
+            max_turns=message.max_turns,
+            output=message.output,
+        )
         accepting = self._accepting
         if accepting is not None:
             self._call_off(accepting, "the user submitted something else", message.at)

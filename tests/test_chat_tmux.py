@@ -275,4 +275,4 @@ def test_without_a_terminal_it_says_to_use_fore_run(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "needs an interactive terminal" in done.stderr
-    assert "fore run --workspace DIR PROMPT" in done.stderr
+    assert "fore run PROMPT" in done.stderr

@@ -138,8 +138,6 @@ def test_run_with_a_bad_store_or_session_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(done, 2, "no session 'nope'")
     done = fore("run", "--no-store", "--session", "x", "--script", script, "hi")
     assert_one_line_error(done, 2, "needs a session store")
-    done = fore("run", "--script", script, "hi")
-    assert_one_line_error(done, 2, "--workspace is required")
 
 
 def test_run_session_of_an_in_process_model_without_a_model_is_one_line(tmp_path: Path) -> None:

@@ -87,3 +87,25 @@ def test_the_mcp_example_asks_a_real_git_server(tmp_path: Path) -> None:
     out = _run(_block("MCPServerStdio"), tmp_path)
     assert out.startswith("Repository status:")
     assert "new.txt" in out
+
+
+def test_the_structured_output_example_validates_and_re_asks(tmp_path: Path) -> None:
+    code = _block("output_type=")
+    lines = _run(code, tmp_path).splitlines()
+    assert lines == ["18.0 ['sunny']", "completed 1 True True"]
+
+
+def test_readme_and_help_agree_on_exit_codes_and_log_level_defaults() -> None:
+    from fore.supervision.cli import build_parser
+
+    text = " ".join(README.read_text().split())
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].description  # type: ignore[union-attr]
+    codes = re.findall(r"(\d+) ([a-z][a-z ]+?)(?:,|\.)", run_help.split("Exit code:")[1])
+    assert codes, run_help
+    for code, meaning in codes:
+        assert f"{code} {meaning.strip()}" in text, (code, meaning)
+    parser = build_parser()
+    for command, default in (("bench", "error"), ("run", "critical"), ("chat", "critical")):
+        args = ["--script", "x.json", "p"] if command == "run" else []
+        assert parser.parse_args([command, *args]).log_level == default
+    assert "default `error` for `bench`, `critical` for `run` and `chat`" in text

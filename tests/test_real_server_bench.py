@@ -23,7 +23,7 @@ pytestmark = pytest.mark.real_server
 
 
 def test_fore_bench_real_server_quick(llama_setup: LlamaSetup) -> None:
-    env = {**os.environ, "FORE_LLAMA_PYTHON": llama_setup.python}
+    env = {**os.environ, "FORE_LLAMA_PYTHON": llama_setup.python, "COLUMNS": "300"}
     env["FORE_LLAMA_MODEL"] = str(llama_setup.model)
     done = subprocess.run(
         [sys.executable, "-m", "fore.supervision.cli", "bench", "real_server", "--quick"],

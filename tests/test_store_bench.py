@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_fore_bench_store_quick_runs_and_prints_every_measurement() -> None:
-    env = {**os.environ, "FORE_LOG_LEVEL": "error", "COLUMNS": "200"}
+    env = {**os.environ, "FORE_LOG_LEVEL": "error", "COLUMNS": "300"}
     done = subprocess.run(
         [sys.executable, "-m", "fore.supervision.cli", "bench", "store", "--quick"],
         cwd=ROOT,

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import pykka
+from pydantic import ConfigDict
 from pykka import ActorDeadError, ActorRef, ActorRegistry
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
@@ -69,15 +70,19 @@ from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.logs import get_logger
 from fore.actors.core.mailbox import Mailbox
 from fore.actors.core.system import ActorSystem, current_system
+from fore.messages.base import ControlMessage
 from fore.messages.runtime import StopNow
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from fore.actors.core.cancel import CancelScope
     from fore.actors.core.timer import TimerHandle
+    from fore.messages.address import Address, Recipient, Replying
 
 T = TypeVar("T")
 M = TypeVar("M")
+R = TypeVar("R")
 _log = get_logger(__name__)
 _pykka_log = logging.getLogger("pykka")
 """pykka's logger: failures are reported there, in pykka's words."""
@@ -144,6 +149,21 @@ class _Call:
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.fn = fn
         self.args = args
+
+
+class _UrgentCall(ControlMessage):
+    """A :class:`_Call` on the control lane (:meth:`PooledActor.post_urgent`).
+
+    A pydantic control message only because the mailbox routes by
+    ``isinstance(message, ControlMessage)``; it is built with
+    ``model_construct`` (no validation) and, like ``_Call``, never leaves
+    its actor.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    fn: Any
+    args: tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -320,6 +340,20 @@ class PooledActor(pykka.Actor):
             return False
         return True
 
+    def post_urgent(self, fn: Callable[..., object], *args: object) -> bool:
+        """Like :meth:`post`, on the control lane: ``fn(*args)`` overtakes queued mail.
+
+        For a cancel that must not wait behind the work it cancels (a
+        :class:`~actors.core.cancel.CancelScope` callback posts the actor's
+        cancel handler this way). Safe from any thread; False if the actor is
+        gone.
+        """
+        try:
+            self.actor_ref.tell(_UrgentCall.model_construct(fn=fn, args=args))
+        except ActorDeadError:
+            return False
+        return True
+
     def run_blocking(
         self,
         fn: Callable[..., T],
@@ -431,6 +465,60 @@ class PooledActor(pykka.Actor):
             on_error(error)
         else:
             then(future.get(timeout=0))
+
+    def ask_typed(
+        self,
+        target: Address[M],
+        message: Replying[M, R],
+        then: Callable[[R], object],
+        on_error: Callable[[BaseException], object] | None = None,
+        *,
+        timeout: float | None = None,
+        scope: CancelScope | None = None,
+    ) -> PooledFuture[R]:
+        """:meth:`ask_then`, checked by mypy: ``then`` takes the answer the message declares.
+
+        ``message`` is a request (an :class:`~messages.address.Ask` ``[R]``
+        subclass) that ``target`` accepts, and ``then`` takes its ``R``; a
+        mismatch is a type error instead of a continuation that misreads
+        its answer. With ``scope``, an answer (or error) that finds the scope
+        cancelled when it reaches this actor is dropped: the work it belonged
+        to has been called off, and its continuation must not act on it.
+        """
+        if scope is None:
+            return self.ask_then(target, message, then, on_error, timeout=timeout)
+        name = type(message).__name__
+        return self.ask_then(
+            target,
+            message,
+            functools.partial(self._fore_scoped_answer, scope, name, then),
+            functools.partial(self._fore_scoped_error, scope, name, on_error),
+            timeout=timeout,
+        )
+
+    def _fore_scoped_answer(
+        self, scope: CancelScope, name: str, then: Callable[[Any], object], answer: Any
+    ) -> None:
+        if scope.cancel_called:
+            self.log.debug("answer_dropped", message_type=name, reason=scope.reason)
+            return
+        then(answer)
+
+    def _fore_scoped_error(
+        self,
+        scope: CancelScope,
+        name: str,
+        on_error: Callable[[BaseException], object] | None,
+        error: BaseException,
+    ) -> None:
+        if scope.cancel_called:
+            self.log.debug(
+                "answer_dropped", message_type=name, reason=scope.reason, error=repr(error)
+            )
+            return
+        if on_error is None:
+            raise error
+        on_error(error)
 
     def send_after(self, delay: float, message: Any) -> TimerHandle:
         """Tell this actor ``message`` after ``delay`` seconds (cancellable)."""
@@ -610,6 +698,8 @@ class PooledActor(pykka.Actor):
             return message.fn(*message.args)
         if kind is StopNow:
             return self._stop()
+        if kind is _UrgentCall:
+            return message.fn(*message.args)
         return super()._handle_receive(message)
 
     def _stop(self) -> None:
@@ -716,6 +806,20 @@ def _tell_quietly(ref: ActorRef[Any], message: Any) -> None:
         ref.tell(message)
     except ActorDeadError:
         pass
+
+
+def tell_quietly(recipient: Recipient[M], message: M) -> bool:
+    """Tell ``message``; False (instead of ``ActorDeadError``) if the recipient is gone.
+
+    For notices whose recipient may legitimately have exited (a subscriber, a
+    speculation's supervisor, a reply to an asker that gave up): the one
+    helper for the "tell and swallow ActorDeadError" copies around Fore.
+    """
+    try:
+        recipient.tell(message)
+    except ActorDeadError:
+        return False
+    return True
 
 
 def _answer_dead(envelopes: Iterable[Envelope[Any]], actor: Any) -> None:

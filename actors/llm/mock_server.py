@@ -77,9 +77,12 @@ The mock is at least as strict as the real servers Fore meets (OpenAI,
 llama.cpp's server), so a test against it catches what they would refuse.
 Always (400): ``n`` other than 1; a ``tool_choice`` without ``tools``, or naming
 a function that is not among them; a ``response_format`` other than ``text`` /
-``json_object``, or JSON mode without the word "json" in the messages (OpenAI's
-rule). Always honoured: a named ``tool_choice`` forces that call, ``none``
-allows none, ``required`` at least one; JSON mode answers a JSON object.
+``json_object`` / ``json_schema``, JSON mode without the word "json" in the
+messages (OpenAI's rule), and a ``json_schema`` format OpenAI refuses (no name,
+an invalid schema, or with ``strict`` a schema outside its structured-output
+rules: :mod:`actors.llm.mock_schema`). Always honoured: a named ``tool_choice``
+forces that call, ``none`` allows none, ``required`` at least one; JSON mode
+answers a JSON object, a ``json_schema`` format JSON matching the schema.
 Strict mode (the default; ``MockLlmServer(strict=False)`` / ``--lenient`` turns
 it off for tests that deliberately exercise a lenient server), also 400: a
 message whose ``content`` is not a string (``null`` on an assistant message with
@@ -134,6 +137,7 @@ from starlette.routing import Route
 
 from fore.actors.core.logs import configure_logging, get_logger
 from fore.actors.llm import evloop
+from fore.actors.llm.mock_schema import conform, response_format_problem
 from fore.actors.llm.script import (
     ScriptCursor,
     ScriptError,
@@ -567,8 +571,14 @@ def _validate_response_format(body: Mapping[str, Any]) -> tuple[str, str | None]
     if fmt is None:
         return None
     kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind == "json_schema":  # structured outputs, refused as OpenAI refuses them
+        assert isinstance(fmt, Mapping)
+        return response_format_problem(fmt)
     if kind not in ("text", "json_object"):
-        return "'response_format.type' must be 'text' or 'json_object'", "response_format"
+        return (
+            "'response_format.type' must be 'text', 'json_object' or 'json_schema'",
+            "response_format",
+        )
     if kind == "json_object":
         said = " ".join(_content_text(m.get("content")) for m in body["messages"])
         if "json" not in said.lower():
@@ -683,7 +693,9 @@ def _obey(reply: ScriptReply, body: Mapping[str, Any]) -> ScriptReply:
     name, else one with no arguments) and no text; ``none`` allows no calls;
     ``required`` at least one (the first tool's, if the script has none). JSON
     mode (``response_format: json_object``) answers a JSON object: scripted
-    text that is not one is wrapped as ``{"text": ...}``.
+    text that is not one is wrapped as ``{"text": ...}``. A JSON-schema format
+    (``json_schema``) answers text matching the schema: the scripted text if it
+    does, else a minimal instance (:func:`actors.llm.mock_schema.conform`).
     """
     choice = body.get("tool_choice")
     forced = _forced_function(body) if body.get("tools") else None
@@ -699,7 +711,13 @@ def _obey(reply: ScriptReply, body: Mapping[str, Any]) -> ScriptReply:
             update={"tool_calls": (ScriptToolCall(name=_first_tool_name(body)),)}
         )
     fmt = body.get("response_format")
-    if isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema" and not reply.tool_calls:
+        # A schema-enforcing server can only answer matching JSON (actors.llm.mock_schema).
+        schema = fmt["json_schema"].get("schema", {})
+        conformed = conform(reply.text, schema)
+        if conformed != reply.text:
+            reply = reply.model_copy(update={"text": conformed})
+    elif isinstance(fmt, Mapping) and fmt.get("type") == "json_object":
         try:
             is_object = isinstance(json.loads(reply.text), dict)
         except ValueError:

@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, M
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Literal, Protocol, cast, get_args, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpx
@@ -74,6 +74,19 @@ Emit = Callable[[Any], None]
 for text (the gateway builds one message per coalesced flush, not one per token)."""
 
 log = get_logger(__name__)
+
+StructuredOutput = Literal["auto", "json_schema", "tool"]
+"""How a model is asked for structured output (``submit(output_type=...)``, actors.output):
+the provider's JSON-schema response format, a ``final_answer`` tool, or ``auto`` --
+the response format, and the tool if the provider refuses the format."""
+
+
+def _structured_output(value: str) -> StructuredOutput:
+    if value not in get_args(StructuredOutput):
+        raise ValueError(
+            f"structured_output must be 'auto', 'json_schema' or 'tool', got {value!r}"
+        )
+    return cast(StructuredOutput, value)
 
 
 @dataclass(frozen=True)
@@ -307,6 +320,14 @@ class OpenAICompatible:
     HTTP 500 when the model picks a tool. The caller still gets the answer's
     text as one delta once it is complete. The price: an abort cannot stop such
     a server's generation (it notices a closed connection only when it writes).
+
+    ``structured_output`` -- how ``submit(output_type=...)`` asks this endpoint
+    for a typed answer: ``"json_schema"`` (the response format; OpenAI, vLLM,
+    llama.cpp's server enforce it while decoding), ``"tool"`` (a
+    ``final_answer`` tool: any server with tool calling), or ``"auto"``
+    (default): the response format, and the tool from the first request the
+    server refuses it on. A server that silently *ignores* the format needs
+    ``"tool"``.
     """
 
     def __init__(
@@ -323,7 +344,9 @@ class OpenAICompatible:
         max_tokens_field: MaxTokensField | None = None,
         limits: BodyLimits | None = None,
         background_read_interval: float = BACKGROUND_READ_INTERVAL_S,
+        structured_output: StructuredOutput = "auto",
     ) -> None:
+        self.structured_output = _structured_output(structured_output)
         self.stream_answers = stream
         self.base_url = (
             base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -874,7 +897,11 @@ class ScriptedModel:
         tokens_per_s: float | None = None,
         name: str = "scripted",
         arg_chunk_size: int = 16,
+        structured_output: StructuredOutput = "auto",
     ) -> None:
+        self.structured_output = _structured_output(structured_output)
+        """How structured output is asked for (see ``OpenAICompatible``); the
+        scripted replies are served as written either way."""
         self.script = ScriptFile(
             replies=tuple(
                 r if isinstance(r, ScriptReply) else ScriptReply.model_validate(r) for r in replies
@@ -931,6 +958,16 @@ class ScriptedModel:
 ReplyLike = ScriptReply | Mapping[str, Any] | str
 
 
+def _no_stop_iteration(fn: Callable[[LlmRequest], ReplyLike], request: LlmRequest) -> ReplyLike:
+    """``fn(request)``, with a ``StopIteration`` it raises (``next()`` on a spent iterator)
+    turned into a ``RuntimeError``: asyncio cannot set one on a future, and the request
+    would never be answered."""
+    try:
+        return fn(request)
+    except StopIteration as exc:
+        raise RuntimeError(f"StopIteration{f': {exc}' if str(exc) else ''}") from None
+
+
 class FunctionModel:
     """``fn(request) -> reply`` decides every answer (run on the model's own threads).
 
@@ -961,9 +998,13 @@ class FunctionModel:
         retry: RetryPolicy | None = None,
         max_workers: int = 16,
         keep_requests: int = 1000,
+        structured_output: StructuredOutput = "auto",
     ) -> None:
         if max_workers < 1 or keep_requests < 0:
             raise ValueError("max_workers must be >= 1 and keep_requests >= 0")
+        self.structured_output = _structured_output(structured_output)
+        """How structured output is asked for (see ``OpenAICompatible``): ``fn``
+        sees ``request.response_schema``, or the ``final_answer`` tool."""
         self.fn = fn
         self.name = name
         self.ttft_ms = ttft_ms
@@ -1006,7 +1047,7 @@ class FunctionModel:
             self.requests.append(request)
         try:
             loop = asyncio.get_running_loop()
-            raw = await loop.run_in_executor(self._pool(), self.fn, request)
+            raw = await loop.run_in_executor(self._pool(), _no_stop_iteration, self.fn, request)
         except LlmException:
             raise
         except Exception as exc:

@@ -146,7 +146,17 @@ def _body(
         body[max_tokens_field] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
-    if request.json_response:
+    if request.response_schema is not None:  # structured output (wins over JSON mode)
+        schema = request.response_schema
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": schema.name,
+                "schema": schema.json_schema,
+                "strict": schema.strict,
+            },
+        }
+    elif request.json_response:
         body["response_format"] = {"type": "json_object"}
     return body
 

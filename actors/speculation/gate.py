@@ -53,6 +53,7 @@ from fore.actors.gate.tool_gate import (
     WRITE_TOOLS,
     evaluate_tool_call,
 )
+from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.resolve.interceptor import ResolveInterceptor
 from fore.actors.worker.hooks import (
     Abort,
@@ -82,7 +83,7 @@ from fore.messages.tools import ToolDefinition
 
 OVERLAY_FULL = "the speculation's overlay is full"
 
-_INTERNAL = (FileRefInterceptor, ResolveInterceptor)
+_INTERNAL = (FileRefInterceptor, ResolveInterceptor, OutputInterceptor)
 """Fore's own interceptors of a main worker: machinery, not the session's policy."""
 
 

@@ -88,7 +88,7 @@ from fore.messages.conversation import (
     ToolResult,
     UserMessage,
 )
-from fore.messages.llm import NamedToolChoice, ToolChoice
+from fore.messages.llm import NamedToolChoice, ResponseSchema, ToolChoice
 from fore.messages.session import HookFailure, HookFailureKind
 from fore.messages.tools import ToolDefinition
 
@@ -213,6 +213,8 @@ class LlmRequestContext:
     tools: list[ToolDefinition]
     tool_choice: ToolChoice = "auto"
     model_name: str = ""
+    response_schema: ResponseSchema | None = None
+    """Structured output's JSON-schema response format (set by Fore; hooks may read it)."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ queue, the speculation gate). It can do what public hooks cannot:
 * ``on_prompt_submit`` may return :class:`ContinueWith` items, which go into
   history right after the user message (public hooks stay read-only);
 * ``pre_tool_call`` may return :class:`Boundary` (speculation: stop here);
-* ``on_llm_error`` may ask for the request to be sent again, changed.
+* ``on_llm_error`` may ask for the request to be sent again, changed;
+* ``pre_tool_call`` may answer a call itself (:class:`AnswerCall`: it never
+  reaches the pool nor the public hooks), and ``turn_answered`` may end the
+  turn before the next request (structured output's ``final_answer``).
 
 Subclass :class:`Interceptor` and override what you need; :class:`Interceptors`
 chains several (the first non-neutral answer wins).
@@ -38,6 +41,7 @@ from fore.actors.worker.hooks import (
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, Item, UserMessage
 from fore.messages.llm import LlmError
+from fore.messages.tools import ToolDefinition
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +77,21 @@ class RetryRequest:
     ctx: LlmRequestContext
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerCall:
+    """The interceptor answers this call itself: ``output`` is its result (it is not run).
+
+    For calls that are Fore's own machinery rather than tools (structured
+    output's ``final_answer``): the pool never sees them, nor do the public
+    ``pre_tool_call`` / ``post_tool_call`` hooks.
+    """
+
+    output: str
+    is_error: bool = False
+
+
 InterceptorSubmitResult = Continue | Cancel | ContinueWith
-InterceptorToolResult = Continue | Skip | Abort | Pause | Boundary
+InterceptorToolResult = Continue | Skip | Abort | Pause | Boundary | AnswerCall
 
 
 class Interceptor:
@@ -91,6 +108,19 @@ class Interceptor:
 
     def pre_llm_request(self, ctx: LlmRequestContext) -> Continue | Cancel:
         return Continue()
+
+    def turn_answered(self) -> AssistantMessage | None:
+        """Before the next LLM request: the turn's answer is complete already.
+
+        Return the answer that completed it (e.g. the message whose
+        ``final_answer`` call was accepted) and the turn ends there -- its
+        turn-end hooks run -- without another request.
+        """
+        return None
+
+    def fork_tools(self, tools: Sequence[ToolDefinition]) -> Sequence[ToolDefinition]:
+        """The tools a fork of the last request (suggestion, speculation) may describe."""
+        return tools
 
     def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
         """The answer to a request this interceptor saw (e.g. was a forced tool called?).
@@ -162,6 +192,18 @@ class Interceptors(Interceptor):
             if not _neutral(result):
                 return result
         return Continue()
+
+    def turn_answered(self) -> AssistantMessage | None:
+        for part in self.parts:
+            answer = part.turn_answered()
+            if answer is not None:
+                return answer
+        return None
+
+    def fork_tools(self, tools: Sequence[ToolDefinition]) -> Sequence[ToolDefinition]:
+        for part in self.parts:
+            tools = part.fork_tools(tools)
+        return tools
 
     def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
         for part in self.parts:

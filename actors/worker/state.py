@@ -32,6 +32,8 @@ class SessionState:
     subscribers: list[Any] = field(default_factory=list)
     stash: list[Item] = field(default_factory=list)
     """Items prepared for the current submit (resolved file references)."""
+    output: Any = None
+    """The current run's structured-output contract (``actors.output.OutputRun``), if any."""
     hook_gate: HookGate = field(default_factory=HookGate)
     """The session's admission to the hook lane for hooks: it outlives a worker
     incarnation, so hooks abandoned by a crashed worker still count against its cap."""

@@ -54,6 +54,7 @@ from fore.actors.blobs.summary import fits_utf8, truncated_fallback
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
+from fore.actors.output.interceptor import start_output
 from fore.actors.speculation.fork import snapshot_version
 from fore.actors.tools.base import ToolRegistry, ToolServices
 from fore.actors.worker.hookrun import DetachedChain, HookJob
@@ -90,7 +91,13 @@ from fore.actors.worker.hooks import (
     outcome_problem,
     raised_error,
 )
-from fore.actors.worker.interceptor import Boundary, ContinueWith, Interceptor, RetryRequest
+from fore.actors.worker.interceptor import (
+    AnswerCall,
+    Boundary,
+    ContinueWith,
+    Interceptor,
+    RetryRequest,
+)
 from fore.actors.worker.persistence import Persistence, TurnWriter
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
@@ -117,6 +124,7 @@ from fore.messages.llm import (
     LlmTextDelta,
     LlmToolCallDelta,
     Purpose,
+    ToolChoice,
     Usage,
 )
 from fore.messages.session import (
@@ -183,6 +191,11 @@ def _needs_store(item: _Call, threshold: int) -> bool:
 
 def _fits(text: str, threshold: int) -> bool:
     return not _may_exceed(text, threshold)
+
+
+def wrap_up_choice(wrap_up: bool, turn: int, max_turns: int) -> ToolChoice:
+    """The tool choice of LLM call ``turn`` of ``max_turns`` (see ``WorkerConfig.wrap_up``)."""
+    return "none" if wrap_up and turn >= max_turns else "auto"
 
 
 def _live(run: _Run) -> bool:
@@ -301,6 +314,14 @@ class WorkerConfig:
     (``ToolCall.arguments_error``) a run hands back to the model as error results,
     so it can correct itself; the next one ends the run as an LLM protocol error.
     ``0``: the first one does."""
+    wrap_up: bool = False
+    """Make the last LLM call the run's budget allows with ``tool_choice: "none"``.
+
+    A model that keeps calling tools (small local models in llama.cpp's
+    function-calling mode do) otherwise ends every run at ``max_turns`` with
+    no answer; with ``wrap_up`` its last call must answer from what the tools
+    returned -- LangChain's ``early_stopping_method="generate"``. A hook or
+    interceptor that sets its own ``tool_choice`` still wins."""
     persist: Persistence | None = None
     """The session's write-ahead to its session store (:mod:`actors.worker.persistence`);
     ``None``: history lives in memory only (no store, or a speculation's worker)."""
@@ -379,6 +400,9 @@ class _Run:
     saving: bool = False
     """Its end is being written to the session store (reported once that is done)."""
     ended: bool = False
+    output: Any = None
+    """Structured output: the run's ``OutputRun`` (actors.output), shared with the
+    OutputInterceptor through ``SessionState.output`` while the run is current."""
 
 
 @dataclass
@@ -422,6 +446,7 @@ class Worker(ForeActor):
 
     def on_start(self) -> None:
         self.config.interceptor.attach(self.alert)
+        self.state.output = None  # a crashed incarnation's structured run is over
         if self._writer is not None and self._writer.started():
             # A restart: history comes back from the session store first.
             self._held = []
@@ -782,6 +807,7 @@ class Worker(ForeActor):
                 )
             if interrupt and current.phase != "paused":
                 raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
+        output = start_output(message.output, self.config.interceptor)  # refuses, or None
         if sid is not None:
             self._seen_submits[sid] = None
             while len(self._seen_submits) > MAX_EARLY_CANCELS:
@@ -792,6 +818,7 @@ class Worker(ForeActor):
             max_turns=message.max_turns or self.config.max_turns,
             reply=self.defer_reply(),
             submit_id=sid,
+            output=output,
         )
         if early is not None:
             # Its cancel overtook it on the control lane: it never starts.
@@ -815,6 +842,7 @@ class Worker(ForeActor):
             self._answer_unstarted(run, "cancelled", run.cancel_reason)
             return
         self._run = run
+        self.state.output = run.output  # structured output: read by the OutputInterceptor
         run.phase = "preparing"
         preparer = self.config.preparer
         segments = submit_segments(message)
@@ -922,6 +950,10 @@ class Worker(ForeActor):
         """
         if not _live(run):
             return
+        answered = self.config.interceptor.turn_answered() if retry is None else None
+        if answered is not None:  # e.g. structured output's final_answer was accepted
+            self._turn_end(run, answered)
+            return
         if run.pause_requested is not None:
             reason, run.pause_requested = run.pause_requested, None
             point: tuple[Any, ...] = ("llm",) if retry is None else ("llm", retry)
@@ -947,7 +979,7 @@ class Worker(ForeActor):
                 turn=run.turns + 1,
                 messages=messages,
                 tools=list(config.tools.definitions(exclude=config.hidden_tools)),
-                tool_choice="auto",
+                tool_choice=wrap_up_choice(config.wrap_up, run.turns + 1, run.max_turns),
                 model_name=config.model_name,
             )
             verdict = config.interceptor.pre_llm_request(base)
@@ -1000,6 +1032,7 @@ class Worker(ForeActor):
             "messages": tuple(ctx.messages),
             "tools": tuple(ctx.tools),
             "tool_choice": ctx.tool_choice,
+            "response_schema": ctx.response_schema,
             "stream_tool_deltas": False,  # LlmCompleted carries the assembled calls
             "stream": self.config.stream,
             "model": self.config.model,
@@ -1224,6 +1257,11 @@ class Worker(ForeActor):
                     self._skip(item, verdict.reason)
                     run.index += 1
                     continue
+                if isinstance(verdict, AnswerCall):  # Fore's own call (final_answer)
+                    self._synthetic(item, verdict.output, "answered", is_error=verdict.is_error)
+                    item.explicit = Inline(text=verdict.output)  # the model must read it all
+                    run.index += 1
+                    continue
                 if isinstance(verdict, Abort):
                     self._abort_calls(run, "aborted", verdict.reason or "aborted by policy")
                     return
@@ -1313,13 +1351,13 @@ class Worker(ForeActor):
         )
 
     @staticmethod
-    def _synthetic(item: _Call, output: str, outcome: str) -> None:
+    def _synthetic(item: _Call, output: str, outcome: str, *, is_error: bool = True) -> None:
         """The call does not run: ``output`` is its (error) result."""
         item.status = "skipped"
         item.outcome = outcome
         item.post_done = True  # synthetic: nothing for post hooks to check
         item.result = ToolResult(
-            call_id=item.call.id, name=item.call.name, output=output, is_error=True
+            call_id=item.call.id, name=item.call.name, output=output, is_error=is_error
         )
 
     # -- tools: running -----------------------------------------------------------------
@@ -1899,7 +1937,7 @@ class Worker(ForeActor):
         if self.config.system_prompt and isinstance(first, SystemMessage):
             system = first.text
             sent.pop(0)
-        tools = tuple(ctx.tools)
+        tools = tuple(self.config.interceptor.fork_tools(ctx.tools))
         return ForkSnapshot(
             session_id=self.config.session_id,
             version=snapshot_version(system, tools),
@@ -1910,6 +1948,9 @@ class Worker(ForeActor):
         )
 
     def _result(self, run: _Run, status: RunStatus, error: str | None) -> TurnResult:
+        output, output_error = (
+            (None, None) if run.output is None else run.output.outcome(status, error)
+        )
         return TurnResult(
             run_id=run.run_id,
             session_id=self.config.session_id,
@@ -1921,6 +1962,8 @@ class Worker(ForeActor):
             turns=run.turns,
             usage=run.usage,
             boundary=run.boundary,
+            output=output,
+            output_error=output_error,
         )
 
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
@@ -1939,6 +1982,7 @@ class Worker(ForeActor):
         run.ended = True
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
+        self.state.output = None  # nor does a structured run's contract
         try:
             self.config.interceptor.on_run_end(status)
         except Exception:

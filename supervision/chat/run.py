@@ -60,8 +60,8 @@ def terminal_problem(stdin: TextIO, stdout: TextIO) -> str | None:
         interactive = False
     if not interactive:
         return (
-            "fore chat needs an interactive terminal (stdin and stdout must be a TTY); "
-            "for one headless turn use: fore run --workspace DIR PROMPT"
+            "fore chat: needs an interactive terminal (stdin and stdout must be a TTY); "
+            "for one headless turn use: fore run PROMPT"
         )
     try:
         # The terminal's own size: COLUMNS / LINES in the environment may be stale.
@@ -70,7 +70,7 @@ def terminal_problem(stdin: TextIO, stdout: TextIO) -> str | None:
         columns, lines = 0, 0
     if columns < MIN_COLUMNS or lines < MIN_ROWS:
         return (
-            f"fore chat needs a terminal of at least {MIN_COLUMNS}x{MIN_ROWS} "
+            f"fore chat: needs a terminal of at least {MIN_COLUMNS}x{MIN_ROWS} "
             f"(this one is {columns}x{lines}): make the window larger"
         )
     return None

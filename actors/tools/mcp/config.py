@@ -28,6 +28,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+DEFAULT_MAX_LINE = 32 * 1024 * 1024
+"""The longest line (characters; one JSON-RPC message) read from a stdio server."""
+
 TOOL_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 _LAUNCHERS = frozenset(
@@ -81,7 +84,8 @@ class MCPServerStdio(MCPServer):
 
     ``MCPServerStdio("mcp-server-git", ["--repository", path])``. The process
     gets only a minimal environment (``PATH``, ``HOME``, ...) plus ``env``: the
-    runtime's credentials are not passed on.
+    runtime's credentials are not passed on. Each line the server writes (one
+    message) is read up to ``max_line`` characters (32 Mi by default).
     """
 
     kind: Literal["stdio"] = "stdio"
@@ -89,6 +93,10 @@ class MCPServerStdio(MCPServer):
     args: tuple[str, ...] = ()
     env: dict[str, str] | None = None
     cwd: str | None = None
+    max_line: int = Field(default=DEFAULT_MAX_LINE, ge=1024)
+    """The longest line (one JSON-RPC message, in characters) read from the server; a
+    longer one closes the connection (it is restarted as after a crash). The SDK alone
+    would read an endless line into memory (actors/tools/mcp/stdio.py)."""
 
     def __init__(self, command: str | None = None, args: Sequence[str] = (), **data: Any) -> None:
         if command is not None:
@@ -112,7 +120,7 @@ class MCPServerStdio(MCPServer):
 
     def connection_key(self) -> tuple[Any, ...]:
         env = tuple(sorted((self.env or {}).items()))
-        return ("stdio", self.command, self.args, env, self.cwd)
+        return ("stdio", self.command, self.args, env, self.cwd, self.max_line)
 
     def default_name(self) -> str:
         words = [self.command, *self.args]

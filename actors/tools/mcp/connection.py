@@ -44,6 +44,7 @@ from typing import Any, Literal
 from fore.actors.core.logs import get_logger
 from fore.actors.tools.base import ToolError
 from fore.actors.tools.mcp.config import MCPServer, MCPServerHTTP, MCPServerStdio, describe
+from fore.actors.tools.mcp.stdio import bounded_stdio_client
 from fore.messages.alerts import AlertLevel
 
 log = get_logger(__name__)
@@ -308,8 +309,6 @@ class MCPConnection:
             self._connection_lost(lost, "the server's output ended (did it exit?)")
 
         if isinstance(config, MCPServerStdio):
-            from mcp.client.stdio import stdio_client
-
             params = mcp.StdioServerParameters(
                 command=config.command,
                 args=list(config.args),
@@ -318,7 +317,8 @@ class MCPConnection:
                 encoding_error_handler="replace",
             )
             errlog = stack.enter_context(self._stderr_file())
-            transport: Any = stdio_client(params, errlog=errlog)
+            # The SDK's transport with the server's output lines bounded (stdio.py).
+            transport: Any = bounded_stdio_client(params, errlog, config.max_line)
         elif isinstance(config, MCPServerHTTP):
             from mcp.client.streamable_http import streamable_http_client
 

@@ -1,0 +1,30 @@
+"""Typed asks that mypy --strict must reject, each on the line marked ``# E: <code>``."""
+
+from __future__ import annotations
+
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import tell_quietly
+from fore.messages.address import Address, Recipient
+from fore.supervision.session import EventQueue
+from tests.typing.snippets.asks import Asker, Name, Note, Ping, PingMessage
+
+
+class BadAsker(Asker):
+    """Each marked line is a mistake the types must catch."""
+
+    def asks(
+        self, target: Address[PingMessage], names: Address[Name], notes: Recipient[Note]
+    ) -> None:
+        # The continuation expects a str; a Ping is answered with an int.
+        self.ask_typed(target, Ping(), self.got_str)  # E: arg-type
+        # The target does not accept a Ping.
+        self.ask_typed(names, Ping(), self.got_int)  # E: misc
+        # A notice is not a request: it declares no answer.
+        self.ask_typed(target, Note(), self.got_any_answer)  # E: arg-type
+        # The recipient does not accept a Ping.
+        tell_quietly(notes, Ping())  # E: misc
+        # An event queue can be told, not asked.
+        queue: Address[Note] = EventQueue()  # E: assignment
+        # The future carries the declared answer type.
+        wrong: PooledFuture[str] = self.ask_typed(target, Ping(), print)  # E: arg-type
+        assert queue and wrong

@@ -266,6 +266,7 @@ def test_stored_args_take_overrides_first_and_name_missing_tools(tmp_path: Path)
         tools=(tool_a,),
         builtin=("read_file",),
         max_turns=7,
+        wrap_up=True,
         speculation=SpeculationConfig(enabled=True, max_turns=3),
     )
     config, _ = session_config(original)
@@ -274,7 +275,7 @@ def test_stored_args_take_overrides_first_and_name_missing_tools(tmp_path: Path)
         config, model=model, workspace=str(tmp_path), overrides={"max_turns": 9}
     )
     assert args.system_prompt == "be kind" and args.max_turns == 9
-    assert args.builtin == ("read_file",)
+    assert args.builtin == ("read_file",) and args.wrap_up is True
     assert args.speculation == SpeculationConfig(enabled=True, max_turns=3)
     assert any("tool_a" in w for w in warnings)
     args, warnings = stored_args(

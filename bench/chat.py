@@ -270,8 +270,8 @@ def run(*, quick: bool = False, rounds: int | None = None) -> dict[str, float]:
         pane.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    columns = ["measurement (ms)", "p50", "p90", "p99", "max", "p99 / baseline"]
-    columns.append(f"p99 ≤ {TARGET_MS:.0f}")
+    columns = ["measurement", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)", "p99 / baseline (×)"]
+    columns.append(f"p99 ≤ {TARGET_MS:.0f} ms")
     for title, pick in (
         (f"fore chat under tmux, {rounds} rounds each, from the key sent to tmux", "from_send"),
         ("the same, from the app's key binding (tmux and the pty left out)", "from_key"),
@@ -294,11 +294,11 @@ def run(*, quick: bool = False, rounds: int | None = None) -> dict[str, float]:
                 _row("Tab → transcript shown", values(shown), base),
             ],
         )
-    labels = [f"< {BUCKETS_MS[0]:.0f}"]
-    labels += [f"{lo:.0f}-{hi:.0f}" for lo, hi in itertools.pairwise(BUCKETS_MS)]
-    labels.append(f"≥ {BUCKETS_MS[-1]:.0f}")
+    labels = [f"< {BUCKETS_MS[0]:.0f} ms (n)"]
+    labels += [f"{lo:.0f}-{hi:.0f} ms (n)" for lo, hi in itertools.pairwise(BUCKETS_MS)]
+    labels.append(f"≥ {BUCKETS_MS[-1]:.0f} ms (n)")
     table(
-        "distribution (count per bucket, ms, from the key sent)",
+        "distribution (rounds per bucket, from the key sent)",
         ["measurement", *labels],
         [
             _histogram("baseline echo", echoes.from_send),

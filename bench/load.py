@@ -75,12 +75,13 @@ import psutil
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fore.actors.core import PooledActor, handles
-from fore.actors.llm import OpenAICompatible, RetryPolicy, evloop
+from fore.actors.llm import AnthropicModel, OpenAICompatible, RetryPolicy, evloop
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
 from fore.bench._common import console, percentile
 from fore.bench.report_accounting import Accounting, Ledger
+from fore.bench.report_cache import cache_summary
 from fore.bench.workload import USER_PROMPTS, make_workspace, script
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import EventBase, Subscribe, TurnResult
@@ -207,6 +208,9 @@ class LoadOptions:
     """Speculate only with headroom (the runtime's default); off: speculate always."""
     seed: int = 1
     progress: bool = True
+    provider: str = "openai"
+    """The mock's wire protocol the sessions speak: ``openai`` (Chat Completions) or
+    ``anthropic`` (Messages, with prompt caching: the report's "prompt cache" rows)."""
     store: str | None = None
     """``"sqlite"``: every session in a SQLite session store (a file of the run's temp
     directory), each turn written ahead of its report (``fore bench --store sqlite``)."""
@@ -517,6 +521,8 @@ class LoadReport:
     (cumulative)."""
     interrupted: bool = False
     """Ctrl-C ended the run: the figures are of what finished before it."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Prompt-cache figures by purpose (``--provider anthropic``; :mod:`bench.report_cache`)."""
 
 
 def count_overlay_dirs(rt: Runtime) -> int:
@@ -703,12 +709,7 @@ def _run(
             tune_process=True,
             store=f"sqlite:///{root / 'sessions.db'}" if options.store == "sqlite" else None,
         )
-        model = OpenAICompatible(
-            base_url=server.base_url,
-            api_key="bench",
-            model="mock",
-            retry=RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5),
-        )
+        model = _bench_model(options.provider, server)
         config = SpeculationConfig(
             enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
         )
@@ -828,6 +829,7 @@ def _run(
         report.teardown_s = teardown
         report.wall_total_s = time.monotonic() - begun
         report.rounds_cut = rounds_cut
+        report.cache = cache_summary(options.provider, getattr(model, "meter", None))
         if leaked_threads:
             report.errors.append(
                 "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])
@@ -852,6 +854,14 @@ def _run(
             configure_logging(level="critical")
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _bench_model(provider: str, server: Any) -> Any:
+    """The sessions' model: the mock over ``provider``'s wire protocol (issue 27)."""
+    retry = RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5)
+    if provider == "anthropic":
+        return AnthropicModel(base_url=server.root_url, api_key="bench", model="mock", retry=retry)
+    return OpenAICompatible(base_url=server.base_url, api_key="bench", model="mock", retry=retry)
 
 
 def _report(

@@ -78,6 +78,10 @@ GLOSSARY: dict[str, str] = {
     "leaks": "after shutdown, all must be 0: a session's overlays on disk after its close, "
     "overlay directories after the runtime's close, threads, file descriptors, live actors, "
     "an unclean close.",
+    "prompt cache": "--provider anthropic: each request's input tokens as the server billed "
+    "them -- at the full price, written to the cache (1.25× the price) or read from it (0.1×); "
+    "the target is the share of fork input (suggestions, speculations, pipelined) read from "
+    "the cache.",
     "p50 / p95 / p99 (n)": "nearest-rank percentiles over n samples; '—' says why there are "
     "none; a p99 over 50 samples or fewer is simply the largest.",
 }
@@ -116,6 +120,7 @@ def _options_line(report: LoadReport) -> str:
         f"edit-p {o.get('edit_p')}",
         f"ttft {float(o.get('ttft_ms', 0)):g} ms, {float(o.get('tokens_per_s', 0)):g} tok/s",
         f"governor {'on' if o.get('governor') else 'off'}",
+        *([f"provider {o['provider']}"] if o.get("provider", "openai") != "openai" else []),
         f"seed {o.get('seed')}",
     ]
     return ", ".join(parts)
@@ -248,6 +253,10 @@ def sections(report: LoadReport, comparison: Comparison | None = None) -> list[S
             ],
         )
     )
+    if report.cache:  # --provider anthropic (issue 27)
+        from fore.bench.report_cache import cache_rows
+
+        out.append(Section(f"prompt cache ({report.cache['provider']})", cache_rows(report.cache)))
     if comparison is not None:
         on, off = comparison.on_ms, comparison.off_ms
         count = len(comparison.pairs)
@@ -327,6 +336,11 @@ def verdict(
             short="leaks",
         )
     )
+    from fore.bench.report_cache import cache_target  # --provider anthropic (issue 27)
+
+    cached = cache_target(report.cache, int(report.options.get("turns") or 0))
+    if cached is not None:
+        targets.append(cached)
     unaccounted = sum(_unaccounted(r) for r in reports)
     targets.append(
         Target(

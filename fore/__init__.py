@@ -32,13 +32,14 @@ if TYPE_CHECKING:
     from fore.actors.core.logs import configure_logging
     from fore.actors.gate.shell import classify_shell_command
     from fore.actors.gate.tool_gate import evaluate_tool_call
+    from fore.actors.llm.anthropic import AnthropicModel
     from fore.actors.llm.errors import LlmException
     from fore.actors.llm.models import ChatModel, OpenAICompatible, RetryPolicy, Timeouts
     from fore.actors.output.contract import OutputValidationError
     from fore.actors.speculation.governor import LoadGovernor
-    from fore.actors.store.errors import SessionLeased, SessionNotFound
     from fore.actors.tools.base import FunctionTool, Tool, ToolContext, ToolError
     from fore.actors.tools.decorator import tool
+    from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
     from fore.actors.worker.hooks import (
         Abort,
         Cancel,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         SpeculationConfig,
         SpeculationFinished,
         SpeculationSkipped,
+        SpeculationStatusChanged,
         Suggestion,
         SuggestionReady,
     )
@@ -97,10 +99,13 @@ _WHERE: dict[str, str] = {
     "Session": "fore.supervision.session",
     "SpeculationConfig": "fore.messages.speculation",
     "ApprovalMode": "fore.messages.gate",
+    "ApprovalRequest": "fore.actors.worker.approval",
+    "ApprovalDecision": "fore.actors.worker.approval",
     "LoadGovernor": "fore.actors.speculation.governor",
     # models
     "ChatModel": "fore.actors.llm.models",
     "OpenAICompatible": "fore.actors.llm.models",
+    "AnthropicModel": "fore.actors.llm.anthropic",
     "RetryPolicy": "fore.actors.llm.models",
     "Timeouts": "fore.actors.llm.models",
     # tools
@@ -146,14 +151,11 @@ _WHERE: dict[str, str] = {
     "LlmRetried": "fore.messages.session",
     "SuggestionReady": "fore.messages.speculation",
     "SpeculationFinished": "fore.messages.speculation",
+    "SpeculationStatusChanged": "fore.messages.speculation",
     "SpeculationSkipped": "fore.messages.speculation",
     # errors
     "LlmException": "fore.actors.llm.errors",
     "OutputValidationError": "fore.actors.output.contract",
-    # the session store (Runtime(store=...), resume_session); StoreError, their base and
-    # the error of a bad store at Runtime(...), is a ForeError (the 60-name budget)
-    "SessionNotFound": "fore.actors.store.errors",
-    "SessionLeased": "fore.actors.store.errors",
     # utilities
     "classify_shell_command": "fore.actors.gate.shell",
     "evaluate_tool_call": "fore.actors.gate.tool_gate",
@@ -166,7 +168,10 @@ __all__ = [
     "Alert",
     "AlertLevel",
     "AlertRaised",
+    "AnthropicModel",
+    "ApprovalDecision",
     "ApprovalMode",
+    "ApprovalRequest",
     "AssistantMessage",
     "Cancel",
     "ChatModel",
@@ -192,12 +197,11 @@ __all__ = [
     "Runtime",
     "Session",
     "SessionEvent",
-    "SessionLeased",
-    "SessionNotFound",
     "Skip",
     "SpeculationConfig",
     "SpeculationFinished",
     "SpeculationSkipped",
+    "SpeculationStatusChanged",
     "Suggestion",
     "SuggestionReady",
     "SystemMessage",

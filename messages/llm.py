@@ -47,12 +47,43 @@ class ResponseSchema(Message):
 
 
 class Usage(Message):
-    """Token accounting of one completed request."""
+    """Token accounting of one completed request (or a sum of them: ``a + b``).
+
+    ``prompt_tokens`` is every input token the model read, cached or not, so
+    that prompts compare across providers; of those, ``cached_tokens`` were
+    read from the provider's prompt cache (OpenAI's
+    ``prompt_tokens_details.cached_tokens``, Anthropic's
+    ``cache_read_input_tokens``: billed at a fraction of the input price) and
+    ``cache_write_tokens`` were written to it (Anthropic's
+    ``cache_creation_input_tokens``: billed *above* the input price; OpenAI
+    caches implicitly and reports none). The input billed at the full price
+    is :attr:`uncached_input_tokens`.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     cached_tokens: int = 0
+    """Of ``prompt_tokens``: read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Of ``prompt_tokens``: written to the provider's prompt cache by this request."""
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        """Input tokens billed at the full price: neither read from nor written to a cache."""
+        return max(0, self.prompt_tokens - self.cached_tokens - self.cache_write_tokens)
+
+    def __add__(self, other: Usage) -> Usage:
+        """Field-wise sum (a run's usage over its requests)."""
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
 
 
 class LlmRequest(Message):

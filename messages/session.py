@@ -176,6 +176,17 @@ class AddTool(Message):
     tool: Any = Field(exclude=True)
 
 
+class SetModel(Message):
+    """Switch the session's model from its next run on (``Session.set_model``).
+
+    Refused (``WorkerBusy``) while a run is in progress. ``model_name`` is the
+    wire name to send (empty: the model object's own ``name``).
+    """
+
+    model: Any = Field(exclude=True)
+    model_name: str = ""
+
+
 class GetHistory(Message):
     """Ask for the session's history (a tuple of items)."""
 

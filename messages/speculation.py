@@ -191,6 +191,33 @@ class SpeculationProgress(EventBase):
     speculation_id: str
     inner: str
     detail: str = ""
+    tool_calls: int = 0
+    """Tool calls the speculation has started so far."""
+    files_written: int = 0
+    """Files its overlay holds so far (written or deleted)."""
+
+
+class SpeculationStatusChanged(EventBase):
+    """The session's speculation status changed: push, instead of polling ``s.speculation``.
+
+    Sent by the session supervisor after any message that changed what
+    ``s.speculation`` / ``s.suggestion`` would answer -- the status of the
+    session's *current* speculation: it started (``running``), ran a tool or
+    wrote a file (``tool_calls``, ``files_written``), finished (``completed``,
+    ``boundary`` with its tool and reason, ``failed``, ``empty``), was aborted
+    (``aborted``, ``stale``) or not started (``skipped``), Tab began
+    (``accepting``) or ended (``accepted``), or the suggestion on offer
+    appeared or went away (``shown``). Consecutive events always differ.
+    When one step both ends a speculation and starts the next (the pipelined
+    suggestion after Tab, a speculation started again under a stricter
+    approval mode), the status moves straight to the new one's: every
+    speculation's own end is its :class:`SpeculationFinished`.
+    """
+
+    kind: Literal["speculation_status"] = "speculation_status"
+    status: SpeculationStatus
+    shown: str | None = None
+    """The suggestion on offer now (what ``s.suggestion`` answers; Tab accepts it)."""
 
 
 SpeculationOutcome = Literal[
@@ -254,6 +281,30 @@ class AbortSpeculation(ControlMessage):
     """When the user did what aborts it (``time.monotonic()``)."""
 
 
+class CancelAccept(ControlMessage):
+    """Call off a Tab still waiting for its speculation (``Session.cancel()``, Ctrl-C).
+
+    If the speculation's work has not begun to be applied, it is aborted and
+    the accept answers ``aborted``: nothing is applied. An accept already
+    applying completes (files are never left without their history).
+    """
+
+    reason: str = "cancelled by user"
+
+
+class SetApprovalMode(Message):
+    """The session's approval mode changed (``Session.set_approval_mode``).
+
+    The session supervisor gives new speculations the new mode (the gate's);
+    a stricter mode aborts the speculation on offer -- its work may hold what
+    the new mode would ask about -- and speculates on the suggestion again
+    under the new mode; ``plan`` withdraws the suggestion (no suggestions in
+    plan mode). Answered with ``None``.
+    """
+
+    mode: ApprovalMode
+
+
 class AcceptSuggestion(Message):
     """Tab: accept the current suggestion (answered with :class:`AcceptResult`)."""
 
@@ -274,6 +325,8 @@ class SubmitPrompt(Message):
     the value), always a new run -- the speculation is aborted like for other text."""
     at: float = Field(default_factory=time.monotonic)
     """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
+    submit_id: str | None = Field(default=None, min_length=1, max_length=200)
+    """Passed on to the worker's ``Submit`` (a ``CancelRun`` naming it reaches it)."""
 
 
 class GetSpeculation(Message):

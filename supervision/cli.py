@@ -184,6 +184,16 @@ class _Failed(Exception):
     """A failure to set up, reported as one line, exit code 1."""
 
 
+def _provider_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--provider",
+        choices=("openai", "anthropic"),
+        help="the endpoint's API: openai (Chat Completions) or anthropic (Messages); "
+        "default: inferred -- anthropic for a base URL on anthropic.com, or with "
+        "ANTHROPIC_API_KEY set and no OpenAI configuration; else openai",
+    )
+
+
 def _api_key_flags(parser: argparse.ArgumentParser) -> None:
     """Where the API key comes from: the environment, or a file -- not the command line.
 
@@ -351,6 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain", action="store_true", help="print a glossary of the report's terms"
     )
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument(
+        "--provider",
+        choices=("openai", "anthropic"),
+        default="openai",
+        help="the mock's wire protocol: openai (default) or anthropic (Messages API with "
+        "prompt caching; the report adds the share of fork input read from the cache)",
+    )
     _log_level_flag(bench, "error")
 
     run = sub.add_parser(
@@ -379,8 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--base-url",
         help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
-        "(default: FORE_BASE_URL / OPENAI_BASE_URL)",
+        "(default: FORE_BASE_URL / OPENAI_BASE_URL), or an Anthropic one",
     )
+    _provider_flag(run)
     run.add_argument(
         "--model", help="the model name for the endpoint (default: FORE_MODEL / OPENAI_MODEL)"
     )
@@ -431,8 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat_source.add_argument("--script", help="a scripted-model JSON file (offline)")
     chat_source.add_argument(
         "--base-url",
-        help="an OpenAI-compatible endpoint (default: FORE_BASE_URL / OPENAI_BASE_URL)",
+        help="an OpenAI-compatible endpoint (default: FORE_BASE_URL / OPENAI_BASE_URL), "
+        "or an Anthropic one",
     )
+    _provider_flag(chat)
     chat.add_argument("--model", help="the model name (default: FORE_MODEL / OPENAI_MODEL)")
     _api_key_flags(chat)
     chat.add_argument("--system", help="a system prompt")
@@ -580,6 +600,7 @@ def _bench(args: argparse.Namespace) -> int:
         governor=not args.no_governor,
         seed=args.seed,
         progress=not args.no_progress,
+        provider=args.provider,
     )
     if args.store:  # the session store's cost (bench/store_load.py)
         from fore.bench.store_load import run_store_comparison
@@ -687,6 +708,13 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
             return ScriptedModel.from_file(args.script)
         except ScriptError as exc:
             raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
+    # -- --provider (issue 27) --
+    from fore.actors.llm.providers import infer_provider
+
+    configured = args.base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL")
+    if infer_provider(args.provider, configured, os.environ) == "anthropic":
+        return _anthropic_model(args, command, api_key)
+    # --
     base_url = args.base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL")
     if not base_url:
         sources = (
@@ -715,6 +743,28 @@ def _run_model(args: argparse.Namespace, command: str = "run") -> Any:
             stream=False if args.no_stream else None,
         )
     except ValueError as exc:  # e.g. a malformed FORE_EXTRA_HEADERS
+        raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
+
+
+def _anthropic_model(args: argparse.Namespace, command: str, api_key: str | None) -> Any:
+    """``--provider anthropic``: the Messages API (defaults: ``AnthropicModel``'s; the key
+    from ``--api-key-file`` or else ``ANTHROPIC_API_KEY`` / ``FORE_API_KEY``)."""
+    from fore.actors.llm import AnthropicModel, RetryPolicy
+    from fore.actors.llm.providers import is_anthropic_url
+
+    base_url = args.base_url or _env("ANTHROPIC_BASE_URL")
+    fallback = _env("FORE_BASE_URL", "OPENAI_BASE_URL")
+    if base_url is None and fallback is not None and is_anthropic_url(fallback):
+        base_url = fallback
+    try:
+        return AnthropicModel(
+            base_url=base_url,
+            model=args.model,
+            api_key=api_key,
+            retry=RetryPolicy(max_retries=1, initial_backoff=0.2),
+            stream=False if getattr(args, "no_stream", False) else None,
+        )
+    except ValueError as exc:
         raise UsageError(f"{PROG} {command}: {' '.join(str(exc).split())}") from None
 
 
@@ -788,7 +838,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.session is not None and store is None:
         raise UsageError(f"{PROG} run: --session needs a session store (not --no-store)")
     # Continuing a session: its stored endpoint unless flags name a model.
-    explicit = args.script is not None or args.base_url is not None
+    explicit = args.script is not None or args.base_url is not None or args.provider is not None
     model = _run_model(args) if args.session is None or explicit else None
 
     out = _Output(sys.stdout, as_json=args.json)
@@ -884,7 +934,7 @@ def _chat(args: argparse.Namespace) -> int:
     from fore.supervision.chat.run import ChatError, ChatOptions, chat
 
     # Resuming without a model named: the stored session's endpoint is rebuilt.
-    explicit = args.script is not None or args.base_url is not None
+    explicit = args.script is not None or args.base_url is not None or args.provider is not None
     resuming = args.resume is not None and not explicit
     model = None if args.demo or resuming else _run_model(args, "chat")
     options = ChatOptions(

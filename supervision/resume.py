@@ -90,6 +90,9 @@ class SessionArgs:
     file_ref_cap: int = 16_384
     speculation: SpeculationConfig | None = None
     fast_model: ChatModel | None = None
+    approval: Any = None
+    """An ApprovalPolicy, ApprovalMode or mode name (issue 24); in-process, never stored."""
+    approver: Any = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Open-session arguments added later (other issues) that this module does not know."""
 
@@ -115,6 +118,8 @@ class SessionArgs:
             "file_ref_cap": self.file_ref_cap,
             "speculation": self.speculation,
             "fast_model": self.fast_model,
+            "approval": self.approval,
+            "approver": self.approver,
             **self.extra,
         }
 
@@ -316,6 +321,8 @@ def stored_args(
         file_ref_cap=pick("file_ref_cap", int, 16_384),
         speculation=speculation,
         fast_model=overrides.get("fast_model"),
+        approval=overrides.get("approval"),
+        approver=overrides.get("approver"),
     )
     warnings = _missing(config, args)
     return args, warnings

@@ -68,6 +68,7 @@ from fore.actors.tools.noworkspace import NoWorkspace
 from fore.actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
 from fore.actors.tools.runner import ThreadRunner
 from fore.actors.tools.selection import choose_builtins
+from fore.actors.worker.approval import ApprovalPolicy, Approver, LiveApproval, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
 from fore.actors.worker.persistence import Persistence
@@ -81,6 +82,7 @@ from fore.actors.worker.worker import (
 from fore.messages.alerts import Alert, AlertLevel, ForgetSession
 from fore.messages.blob_store import ReleaseSession
 from fore.messages.blobs import BlobLimits
+from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Purpose
 from fore.messages.runtime import (
     ChildSpec,
@@ -328,6 +330,8 @@ class Runtime:
         file_ref_cap: int = 16_384,
         speculation: SpeculationConfig | None = None,
         fast_model: ChatModel | None = None,
+        approval: ApprovalPolicy | ApprovalMode | str | None = None,
+        approver: Approver | None = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -349,6 +353,15 @@ class Runtime:
         speculation). ``mcp_servers`` are MCP server configurations
         (:mod:`actors.tools.mcp`): their tools join the session's; a server
         that does not start is one alert, and the session opens without it.
+
+        ``approval`` holds the tool calls of normal turns to an
+        :class:`~actors.worker.approval.ApprovalPolicy` (or just a mode:
+        ``"default"``, ``"auto-edit"``, ``"yolo"``, ``"plan"``), asking
+        ``approver`` (called on the hook lane; it may wait for a person up to
+        the policy's ``timeout_s``) where the mode says to ask. ``approver``
+        alone means the ``default`` mode. The mode is also the speculation
+        gate's (it replaces ``speculation.approval_mode``). Without either,
+        calls run unasked and ``speculation.approval_mode`` gates speculation.
 
         On a runtime with a store (``Runtime(store=...)``) the session is
         created in the store first (its id, when not given, is the store's
@@ -375,6 +388,8 @@ class Runtime:
             file_ref_cap=file_ref_cap,
             speculation=speculation,
             fast_model=fast_model,
+            approval=approval,
+            approver=approver,
         )
         return self._open(args, session_id=session_id)
 
@@ -418,6 +433,8 @@ class Runtime:
         speculation: SpeculationConfig | None = None,
         fast_model: ChatModel | None = None,
         wrap_up: bool | None = None,
+        approval: ApprovalPolicy | ApprovalMode | str | None = None,
+        approver: Approver | None = None,
     ) -> Session:
         """Open a stored session again: the same id, its history, ready for the next prompt.
 
@@ -456,6 +473,8 @@ class Runtime:
                 "speculation": speculation,
                 "fast_model": fast_model,
                 "wrap_up": wrap_up,
+                "approval": approval,
+                "approver": approver,
             }
             place = (
                 workspace
@@ -557,8 +576,17 @@ class Runtime:
         max_batch_calls, max_argument_retries = args.max_batch_calls, args.max_argument_retries
         purpose, file_ref_cap, speculation = args.purpose, args.file_ref_cap, args.speculation
         fast_model, wrap_up = args.fast_model, args.wrap_up
+        approval, approver = args.approval, args.approver
         spec_config = speculation or SpeculationConfig()
         fs: FsView = NoWorkspace() if workspace is None else WorkspaceFs(Path(workspace))
+        # -- approvals (issue 24): one mode for normal turns and the speculation gate --
+        live_approval: LiveApproval | None = None
+        if approval is not None or approver is not None:
+            policy = as_policy(approval if approval is not None else ApprovalMode.DEFAULT)
+            live_approval = LiveApproval(
+                policy, approver, workspace=fs.root if isinstance(fs, WorkspaceFs) else None
+            )
+            spec_config = spec_config.model_copy(update={"approval_mode": policy.mode})
         if workspace is None and spec_config.enabled:
             raise ValueError("speculation needs a workspace (open_session(workspace=...))")
         resolve_tool = Resolve()
@@ -577,7 +605,7 @@ class Runtime:
             base.extend(mcp_tools)
         registry = ToolRegistry(base)
         hooks = hooks or Hooks()
-        state = SessionState(history=history)
+        state = SessionState(history=history, approval=live_approval)
         pending = PendingActions()
         trusted: list[Interceptor] = [
             OutputInterceptor(state, model),  # structured output (submit(output_type=...))
@@ -653,6 +681,7 @@ class Runtime:
             pending_actions=pending,
             supervisor=session_sup,
             speculation=spec_config.enabled,
+            workspace=fs.root if isinstance(fs, WorkspaceFs) else None,
         )
         self._sessions[sid] = session
         self._session_models[sid] = (model, fast_model)
@@ -694,6 +723,11 @@ class Runtime:
     @property
     def open_sessions(self) -> list[str]:
         return list(self._sessions)
+
+    def _session_model_added(self, session_id: str, model: Any) -> None:
+        """``Session.set_model``: the new model forgets the session with the others."""
+        if session_id in self._session_models:
+            self._session_models[session_id] = (*self._session_models[session_id], model)
 
     def _forget_models(self, session_id: str) -> None:
         """Per-session model state (a script's cursor, ...) dies with the session."""

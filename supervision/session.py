@@ -1,22 +1,29 @@
-"""The session API: a thin synchronous facade over one session's actors.
+"""The session API: a thin facade over one session's actors.
 
 ``Session`` is for scripts, tests and UIs that live outside the actor world;
 the typed messages it sends (``Submit``, ``Resume``, ``CancelRun`` ...) are the
-real interface. Every blocking call has a timeout.
+real interface. Every blocking call has a timeout. asyncio applications use
+the ``a``-prefixed counterparts and :meth:`Session.stream`, which never block
+the event loop (:mod:`supervision.session_async`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pykka
 from pykka import ActorDeadError
 
+from fore.actors.core.future import PooledFuture
+from fore.actors.gate.tool_gate import parse_approval_mode
 from fore.actors.output.contract import (
     DEFAULT_MAX_OUTPUT_RETRIES,
     OutputValidationError,
@@ -24,9 +31,11 @@ from fore.actors.output.contract import (
 )
 from fore.actors.tools.base import Tool
 from fore.actors.tools.decorator import as_tool
+from fore.actors.worker.approval import ApprovalPolicy, LiveApproval
 from fore.actors.worker.hooks import Hooks
 from fore.messages.alerts import Alert, GetAlerts, SubscribeAlerts, UnsubscribeAlerts
 from fore.messages.conversation import Item, Segment
+from fore.messages.gate import ApprovalMode
 from fore.messages.session import (
     AddTool,
     AlertRaised,
@@ -34,9 +43,11 @@ from fore.messages.session import (
     EventBase,
     GetHistory,
     GetRunState,
+    OutputRequest,
     PauseRun,
     Resume,
     RunState,
+    SetModel,
     Submit,
     Subscribe,
     TurnResult,
@@ -46,11 +57,14 @@ from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSuggestion,
+    CancelAccept,
     GetSpeculation,
     Keystroke,
+    SetApprovalMode,
     SpeculationStatus,
     SubmitPrompt,
 )
+from fore.supervision.session_async import DEFAULT_STREAM_MAXLEN, EventStream, wait_answer
 
 if TYPE_CHECKING:
     from fore.supervision.handle import Handle
@@ -73,6 +87,8 @@ class EventQueue:
         self._cond = threading.Condition()
         self._closed = False
         self.dropped = 0
+        self.on_close: list[Callable[[], None]] = []
+        """Called once when the queue closes (the session's async streams end with it)."""
 
     def tell(self, event: Any) -> None:
         with self._cond:
@@ -101,8 +117,13 @@ class EventQueue:
 
     def close(self) -> None:
         with self._cond:
+            if self._closed:
+                return
             self._closed = True
             self._cond.notify_all()
+        listeners, self.on_close = self.on_close, []
+        for listener in listeners:
+            listener()
 
     @property
     def closed(self) -> bool:
@@ -112,7 +133,7 @@ class EventQueue:
 class _AlertEvents:
     """Turns the alert sink's alerts for one session into session events."""
 
-    def __init__(self, session_id: str, events: EventQueue) -> None:
+    def __init__(self, session_id: str, events: Any) -> None:
         self.session_id = session_id
         self.events = events
 
@@ -135,8 +156,11 @@ class Session:
         pending_actions: Any = None,
         supervisor: Any = None,
         speculation: bool = False,
+        workspace: Path | None = None,
     ) -> None:
         self.runtime = runtime
+        self.workspace = workspace
+        """The session's workspace (``None``: a session that touches no files)."""
         self._supervisor = supervisor
         self._speculation = speculation
         self.pending_actions = pending_actions
@@ -152,6 +176,8 @@ class Session:
         self._pending_lock = threading.Lock()
         self._pending_submits: set[str] = set()
         """Submit ids of this object's submits still waiting for their answer."""
+        self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
+        self._events.on_close.append(self._close_streams)
         worker.ask(Subscribe(address=self._events), timeout=30)
         if supervisor is not None:
             supervisor.ask(Subscribe(address=self._events), timeout=30)
@@ -245,30 +271,14 @@ class Session:
         debounced -- only Tab is -- because typing and sending the text is an
         explicit request, not a double key press.
         """
-        frozen = tuple(segments) if segments is not None else None
         output = (
             None
             if output_type is None
             else output_request(output_type, max_retries=max_output_retries)
         )
-        if self._speculation and self._supervisor is not None:
-            # Through the session supervisor: submitting exactly the suggestion
-            # takes the accept path; anything else aborts the speculation first.
-            prompt = SubmitPrompt(text=text, segments=frozen, max_turns=max_turns, output=output)
-            try:
-                turn: TurnResult = self._supervisor.ask(prompt, timeout=timeout)
-            except pykka.Timeout:
-                self._cancel_quietly(CancelRun(reason="the submit timed out"))
-                raise
-            return turn
-        submit_id = uuid.uuid4().hex
-        message = Submit(
-            text=text, segments=frozen, max_turns=max_turns, submit_id=submit_id, output=output
-        )
-        with self._pending_lock:
-            self._pending_submits.add(submit_id)
+        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
         try:
-            result: TurnResult = self._worker.ask(message, timeout=timeout)
+            result: TurnResult = future.get()
         except pykka.Timeout:
             # Names this submit: cancels its run, or the submit itself if it has
             # not even reached the worker yet.
@@ -278,6 +288,48 @@ class Session:
             with self._pending_lock:
                 self._pending_submits.discard(submit_id)
         return result
+
+    def _send_submit(
+        self,
+        text: str | None,
+        segments: Sequence[Segment] | None,
+        max_turns: int | None,
+        timeout: float,
+        output: OutputRequest | None = None,
+    ) -> tuple[str, PooledFuture[Any]]:
+        """Send one submit (named, so :meth:`cancel` reaches it anywhere); its id and answer."""
+        frozen = tuple(segments) if segments is not None else None
+        submit_id = uuid.uuid4().hex
+        with self._pending_lock:
+            self._pending_submits.add(submit_id)
+        try:
+            if self._speculation and self._supervisor is not None:
+                # Through the session supervisor: submitting exactly the suggestion
+                # takes the accept path; anything else aborts the speculation first.
+                prompt = SubmitPrompt(
+                    text=text,
+                    segments=frozen,
+                    max_turns=max_turns,
+                    submit_id=submit_id,
+                    output=output,
+                )
+                future: PooledFuture[Any] = self._supervisor.ask(
+                    prompt, block=False, timeout=timeout
+                )
+            else:
+                message = Submit(
+                    text=text,
+                    segments=frozen,
+                    max_turns=max_turns,
+                    submit_id=submit_id,
+                    output=output,
+                )
+                future = self._worker.ask(message, block=False, timeout=timeout)
+        except BaseException:
+            with self._pending_lock:
+                self._pending_submits.discard(submit_id)
+            raise
+        return submit_id, future
 
     @overload
     def ask(
@@ -392,7 +444,12 @@ class Session:
         names that submit, so it also works when it overtakes the submit on
         its way to the worker (the submit is then answered ``cancelled``
         without starting). Otherwise it cancels the run in progress, if any.
+        A Tab (:meth:`accept`) still waiting for a running speculation is called
+        off: it answers ``aborted`` and nothing is applied. Never waits.
         """
+        if self._supervisor is not None:
+            # A Tab still waiting for its speculation is called off (nothing applied).
+            self._supervisor.tell(CancelAccept(reason=reason))
         with self._pending_lock:
             pending = sorted(self._pending_submits)
         if not pending:
@@ -465,6 +522,155 @@ class Session:
         if self._closed:
             raise RuntimeError(f"session {self.id!r} is closed")
         return self.runtime._fork(self.id)
+
+    # -- approvals and the model (issue 24) --------------------------------------------
+
+    @property
+    def approval(self) -> ApprovalPolicy | None:
+        """The live approval policy of normal turns (mode, "always" tools), if any."""
+        live = self._state.approval
+        return None if live is None else live.policy()
+
+    def set_approval_mode(self, mode: ApprovalMode | str) -> None:
+        """Switch the approval mode of normal turns and of speculation (never waits).
+
+        Normal turns use it from their next tool call on. The speculation gate
+        gets it too: a stricter mode aborts the speculation on offer (its work
+        may hold what the new mode would ask about) and speculates on the
+        suggestion again under the new mode; ``plan`` withdraws the suggestion
+        and stops suggesting. A session opened without ``approval=`` gets a
+        policy now, without an approver: what would ask is refused.
+        """
+        new = parse_approval_mode(mode)
+        live = self._state.approval
+        if live is None:
+            self._state.approval = LiveApproval(
+                ApprovalPolicy(mode=new), None, workspace=self.workspace
+            )
+        else:
+            live.set_mode(new)
+        if self._supervisor is not None:
+            self._supervisor.tell(SetApprovalMode(mode=new))
+
+    def set_model(self, model: Any, *, model_name: str = "", timeout: float = 30.0) -> None:
+        """Talk to ``model`` from the next run on (``/model`` in ``fore chat``).
+
+        Between turns only: while a run is in progress it raises
+        :class:`~actors.worker.worker.WorkerBusy`. The suggestion and speculation
+        made with the old model are withdrawn; later ones use the new model
+        (unless the session has a ``fast_model``, which stays). ``model_name``
+        is the wire name to send (default: ``model.name``).
+        """
+        target = self._supervisor if self._supervisor is not None else self._worker
+        target.ask(SetModel(model=model, model_name=model_name), timeout=timeout)
+        self.runtime._session_model_added(self.id, model)
+
+    # -- asyncio (supervision/session_async.py) -----------------------------------------
+
+    def stream(self, *, maxlen: int = DEFAULT_STREAM_MAXLEN) -> EventStream:
+        """This session's events as an async iterator: ``async for event in s.stream()``.
+
+        Call it on the event loop that reads it. Every event from this call on
+        (typed events of the worker, the speculation and alerts), in the order
+        each actor sent them; bounded (``maxlen``, the oldest dropped); ends
+        when the session closes or at ``aclose()`` (or ``async with
+        s.stream() as events``). Each call is an independent consumer; the
+        blocking :meth:`events` is not affected.
+        """
+        loop = asyncio.get_running_loop()
+        stream = EventStream(loop, maxlen=maxlen)
+        if self._closed or self._events.closed:
+            stream.close()
+            return stream
+        alerts = _AlertEvents(self.id, stream.sink)
+
+        def unsubscribe(sink: Any) -> None:
+            for target, message in (
+                (self._worker, Unsubscribe(address=sink)),
+                (self._supervisor, Unsubscribe(address=sink)),
+                (self._alert_sink, UnsubscribeAlerts(address=alerts)),
+            ):
+                if target is not None:
+                    try:
+                        target.tell(message)
+                    except ActorDeadError:
+                        pass  # closed: it forgot every subscriber
+
+        stream._on_close = unsubscribe
+        self._streams.add(stream)
+        # Tells, not asks: the loop never waits, and anything sent to these
+        # actors after this call (a submit, an accept) reaches them after it.
+        self._worker.tell(Subscribe(address=stream.sink))
+        if self._supervisor is not None:
+            self._supervisor.tell(Subscribe(address=stream.sink))
+        if self._alert_sink is not None:
+            self._alert_sink.tell(SubscribeAlerts(address=alerts, session=self.id))
+        return stream
+
+    def _close_streams(self) -> None:
+        for stream in list(self._streams):
+            stream.close()
+
+    async def asubmit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+        output_type: Any = None,
+        max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]:
+        """:meth:`submit` for asyncio: awaits the turn without blocking the loop.
+
+        Cancelling the awaiting task -- or ``timeout`` passing (then
+        :class:`~actors.core.errors.AskTimeout`) -- cancels the run, as a
+        timed-out :meth:`submit` does.
+        """
+        output = (
+            None
+            if output_type is None
+            else output_request(output_type, max_retries=max_output_retries)
+        )
+        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
+        try:
+            result: TurnResult[Any] = await wait_answer(future, timeout)
+        except (asyncio.CancelledError, pykka.Timeout):
+            self._cancel_quietly(CancelRun(reason="the submit was cancelled", submit_id=submit_id))
+            raise
+        finally:
+            with self._pending_lock:
+                self._pending_submits.discard(submit_id)
+        return result
+
+    async def aaccept(
+        self, *, timeout: float = 60.0, wait_continuation: bool = True
+    ) -> AcceptResult:
+        """:meth:`accept` (Tab) for asyncio: awaits the accept without blocking the loop.
+
+        Cancelling the awaiting task calls the accept off: a speculation still
+        running is aborted and nothing is applied (as :meth:`cancel` does).
+        """
+        if self._supervisor is None:
+            return AcceptResult(outcome="no_suggestion")
+        message = AcceptSuggestion(wait_continuation=wait_continuation)
+        future: PooledFuture[Any] = self._supervisor.ask(message, block=False, timeout=timeout)
+        try:
+            result: AcceptResult = await wait_answer(future, timeout)
+        except asyncio.CancelledError:
+            self._supervisor.tell(CancelAccept(reason="the accept was cancelled"))
+            raise
+        return result
+
+    async def aresume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
+        """:meth:`resume` for asyncio."""
+        future = self._worker.ask(Resume(messages=tuple(messages)), block=False, timeout=timeout)
+        result: TurnResult = await wait_answer(future, timeout)
+        return result
+
+    async def aclose(self, timeout: float = 30.0) -> bool:
+        """:meth:`close` for asyncio (the wait for the overlays runs on a thread)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.close, timeout)
 
     # -- closing -------------------------------------------------------------------
 

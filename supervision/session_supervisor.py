@@ -75,6 +75,7 @@ from fore.actors.speculation.suggest import suggestion_from_reply, suggestion_re
 from fore.actors.speculation.suggestion_filter import filter_suggestion
 from fore.actors.speculation.suggestion_prompt import extract_type_hint
 from fore.actors.tools.base import ToolRegistry
+from fore.actors.worker.approval import narrows_speculation
 from fore.actors.worker.worker import WorkerConfig
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, Item, UserMessage
@@ -90,7 +91,9 @@ from fore.messages.llm import (
 from fore.messages.runtime import ChildExited, ChildSpec, RestartType
 from fore.messages.session import (
     AddTool,
+    CancelRun,
     EventBase,
+    SetModel,
     Submit,
     Subscribe,
     TurnFinished,
@@ -102,11 +105,13 @@ from fore.messages.speculation import (
     AcceptResult,
     AcceptSpeculation,
     AcceptSuggestion,
+    CancelAccept,
     ForkSnapshot,
     GetSpeculation,
     InsertItems,
     Keystroke,
     OverlayRemoved,
+    SetApprovalMode,
     SnapshotTaken,
     SpeculationConfig,
     SpeculationDone,
@@ -122,6 +127,7 @@ from fore.messages.speculation import (
     SuggestionReady,
     SuggestionSource,
 )
+from fore.supervision.speculation_status import StatusEvents
 from fore.supervision.supervisor import Supervisor
 
 _seq = itertools.count(1)
@@ -166,6 +172,9 @@ class _Speculation:
     overlay_removed: bool = False
     holds_slot: bool = False
     """It holds one of the governor's slots until its run ends."""
+    live_tool_calls: int = 0
+    live_files: int = 0
+    """Its progress while it runs (``SpeculationProgress``), for the status events."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +239,10 @@ class SessionSupervisor(Supervisor):
         self._held: list[tuple[Submit, PooledFuture[Any] | None]] = []
         """Submits that wait for that accept (they must reach the worker after it)."""
         self._worker = self._children["worker"].handle
+        # -- issue 24: status events, calling off a Tab, approval mode, model ----------
+        self._status_events = StatusEvents(session_id or "", self._emit)
+        self._accept_submits: set[str] = set()
+        """Submit ids of the normal runs accepts started (``CancelAccept`` cancels them)."""
 
     def on_start(self) -> None:
         super().on_start()
@@ -545,6 +558,10 @@ class SessionSupervisor(Supervisor):
 
     @handles(SpeculationProgress)
     def _on_progress(self, event: SpeculationProgress) -> None:
+        spec = self._specs.get(event.speculation_id)
+        if spec is not None:
+            spec.live_tool_calls = max(spec.live_tool_calls, event.tool_calls)
+            spec.live_files = max(spec.live_files, event.files_written)
         self._emit(event)
 
     def _release_slot(self, spec: _Speculation) -> None:
@@ -671,6 +688,60 @@ class SessionSupervisor(Supervisor):
     @handles(AbortSpeculation)
     def _on_abort(self, message: AbortSpeculation) -> None:
         self._invalidate(message.reason, at=message.at)
+
+    # -- issue 24: calling off a waiting Tab, the approval mode, the model ------------------
+
+    @handles(CancelAccept)
+    def _on_cancel_accept(self, message: CancelAccept) -> None:
+        """``Session.cancel()``: a Tab still waiting for its speculation is called off
+        (it answers ``aborted``, nothing applied); a normal run an accept started is
+        cancelled like any run."""
+        if self._accepting is not None:
+            self._call_off(self._accepting, message.reason)
+        for submit_id in sorted(self._accept_submits):
+            try:
+                self._worker.tell(CancelRun(reason=message.reason, submit_id=submit_id))
+            except ActorDeadError:
+                pass
+
+    @handles(SetApprovalMode)
+    def _on_set_approval_mode(self, message: SetApprovalMode) -> None:
+        """New speculations run under the new mode; see :class:`SetApprovalMode`."""
+        old, new = self.spec_config.approval_mode, message.mode
+        if new is old:
+            return
+        self.spec_config = self.spec_config.model_copy(update={"approval_mode": new})
+        if not narrows_speculation(new, old):
+            return
+        reason = f"the approval mode changed to {new.value}"
+        if self._accepting is not None:
+            self._call_off(self._accepting, reason)
+        if new is ApprovalMode.PLAN:
+            self._invalidate(reason)  # no suggestions in plan mode
+            return
+        current = self._current
+        if current is None:
+            return
+        self._abort(current, reason)
+        suggestion = self._suggestion
+        if suggestion is current.suggestion and self.spec_config.speculate:
+            self._start_speculation(suggestion, current.snapshot)  # again, under the new mode
+
+    @handles(SetModel)
+    def _on_set_model(self, message: SetModel) -> None:
+        """What was suggested and speculated with the old model goes; the worker switches."""
+        reply = self.defer_reply()
+        self._invalidate("the session's model changed")
+
+        def done(answer: Any) -> None:
+            if reply is not None:
+                reply.try_set(answer)
+
+        def failed(error: BaseException) -> None:
+            if reply is not None:
+                reply.try_set_exception(error)
+
+        self.ask_then(self._worker, message, then=done, on_error=failed, timeout=30.0)
 
     def _abort(
         self, spec: _Speculation, reason: str, *, stale: bool = False, at: float | None = None
@@ -802,6 +873,7 @@ class SessionSupervisor(Supervisor):
             text=message.text,
             segments=message.segments,
             max_turns=message.max_turns,
+            submit_id=message.submit_id,  # Session.cancel() names it, even while held
             output=message.output,
         )
         accepting = self._accepting
@@ -1118,7 +1190,11 @@ class SessionSupervisor(Supervisor):
     ) -> None:
         """Run the suggestion as an ordinary prompt on the current files."""
 
+        submit_id = f"{self.session_id}-accept-{next(_seq)}"
+        self._accept_submits.add(submit_id)
+
         def done(turn: TurnResult) -> None:
+            self._accept_submits.discard(submit_id)
             answer(
                 AcceptResult(
                     outcome=outcome,
@@ -1132,6 +1208,7 @@ class SessionSupervisor(Supervisor):
             )
 
         def failed(error: BaseException) -> None:
+            self._accept_submits.discard(submit_id)
             answer(
                 AcceptResult(
                     outcome="failed",
@@ -1141,27 +1218,43 @@ class SessionSupervisor(Supervisor):
             )
 
         self.ask_then(
-            self._worker, Submit(text=suggestion.text), then=done, on_error=failed, timeout=3600.0
+            self._worker,
+            Submit(text=suggestion.text, submit_id=submit_id),
+            then=done,
+            on_error=failed,
+            timeout=3600.0,
         )
 
     # -- status and telemetry ---------------------------------------------------------------
 
     @handles(GetSpeculation)
     def _on_get(self, _message: GetSpeculation) -> tuple[SpeculationStatus, str | None]:
+        return self._status_now()
+
+    def _status_now(self) -> tuple[SpeculationStatus, str | None]:
+        """The current speculation's status and the suggestion on offer."""
         spec = self._status_spec
         status = self._status_of(spec) if spec is not None else self._last_status
         shown = self._suggestion if self._shown else None
         return status, (shown.text if shown is not None else None)
 
+    def _handle_receive(self, message: Any) -> Any:
+        """Every message, then a status event if it changed the status (issue 24)."""
+        answer = super()._handle_receive(message)
+        if not self.has_exited and self._subscribers:
+            self._status_events.publish(*self._status_now())
+        return answer
+
     def _status_of(self, spec: _Speculation) -> SpeculationStatus:
         result = spec.result
-        return SpeculationStatus(
+        # Built unvalidated: every field is this actor's own, already typed.
+        return SpeculationStatus.model_construct(
             speculation_id=spec.id,
             state=spec.state,
             suggestion=spec.suggestion.text,
             turns=result.turns if result else 0,
-            tool_calls=result.tool_calls if result else 0,
-            files_written=result.files_written if result else 0,
+            tool_calls=result.tool_calls if result else spec.live_tool_calls,
+            files_written=result.files_written if result else spec.live_files,
             tokens=result.tokens if result else 0,
             started_at=result.started_at if result else spec.started_at,
             completed_at=result.completed_at if result else None,

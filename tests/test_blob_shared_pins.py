@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fore.actors.blobs import fs_store as fs_store_module
+from fore.actors.blobs import retention as retention_module
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.blobs.pins import PinTable
 from fore.actors.blobs.shared_pins import (
@@ -168,7 +168,7 @@ def test_a_pin_in_progress_holds_off_the_removal(
     ours = collector(root)
     blob = ours.store(Text(text="about to be pinned elsewhere"))
     assert holder.ask("hold-gc") == "taken"
-    monkeypatch.setattr(fs_store_module, "COLLECT_LOCK_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(retention_module, "COLLECT_LOCK_TIMEOUT_S", 0.05)
     report = ours.collect(now=FAR_FUTURE)
     assert report.removed == () and ours.exists(blob)  # kept for the next run
     holder.ask(f"pin {blob}")

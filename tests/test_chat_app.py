@@ -23,10 +23,10 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from fore.actors.llm import FunctionModel, OpenAICompatible, RetryPolicy, ScriptReply
+from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import LlmRequest
 from fore.supervision.chat.app import ChatApp
-from fore.supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
 from fore.supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
 from fore.supervision.chat.demo import (
     ADD_NOTE,
@@ -72,23 +72,19 @@ class Chat:
     ) -> None:
         self.runtime = runtime
         self.workspace = workspace
-        self.policy = ApprovalPolicy(mode, cwd=workspace)
         self._pipe_cm = create_pipe_input()
         self.pipe = self._pipe_cm.__enter__()
         holder: list[ChatApp] = []
 
-        def approver(request: ApprovalRequest) -> Decision:
-            return holder[0].approver(request) if holder else Decision.DENY
+        def approver(request: ApprovalRequest) -> ApprovalDecision:
+            return holder[0].approver(request) if holder else ApprovalDecision.DENY
 
         self.backend = SessionBackend(
             runtime,
-            BackendConfig(workspace=workspace, model=model, model_label=label),
-            self.policy,
+            BackendConfig(workspace=workspace, model=model, model_label=label, mode=mode),
             approver,
         )
-        self.app = ChatApp(
-            self.backend, self.policy, opening=opening, input=self.pipe, output=DummyOutput()
-        )
+        self.app = ChatApp(self.backend, opening=opening, input=self.pipe, output=DummyOutput())
         holder.append(self.app)
         self.code: int | None = None
         self.error: BaseException | None = None
@@ -329,7 +325,8 @@ def test_default_mode_y_allows_and_always_stops_asking(
     chat.keys(FIX + ENTER)
     chat.wait_printed("slugify now returns")
     assert "untitled" in (demo_ws / "textkit/slug.py").read_text()
-    assert "edit" in chat.policy.always_allowed
+    approval = chat.backend.session.approval
+    assert approval is not None and "edit" in approval.always
 
 
 def test_in_default_mode_the_speculation_stops_before_the_edit_and_tab_asks(
@@ -368,16 +365,79 @@ def test_shift_tab_cycles_the_mode_and_a_stricter_mode_drops_the_suggestion(
     chat.wait_ghost(ADD_TEST)
     chat.wait_spec("completed")
     chat.keys(SHIFT_TAB)  # auto-edit -> yolo: more permissive, the ghost stays
-    chat.wait(lambda: chat.policy.mode is ApprovalMode.YOLO, "yolo")
+    chat.wait(lambda: chat.backend.mode is ApprovalMode.YOLO, "yolo")
     assert chat.app.ghost == ADD_TEST
     chat.keys(SHIFT_TAB)  # -> plan: stricter, the edit it speculated is not allowed now
-    chat.wait(lambda: chat.policy.mode is ApprovalMode.PLAN, "plan")
+    chat.wait(lambda: chat.backend.mode is ApprovalMode.PLAN, "plan")
     chat.wait(lambda: chat.app.ghost is None, "the ghost to go")
     chat.wait(lambda: chat.overlays() == [], "the overlay to be removed")
     chat.keys(SHIFT_TAB)
-    chat.wait(lambda: chat.policy.mode is ApprovalMode.DEFAULT, "default")
+    chat.wait(lambda: chat.backend.mode is ApprovalMode.DEFAULT, "default")
     chat.keys("/approval auto-edit" + ENTER)
-    chat.wait(lambda: chat.policy.mode is ApprovalMode.AUTO_EDIT, "/approval auto-edit")
+    chat.wait(lambda: chat.backend.mode is ApprovalMode.AUTO_EDIT, "/approval auto-edit")
+
+
+class HeldSpeculation:
+    """The demo model, with every speculation request held until released."""
+
+    def __init__(self) -> None:
+        self.demo = DemoModel(FAST)
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, request: LlmRequest) -> ScriptReply:
+        if request.purpose == "speculation":
+            self.running.set()
+            self.release.wait(WAIT)
+        return self.demo(request)
+
+
+def test_ctrl_c_calls_off_a_tab_waiting_on_a_running_speculation(
+    open_chat: Callable[..., Chat], demo_ws: Path
+) -> None:
+    held = HeldSpeculation()
+    chat = open_chat(opening=OPENING, model=FunctionModel(held, name="fore-demo"))
+    try:
+        second_answer(chat)
+        chat.wait_ghost(ADD_TEST)
+        chat.wait(held.running.is_set, "the speculation to run")
+        chat.wait_spec("running")
+        chat.keys(TAB)
+        chat.wait(lambda: chat.app.busy == "accept", "Tab waiting for the speculation")
+        chat.keys(CTRL_C)
+        chat.wait_printed("(the speculation was called off)")
+        chat.wait_idle()
+    finally:
+        held.release.set()  # it would finish now: nothing may be applied
+    chat.wait(lambda: chat.overlays() == [], "the overlay to be removed")
+    assert "test_empty_title" not in (demo_ws / "tests/test_slug.py").read_text()
+    assert chat.thread.is_alive()
+    chat.keys("hello" + ENTER)
+    chat.wait_printed("I am the demo's scripted model", "a turn after the call-off")
+
+
+def test_model_switches_an_openai_compatible_session(
+    open_chat: Callable[..., Chat], tmp_path: Path
+) -> None:
+    from fore.testing import MockLlmServer
+
+    with MockLlmServer() as server:
+        model = OpenAICompatible(base_url=server.base_url, model="first-model", api_key="k")
+        chat = open_chat(model=model, workspace=tmp_path, label="first-model")
+        chat.keys("/model second-model" + ENTER)
+        chat.wait_printed("model: second-model (was first-model)")
+        chat.keys("hello" + ENTER)
+        chat.wait_idle()
+        sent = chat.wait(server.requests, "the request")
+        assert [r.body["model"] for r in sent] == ["second-model"]
+        assert chat.backend.model_label == "second-model"
+
+
+def test_model_says_why_a_scripted_model_cannot_switch(open_chat: Callable[..., Chat]) -> None:
+    chat = open_chat(label="fore-demo")
+    chat.keys("/model gpt-5" + ENTER)
+    chat.wait_printed("✗ /model gpt-5: this session's model (fore-demo) is scripted")
+    assert chat.backend.model_label == "fore-demo"
 
 
 def test_tab_on_a_shell_boundary_runs_the_command_after_asking(
@@ -513,7 +573,7 @@ def test_the_demo_suggests_the_tour_then_notes_forever() -> None:
 
 
 class BlockingBackend:
-    """A ChatBackend whose blocking calls block until released: the UI must not care."""
+    """A ChatBackend whose turns and Tabs never answer until released: the UI must not care."""
 
     model_label = "blocking"
 
@@ -525,23 +585,32 @@ class BlockingBackend:
         self.calls: list[str] = []
         self.queue: queue.Queue[Any] = queue.Queue()
         self.generation = 0
+        self.mode = ApprovalMode.DEFAULT
 
-    def submit(self, text: str, *, timeout: float) -> Any:
+    async def _released(self) -> None:
+        while not self.release.is_set():
+            await asyncio.sleep(0.01)
+
+    async def asubmit(self, text: str, *, timeout: float) -> Any:
         from fore.messages.session import TurnResult
 
         self.calls.append(f"submit:{text}")
-        self.release.wait(WAIT)
+        await self._released()
         return TurnResult(run_id="r1", session_id="s", status="cancelled", error="cancelled")
 
-    def accept(self, *, timeout: float) -> Any:
+    async def aaccept(self, *, timeout: float) -> Any:
         self.calls.append("accept")
-        self.release.wait(WAIT)
+        await self._released()
         raise RuntimeError("released")
 
-    def speculation(self) -> Any:
-        self.calls.append("speculation")
-        self.release.wait(WAIT)
-        raise RuntimeError("released")
+    async def stream(self) -> Any:
+        import queue
+
+        while not self.release.is_set():
+            try:
+                yield self.queue.get_nowait()
+            except queue.Empty:
+                await asyncio.sleep(0.01)
 
     def dismiss(self) -> None:
         self.calls.append("dismiss")
@@ -549,17 +618,14 @@ class BlockingBackend:
     def cancel(self) -> None:
         self.calls.append("cancel")
 
-    def events(self, timeout: float) -> tuple[int, Iterator[Any]]:
-        import queue
+    def set_mode(self, mode: ApprovalMode) -> None:
+        self.calls.append(f"mode:{mode.value}")
+        self.mode = mode
 
-        def pump() -> Iterator[Any]:
-            while True:
-                try:
-                    yield self.queue.get(timeout=timeout)
-                except queue.Empty:
-                    return
-
-        return self.generation, pump()
+    def set_model(self, name: str) -> str:
+        self.calls.append(f"model:{name}")
+        self.release.wait(WAIT)
+        raise RuntimeError("released")
 
     def reset(self) -> None:
         self.release.wait(WAIT)
@@ -591,12 +657,16 @@ def test_a_hostile_suggestion_is_drawn_as_one_safe_line() -> None:
 
 
 def test_the_ui_never_waits_on_the_runtime(tmp_path: Path) -> None:
-    from fore.messages.speculation import Suggestion, SuggestionReady
+    from fore.messages.speculation import (
+        SpeculationStatus,
+        SpeculationStatusChanged,
+        Suggestion,
+        SuggestionReady,
+    )
 
     backend = BlockingBackend(tmp_path)
-    policy = ApprovalPolicy(ApprovalMode.DEFAULT, cwd=tmp_path)
     with create_pipe_input() as pipe:
-        chat = ChatApp(backend, policy, input=pipe, output=DummyOutput())  # type: ignore[arg-type]
+        chat = ChatApp(backend, input=pipe, output=DummyOutput())
         done = threading.Event()
         thread = threading.Thread(
             target=lambda: (asyncio.run(chat.run_async()), done.set()), daemon=True
@@ -604,11 +674,15 @@ def test_the_ui_never_waits_on_the_runtime(tmp_path: Path) -> None:
         thread.start()
         try:
             wait_for(lambda: chat.app.is_running, "the app")
-            # a suggestion whose status read blocks forever: the ghost still shows ...
+            # a suggestion, and its speculation's status pushed (never polled) ...
             suggestion = Suggestion(id="g", text="do it", source="model", snapshot_version="v")
             backend.queue.put(SuggestionReady(session_id="s", suggestion=suggestion))
             wait_for(lambda: chat.ghost == "do it", "the ghost")
-            wait_for(lambda: "speculation" in backend.calls, "the status read (blocked)")
+            status = SpeculationStatus(state="running", suggestion="do it", tool_calls=2)
+            backend.queue.put(
+                SpeculationStatusChanged(session_id="s", status=status, shown="do it")
+            )
+            wait_for(lambda: chat.spec_status == status, "the pushed status")
             # ... and a key still removes it at once, telling the runtime without waiting
             pipe.send_text("x")
             wait_for(lambda: chat.ghost is None and chat.buffer.text == "x", "the key")
@@ -618,6 +692,8 @@ def test_the_ui_never_waits_on_the_runtime(tmp_path: Path) -> None:
             wait_for(lambda: "submit:x" in backend.calls, "the blocked submit")
             pipe.send_text("more")
             wait_for(lambda: chat.buffer.text == "more", "typing during the turn")
+            pipe.send_text("\x1b[Z")  # Shift-Tab: a tell, never a wait
+            wait_for(lambda: "mode:auto-edit" in backend.calls, "the mode change")
             pipe.send_text("\x03")
             wait_for(lambda: "cancel" in backend.calls, "the cancel")
             backend.release.set()

@@ -1,7 +1,7 @@
-"""``fore chat``'s pure parts: approval policy, transcript, status line, commands, paths, text.
+"""``fore chat``'s pure parts: Shift-Tab's cycle, transcript, status line, commands, paths, text.
 
-No terminal and no runtime (except where the approval hook is run on a real
-session at the end); property tests for the rules that take hostile input
+No terminal and no runtime (the approval policy itself is the runtime's:
+``tests/test_approvals.py``); property tests for the rules that take hostile input
 (text from the model, paths the person types).
 """
 
@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fore.actors.speculation.suggestion_filter import filter_suggestion
-from fore.actors.worker.hooks import Continue, Skip, ToolCallContext, ToolMeta
 from fore.messages.alerts import Alert, AlertLevel
 from fore.messages.conversation import AssistantMessage, SystemMessage, ToolCall, ToolResult
 from fore.messages.gate import ApprovalMode
@@ -32,20 +31,7 @@ from fore.messages.session import (
     TurnResult,
 )
 from fore.messages.speculation import SpeculationStatus
-from fore.supervision.chat.approval import (
-    MODE_CYCLE,
-    ApprovalPolicy,
-    ApprovalRequest,
-    Category,
-    Decision,
-    Verdict,
-    approval_hook,
-    classify,
-    next_mode,
-    short_arguments,
-    stricter,
-    verdict_for,
-)
+from fore.supervision.chat.approval import MODE_CYCLE, next_mode, short_arguments
 from fore.supervision.chat.commands import Command, UnknownCommand, parse_command
 from fore.supervision.chat.demo import ADD_NOTE, ADD_TEST, FIX, OPENING, RUN_TESTS
 from fore.supervision.chat.paths import at_word, complete_path, reference_text
@@ -82,53 +68,7 @@ def plain(lines: list[Any]) -> list[str]:
 
 
 # -- approval ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("name", "arguments", "category"),
-    [
-        ("read_file", {"path": "a.py"}, Category.READ),
-        ("grep", {"pattern": "x"}, Category.READ),
-        ("shell", {"command": "ls -la"}, Category.READ),
-        ("shell", {"command": "git status"}, Category.READ),
-        ("edit", {"path": "a.py", "old_string": "a", "new_string": "b"}, Category.EDIT),
-        ("write_file", {"path": "a.py", "content": ""}, Category.EDIT),
-        ("multi_edit", {"edits": []}, Category.EDIT),
-        ("shell", {"command": "rm -rf build"}, Category.CHANGE),
-        ("shell", {"command": "echo hi > out.txt"}, Category.CHANGE),
-        ("shell", {"command": "python3 -m unittest"}, Category.CHANGE),
-        ("shell", {"command": "ls $(touch x)"}, Category.CHANGE),
-        ("web_fetch", {"url": "http://x"}, Category.CHANGE),
-        ("resolve", {"action": "apply", "reason": "r"}, Category.CHANGE),
-        ("some_mcp_tool", {}, Category.CHANGE),
-    ],
-)
-def test_calls_are_classified_by_the_gate(
-    name: str, arguments: dict[str, Any], category: Category, tmp_path: Path
-) -> None:
-    assert classify(name, arguments, tmp_path)[0] is category
-
-
-def test_the_mode_table() -> None:
-    table = {
-        (mode, category): verdict_for(mode, category)
-        for mode in ApprovalMode
-        for category in Category
-    }
-    assert table == {
-        (ApprovalMode.DEFAULT, Category.READ): Verdict.ALLOW,
-        (ApprovalMode.DEFAULT, Category.EDIT): Verdict.ASK,
-        (ApprovalMode.DEFAULT, Category.CHANGE): Verdict.ASK,
-        (ApprovalMode.AUTO_EDIT, Category.READ): Verdict.ALLOW,
-        (ApprovalMode.AUTO_EDIT, Category.EDIT): Verdict.ALLOW,
-        (ApprovalMode.AUTO_EDIT, Category.CHANGE): Verdict.ASK,
-        (ApprovalMode.YOLO, Category.READ): Verdict.ALLOW,
-        (ApprovalMode.YOLO, Category.EDIT): Verdict.ALLOW,
-        (ApprovalMode.YOLO, Category.CHANGE): Verdict.ALLOW,
-        (ApprovalMode.PLAN, Category.READ): Verdict.ALLOW,
-        (ApprovalMode.PLAN, Category.EDIT): Verdict.REFUSE,
-        (ApprovalMode.PLAN, Category.CHANGE): Verdict.REFUSE,
-    }
+# The policy (classifier, mode table, asking) is the runtime's: tests/test_approvals.py.
 
 
 def test_shift_tab_cycles_through_every_mode_in_claude_codes_order() -> None:
@@ -139,64 +79,6 @@ def test_shift_tab_cycles_through_every_mode_in_claude_codes_order() -> None:
         seen.append(mode)
     assert seen == [ApprovalMode.AUTO_EDIT, ApprovalMode.YOLO, ApprovalMode.PLAN, mode]
     assert mode is ApprovalMode.DEFAULT and set(MODE_CYCLE) == set(ApprovalMode)
-    assert stricter(ApprovalMode.PLAN, ApprovalMode.YOLO)
-    assert not stricter(ApprovalMode.YOLO, ApprovalMode.AUTO_EDIT)
-
-
-def ctx(name: str, arguments: dict[str, Any], purpose: str = "main") -> ToolCallContext:
-    meta = ToolMeta(description="", exclusive=False, index=0, batch_size=1, turn=1)
-    return ToolCallContext(
-        session_id=S, purpose=purpose, call_id="c1", name=name, arguments=arguments, meta=meta
-    )
-
-
-class Recorder:
-    def __init__(self, decision: Decision) -> None:
-        self.decision = decision
-        self.asked: list[ApprovalRequest] = []
-
-    def __call__(self, request: ApprovalRequest) -> Decision:
-        self.asked.append(request)
-        return self.decision
-
-
-EDIT = {"path": "a.py", "old_string": "a", "new_string": "b"}
-
-
-def test_the_hook_asks_in_a_normal_turn_and_never_in_a_speculation(tmp_path: Path) -> None:
-    policy = ApprovalPolicy(ApprovalMode.DEFAULT, cwd=tmp_path)
-    person = Recorder(Decision.DENY)
-    hook = approval_hook(policy, person)
-    refused = hook(ctx("edit", EDIT))
-    assert isinstance(refused, Skip) and "refused" in refused.reason
-    assert [r.tool for r in person.asked] == ["edit"]
-    boundary = hook(ctx("edit", EDIT, purpose="speculation"))
-    assert isinstance(boundary, Skip) and "needs the user's approval" in boundary.reason
-    assert len(person.asked) == 1  # nobody is asked for a prediction
-    assert isinstance(hook(ctx("read_file", {"path": "a.py"})), Continue)
-
-
-def test_always_allows_that_tool_from_then_on_in_turns_and_speculations(tmp_path: Path) -> None:
-    policy = ApprovalPolicy(ApprovalMode.DEFAULT, cwd=tmp_path)
-    person = Recorder(Decision.ALWAYS)
-    hook = approval_hook(policy, person)
-    assert isinstance(hook(ctx("edit", EDIT)), Continue)
-    assert isinstance(hook(ctx("edit", EDIT)), Continue)
-    assert isinstance(hook(ctx("edit", EDIT, purpose="speculation")), Continue)
-    assert len(person.asked) == 1
-    shell = hook(ctx("shell", {"command": "rm x"}))  # another tool still asks
-    assert isinstance(shell, Continue) and len(person.asked) == 2
-
-
-def test_the_mode_is_read_per_call(tmp_path: Path) -> None:
-    policy = ApprovalPolicy(ApprovalMode.YOLO, cwd=tmp_path)
-    person = Recorder(Decision.ALLOW)
-    hook = approval_hook(policy, person)
-    assert isinstance(hook(ctx("shell", {"command": "rm x"})), Continue)
-    assert person.asked == []
-    policy.set_mode(ApprovalMode.PLAN)
-    refused = hook(ctx("shell", {"command": "rm x"}))
-    assert isinstance(refused, Skip) and "plan" in refused.reason and person.asked == []
 
 
 @given(ANY_TEXT, st.text(st.characters(codec=None, exclude_categories=()), max_size=50))

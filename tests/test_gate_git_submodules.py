@@ -20,8 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fore.actors.gate import git_config
-from fore.actors.gate.git_config import parse_index_gitlinks, program_setting
+from fore.actors.gate import git_files
+from fore.actors.gate.git_config import program_setting
+from fore.actors.gate.git_submodules import parse_index_gitlinks
 from fore.actors.gate.shell import classify_shell_command, explain_shell_command
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -324,7 +325,7 @@ def test_a_damaged_index_is_parsed_or_doubted_never_crashes(
     for candidate in (bytes(raw), bytes(raw[:cut])):
         try:
             links = parse_index_gitlinks(candidate)
-        except git_config._Doubt:
+        except git_files._Doubt:
             continue
         assert all(isinstance(link, str) for link in links)
 
@@ -334,7 +335,7 @@ def test_a_split_index_is_doubt() -> None:
     trailer = data[-20:]
     del data[-20:]
     data += b"link" + struct.pack(">I", 20) + bytes(20) + trailer
-    with pytest.raises(git_config._Doubt):
+    with pytest.raises(git_files._Doubt):
         parse_index_gitlinks(bytes(data))
 
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fore.actors.gate.rules import sed_script_problem
 from fore.actors.gate.shell import classify_shell_command
-from fore.actors.gate.shell_rules import sed_script_problem
 from fore.bench.shell_corpus import make_workspace
 
 

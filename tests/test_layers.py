@@ -64,6 +64,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fore.actors.gate", 2),
     ("fore.actors.store", 2),
     ("fore.actors.worker", 3),
+    ("fore.actors.output", 3),  # structured output: an interceptor of the worker
     ("fore.actors.speculation", 4),
     ("fore.supervision", 5),
     ("fore.supervision.cli", 6),

@@ -403,6 +403,7 @@ def test_set_script_over_http_and_back_to_generated(
     "case",
     [
         ("500", 500, "server_error"),
+        ("529", 529, "overloaded_error"),
         ("401", 401, "invalid_request_error"),
         ("400", 400, "invalid_request_error"),
         ("429", 429, "requests"),
@@ -650,7 +651,7 @@ def test_not_sse_is_a_200_html_page(
 
 
 def test_every_fault_kind_is_covered_by_the_tests() -> None:
-    covered = {"500", "429", "401", "400", "malformed", "truncated", "bad_tool_args"}
+    covered = {"500", "529", "429", "401", "400", "malformed", "truncated", "bad_tool_args"}
     covered |= {"stall", "cut", "reject_tool_choice", "stream_error", "linger", "not_sse"}
     assert set(FAULT_KINDS) == covered
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fore.actors.gate.rules import Severity
 from fore.actors.gate.shell import explain_shell_command
-from fore.actors.gate.shell_rules import Severity
 from fore.actors.tools.fs import WorkspaceFs
 from fore.actors.tools.paths import (
     Entry,

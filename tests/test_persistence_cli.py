@@ -6,6 +6,7 @@ LLM server; the chat's resume is driven through its backend and its picker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -17,9 +18,9 @@ from fore.actors.llm import ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile, ScriptReply
 from fore.actors.store import open_store
+from fore.actors.worker.approval import ApprovalDecision
 from fore.messages.gate import ApprovalMode
 from fore.supervision import Runtime
-from fore.supervision.chat.approval import ApprovalPolicy, Decision
 from fore.supervision.chat.backend import BackendConfig, SessionBackend
 from fore.supervision.chat.picker import pick_session, resumed_banner
 from tests.test_cli import assert_one_line_error, fore
@@ -189,7 +190,6 @@ def test_the_chat_backend_resumes_a_stored_session(tmp_path: Path) -> None:
         session.close()
         (row,) = rt.list_sessions(workspace=ws)
         assert row.session_id == sid
-        policy = ApprovalPolicy(ApprovalMode.AUTO_EDIT, cwd=ws)
         backend = SessionBackend(
             rt,
             BackendConfig(
@@ -197,16 +197,17 @@ def test_the_chat_backend_resumes_a_stored_session(tmp_path: Path) -> None:
                 model=ScriptedModel([ScriptReply(text="still here")]),
                 speculation=False,
                 resume=sid,
+                mode=ApprovalMode.AUTO_EDIT,
             ),
-            policy,
-            lambda _request: Decision.ALLOW,
+            lambda _request: ApprovalDecision.ALLOW,
         )
         try:
             assert backend.session.id == sid
             banner = resumed_banner(sid, backend.session.history)
             assert banner[0] == f"resumed session {sid} (1 turn so far)"
             assert banner[1:] == ["  you: hello there", "  model: hi!"]
-            assert backend.submit("go on", timeout=30).status == "completed"
+            turn = asyncio.run(backend.asubmit("go on", timeout=30))
+            assert turn.status == "completed"
             backend.reset()  # /clear: a new session, not the resumed one
             assert backend.session.id != sid
         finally:

@@ -81,6 +81,7 @@ def test_internal_packages_export_nothing() -> None:
 
 
 def test_every_public_error_is_a_fore_error() -> None:
+    import fore.actors.blobs.fs_layout
     import fore.actors.blobs.fs_store
     import fore.actors.core.errors
     import fore.actors.llm.errors
@@ -89,6 +90,7 @@ def test_every_public_error_is_a_fore_error() -> None:
 
     for module in (
         fore.actors.core.errors,
+        fore.actors.blobs.fs_layout,
         fore.actors.blobs.fs_store,
         fore.actors.llm.errors,
         fore.actors.tools.paths,

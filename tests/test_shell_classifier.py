@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fore.actors.gate.git_config import program_setting
+from fore.actors.gate.rules import parse_gnu, sed_script_problem
 from fore.actors.gate.shell import MAX_COMMAND_CHARS, classify_shell_command, explain_shell_command
-from fore.actors.gate.shell_rules import parse_gnu, sed_script_problem
 from fore.bench.shell_corpus import CORPUS, make_workspace
 
 CLASSES = {"read-only", "write", "unknown"}
@@ -212,7 +212,7 @@ def test_sed_scripts_with_danger_or_doubt(script: str) -> None:
 
 
 def test_gnu_option_parsing_follows_clusters_abbreviations_and_permutation() -> None:
-    from fore.actors.gate.shell_rules import _SORT
+    from fore.actors.gate.rules.coreutils import _SORT
 
     parsed = parse_gnu(["-rnk2", "file", "--out=x", "--", "-o"], _SORT)
     assert ("k", "2") in parsed.options

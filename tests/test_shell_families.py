@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fore.actors.gate.rules import HARMLESS_ENVIRONMENT, awk_program_problem
 from fore.actors.gate.shell import classify_shell_command
-from fore.actors.gate.shell_rules import HARMLESS_ENVIRONMENT, awk_program_problem
 from fore.bench.shell_corpus import load_corpus, make_workspace
 
 

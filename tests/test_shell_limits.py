@@ -22,12 +22,12 @@ import tree_sitter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fore.actors.gate import shell
 from fore.actors.gate.shell import (
     MAX_COMMAND_CHARS,
     MAX_DEPTH,
     MAX_NESTED_SOURCES,
     MAX_TREE_NODES,
+    classify,
     classify_shell_command,
     explain_shell_command,
 )
@@ -118,8 +118,8 @@ _ADVERSARIAL = st.text(
 )
 def test_parsing_work_is_bounded(command: str) -> None:
     sizes: list[int] = []
-    counting = _CountingParser(shell._parser(), sizes)
-    with patch.object(shell, "_parser", lambda: counting):
+    counting = _CountingParser(classify._parser(), sizes)
+    with patch.object(classify, "_parser", lambda: counting):
         verdict = explain_shell_command(command, None)
     assert verdict.reason
     # Each command string -- the command, a nested script, a re-read piece --

@@ -21,8 +21,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from fore.actors.gate.rules import Severity
 from fore.actors.gate.shell import explain_shell_command
-from fore.actors.gate.shell_rules import Severity
 from fore.messages.gate import ApprovalMode, GateAction, GateDecision
 
 READ_TOOLS: frozenset[str] = frozenset({"read_file", "grep", "glob", "list_directory", "inspect"})
@@ -202,3 +202,34 @@ def _shell_directory(
             tool=SHELL_TOOL,
         )
     return resolved
+
+
+_KNOWN = READ_TOOLS | WRITE_TOOLS | NETWORK_TOOLS | INTERACTIVE_TOOLS | {SHELL_TOOL}
+
+
+def declared_read_only(decision: GateDecision, tool: Any, stale: bool) -> GateDecision:
+    """Let a tool the gate does not know run when it declares itself read-only.
+
+    ``Tool.read_only`` is declared by whoever added the tool --
+    ``@tool(read_only=True)``, or a *trusted* MCP server's tools annotated
+    read-only and closed-world (never the hints alone: ``actors.tools.mcp``).
+    Tools the gate knows by name keep its rules. Such a tool may read the real
+    tree rather than the overlay, so once the speculation holds writes it is
+    a boundary, as a shell command is.
+    """
+    if decision.action is not GateAction.BOUNDARY or decision.tool in _KNOWN:
+        return decision
+    if getattr(tool, "read_only", False) is not True:
+        return decision
+    if stale:
+        return GateDecision(
+            action=GateAction.BOUNDARY,
+            reason=f"{decision.tool} declares itself read-only, but it may read the real tree, "
+            "which no longer matches the speculation's writes",
+            tool=decision.tool,
+        )
+    return GateDecision(
+        action=GateAction.ALLOW,
+        reason=f"{decision.tool} declares itself read-only",
+        tool=decision.tool,
+    )

@@ -1,5 +1,6 @@
 """The LLM layer: gateway actor, event loop, providers, scripted models, mock server."""
 
+from fore.actors.llm.anthropic import AnthropicModel
 from fore.actors.llm.body import BodyLimits
 from fore.actors.llm.errors import LlmException, llm_error
 from fore.actors.llm.gateway import LlmGateway
@@ -17,6 +18,7 @@ from fore.actors.llm.script import ScriptError, ScriptFile, ScriptReply, ScriptT
 from fore.actors.llm.wire import StreamAssembler
 
 __all__ = [
+    "AnthropicModel",
     "BodyLimits",
     "ChatModel",
     "FunctionModel",

@@ -77,6 +77,18 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ufffd]")
 
 
+MAX_PROVIDER_MESSAGE = 500
+"""Characters of a provider's error message kept (a hostile server may send megabytes)."""
+
+
+def one_line(text: str, limit: int = MAX_PROVIDER_MESSAGE) -> str:
+    """``text`` as one readable line of at most ``limit`` characters: a provider's
+    message goes into logs, a TUI status line and exception messages, so control
+    characters and newlines are spaces and a flood is cut with an ellipsis."""
+    text = " ".join(_CONTROL.sub(" ", text[: limit * 4]).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def provider_error_details(body: bytes) -> tuple[str | None, str | None]:
     """The provider's error message and ``param`` from an OpenAI-style error body."""
     try:
@@ -90,11 +102,11 @@ def provider_error_details(body: bytes) -> tuple[str | None, str | None]:
     if isinstance(error, Mapping):
         message = error.get("message")
         param = error.get("param")
-        return (str(message) if message is not None else None), (
-            str(param) if param is not None else None
+        return (one_line(str(message)) if message is not None else None), (
+            one_line(str(param)) if param is not None else None
         )
     if isinstance(error, str):
-        return error, None
+        return one_line(error), None
     return None, None
 
 
@@ -166,12 +178,12 @@ def error_from_payload(error: Any, *, where: str) -> LlmException:
     fields: tuple[Any, ...] = ()
     if isinstance(error, Mapping):
         raw_message = error.get("message")
-        message = str(raw_message) if raw_message is not None else None
+        message = one_line(str(raw_message)) if raw_message is not None else None
         raw_param = error.get("param")
-        param = str(raw_param) if raw_param is not None else None
+        param = one_line(str(raw_param)) if raw_param is not None else None
         fields = (error.get("type"), error.get("code"), error.get("status"))
     else:
-        message, param = str(error), None
+        message, param = one_line(str(error)), None
     detail = f"error in {where}" + (f": {message}" if message else "")
     for value in fields:
         status = _as_status(value)

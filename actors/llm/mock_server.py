@@ -19,7 +19,9 @@ fragments of ``tool_args_chunk_chars`` characters, a final chunk with
 ``finish_reason`` (``"stop"`` / ``"tool_calls"``), a usage chunk
 (``choices: []``) when ``stream_options.include_usage`` is true (every other
 chunk then carries ``"usage": null``, as OpenAI does), and ``data: [DONE]``.
-Otherwise a ``chat.completion`` JSON body.
+Otherwise a ``chat.completion`` JSON body. ``POST /v1/messages`` speaks Anthropic's
+Messages API on the same script, faults and records, with its prompt-cache
+accounting (:mod:`actors.llm.mock_anthropic`).
 
 Request headers
 ---------------
@@ -44,6 +46,7 @@ the public format) / ``DELETE /mock/script`` (back to generated text),
 Faults (:data:`FAULT_KINDS`)
 ----------------------------
 ``500`` / ``401`` / ``400``  that status with an OpenAI-format error body;
+``529``                      Anthropic's "overloaded" status (an ``overloaded_error`` body);
 ``429``                      status 429 with a ``Retry-After`` header (seconds);
 ``malformed``                a stream chunk that is not valid JSON (the stream goes on to
                              ``[DONE]``); non-streaming: a 200 body that is not JSON;
@@ -174,6 +177,7 @@ log = get_logger(__name__)
 
 FaultKind = Literal[
     "500",
+    "529",
     "429",
     "401",
     "400",
@@ -867,9 +871,15 @@ class MockLlmApp:
         self._seq = 0
         self._counters = _Counters()
         self._closing = asyncio.Event()
+        # -- Anthropic's /v1/messages (issue 27): its own module, same state --
+        from fore.actors.llm.mock_anthropic import AnthropicMessages
+
+        self.anthropic = AnthropicMessages(self)
+        # --
         self.asgi = Starlette(
             routes=[
                 Route("/v1/chat/completions", _ChatEndpoint(self), methods=["POST"]),
+                *self.anthropic.routes(),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/mock/stats", self._stats_endpoint, methods=["GET"]),
                 Route("/mock/requests", self._requests_endpoint, methods=["GET"]),
@@ -921,6 +931,7 @@ class MockLlmApp:
             self._seq = 0
             self._faults.clear()
             self._cursors.clear()
+        self.anthropic.reset()  # its prompt cache (issue 27)
 
     def set_script(self, script: ScriptFile | None) -> None:
         """Serve ``script`` from now on (``None``: generated text); progress restarts."""
@@ -1414,6 +1425,10 @@ def _status_fault(fault: _Fault, forced: str | None, *, stream: bool) -> Respons
             "The server had an error while processing your request (injected by the mock).",
             type_="server_error",
             headers=tag,
+        )
+    if kind == "529":  # Anthropic's "overloaded" (issue 27)
+        return _error_response(
+            529, "Overloaded (injected by the mock).", type_="overloaded_error", headers=tag
         )
     if kind == "429":
         return _error_response(

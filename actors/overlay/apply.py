@@ -72,23 +72,27 @@ user's Tab. ``durable=True`` adds power-loss safety: every staged file and
 the journal are fsynced before the commit point and every touched directory
 after it (an fsync of the journal alone would not be enough: after a power
 loss it could roll forward staged files that never reached the disk).
+
+This module is the transaction itself -- plan, stage, commit, execute, undo
+-- and is one concept although it is long. The conflict check is
+:mod:`.conflicts`; the operations, their journal and the process's registry
+of applies in flight are :mod:`.journal`; crash recovery is :mod:`.recover`
+(:func:`recover` is importable from here too).
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import json
 import os
 import posixpath
 import secrets
 import stat as stat_mod
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from fore.actors.core.logs import get_logger
 from fore.actors.overlay._keep import Keeper, Kept, NotRestored, SysFault, no_fault
@@ -97,23 +101,23 @@ from fore.actors.overlay._realfs import (
     Ident,
     PathChanged,
     fsync_dir,
-    identity,
-    observe,
     parent_and_name,
     write_all,
 )
+from fore.actors.overlay.conflicts import _check, _has_ancestor_in, _recheck
 from fore.actors.overlay.fs import OverlayClosed, OverlayFs, PlannedEntry
+from fore.actors.overlay.journal import (
+    JOURNAL_SUFFIX,
+    _describe,
+    _execute,
+    _Journal,
+    _Op,
+    _workspace_lock,
+)
+from fore.actors.overlay.recover import recover
 from fore.actors.tools.fsclock import Stamp, record_own
 from fore.actors.tools.paths import FsError
-from fore.messages.overlay import (
-    ApplyResult,
-    ConflictKind,
-    ConflictReport,
-    FileBase,
-    OverlayConflict,
-    RecoveryAction,
-    RecoveryRecord,
-)
+from fore.messages.overlay import ApplyResult, ConflictReport, OverlayConflict
 
 log = get_logger(__name__)
 
@@ -126,11 +130,6 @@ SYSCALL_FAULT: SysFault | None = None
 is given none (``fault(syscall, rel)`` before each change to the real tree:
 ``stage``, ``keep``, ``mkdir``, ``replace``, ``unlink``, ``rmdir``, ``restore``;
 raising ``OSError`` makes that change fail). Tests of a whole runtime set it."""
-
-JOURNAL_SUFFIX = ".journal"
-_JOURNAL_VERSION = 3
-"""2: every operation records its target's base and the new content's hash.
-3: and the name a displaced file may be kept under (``keep``, ``keep_dir``)."""
 _COPY_CHUNK = 1024 * 1024
 
 __all__ = [
@@ -155,55 +154,6 @@ class ApplyFailed(FsError):
     def __init__(self, message: str, applied: Iterable[str] = ()) -> None:
         super().__init__(message)
         self.applied: tuple[str, ...] = tuple(applied)
-
-
-@dataclass(slots=True)
-class _Op:
-    op: Literal["unlink", "rmdir", "mkdir", "replace"]
-    path: str
-    tmp_dir: str | None = None
-    tmp: str | None = None
-    size: int = 0
-    base_kind: str | None = None
-    """What the target was when apply checked it (None: a version-1 journal)."""
-    base_sha256: str | None = None
-    new_sha256: str | None = None
-    """The staged content's hash (``replace``)."""
-    keep: str | None = None
-    """The name a displaced file may be kept under before the commit point
-    (:mod:`actors.overlay._keep`), in ``keep_dir``: recovery removes it."""
-    keep_dir: str | None = None
-    """The nearest directory above the target that the apply does not remove."""
-
-    def record(self) -> dict[str, Any]:
-        """The journal form (``_Op(**record)`` reads it back)."""
-        return {
-            "op": self.op,
-            "path": self.path,
-            "tmp_dir": self.tmp_dir,
-            "tmp": self.tmp,
-            "size": self.size,
-            "base_kind": self.base_kind,
-            "base_sha256": self.base_sha256,
-            "new_sha256": self.new_sha256,
-            "keep": self.keep,
-            "keep_dir": self.keep_dir,
-        }
-
-
-_locks_guard = threading.Lock()
-_workspace_locks: dict[str, threading.Lock] = {}
-_active_journals: set[str] = set()
-"""Journals of applies running in this process: :func:`recover` leaves them alone."""
-
-
-def _workspace_lock(root: str) -> threading.Lock:
-    """Applies to one workspace are serialised within the process."""
-    with _locks_guard:
-        lock = _workspace_locks.get(root)
-        if lock is None:
-            lock = _workspace_locks[root] = threading.Lock()
-        return lock
 
 
 # -- apply ---------------------------------------------------------------------
@@ -637,147 +587,6 @@ def _result(overlay_id: str, ops: list[_Op], created: list[str], duration: float
     )
 
 
-# -- conflict check -----------------------------------------------------------------
-
-
-def _check(
-    cache: DirCache, entries: list[PlannedEntry]
-) -> tuple[list[OverlayConflict], dict[str, Ident | None], dict[str, int]]:
-    """Conflicts, the identity each path was seen with, and modes of existing files."""
-    replaced_by_dir = {
-        e.rel for e in entries if e.final == "dir" and e.base.kind in ("file", "other")
-    }
-    final_absent = {e.rel for e in entries if e.final == "absent"}
-    conflicts: list[OverlayConflict] = []
-    seen: dict[str, Ident | None] = {}
-    modes: dict[str, int] = {}
-    for entry in entries:
-        conflict, ident, mode = _check_one(cache, entry, replaced_by_dir, final_absent)
-        if conflict is not None:
-            conflicts.append(conflict)
-        seen[entry.rel] = ident
-        if mode is not None:
-            modes[entry.rel] = mode
-    return conflicts, seen, modes
-
-
-def _check_one(
-    cache: DirCache,
-    entry: PlannedEntry,
-    replaced_by_dir: set[str],
-    final_absent: set[str],
-) -> tuple[OverlayConflict | None, Ident | None, int | None]:
-    expected = entry.base
-    try:
-        obs = observe(
-            cache,
-            entry.rel,
-            hash_files=expected.kind == "file",
-            expect_size=expected.size if expected.kind == "file" else None,
-        )
-    except PathChanged as exc:
-        if _has_ancestor_in(entry.rel, replaced_by_dir):
-            found = FileBase.absent()  # its parent is a real file the overlay replaces
-            return _conflict(entry, found), None, None
-        return (
-            OverlayConflict(
-                path=entry.rel,
-                change="path_changed",
-                expected=expected,
-                found=FileBase(kind="other"),
-                detail=exc.detail,
-            ),
-            None,
-            None,
-        )
-    conflict = _conflict(entry, obs.base)
-    if conflict is None and expected.kind == "dir" and entry.final == "absent":
-        conflict = _leftover_children(cache, entry, obs.base, final_absent)
-    mode = obs.mode if obs.base.kind == "file" else None
-    return conflict, obs.ident, mode
-
-
-def _conflict(entry: PlannedEntry, found: FileBase) -> OverlayConflict | None:
-    change = _compare(entry.base, found, entry.final)
-    if change is None:
-        return None
-    return OverlayConflict(path=entry.rel, change=change, expected=entry.base, found=found)
-
-
-def _compare(expected: FileBase, found: FileBase, final: str) -> ConflictKind | None:
-    if expected.changed_since_start:
-        return "changed_since_start"  # what it held at the start is unknown
-    was, now = expected.kind, found.kind
-    if was == "absent":
-        if now == "absent" or (now == "dir" and final == "dir"):
-            return None
-        return "created"
-    if was == "file":
-        if now == "file":
-            # A base without a hash (the speculation saw only a prefix of a file
-            # that changed before its write) matches no content at all.
-            same = expected.sha256 is not None and found.sha256 == expected.sha256
-            return None if same else "modified"
-        return {"absent": "deleted", "dir": "became_directory"}.get(now, "became_special")  # type: ignore[return-value]
-    if was == "dir":
-        if now == "dir":
-            return None
-        return {"absent": "deleted", "file": "became_file"}.get(now, "became_special")  # type: ignore[return-value]
-    if now == "other":
-        return None if found.mtime_ns == expected.mtime_ns else "modified"
-    return {"absent": "deleted", "file": "became_file"}.get(now, "became_directory")  # type: ignore[return-value]
-
-
-def _leftover_children(
-    cache: DirCache, entry: PlannedEntry, found: FileBase, final_absent: set[str]
-) -> OverlayConflict | None:
-    """A deleted directory must hold nothing the overlay does not delete too."""
-    try:
-        names = os.listdir(cache.open(entry.rel))
-    except (OSError, PathChanged):
-        return None
-    extra = sorted(name for name in names if posixpath.join(entry.rel, name) not in final_absent)
-    if not extra:
-        return None
-    return OverlayConflict(
-        path=entry.rel,
-        change="directory_changed",
-        expected=entry.base,
-        found=found,
-        detail="it now contains " + ", ".join(extra[:5]) + (" …" if len(extra) > 5 else ""),
-    )
-
-
-def _recheck(
-    cache: DirCache, entries: list[PlannedEntry], seen: dict[str, Ident | None]
-) -> list[OverlayConflict]:
-    """Re-verify after staging: an unchanged identity needs no re-hash."""
-    replaced_by_dir = {
-        e.rel for e in entries if e.final == "dir" and e.base.kind in ("file", "other")
-    }
-    final_absent = {e.rel for e in entries if e.final == "absent"}
-    late: list[OverlayConflict] = []
-    for entry in entries:
-        try:
-            now = identity(cache, entry.rel)
-        except PathChanged:
-            now = None
-        if now == seen.get(entry.rel) and entry.base.kind != "dir":
-            continue
-        conflict, _, _ = _check_one(cache, entry, replaced_by_dir, final_absent)
-        if conflict is not None:
-            late.append(conflict)
-    return late
-
-
-def _has_ancestor_in(rel: str, paths: set[str]) -> bool:
-    while rel:
-        rel = posixpath.dirname(rel)
-        if rel in paths:
-            return True
-    return False
-
-
 # -- planning, staging, executing ----------------------------------------------------------
 
 
@@ -905,319 +714,8 @@ def _unstage(cache: DirCache, staged: Iterable[_Op]) -> None:
             pass
 
 
-def _execute(
-    cache: DirCache,
-    op: _Op,
-    created: list[str],
-    *,
-    recovering: bool,
-    fault: SysFault = no_fault,
-) -> bool:
-    """Run one operation; idempotent (safe to repeat after a crash). True if it did something."""
-    if op.op == "replace":
-        assert op.tmp is not None and op.tmp_dir is not None
-        try:
-            src_fd = cache.open(op.tmp_dir)
-        except FileNotFoundError:
-            if recovering:
-                return False
-            raise
-        if recovering:
-            try:
-                os.stat(op.tmp, dir_fd=src_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return False  # already moved into place
-        parent, name = parent_and_name(op.path)
-        dst_fd = cache.open(parent, create=True, created=created)
-        fault("replace", op.path)
-        os.replace(op.tmp, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
-        return True
-    if op.op == "mkdir":
-        before = len(created)
-        cache.open(op.path, create=True, created=created)
-        return len(created) > before
-    parent_fd, name = cache.lookup_parent(op.path)
-    if parent_fd is None:
-        return False
-    try:
-        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    is_dir = stat_mod.S_ISDIR(st.st_mode)
-    if op.op == "unlink":
-        if is_dir:
-            return False  # already replaced by the directory this apply creates
-        fault("unlink", op.path)
-        os.unlink(name, dir_fd=parent_fd)
-        return True
-    if not is_dir:
-        return False  # already replaced by the file this apply writes
-    cache.forget(op.path)
-    fault("rmdir", op.path)
-    os.rmdir(name, dir_fd=parent_fd)
-    return True
-
-
-def _describe(exc: BaseException, rel: str) -> str:
-    if isinstance(exc, PathChanged):
-        return f"{exc.rel}: {exc.detail}"
-    if isinstance(exc, OSError):
-        return f"{rel}: {exc.strerror or type(exc).__name__}"
-    return f"{rel}: {exc}"
-
-
 def _failure(exc: BaseException, phase: str) -> ApplyFailed:
     if isinstance(exc, PathChanged):
         return ApplyFailed(f"apply stopped while {phase}: {exc.rel}: {exc.detail}")
     strerror = exc.strerror if isinstance(exc, OSError) else None
     return ApplyFailed(f"apply stopped while {phase}: {strerror or type(exc).__name__}")
-
-
-# -- the journal ---------------------------------------------------------------------
-
-
-class _Journal:
-    """An append-only JSON-lines file: header (ops), then PREPARED, then DONE."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
-        self._fd: int | None = fd
-
-    @classmethod
-    def create(
-        cls, directory: Path, journal_id: str, root: str, overlay_id: str, ops: list[_Op]
-    ) -> _Journal:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = directory / f"{journal_id}{JOURNAL_SUFFIX}"
-        header = {
-            "journal": _JOURNAL_VERSION,
-            "id": journal_id,
-            "workspace": root,
-            "overlay": overlay_id,
-            "created": time.time(),
-            "ops": [op.record() for op in ops],
-        }
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        journal = cls(path, fd)
-        with _locks_guard:
-            _active_journals.add(str(path))
-        journal._append(header)
-        return journal
-
-    def _append(self, record: dict[str, Any]) -> None:
-        assert self._fd is not None
-        write_all(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
-
-    def prepare(self, *, sync: bool) -> None:
-        """The commit point: from here on, recovery rolls forward."""
-        assert self._fd is not None
-        self._append({"state": "PREPARED"})
-        if not sync:
-            return
-        os.fsync(self._fd)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            fsync_dir(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-    def finish(self) -> None:
-        """Every operation is done: mark it and remove the journal (best effort)."""
-        try:
-            self._append({"state": "DONE"})
-        except OSError:
-            pass  # a leftover PREPARED journal only replays idempotent operations
-        self.discard()
-
-    def discard(self) -> None:
-        self.close()
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("overlay_journal_not_removed", journal=self.path.name, error=exc.strerror)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        with _locks_guard:
-            _active_journals.discard(str(self.path))
-
-
-# -- recovery -----------------------------------------------------------------------
-
-
-def recover(journal_dir: str | os.PathLike[str]) -> list[RecoveryRecord]:
-    """Finish or undo every interrupted apply journaled in ``journal_dir``.
-
-    Call it only for journals no other live process is using (the store calls
-    it for dead processes); journals of applies running in this process are
-    skipped. A PREPARED journal is rolled forward (each operation is
-    idempotent); any other is rolled back (its staged temps are deleted, real
-    files were never touched). Journals are removed afterwards.
-    """
-    directory = Path(journal_dir)
-    try:
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-    records = []
-    for name in names:
-        path = directory / name
-        with _locks_guard:
-            busy = str(path) in _active_journals
-        if name.endswith(JOURNAL_SUFFIX) and not busy:
-            records.append(_recover_one(path))
-    return records
-
-
-def _recover_one(path: Path) -> RecoveryRecord:
-    journal_id = path.name[: -len(JOURNAL_SUFFIX)]
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-        header = json.loads(lines[0])
-        ops = [_Op(**raw) for raw in header["ops"]]
-        root = str(header["workspace"])
-    except (OSError, ValueError, KeyError, TypeError):
-        # A torn header: the crash came before anything was staged.
-        path.unlink(missing_ok=True)
-        log.warning("overlay_journal_unreadable", journal=journal_id)
-        return RecoveryRecord(journal_id=journal_id, action="discarded", workspace="")
-    states = set()
-    for line in lines[1:]:
-        try:
-            states.add(json.loads(line).get("state"))
-        except (ValueError, AttributeError):
-            continue
-    problems: list[str] = []
-    skipped: list[str] = []
-    action: RecoveryAction
-    paths: list[str] = []
-    try:
-        cache = DirCache(root)
-    except OSError as exc:
-        path.unlink(missing_ok=True)
-        return RecoveryRecord(
-            journal_id=journal_id,
-            action="discarded",
-            workspace=root,
-            problems=(f"workspace unavailable: {exc.strerror}",),
-        )
-    with cache:
-        if "DONE" in states:
-            action = "completed"
-            for op in ops:
-                _drop_keep(cache, op)
-        elif "PREPARED" in states:
-            action = "rolled_forward"
-            created: list[str] = []
-            finals = _final_kinds(ops)
-            for op in ops:
-                try:
-                    if op.path in skipped or not _still_ours(cache, op, finals):
-                        _drop_staged(cache, op)
-                        if op.path not in skipped:
-                            skipped.append(op.path)
-                            problems.append(
-                                f"{op.path}: changed after the interrupted apply; left as it is"
-                            )
-                        continue
-                    if _execute(cache, op, created, recovering=True):
-                        paths.append(op.path)
-                except (OSError, PathChanged) as exc:
-                    problems.append(_describe(exc, op.path))
-            for op in ops:  # the kept links are needed no more, whatever happened
-                _drop_keep(cache, op)
-        else:
-            action = "rolled_back"
-            for op in ops:
-                _drop_keep(cache, op)
-                if op.op != "replace" or op.tmp is None or op.tmp_dir is None:
-                    continue
-                try:
-                    os.unlink(op.tmp, dir_fd=cache.open(op.tmp_dir))
-                    paths.append(op.path)
-                except (OSError, PathChanged):
-                    continue
-    path.unlink(missing_ok=True)
-    log.info(
-        "overlay_journal_recovered",
-        journal=journal_id,
-        action=action,
-        paths=len(paths),
-        problems=problems,
-    )
-    if skipped:
-        log.warning(
-            "overlay_recovery_skipped",
-            journal=journal_id,
-            workspace=root,
-            paths=skipped,
-            detail="changed after the interrupted apply; left as the user left them",
-        )
-    return RecoveryRecord(
-        journal_id=journal_id,
-        action=action,
-        workspace=root,
-        paths=tuple(paths),
-        problems=tuple(problems),
-        skipped=tuple(skipped),
-    )
-
-
-def _final_kinds(ops: list[_Op]) -> dict[str, str]:
-    """What the apply leaves at each path it creates something at."""
-    finals: dict[str, str] = {}
-    for op in ops:
-        if op.op == "replace":
-            finals[op.path] = "file"
-        elif op.op == "mkdir":
-            finals[op.path] = "dir"
-    return finals
-
-
-def _still_ours(cache: DirCache, op: _Op, finals: dict[str, str]) -> bool:
-    """Whether recovery may (re)run ``op``: its target is still the base, or already done.
-
-    A version-1 journal records no base: its operations are replayed as before.
-    """
-    if op.base_kind is None or op.op == "mkdir":
-        return True
-    try:
-        now = observe(cache, op.path, hash_files=True).base
-    except PathChanged:
-        return False  # a parent became a file or a symlink: not what this apply left
-    if now.kind == "absent":
-        # Removed by this apply (its unlink or rmdir ran first), or never there.
-        # Only a file that was there and is gone now is a user's change to respect.
-        return not (op.op == "replace" and op.base_kind == "file")
-    if op.op == "replace" and now.kind == "file" and now.sha256 == op.new_sha256:
-        return True  # already the new content
-    if op.op in ("unlink", "rmdir") and finals.get(op.path) == now.kind:
-        return True  # what this apply creates there is in place: the removal is a no-op
-    if now.kind != op.base_kind:
-        return False
-    if now.kind == "file":
-        return op.base_sha256 is not None and now.sha256 == op.base_sha256
-    return True  # a directory (still to remove) or a special file, as it was
-
-
-def _drop_keep(cache: DirCache, op: _Op) -> None:
-    """Delete the link ``op``'s displaced file was kept under in the tree, if there is one."""
-    if op.keep is None:
-        return
-    keep_dir = op.keep_dir if op.keep_dir is not None else parent_and_name(op.path)[0]
-    try:
-        os.unlink(op.keep, dir_fd=cache.open(keep_dir))
-    except (OSError, PathChanged):
-        pass
-
-
-def _drop_staged(cache: DirCache, op: _Op) -> None:
-    """Delete ``op``'s staged temp, if it has one left (it is never moved into place)."""
-    if op.op != "replace" or op.tmp is None or op.tmp_dir is None:
-        return
-    try:
-        os.unlink(op.tmp, dir_fd=cache.open(op.tmp_dir))
-    except (OSError, PathChanged):
-        pass

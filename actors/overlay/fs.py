@@ -84,6 +84,12 @@ and :meth:`remove` deletes the upper layer only then (or lets the last writer
 do it when a deadline passes first). The upper layer is bounded: a write that
 would exceed ``max_bytes`` raises :class:`OverlayFull`, which the speculator
 turns into a boundary.
+
+Layout: this module is the view itself -- resolution, reads, mutations and
+lifetime under its one lock -- and is one concept although it is long. The
+records it keeps are :mod:`.tree`'s; the union listings and walks are the
+:class:`~fore.actors.overlay.search.UnionListing` mixin (:mod:`.search`),
+which reads the same tables under the same lock.
 """
 
 from __future__ import annotations
@@ -100,26 +106,33 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from fore.actors.core.logs import get_logger
 from fore.actors.overlay._realfs import (
-    DIR_FLAGS,
     DirCache,
     Ident,
     PathChanged,
+    _real_error,
     identity,
     kind_of,
     observe,
-    open_dir,
     write_all,
 )
+from fore.actors.overlay.search import UnionListing
+from fore.actors.overlay.tree import (
+    _ABSENT_SEEN,
+    _HIDDEN,
+    _WHITEOUT,
+    PlannedEntry,
+    UnionKind,
+    _Dir,
+    _Entry,
+    _File,
+    _Hidden,
+    _Seen,
+)
 from fore.actors.tools.fs import (
-    MAX_WALK_DEPTH,
-    SKIP_DIRS,
-    DirEntry,
     FileStat,
     IsADirectory,
     NotADirectory,
@@ -155,79 +168,7 @@ class OverlayClosed(FsError):
     """The overlay was closed (applied or discarded); it accepts no more changes."""
 
 
-@dataclass(slots=True)
-class _File:
-    upper: str
-    size: int
-    mtime_ns: int
-    sha256: str | None = None
-    """The content's hash (apply journals it: recovery tells "new" from a later edit)."""
-
-
-@dataclass(slots=True)
-class _Dir:
-    mtime_ns: int
-
-
-class _Whiteout:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "WHITEOUT"
-
-
-class _Hidden:
-    __slots__ = ()
-
-
-_WHITEOUT = _Whiteout()
-_HIDDEN = _Hidden()
-"""Lookup result: no entry of its own, but an ancestor is a whiteout or a file."""
-
-_Entry = _File | _Dir | _Whiteout
-
-
-@dataclass(frozen=True, slots=True)
-class _Seen:
-    """What the speculation saw at its first read of a real path (kept small:
-    grep may read thousands of files).
-
-    ``sha256`` is the hash of the whole content read (``kind == "absent"``:
-    the read found no file). A read cut short by ``limit`` has no hash; its
-    ``ident`` is the identity of the file at the read instead.
-    """
-
-    kind: Literal["file", "absent"]
-    sha256: str | None = None
-    size: int = 0
-    mtime_ns: int = 0
-    ident: Ident | None = None
-
-    def base(self) -> FileBase:
-        if self.kind == "absent":
-            return FileBase.absent()
-        return FileBase(kind="file", sha256=self.sha256, size=self.size, mtime_ns=self.mtime_ns)
-
-
-_ABSENT_SEEN = _Seen("absent")
-UnionKind = Literal["file", "dir", "other", "absent"]
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedEntry:
-    """One touched path as apply sees it: the final state and the base."""
-
-    rel: str
-    final: Literal["file", "dir", "absent"]
-    base: FileBase
-    upper: str | None = None
-    """Absolute path of the upper file (``final == "file"``); never shown to tools."""
-    size: int = 0
-    sha256: str | None = None
-    """The new content's sha256 (``final == "file"``)."""
-
-
-class OverlayFs:
+class OverlayFs(UnionListing):
     """A copy-on-write :class:`~actors.tools.fs.FsView` over a real workspace."""
 
     def __init__(
@@ -575,166 +516,6 @@ class OverlayFs:
         with self._lock:
             if rel not in self._bases:
                 self._seen.setdefault(rel, seen)
-
-    def list_dir(self, path: str) -> list[DirEntry]:
-        rel = self.resolve(path)
-        kind, _ = self._union_kind(rel)
-        if kind == "absent":
-            raise NotFound(f"{rel}: no such directory")
-        if kind != "dir":
-            raise NotADirectory(f"{rel} is not a directory")
-        entries: dict[str, DirEntry] = {}
-        try:
-            with DirCache(self._root) as cache:
-                fd = cache.open(rel)
-                with os.scandir(fd) as it:
-                    for item in it:
-                        entries[item.name] = self._real_entry(rel, item, fd)
-        except (FileNotFoundError, NotADirectoryError, PathChanged):
-            pass  # the directory exists only in the overlay (or replaced a real file)
-        except OSError as exc:
-            raise _real_error(exc, rel) from None
-        with self._lock:
-            for name in self._children.get(rel, ()):
-                entry = self._entries[posixpath.join(rel, name) if rel else name]
-                if entry is _WHITEOUT:
-                    entries.pop(name, None)
-                elif isinstance(entry, _File):
-                    entries[name] = DirEntry(name, "file", entry.size)
-                elif isinstance(entry, _Dir):
-                    previous = entries.get(name)
-                    size = previous.size if previous is not None and previous.kind == "dir" else 0
-                    entries[name] = DirEntry(name, "dir", size)
-        return sorted(entries.values(), key=lambda e: e.name)
-
-    def _real_entry(self, rel: str, item: os.DirEntry[str], dir_fd: int) -> DirEntry:
-        child = posixpath.join(rel, item.name) if rel else item.name
-        try:
-            if item.is_symlink():
-                target = self.stat(child)
-                if target is None:
-                    return DirEntry(item.name, "other", 0)
-                return DirEntry(item.name, target.kind, target.size)
-            st = os.stat(item.name, dir_fd=dir_fd, follow_symlinks=False)
-        except (FsError, OSError):
-            return DirEntry(item.name, "other", 0)
-        return DirEntry(item.name, kind_of(st.st_mode), st.st_size)
-
-    def iter_files(self, path: str = "") -> Iterator[str]:
-        base = self.resolve(path)
-        kind, _ = self._union_kind(base)
-        if kind == "file":
-            yield base
-            return
-        if kind != "dir":
-            return
-        yield from self._walk(base, self._open_real_dir(base), 0)
-
-    def _open_real_dir(self, rel: str) -> int | None:
-        """An owned descriptor of the real directory ``rel`` (None: there is none).
-
-        Opened one component at a time with ``O_NOFOLLOW``: a component swapped
-        for a symlink fails the open instead of leading out of the workspace.
-        """
-        try:
-            return open_dir(self._root, rel)
-        except (OSError, PathChanged):
-            return None
-
-    def _walk(self, rel: str, fd: int | None, depth: int) -> Iterator[str]:
-        """Union files under ``rel`` in ``os.walk`` order; ``fd`` is its real directory (owned).
-
-        Every real subdirectory is opened relative to its parent's descriptor
-        with ``O_NOFOLLOW`` (see :func:`actors.tools.fs.walk_files`): a directory
-        swapped for a symlink mid-walk is skipped, never followed out.
-        """
-        try:
-            files, dirs = self._union_children(rel, fd)
-            for name in files:
-                yield posixpath.join(rel, name) if rel else name
-            for name, walk_into in dirs:
-                if not walk_into or name in SKIP_DIRS or depth >= MAX_WALK_DEPTH:
-                    continue
-                child_fd: int | None = None
-                if fd is not None:
-                    try:
-                        child_fd = os.open(name, DIR_FLAGS, dir_fd=fd)
-                    except OSError:
-                        child_fd = None  # only in the overlay, or swapped since the listing
-                yield from self._walk(
-                    posixpath.join(rel, name) if rel else name, child_fd, depth + 1
-                )
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _walk_children(self, rel: str) -> tuple[list[str], list[tuple[str, bool]]]:
-        """Union children of ``rel`` (see :meth:`_union_children`)."""
-        fd = self._open_real_dir(rel)
-        try:
-            return self._union_children(rel, fd)
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _union_children(self, rel: str, fd: int | None) -> tuple[list[str], list[tuple[str, bool]]]:
-        """Union children of ``rel`` classified as ``os.walk`` does: ``(files, dirs)``.
-
-        ``fd`` is the real directory (None: it exists only in the overlay); its
-        entries are listed through the descriptor, never by path. ``dirs``
-        pairs each directory name with whether to walk into it
-        (``os.walk(followlinks=False)`` lists a symlink to a directory among
-        the directories but does not enter it). A real symlink is classified
-        by its target *in the union view* -- the real target may have been
-        deleted or created by the overlay -- except one leading outside the
-        workspace, which the overlay cannot change: that is classified by the
-        real target, as ``WorkspaceFs`` does.
-        """
-        files: set[str] = set()
-        dirs: dict[str, bool] = {}
-        with self._lock:
-            overlay_aware = bool(self._entries)
-        if fd is not None:
-            try:
-                with os.scandir(fd) as it:
-                    for item in it:
-                        try:
-                            link = item.is_symlink()
-                            if link and overlay_aware:
-                                is_dir = self._link_is_dir(rel, item)
-                            else:
-                                is_dir = item.is_dir()
-                        except OSError:
-                            link, is_dir = False, False
-                        if is_dir:
-                            dirs[item.name] = not link
-                        else:
-                            files.add(item.name)
-            except OSError:
-                pass
-        with self._lock:
-            for name in self._children.get(rel, ()):
-                entry = self._entries[posixpath.join(rel, name) if rel else name]
-                if entry is _WHITEOUT:
-                    files.discard(name)
-                    dirs.pop(name, None)
-                elif isinstance(entry, _File):
-                    files.add(name)
-                    dirs.pop(name, None)
-                else:
-                    files.discard(name)
-                    dirs[name] = True
-        return sorted(files), sorted(dirs.items())
-
-    def _link_is_dir(self, rel: str, item: os.DirEntry[str]) -> bool:
-        """Whether the real symlink ``item`` in ``rel`` leads to a directory of the union."""
-        try:
-            target = self.stat(posixpath.join(rel, item.name) if rel else item.name)
-        except PathOutOfScope:
-            return item.is_dir()
-        except FsError:  # a loop, or a parent that is not a directory: os.walk says file
-            return False
-        return target is not None and target.kind == "dir"
 
     def exec_dir(self, path: str) -> str:
         rel = self.resolve(path)
@@ -1090,18 +871,3 @@ def _storage_error(exc: OSError, rel: str) -> FsError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return OverlayFull(f"{rel}: no space left for the speculation overlay")
     return FsError(f"{rel}: the speculation overlay could not store it ({exc.strerror or 'error'})")
-
-
-def _real_error(exc: OSError, rel: str) -> FsError:
-    """A real-tree failure in ``WorkspaceFs``'s words (workspace-relative)."""
-    if exc.errno == errno.ENOENT:
-        return NotFound(f"{rel}: no such file or directory")
-    if exc.errno == errno.EISDIR:
-        return IsADirectory(f"{rel} is a directory")
-    if exc.errno == errno.ENOTDIR:
-        return NotADirectory(f"{rel}: a parent is not a directory")
-    if exc.errno in (errno.ELOOP, errno.EMLINK):
-        return FsError(f"{rel}: a symlink appeared in the path; refusing to follow it")
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return FsError(f"{rel}: permission denied")
-    return FsError(f"{rel}: {exc.strerror or 'error'}")

@@ -46,15 +46,12 @@ from typing import Any
 
 from fore.actors.filerefs.interceptor import FileRefInterceptor
 from fore.actors.gate.tool_gate import (
-    INTERACTIVE_TOOLS,
-    NETWORK_TOOLS,
-    READ_TOOLS,
-    SHELL_TOOL,
-    WRITE_TOOLS,
+    declared_read_only,
     evaluate_tool_call,
 )
 from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.resolve.interceptor import ResolveInterceptor
+from fore.actors.worker.approval import LiveApproval
 from fore.actors.worker.hooks import (
     Abort,
     AbortContext,
@@ -77,7 +74,7 @@ from fore.actors.worker.interceptor import (
 )
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, UserMessage
-from fore.messages.gate import ApprovalMode, GateAction, GateDecision
+from fore.messages.gate import ApprovalMode, GateAction
 from fore.messages.llm import LlmError
 from fore.messages.tools import ToolDefinition
 
@@ -130,8 +127,12 @@ class SpeculationGate(Interceptor):
         *,
         tools: Sequence[ToolDefinition] | None = None,
         policy: Interceptor | None = None,
+        approval: LiveApproval | None = None,
     ) -> None:
         self.mode = mode
+        self.approval = approval
+        """The session's live approval state: a file tool the person said "always" to
+        goes to the overlay in ``default`` mode too (``LiveApproval.speculation_mode``)."""
         self.overlay = overlay
         self.workspace = workspace
         self.tools = None if tools is None else tuple(tools)
@@ -204,8 +205,11 @@ class SpeculationGate(Interceptor):
             self._batch_writes = False
             self._batch_bytes = 0
         stale = bool(self.overlay.has_writes) or self._batch_writes
+        mode = self.mode
+        if self.approval is not None:
+            mode = self.approval.speculation_mode(ctx.name, mode)
         decision = evaluate_tool_call(
-            ctx.name, ctx.arguments, self.mode, cwd=self.workspace, overlay_has_writes=stale
+            ctx.name, ctx.arguments, mode, cwd=self.workspace, overlay_has_writes=stale
         )
         decision = declared_read_only(decision, ctx.tool, stale)
         self.decisions.append((ctx.name, decision.action.value, decision.reason))
@@ -276,37 +280,6 @@ class SpeculationGate(Interceptor):
                 reason = _named("post_tool_call", self.policy, verdict, verdict.reason)
                 self.late.append(LateBoundary(ctx.call_id, ctx.name, reason))
         return Continue()
-
-
-_KNOWN = READ_TOOLS | WRITE_TOOLS | NETWORK_TOOLS | INTERACTIVE_TOOLS | {SHELL_TOOL}
-
-
-def declared_read_only(decision: GateDecision, tool: Any, stale: bool) -> GateDecision:
-    """Let a tool the gate does not know run when it declares itself read-only.
-
-    ``Tool.read_only`` is declared by whoever added the tool --
-    ``@tool(read_only=True)``, or a *trusted* MCP server's tools annotated
-    read-only and closed-world (never the hints alone: ``actors.tools.mcp``).
-    Tools the gate knows by name keep its rules. Such a tool may read the real
-    tree rather than the overlay, so once the speculation holds writes it is
-    a boundary, as a shell command is.
-    """
-    if decision.action is not GateAction.BOUNDARY or decision.tool in _KNOWN:
-        return decision
-    if getattr(tool, "read_only", False) is not True:
-        return decision
-    if stale:
-        return GateDecision(
-            action=GateAction.BOUNDARY,
-            reason=f"{decision.tool} declares itself read-only, but it may read the real tree, "
-            "which no longer matches the speculation's writes",
-            tool=decision.tool,
-        )
-    return GateDecision(
-        action=GateAction.ALLOW,
-        reason=f"{decision.tool} declares itself read-only",
-        tool=decision.tool,
-    )
 
 
 def _named(event: str, policy: Interceptor, verdict: Any, reason: str) -> str:

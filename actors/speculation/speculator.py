@@ -205,6 +205,7 @@ class Speculator(ForeActor):
             setup.workspace,
             tools=snapshot.tools,
             policy=session_policy(main.interceptor),
+            approval=main.state.approval,
         )
         worker_config = WorkerConfig(
             session_id=main.session_id,
@@ -338,6 +339,10 @@ class Speculator(ForeActor):
         self._reach_limit("token budget", True)
 
     def _report_progress(self, inner: str, detail: str) -> None:
+        files = 0
+        if self.overlay is not None:
+            written, whiteouts, _dirs = self.overlay.counts()
+            files = written + whiteouts
         try:
             self.setup.supervisor.tell(
                 SpeculationProgress(
@@ -345,6 +350,8 @@ class Speculator(ForeActor):
                     speculation_id=self.setup.speculation_id,
                     inner=inner,
                     detail=detail,
+                    tool_calls=self.tool_calls,
+                    files_written=files,
                 )
             )
         except ActorDeadError:

@@ -12,13 +12,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fore.actors.filerefs.tokenizer import parse_input, render_user_text
 from fore.actors.worker.hookrun import HookGate
 from fore.messages.alerts import Alert, AlertLevel
 from fore.messages.conversation import AssistantMessage, Item, Segment, ToolResult
 from fore.messages.session import Submit
+
+if TYPE_CHECKING:
+    from fore.actors.worker.approval import LiveApproval
 
 MAX_ALERTS = 200
 
@@ -37,6 +40,9 @@ class SessionState:
     hook_gate: HookGate = field(default_factory=HookGate)
     """The session's admission to the hook lane for hooks: it outlives a worker
     incarnation, so hooks abandoned by a crashed worker still count against its cap."""
+    approval: LiveApproval | None = None
+    """The session's approval policy for normal turns (``None``: calls run unasked).
+    Here so that a restarted worker keeps its mode and the person's "always" answers."""
 
     def repair(self, text: str) -> list[ToolResult]:
         """Close every tool call that has no result; returns the results added."""

@@ -57,6 +57,7 @@ from fore.actors.core.timer import TimerHandle
 from fore.actors.output.interceptor import start_output
 from fore.actors.speculation.fork import snapshot_version
 from fore.actors.tools.base import ToolRegistry, ToolServices
+from fore.actors.worker.approval import refusal
 from fore.actors.worker.hookrun import DetachedChain, HookJob
 from fore.actors.worker.hooks import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -143,6 +144,7 @@ from fore.messages.session import (
     RunStarted,
     RunState,
     RunStatus,
+    SetModel,
     Submit,
     Subscribe,
     TextDelta,
@@ -352,6 +354,9 @@ class _Call:
     """The blob store converted the result (and pinned every blob its text references)."""
     gate_args: dict[str, Any] | None = None
     """Strict mode: the arguments the interceptor (the speculation gate) approved."""
+    approval_args: dict[str, Any] | None = None
+    """The arguments the session's approval policy judged (a hook that changes them
+    has them judged again)."""
 
 
 @dataclass
@@ -719,6 +724,15 @@ class Worker(ForeActor):
     @handles(AddTool)
     def _on_add_tool(self, message: AddTool) -> None:
         self.config.tools = self.config.tools.with_tool(message.tool)
+
+    @handles(SetModel)
+    def _on_set_model(self, message: SetModel) -> None:
+        """Switch models between runs (issue 24): a run keeps the model it began with."""
+        run = self._run
+        if run is not None and not run.ended:
+            raise WorkerBusy("a run is in progress: switch models between turns")
+        self.config.model = message.model
+        self.config.model_name = message.model_name or str(getattr(message.model, "name", ""))
 
     @handles(GetHistory)
     def _on_history(self, _message: GetHistory) -> tuple[Item, ...]:
@@ -1135,13 +1149,7 @@ class Worker(ForeActor):
             return
         run.llm_request_id = None
         run.llm_retried = False
-        usage = run.usage
-        run.usage = Usage(
-            prompt_tokens=usage.prompt_tokens + message.usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens + message.usage.completion_tokens,
-            total_tokens=usage.total_tokens + message.usage.total_tokens,
-            cached_tokens=usage.cached_tokens + message.usage.cached_tokens,
-        )
+        run.usage = run.usage + message.usage  # every field, cache writes included (#27)
         assistant = message.message
         assert run.llm_base is not None
         bad = next((c for c in assistant.tool_calls if c.arguments_error is not None), None)
@@ -1273,15 +1281,21 @@ class Worker(ForeActor):
                 if self.config.strict_tool_hooks:
                     # What the gate approved: a hook that changes it is gated again.
                     item.gate_args = copy.deepcopy(item.ctx.arguments)
-            run.phase = "pre_tool_call"
-            index = run.index
-
-            def done(state: ChainState, item: _Call = item, index: int = index) -> None:
-                self._after_pre_tool(run, item, index, state)
-
-            self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
+                if self._approval_started(run, item):
+                    return  # the session's approval policy first (below)
+            self._pre_tool_hooks(run, item, start)
             return
         self._run_tools(run)
+
+    def _pre_tool_hooks(self, run: _Run, item: _Call, start: int) -> None:
+        """The public ``pre_tool_call`` hooks of the current call, from hook ``start``."""
+        run.phase = "pre_tool_call"
+        index = run.index
+
+        def done(state: ChainState) -> None:
+            self._after_pre_tool(run, item, index, state)
+
+        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
         if not _live(run):
@@ -1329,10 +1343,56 @@ class Worker(ForeActor):
             )
             return
         else:
+            if self._approval_started(run, item, again=True):
+                return  # a hook rewrote the arguments the person approved: judged again
             item.status = "approved"
             item.executed = self._executed_call(item)
         run.index = index + 1
         self._pre_tools(run, None)
+
+    # -- tools: approval (actors/worker/approval.py; issue 24) ---------------------------------
+
+    def _approval_started(self, run: _Run, item: _Call, *, again: bool = False) -> bool:
+        """Start judging ``item`` under the session's approval policy; False: nothing to judge.
+
+        Before the public hooks (``again=False``), and after them when a hook
+        rewrote the arguments that were judged (``again=True``). Calls that
+        cannot need asking pass inline; the rest are judged on the hook lane
+        (:class:`~actors.worker.approval.LiveApproval.decide`), where a
+        refusal -- or any failure to get an answer -- skips the call.
+        """
+        approval = self.state.approval
+        if approval is None or self.config.purpose == "speculation":
+            return False
+        if again and (item.approval_args is None or item.approval_args == item.ctx.arguments):
+            return False
+        item.approval_args = copy.deepcopy(item.ctx.arguments)
+        if approval.allows_at_once(item.ctx):
+            return False
+        run.phase = "approval"
+        index = run.index
+
+        def done(state: ChainState) -> None:
+            if not _live(run):
+                return
+            outcome = final_outcome(state)
+            if state.error is not None:
+                why = refusal(state.error, approval.timeout_s)
+                self.alert(AlertLevel.WARN, f"{item.call.name} was not run: {why}", "approval")
+                outcome = Skip(why)
+            if isinstance(outcome, Skip):
+                self._skip(item, outcome.reason)
+            elif not again:
+                self._pre_tool_hooks(run, item, 0)
+                return
+            else:
+                item.status = "approved"
+                item.executed = self._executed_call(item)
+            run.index = index + 1
+            self._pre_tools(run, None)
+
+        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, specs=(approval.spec,))
+        return True
 
     @staticmethod
     def _executed_call(item: _Call) -> ToolCall:
@@ -2013,8 +2073,11 @@ class Worker(ForeActor):
         *,
         start: int = 0,
         abort_chain: bool = False,
+        specs: tuple[HookSpec, ...] | None = None,
     ) -> None:
         """Run ``event``'s hooks from index ``start``; ``done(state)`` gets the outcome.
+
+        ``specs``: run these instead of the session's hooks (the approval job).
 
         Each hook runs on the hook lane (through the session's
         :class:`~actors.worker.hookrun.HookGate`) with its own timeout, armed
@@ -2024,7 +2087,8 @@ class Worker(ForeActor):
         """
         if not abort_chain and not _live(run):
             return
-        state = ChainState(event, self.config.hooks.chain(event), ctx, index=start)
+        chain = self.config.hooks.chain(event) if specs is None else specs
+        state = ChainState(event, chain, ctx, index=start)
         self._chain_step(_ChainRun(run, state, done, abort_chain))
 
     def _chain_step(self, chain: _ChainRun) -> None:

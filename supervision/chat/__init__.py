@@ -3,11 +3,12 @@
 Modules, one concept each:
 
 * :mod:`.app` -- the prompt_toolkit application (layout, keys, threads);
-* :mod:`.backend` -- the port to the session API (the one layer that changes
-  when the session grows async and approval APIs);
+* :mod:`.backend` -- the port to the public session API (async calls, the
+  event stream, approvals, the model);
 * :mod:`.transcript` -- session events to printed and live lines (pure);
 * :mod:`.status` -- the status line and ``/cost`` (pure);
-* :mod:`.approval` -- the approval policy and its ``pre_tool_call`` hook;
+* :mod:`.approval` -- Shift-Tab's mode cycle and call summaries (the policy
+  is the runtime's: ``open_session(approval=..., approver=...)``);
 * :mod:`.commands` -- slash commands; :mod:`.paths` -- ``@`` completion;
 * :mod:`.demo` -- ``fore chat --demo``'s workspace and scripted model;
 * :mod:`.trace` -- the optional timing trace ``fore bench chat`` reads;

@@ -11,12 +11,15 @@ history, so it can be scrolled back, searched and copied like any output)::
      demo │ auto-edit ⇧Tab │ ready: 2 calls, 1 file · Tab applies │ 1.2k tok │ Tab saved 3.1 s
 
 Threads. The UI thread (prompt_toolkit's asyncio loop) never waits on the
-runtime: blocking session calls (submit, accept, the speculation status) run
-on a small executor; a background thread reads the session's events and hands
-each to the loop (``call_soon_threadsafe``); a key binding only ever *tells*
-the runtime something (``dismiss``, ``cancel``: messages on the control lane,
-no wait). The approval hook runs on the runtime's hook lane and waits there --
-with a deadline -- for the person's answer, which the loop delivers.
+runtime: turns and Tab are awaited (``Session.asubmit`` / ``aaccept``), the
+session's events arrive through ``async for event in Session.stream()`` --
+the speculation's state among them, as ``SpeculationStatusChanged`` events,
+so nothing is polled -- and a key binding only ever *tells* the runtime
+something (``dismiss``, ``cancel``, the approval mode: no wait). The two calls
+that do wait (``/model``, ``/clear``) run on a small executor. The runtime
+asks for approvals on its hook lane (``open_session(approver=...)``), where
+:meth:`ChatApp.approver` waits -- within the request's deadline -- for the
+person's answer, which the loop delivers.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.renderer import print_formatted_text as render_formatted_text
 from prompt_toolkit.styles import Style
 
+from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnFinished, TurnResult
 from fore.messages.speculation import (
@@ -69,16 +73,10 @@ from fore.messages.speculation import (
     SpeculationProgress,
     SpeculationSkipped,
     SpeculationStatus,
+    SpeculationStatusChanged,
     SuggestionReady,
 )
-from fore.supervision.chat.approval import (
-    MODE_HELP,
-    ApprovalPolicy,
-    ApprovalRequest,
-    Decision,
-    next_mode,
-    stricter,
-)
+from fore.supervision.chat.approval import MODE_HELP, next_mode, short_arguments
 from fore.supervision.chat.backend import ChatBackend
 from fore.supervision.chat.commands import (
     CommandCompleter,
@@ -90,6 +88,7 @@ from fore.supervision.chat.paths import PathCompleter, at_word
 from fore.supervision.chat.status import (
     FINAL_STATES,
     StatusInput,
+    cache_lines,
     cost_lines,
     speculation_text,
     status_line,
@@ -133,8 +132,6 @@ STYLE = Style.from_dict(
 TURN_TIMEOUT_S = 3600.0
 """How long the UI waits for one turn (a cancel or Ctrl-C ends it sooner)."""
 ACCEPT_TIMEOUT_S = 900.0
-STATUS_POLL_S = 0.2
-"""How often the speculation's status is read while a suggestion is shown and it runs."""
 TICK_S = 0.1
 """Redraw period while something on screen has a clock (spinners, durations)."""
 APPROVAL_WAIT_S = 600.0
@@ -147,12 +144,14 @@ MAX_GHOST = 300
 """The longest suggestion drawn (one line, sanitized)."""
 RUN_END_GRACE_S = 1.0
 """How long a finished run's answer waits for its TurnFinished event before closing it."""
+SUBSCRIBE_WAIT_S = 5.0
+"""How long ``/clear`` waits for the event stream of the new conversation to start."""
 
 
 @dataclass
 class _Approval:
     request: ApprovalRequest
-    answer: concurrent.futures.Future[Decision]
+    answer: concurrent.futures.Future[ApprovalDecision]
 
 
 class GhostText(Processor):
@@ -193,7 +192,6 @@ class ChatApp:
     def __init__(
         self,
         backend: ChatBackend,
-        policy: ApprovalPolicy,
         *,
         banner: Sequence[str] = (),
         opening: str | None = None,
@@ -203,7 +201,6 @@ class ChatApp:
         approval_wait_s: float = APPROVAL_WAIT_S,
     ) -> None:
         self.backend = backend
-        self.policy = policy
         self.banner = list(banner)
         self.opening = opening
         self.trace = trace or Trace(None)
@@ -214,6 +211,8 @@ class ChatApp:
         """The lines printed above the app, as plain text (the newest; tests read them)."""
         self.ghost: str | None = None
         self.spec_status: SpeculationStatus | None = None
+        self._latest_status: SpeculationStatus | None = None
+        """The newest status event, whichever suggestion it is about (it may come first)."""
         self.busy: str | None = None
         """``"turn"``, ``"accept"`` or ``"clear"`` while a blocking call runs, else ``None``."""
         self.busy_since = 0.0
@@ -230,14 +229,14 @@ class ChatApp:
         self._awaiting_ghost_removal: int | None = None
         self._awaiting_echo: int | None = None
         self._key_seq = 0
-        self._polling = False
-        self._poll_again = False
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="fore-chat"
+            max_workers=2, thread_name_prefix="fore-chat"
         )
-        self._pump: threading.Thread | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._streaming = -1
+        """The conversation (backend generation) whose events the pump reads."""
         self._ticker: asyncio.Task[None] | None = None
         self.exit_code = 0
         self.buffer = Buffer(
@@ -347,9 +346,10 @@ class ChatApp:
             return []
         request = self.approvals[0].request
         more = f"  (+{len(self.approvals) - 1} waiting)" if len(self.approvals) > 1 else ""
+        summary = short_arguments(request.tool, request.arguments)
         return [
             ("class:approval", f"  ? allow {one_line(request.tool, 40)}"),
-            ("", f"  {request.summary}" if request.summary else ""),
+            ("", f"  {summary}" if summary else ""),
             (
                 "class:dim",
                 f"   ({request.mode.value} mode asks: {one_line(request.reason, 70)}){more}\n",
@@ -373,7 +373,7 @@ class ChatApp:
         line = status_line(
             StatusInput(
                 model=self.backend.model_label,
-                mode=self.policy.mode,
+                mode=self.backend.mode,
                 speculation=spec,
                 totals=self.totals,
                 busy=busy,
@@ -426,13 +426,13 @@ class ChatApp:
 
         @kb.add("s-tab")
         def _cycle(event: KeyPressEvent) -> None:
-            self._set_mode(next_mode(self.policy.mode))
+            self._set_mode(next_mode(self.backend.mode))
 
         @kb.add("escape", eager=True)
         def _escape(event: KeyPressEvent) -> None:
             self._keypress()
             if self.approvals:
-                self._answer(Decision.DENY)
+                self._answer(ApprovalDecision.DENY)
             elif self.buffer.complete_state is not None:
                 self.buffer.cancel_completion()
             elif self.ghost is not None:
@@ -462,9 +462,11 @@ class ChatApp:
         if not data.isprintable():
             return  # an unbound control key: nothing to type
         if self.approvals:
-            decision = {"y": Decision.ALLOW, "n": Decision.DENY, "a": Decision.ALWAYS}.get(
-                data.lower()
-            )
+            decision = {
+                "y": ApprovalDecision.ALLOW,
+                "n": ApprovalDecision.DENY,
+                "a": ApprovalDecision.ALWAYS,
+            }.get(data.lower())
             if decision is not None:
                 self._answer(decision)
             return
@@ -517,54 +519,41 @@ class ChatApp:
         if self.buffer.text:  # the person is already typing something else
             self.backend.dismiss()
             return
-        if self.policy.mode is ApprovalMode.PLAN:
-            self.backend.dismiss()  # plan mode makes no changes: nothing to predict
-            return
+        if self.backend.mode is ApprovalMode.PLAN:
+            return  # plan mode makes no changes: nothing to predict (the runtime agrees)
         self.ghost = text
         self.spec_status = None
         self._suggestion_possible = False
         self.trace.mark("ghost_shown", text=text)
-        self._refresh_status()
+        latest = self._latest_status
+        if latest is not None and latest.suggestion == text:
+            self._status_changed(latest)  # its speculation's news came first
         self.app.invalidate()
 
-    def _refresh_status(self) -> None:
-        """Read the speculation's status off the UI thread (coalesced, while a ghost shows)."""
+    def _on_status(self, event: SpeculationStatusChanged) -> None:
+        """The speculation's news (pushed, never polled): shown while its ghost is."""
+        self._latest_status = event.status
+        if event.shown is None and self._pending_ghost is not None:
+            self._pending_ghost = None  # withdrawn before it could be shown
         if self.ghost is None:
             return
-        if self._polling:
-            self._poll_again = True
+        if event.shown is None and event.status.state in ("aborted", "stale", "idle"):
+            # The runtime withdrew it (plan mode, a new model, another front end's
+            # submit): the ghost goes too.
+            self.ghost = None
+            self.spec_status = None
+            self.app.invalidate()
             return
-        self._polling = True
-        self.app.create_background_task(self._poll_status())
+        if event.status.suggestion == self.ghost:
+            self._status_changed(event.status)
 
-    async def _poll_status(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self.ghost is not None and not self._stop.is_set():
-                self._poll_again = False
-                ghost = self.ghost
-                try:
-                    status, _shown = await loop.run_in_executor(
-                        self._executor, self.backend.speculation
-                    )
-                except Exception:
-                    return
-                if self.ghost != ghost or self.ghost is None:
-                    return
-                if status.suggestion not in (None, ghost):
-                    status = SpeculationStatus()  # the previous suggestion's: not this one's yet
-                changed = status != self.spec_status
-                self.spec_status = status
-                if changed:
-                    if status.state in FINAL_STATES:
-                        self.trace.mark("spec_final", state=status.state)
-                    self.app.invalidate()
-                if status.state in FINAL_STATES and not self._poll_again:
-                    return
-                if not self._poll_again:
-                    await asyncio.sleep(STATUS_POLL_S)
-        finally:
-            self._polling = False
+    def _status_changed(self, status: SpeculationStatus) -> None:
+        if status == self.spec_status:
+            return
+        self.spec_status = status
+        if status.state in FINAL_STATES:
+            self.trace.mark("spec_final", state=status.state)
+        self.app.invalidate()
 
     def _accept_suggestion(self) -> None:
         suggestion = self.ghost
@@ -580,20 +569,15 @@ class ChatApp:
         self.app.create_background_task(self._accept(suggestion, status))
 
     async def _accept(self, suggestion: str, status: SpeculationStatus | None) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            result: AcceptResult = await loop.run_in_executor(
-                self._executor, lambda: self.backend.accept(timeout=ACCEPT_TIMEOUT_S)
-            )
+            result: AcceptResult = await self.backend.aaccept(timeout=ACCEPT_TIMEOUT_S)
             if result.outcome == "debounced":
                 # The runtime ignores a Tab this soon after the previous accept began
                 # (a double press). This one was pressed on a suggestion shown after
                 # that accept ended -- the UI takes no Tab while one runs -- so it is
                 # deliberate: once the debounce window has passed, it is sent again.
                 await asyncio.sleep(DEBOUNCE_RETRY_S)
-                result = await loop.run_in_executor(
-                    self._executor, lambda: self.backend.accept(timeout=ACCEPT_TIMEOUT_S)
-                )
+                result = await self.backend.aaccept(timeout=ACCEPT_TIMEOUT_S)
         except Exception as exc:
             why = one_line(str(exc) or type(exc).__name__, 160)
             self._print_lines([_line("class:error", f"  ✗ the accept failed: {why}")])
@@ -681,13 +665,10 @@ class ChatApp:
         self.app.create_background_task(self._turn(text))
 
     async def _turn(self, text: str) -> None:
-        loop = asyncio.get_running_loop()
         error: str | None = None
         result: TurnResult | None = None
         try:
-            result = await loop.run_in_executor(
-                self._executor, lambda: self.backend.submit(text, timeout=TURN_TIMEOUT_S)
-            )
+            result = await self.backend.asubmit(text, timeout=TURN_TIMEOUT_S)
         except Exception as exc:
             error = one_line(str(exc) or type(exc).__name__, 160)
         if result is not None:
@@ -749,7 +730,7 @@ class ChatApp:
         self._exit_armed = True
         if self.approvals:
             while self.approvals:
-                self._answer(Decision.DENY)
+                self._answer(ApprovalDecision.DENY)
         if self.busy in ("turn", "accept"):
             self.backend.cancel()
             queued, self.queued = self.queued, None
@@ -768,39 +749,43 @@ class ChatApp:
         self.app.invalidate()
 
     def _set_mode(self, mode: ApprovalMode) -> None:
-        old = self.policy.set_mode(mode)
-        if stricter(mode, old) and self.ghost is not None:
-            # Its speculation may already have done what the new mode would ask about.
-            self._dismiss("mode")
+        """Shift-Tab, ``/approval``: the runtime re-speculates or withdraws as the mode says."""
+        self.backend.set_mode(mode)
+        if mode is ApprovalMode.PLAN:
+            # No suggestions in plan mode: the runtime withdraws it; so does the screen.
+            self._pending_ghost = None
+            if self.ghost is not None:
+                self.ghost = None
+                self.spec_status = None
         self._set_hint(f"approval mode {mode.value}: {MODE_HELP[mode]}")
 
     # -- approvals (the hook lane calls approver; the answer comes from a key) --------------
 
-    def approver(self, request: ApprovalRequest) -> Decision:
-        """Ask the person (called on the runtime's hook lane; waits with a deadline)."""
+    def approver(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Ask the person (the runtime calls it on its hook lane; waits within the deadline)."""
         loop = self._loop
         if loop is None or self._stop.is_set():
-            return Decision.DENY
-        answer: concurrent.futures.Future[Decision] = concurrent.futures.Future()
+            return ApprovalDecision.DENY
+        answer: concurrent.futures.Future[ApprovalDecision] = concurrent.futures.Future()
         pending = _Approval(request, answer)
         try:
             loop.call_soon_threadsafe(self._ask, pending)
         except RuntimeError:  # the loop is gone: the app has ended
-            return Decision.DENY
+            return ApprovalDecision.DENY
         try:
-            return answer.result(timeout=self.approval_wait_s)
+            return answer.result(timeout=min(self.approval_wait_s, request.timeout_s))
         except concurrent.futures.TimeoutError:
             try:
                 loop.call_soon_threadsafe(self._withdraw, pending, "no answer in time")
             except RuntimeError:
                 pass
-            return Decision.DENY
+            return ApprovalDecision.DENY
         except concurrent.futures.CancelledError:
-            return Decision.DENY
+            return ApprovalDecision.DENY
 
     def _ask(self, pending: _Approval) -> None:
         if self._stop.is_set():
-            pending.answer.set_result(Decision.DENY)
+            pending.answer.set_result(ApprovalDecision.DENY)
             return
         if self.ghost is not None:
             self._pending_ghost = self.ghost
@@ -815,18 +800,22 @@ class ChatApp:
             self.transcript.note((("class:dim", f"  ⊘ {pending.request.tool}: {why}"),))
             self._flush_transcript()
 
-    def _answer(self, decision: Decision) -> None:
+    def _answer(self, decision: ApprovalDecision) -> None:
         if not self.approvals:
             return
         pending = self.approvals.popleft()
         if not pending.answer.done():
             pending.answer.set_result(decision)
-        word = {Decision.ALLOW: "yes", Decision.DENY: "no", Decision.ALWAYS: "always"}[decision]
+        word = {
+            ApprovalDecision.ALLOW: "yes",
+            ApprovalDecision.DENY: "no",
+            ApprovalDecision.ALWAYS: "always",
+        }[decision]
         request = pending.request
         self.transcript.note(
             (
                 ("class:approval", f"  ? {one_line(request.tool, 40)}"),
-                ("", f"  {request.summary}"),
+                ("", f"  {short_arguments(request.tool, request.arguments)}"),
                 ("class:dim", f"  → {word}"),
             )
         )
@@ -840,18 +829,19 @@ class ChatApp:
         elif name == "exit":
             self._leave()
         elif name == "cost":
-            self._print_text(cost_lines(self.totals, self.backend.model_label))
+            model = getattr(getattr(self.backend, "config", None), "model", None)
+            meter = getattr(model, "meter", None)  # prompt-cache figures (issue 27)
+            self._print_text(cost_lines(self.totals, self.backend.model_label) + cache_lines(meter))
         elif name == "model":
-            lines = [f"model: {self.backend.model_label}"]
-            if argument:
-                lines.append(
-                    "switching models inside a session is not supported yet (the worker's "
-                    f"model is fixed when it opens): restart with --model {argument}"
-                )
-            self._print_text(lines)
+            if not argument:
+                self._print_text([f"model: {self.backend.model_label}"])
+            elif self.busy is not None:
+                self._set_hint("a turn is running: switch models when it ends")
+            else:
+                self.app.create_background_task(self._switch_model(argument))
         elif name == "approval":
             if not argument:
-                mode = self.policy.mode
+                mode = self.backend.mode
                 self._print_text([f"approval mode {mode.value}: {MODE_HELP[mode]}"])
                 return
             try:
@@ -870,6 +860,20 @@ class ChatApp:
             self._begin("clear")
             self.app.create_background_task(self._clear())
 
+    async def _switch_model(self, name: str) -> None:
+        loop = asyncio.get_running_loop()
+        old = self.backend.model_label
+        try:
+            label = await loop.run_in_executor(self._executor, self.backend.set_model, name)
+        except Exception as exc:
+            why = one_line(str(exc) or type(exc).__name__, 160)
+            self._print_lines([_line("class:error", f"  ✗ /model {one_line(name, 60)}: {why}")])
+            return
+        if self.ghost is not None:  # the old model's suggestion is withdrawn
+            self.ghost = None
+            self.spec_status = None
+        self._print_text([f"model: {one_line(label, 60)} (was {one_line(old, 60)})"])
+
     async def _clear(self) -> None:
         loop = asyncio.get_running_loop()
         try:
@@ -881,6 +885,7 @@ class ChatApp:
             )
             self._end()
             return
+        await self._streaming_generation(self.backend.generation)
         self.transcript = Transcript()
 
         def wipe() -> None:
@@ -896,31 +901,39 @@ class ChatApp:
 
     # -- events from the session ---------------------------------------------------------------
 
-    def _pump_events(self) -> None:
-        """The background thread: session events → the UI loop, in order."""
+    async def _pump_events(self) -> None:
+        """The session's events, in order, on the UI loop: one stream per conversation.
+
+        ``/clear`` closes the old session, which ends its stream; the next
+        one reads the new session's. No thread, no polling.
+        """
         while not self._stop.is_set():
-            started = time.monotonic()
-            got = False
+            generation = self.backend.generation
             try:
-                generation, events = self.backend.events(0.25)
-                for event in events:
-                    got = True
-                    self._post(generation, event)
-                    if self._stop.is_set():
-                        return
+                stream = self.backend.stream()
+            except Exception:
+                await asyncio.sleep(0.05)  # between sessions (a /clear is under way)
+                continue
+            self._streaming = generation  # subscribed: ``stream()`` told the actors
+            try:
+                async for event in stream:
+                    self._on_event(generation, event)
             except Exception:
                 pass
-            if not got and time.monotonic() - started < 0.2:
-                self._stop.wait(0.05)  # the session is closed (a /clear is under way)
+            finally:
+                close = getattr(stream, "aclose", None)
+                if close is not None:
+                    await close()
+            if generation == self.backend.generation:
+                await asyncio.sleep(0.05)  # not replaced yet: it is closing (or /clear waits)
 
-    def _post(self, generation: int, event: Any) -> None:
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            loop.call_soon_threadsafe(self._on_event, generation, event)
-        except RuntimeError:
-            self._stop.set()
+    async def _streaming_generation(self, generation: int) -> None:
+        """Wait (bounded) until the pump reads ``generation``'s events."""
+        deadline = time.monotonic() + SUBSCRIBE_WAIT_S
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if self._streaming >= generation:
+                return
+            await asyncio.sleep(0.01)
 
     def _on_event(self, generation: int, event: Any) -> None:
         if generation != self.backend.generation:
@@ -928,9 +941,11 @@ class ChatApp:
         if isinstance(event, SuggestionReady):
             self._show_ghost(event.suggestion.text)
             return
-        if isinstance(event, SpeculationProgress | SpeculationSkipped):
-            self._refresh_status()
+        if isinstance(event, SpeculationStatusChanged):
+            self._on_status(event)
             return
+        if isinstance(event, SpeculationProgress | SpeculationSkipped):
+            return  # the status events say what they change
         if isinstance(event, SpeculationFinished):
             self._speculation_finished(event)
             return
@@ -1027,10 +1042,7 @@ class ChatApp:
 
     def _started(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._pump = threading.Thread(
-            target=self._pump_events, name="fore-chat-events", daemon=True
-        )
-        self._pump.start()
+        self._pump = self.app.create_background_task(self._pump_events())
         if self.opening:
             self._send(self.opening, "sent by the demo")
 
@@ -1062,11 +1074,11 @@ class ChatApp:
         while self.approvals:
             pending = self.approvals.popleft()
             if not pending.answer.done():
-                pending.answer.set_result(Decision.DENY)
+                pending.answer.set_result(ApprovalDecision.DENY)
         if self.busy in ("turn", "accept"):
             self.backend.cancel()
         if self.ghost is not None:
             self.backend.dismiss()
         if self._pump is not None:
-            self._pump.join(timeout=2.0)
+            self._pump.cancel()  # prompt_toolkit cancels its background tasks too
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -2,51 +2,57 @@
 
 The terminal UI (:mod:`supervision.chat.app`) never touches a
 :class:`~supervision.session.Session` directly; it talks to a
-:class:`ChatBackend`. :class:`SessionBackend` implements that port over
-today's public session API, and it is the *only* module that will change when
-the session grows the API the issue asks for (issue 24, point 4):
+:class:`ChatBackend`. :class:`SessionBackend` implements that port over the
+public session API -- the same API any other front end (a web UI, an editor)
+builds on (issue 24, point 4):
 
 =============================  =================================================
-the port                       today (public ``Session`` API)
+the port                       the public ``Session`` API
 =============================  =================================================
-``submit`` / ``accept``        ``Session.submit`` / ``Session.accept`` (blocking;
-                               the UI runs them on an executor thread, with
-                               deadlines) -- later ``asubmit`` / ``aaccept``
-``events``                     ``Session.events(timeout)`` on a background
-                               thread -- later ``async for ev in session.stream()``
-``speculation``                ``Session.speculation`` + ``Session.suggestion``,
-                               polled while a suggestion is shown: no event says
-                               "speculation completed" -- later a status event
+``asubmit`` / ``aaccept``      ``await Session.asubmit`` / ``Session.aaccept``:
+                               the UI's event loop never waits on the runtime
+``stream``                     ``async for event in Session.stream()`` -- no
+                               thread, no polling; the speculation's state comes
+                               as ``SpeculationStatusChanged`` events
 ``dismiss``                    ``Session.keystroke("")``: a keystroke that is
                                not a prefix of the suggestion aborts it (any
                                key the person types aborts; see :meth:`dismiss`)
-approvals                      a ``pre_tool_call`` hook (:mod:`.approval`) -- later
-                               ``open_session(approval=..., approver=...)``
-``model`` switching            not possible: the worker's model is fixed when the
-                               session opens (``/model`` says so)
+``cancel``                     ``Session.cancel``: the running turn, or a Tab
+                               still waiting for its speculation (called off,
+                               nothing applied)
+``mode`` / ``set_mode``        ``open_session(approval=..., approver=...)``,
+                               ``Session.set_approval_mode`` (normal turns and
+                               the speculation gate)
+``set_model``                  ``Session.set_model`` (between turns)
 =============================  =================================================
 
-Every method that waits has a deadline; :meth:`dismiss` and :meth:`cancel`
-never wait (a tell on the control lane), so the UI may call them from a key
-binding.
+``dismiss``, ``cancel`` and ``set_mode`` never wait (tells), so the UI calls
+them from a key binding; ``set_model`` and ``reset`` wait (with deadlines) and
+the UI runs them on an executor.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from fore.actors.llm.models import OpenAICompatible
 from fore.actors.speculation.governor import LoadGovernor
-from fore.actors.worker.hooks import Hooks
+from fore.actors.worker.approval import ApprovalPolicy, Approver
+from fore.errors import ForeError
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnResult
-from fore.messages.speculation import AcceptResult, SpeculationConfig, SpeculationStatus
-from fore.supervision.chat.approval import ApprovalPolicy, Approver, approval_hook
+from fore.messages.speculation import AcceptResult, SpeculationConfig
 from fore.supervision.runtime import Runtime
 from fore.supervision.session import Session
+
+
+class ModelSwitchError(ForeError, ValueError):
+    """``/model NAME`` cannot switch this session's model (one line for the person)."""
 
 
 class ChatBackend(Protocol):
@@ -55,14 +61,18 @@ class ChatBackend(Protocol):
     model_label: str
     workspace: Path
 
-    def submit(self, text: str, *, timeout: float) -> TurnResult: ...
-    def accept(self, *, timeout: float) -> AcceptResult: ...
+    async def asubmit(self, text: str, *, timeout: float) -> TurnResult: ...
+    async def aaccept(self, *, timeout: float) -> AcceptResult: ...
+    def stream(self) -> AsyncIterator[Any]: ...
     def dismiss(self) -> None: ...
     def cancel(self) -> None: ...
-    def events(self, timeout: float) -> tuple[int, Iterator[Any]]: ...
-    def speculation(self) -> tuple[SpeculationStatus, str | None]: ...
+    def set_mode(self, mode: ApprovalMode) -> None: ...
+    def set_model(self, name: str) -> str: ...
     def reset(self) -> None: ...
     def close(self) -> None: ...
+
+    @property
+    def mode(self) -> ApprovalMode: ...
 
     @property
     def generation(self) -> int: ...
@@ -79,14 +89,11 @@ class BackendConfig:
     system_prompt: str | None = None
     max_turns: int = 50
     speculation: bool = True
+    mode: ApprovalMode = ApprovalMode.DEFAULT
     approval_wait_s: float = 600.0
     """How long an approval prompt waits for the person before it counts as "no"."""
     resume: str | None = None
     """A stored session to continue instead of opening a new one (``fore chat --resume``)."""
-
-
-APPROVAL_HOOK_MARGIN_S = 30.0
-"""The hook's own deadline is the approver's wait plus this (the approver answers first)."""
 
 
 def chat_runtime(*, name: str = "fore-chat", **options: Any) -> Runtime:
@@ -102,56 +109,61 @@ def chat_runtime(*, name: str = "fore-chat", **options: Any) -> Runtime:
     return Runtime(name=name, speculation_governor=LoadGovernor(enabled=False), **options)
 
 
-class SessionBackend:
-    """:class:`ChatBackend` over today's ``Runtime.open_session`` / ``Session``."""
+def switched(model: Any, name: str) -> Any:
+    """``model`` talking to the model ``name`` on the same endpoint.
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        config: BackendConfig,
-        policy: ApprovalPolicy,
-        approver: Approver,
-    ) -> None:
+    Raises :class:`ModelSwitchError` for a scripted model (nothing to switch to).
+    """
+    if not isinstance(model, OpenAICompatible):
+        raise ModelSwitchError(
+            f"this session's model ({getattr(model, 'name', 'model')}) is scripted: "
+            "it has no other models to switch to"
+        )
+    clone = copy.copy(model)  # same endpoint, key, headers, timeouts and limits
+    clone.name = name
+    return clone
+
+
+class SessionBackend:
+    """:class:`ChatBackend` over ``Runtime.open_session`` / ``Session``."""
+
+    def __init__(self, runtime: Runtime, config: BackendConfig, approver: Approver) -> None:
         self.runtime = runtime
         self.config = config
-        self.policy = policy
         self.approver = approver
         self.workspace = config.workspace
+        self.model = config.model
         self.model_label = config.model_label or str(getattr(config.model, "name", "model"))
         self._lock = threading.Lock()
         self._generation = 0
+        self._mode = config.mode
         self._session: Session = self._open(resume=config.resume)
 
-    def _open(self, resume: str | None = None) -> Session:
-        hooks = Hooks()
-        hooks.pre_tool_call(
-            approval_hook(self.policy, self.approver),
-            timeout=self.config.approval_wait_s + APPROVAL_HOOK_MARGIN_S,
+    def _open(self, always: frozenset[str] = frozenset(), resume: str | None = None) -> Session:
+        policy = ApprovalPolicy(
+            mode=self._mode, timeout_s=self.config.approval_wait_s, always=always
         )
-        speculation = SpeculationConfig(
-            enabled=self.config.speculation,
-            # The gate lets edits into the overlay; the approval hook then holds
-            # every call to the person's live mode (Shift-Tab), which it reads
-            # per call -- see supervision.chat.approval.
-            approval_mode=ApprovalMode.AUTO_EDIT,
-        )
+        speculation = SpeculationConfig(enabled=self.config.speculation)
         if resume is not None:  # the stored session goes on, in this workspace
             return self.runtime.resume_session(
                 resume,
-                self.config.model,
+                self.model,
                 workspace=self.config.workspace,
                 system_prompt=self.config.system_prompt,
                 max_turns=self.config.max_turns,
-                hooks=hooks,
                 speculation=speculation,
+                approval=policy,
+                approver=self.approver,
             )
         return self.runtime.open_session(
             workspace=self.config.workspace,
-            model=self.config.model,
+            model=self.model,
             system_prompt=self.config.system_prompt,
             max_turns=self.config.max_turns,
-            hooks=hooks,
             speculation=speculation,
+            # The mode gates normal turns and the speculation alike.
+            approval=policy,
+            approver=self.approver,
         )
 
     @property
@@ -167,11 +179,15 @@ class SessionBackend:
 
     # -- the port ----------------------------------------------------------------------------
 
-    def submit(self, text: str, *, timeout: float) -> TurnResult:
-        return self.session.submit(text, timeout=timeout)
+    async def asubmit(self, text: str, *, timeout: float) -> TurnResult:
+        return await self.session.asubmit(text, timeout=timeout)
 
-    def accept(self, *, timeout: float) -> AcceptResult:
-        return self.session.accept(timeout=timeout)
+    async def aaccept(self, *, timeout: float) -> AcceptResult:
+        return await self.session.aaccept(timeout=timeout)
+
+    def stream(self) -> AsyncIterator[Any]:
+        """The current session's events (ends when :meth:`reset` or :meth:`close` closes it)."""
+        return self.session.stream()
 
     def dismiss(self) -> None:
         """The person typed: abort the speculation now (a tell; never waits).
@@ -187,24 +203,47 @@ class SessionBackend:
             pass
 
     def cancel(self) -> None:
+        """Ctrl-C: the running turn, or a Tab waiting for its speculation (never waits)."""
         try:
             self.session.cancel("cancelled by the user (Ctrl-C)")
         except Exception:
             pass
 
-    def events(self, timeout: float) -> tuple[int, Iterator[Any]]:
-        """The current session's generation and its events (ends after ``timeout`` idle)."""
+    @property
+    def mode(self) -> ApprovalMode:
         with self._lock:
-            session, generation = self._session, self._generation
-        return generation, session.events(timeout=timeout)
+            return self._mode
 
-    def speculation(self) -> tuple[SpeculationStatus, str | None]:
-        session = self.session
-        return session.speculation, session.suggestion
+    def set_mode(self, mode: ApprovalMode) -> None:
+        """Shift-Tab, ``/approval``: the session's approval mode (never waits)."""
+        with self._lock:
+            self._mode = mode
+            session = self._session
+        try:
+            session.set_approval_mode(mode)
+        except Exception:  # the session is closing: the next one opens in this mode
+            pass
+
+    def set_model(self, name: str) -> str:
+        """``/model NAME``: the same endpoint, another model, from the next turn on.
+
+        Returns the new label; :class:`ModelSwitchError` says why it cannot
+        (a scripted model), ``WorkerBusy`` that a turn is running.
+        """
+        model = switched(self.model, name)
+        self.session.set_model(model)
+        self.model = model
+        self.model_label = name
+        return name
 
     def reset(self) -> None:
-        """A new conversation: close this session and open a fresh one (``/clear``)."""
-        fresh = self._open()
+        """A new conversation: close this session and open a fresh one (``/clear``).
+
+        The person's "always" answers carry over: they are about tools, not
+        about the conversation.
+        """
+        approval = self.session.approval
+        fresh = self._open(approval.always if approval is not None else frozenset())
         with self._lock:
             old, self._session = self._session, fresh
             self._generation += 1

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
 from fore.errors import ForeError
 from fore.messages.gate import ApprovalMode
 from fore.supervision.chat.app import ChatApp
-from fore.supervision.chat.approval import ApprovalPolicy, ApprovalRequest, Decision
 from fore.supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
 from fore.supervision.chat.demo import OPENING, DemoModel, demo_banner, make_workspace
 from fore.supervision.chat.picker import pick_session, resumed_banner
@@ -122,11 +122,10 @@ def _run(
     banner: list[str],
     opening: str | None,
 ) -> int:
-    policy = ApprovalPolicy(mode, cwd=workspace)
     apps: list[ChatApp] = []
 
-    def approver(request: ApprovalRequest) -> Decision:
-        return apps[0].approver(request) if apps else Decision.DENY
+    def approver(request: ApprovalRequest) -> ApprovalDecision:
+        return apps[0].approver(request) if apps else ApprovalDecision.DENY
 
     trace = Trace.from_env()
     runtime = _chat_runtime(options)
@@ -146,13 +145,13 @@ def _run(
                 max_turns=options.max_turns,
                 speculation=options.speculation,
                 resume=resume,
+                mode=mode,
             ),
-            policy,
             approver,
         )
         if resume is not None:
             banner = [*banner, *resumed_banner(resume, backend.session.history)]
-        app = ChatApp(backend, policy, banner=banner, opening=opening, trace=trace)
+        app = ChatApp(backend, banner=banner, opening=opening, trace=trace)
         apps.append(app)
         try:
             return app.run()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fore.actors.llm.meter import UsageMeter
 from fore.messages.gate import ApprovalMode
 from fore.messages.speculation import SpeculationStatus
 from fore.supervision.chat.text import format_duration, one_line
@@ -78,6 +79,25 @@ def status_line(state: StatusInput, width: int) -> Line:
         middle = middle[: max(0, room - 1)] + "…" if room > 0 else ""
     text = (left + middle.ljust(room) + right)[:width]
     return (("class:status", text),)
+
+
+def cache_lines(meter: UsageMeter | None) -> list[str]:
+    """``/cost``'s prompt-cache lines: input tokens of main and fork requests by how the
+    provider billed them (a model with a :class:`~actors.llm.meter.UsageMeter`, e.g.
+    ``AnthropicModel``; none otherwise)."""
+    if meter is None:
+        return []
+    lines = ["  prompt cache       input tokens: full price / cache write / cache read"]
+    for label, share in (("main requests", meter.share(("main",))), ("forks", meter.forks())):
+        if not share.requests:
+            continue
+        read = share.read_share
+        hits = f" ({read * 100:.0f}% read from cache)" if read is not None else ""
+        lines.append(
+            f"    {label:<15}{share.uncached_tokens:>10,} / {share.cache_write_tokens:,}"
+            f" / {share.cache_read_tokens:,}{hits}"
+        )
+    return lines if len(lines) > 1 else []
 
 
 def cost_lines(totals: Totals, model: str) -> list[str]:

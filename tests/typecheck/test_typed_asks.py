@@ -5,7 +5,7 @@
 ends of a link between actors. That promise is only as good as the errors
 mypy actually reports, so this runs mypy, with the project's own settings
 (``--strict``, the pydantic plugin), on two small programs in
-``tests/typing/snippets``: ``good_asks.py`` must be clean, and every line of
+``tests/typecheck/snippets``: ``good_asks.py`` must be clean, and every line of
 ``bad_asks.py`` marked ``# E: <code>`` must be reported with that code, and
 nothing else. The run is bounded in time (a cold mypy cache takes ~10-30 s).
 

@@ -13,7 +13,7 @@ from fore.messages.address import Address, Recipient
 from fore.messages.base import Message
 from fore.supervision.handle import Handle
 from fore.supervision.session import EventQueue
-from tests.typing.snippets.asks import Asker, Name, Note, Pause, Ping, PingMessage
+from tests.typecheck.snippets.asks import Asker, Name, Note, Pause, Ping, PingMessage
 
 
 class GoodAsker(Asker):

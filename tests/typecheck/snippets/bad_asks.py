@@ -6,7 +6,7 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import tell_quietly
 from fore.messages.address import Address, Recipient
 from fore.supervision.session import EventQueue
-from tests.typing.snippets.asks import Asker, Name, Note, Ping, PingMessage
+from tests.typecheck.snippets.asks import Asker, Name, Note, Ping, PingMessage
 
 
 class BadAsker(Asker):

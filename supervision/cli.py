@@ -20,6 +20,7 @@ parsed, with the range in the message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import math
@@ -42,6 +43,7 @@ MICRO = (
     "store",
     "chat",
     "tool-api",
+    "telemetry",
     "real_server",
 )
 
@@ -57,6 +59,7 @@ _RUN_EXIT = {
     "max_turns": 4,
     "paused": 5,
     "cut_off": 6,
+    "usage_limit": 4,
     "cancelled": 130,
 }
 
@@ -98,6 +101,20 @@ def _positive(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def _price(text: str) -> Any:
+    from fore.actors.telemetry.usage import parse_price
+
+    try:
+        return parse_price(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _price_tuple(price: Any) -> tuple[float, float, float]:
+    cached = price.input if price.cached_input is None else price.cached_input
+    return (price.input, price.output, cached)
 
 
 def _probability(text: str) -> float:
@@ -342,6 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="speculate on every suggestion, even without headroom (no load shedding)",
     )
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    bench.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the mock model's price in USD per million tokens, for the report's costs and "
+        "the waste in money (default 3,15,0.3)",
+    )
     bench.add_argument("--json", type=_writable, metavar="PATH", help="write the JSON report here")
     bench.add_argument(
         "--plot",
@@ -375,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="one headless turn",
         description=(
             "Run one turn in WORKSPACE and print its events (JSON lines with --json). "
-            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget spent, "
+            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget or a usage "
+            "limit spent, "
             "5 paused, 6 answer cut off at the model's output limit, 130 cancelled, "
             "2 usage error."
         ),
@@ -427,7 +452,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds the turn may take; then it is cancelled (> 0; default 600)",
     )
-    run.add_argument("--json", action="store_true", help="print events as JSON lines")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print events as JSON lines; the last line is the usage (tokens and cost)",
+    )
+    run.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the model's price in USD per million tokens (input, output, cached input), "
+        "for the cost in the usage line",
+    )
     _log_level_flag(run, "critical")
 
     chat = sub.add_parser(
@@ -476,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=50,
         help="LLM calls per turn at most (default 50)",
+    )
+    chat.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the model's price in USD per million tokens, for /cost",
     )
     _log_level_flag(chat, "critical")
 
@@ -602,6 +644,8 @@ def _bench(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         provider=args.provider,
     )
+    if args.price is not None:
+        options = dataclasses.replace(options, price=_price_tuple(args.price))
     if args.store:  # the session store's cost (bench/store_load.py)
         from fore.bench.store_load import run_store_comparison
 
@@ -842,7 +886,8 @@ def _run(args: argparse.Namespace) -> int:
     model = _run_model(args) if args.session is None or explicit else None
 
     out = _Output(sys.stdout, as_json=args.json)
-    with _runtime("fore-run", store, "run") as rt:
+    prices = None if args.price is None else {"*": args.price}
+    with _runtime("fore-run", store, "run", prices=prices) as rt:
         if args.session is None:
             session = rt.open_session(
                 workspace=workspace,
@@ -882,6 +927,7 @@ def _run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"{PROG} run: turn timed out after {args.timeout:g} s\n")
             else:
                 sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
+            _usage_line(out, session, args.json)
             return EXIT_FAILED
         result = box["result"]
         if store is not None and not args.json:
@@ -895,6 +941,7 @@ def _run(args: argparse.Namespace) -> int:
                 json.dumps({"kind": "turn_finished", "result": result.model_dump(mode="json")})
                 + "\n"
             )
+        _usage_line(out, session, args.json)
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
 
 
@@ -926,6 +973,15 @@ def _resume(rt: Any, args: argparse.Namespace, model: Any) -> Any:
         raise _Failed(f"{PROG} run: error: {_one_line(exc)}") from None
 
 
+def _usage_line(out: _Output, session: Any, as_json: bool) -> None:
+    """``--json``'s last line: the session's usage by purpose and its cost (issue 28)."""
+    if as_json:
+        from fore.actors.telemetry.usage import usage_json
+
+        line = {"kind": "usage", "session_id": session.id, "usage": usage_json(session.usage)}
+        out.write(json.dumps(line) + "\n")
+
+
 # -- fore chat -------------------------------------------------------------------------------
 
 
@@ -948,6 +1004,7 @@ def _chat(args: argparse.Namespace) -> int:
         max_turns=args.max_turns,
         store=None if args.demo else _store_url(args),
         resume=args.resume,
+        price=args.price,
     )
     if args.resume is not None and options.store is None:
         raise UsageError(f"{PROG} chat: --resume needs a session store (not --no-store)")

@@ -93,6 +93,8 @@ class SessionArgs:
     approval: Any = None
     """An ApprovalPolicy, ApprovalMode or mode name (issue 24); in-process, never stored."""
     approver: Any = None
+    usage_limits: Any = None
+    """The session's UsageLimits (issue 28); given again on a resume, not stored."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Open-session arguments added later (other issues) that this module does not know."""
 
@@ -120,6 +122,7 @@ class SessionArgs:
             "fast_model": self.fast_model,
             "approval": self.approval,
             "approver": self.approver,
+            "usage_limits": self.usage_limits,
             **self.extra,
         }
 
@@ -323,6 +326,7 @@ def stored_args(
         fast_model=overrides.get("fast_model"),
         approval=overrides.get("approval"),
         approver=overrides.get("approver"),
+        usage_limits=overrides.get("usage_limits"),
     )
     warnings = _missing(config, args)
     return args, warnings

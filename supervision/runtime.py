@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -57,6 +57,9 @@ from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
 from fore.actors.store import SessionSnapshot, SessionStore, SessionSummary
+from fore.actors.telemetry.config import Telemetry, instrumentation
+from fore.actors.telemetry.limits import session_usage
+from fore.actors.telemetry.usage import PriceTable, UsageLedger
 from fore.actors.tools.aio import ToolLoop
 from fore.actors.tools.base import Tool, ToolRegistry, ToolServices
 from fore.actors.tools.builtin import builtin_tools
@@ -95,6 +98,7 @@ from fore.messages.runtime import (
     WhichChildren,
 )
 from fore.messages.speculation import SpeculationConfig
+from fore.messages.usage import ModelPrice, UsageLimits, UsageSummary
 from fore.supervision.handle import Handle
 from fore.supervision.persist import RuntimeStore
 from fore.supervision.resume import (
@@ -134,6 +138,8 @@ class Runtime:
         tune_process: bool = False,
         speculation_governor: LoadGovernor | None = None,
         store: str | SessionStore | None = None,
+        telemetry: Telemetry | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         self.name = name
         self._tuned = False
@@ -145,6 +151,10 @@ class Runtime:
         """How each open session was opened (its fork opens the same way)."""
         if blob_dir is None and self._store is not None:
             blob_dir = self._store.blob_dir  # blobs must outlive the process, like history
+        # -- telemetry (issue 28): spans and metrics when asked for; usage always --
+        self.telemetry = instrumentation(telemetry)
+        """The actors' :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
+        self.usage_ledger = UsageLedger(PriceTable(prices))
         self.system = ActorSystem(
             name=name,
             dispatcher_threads=dispatcher_threads,
@@ -156,10 +166,11 @@ class Runtime:
         # async def tools and MCP connections; its thread starts with the first use.
         self.tool_loop = ToolLoop(name=f"{name}-tool-aio")
         self._mcp: MCPManager | None = None
-        self.llm_loop = LlmLoop(name=f"{name}-llm")
+        tel, usage = self.telemetry, self.usage_ledger
+        self.llm_loop = LlmLoop(name=f"{name}-llm", telemetry=tel, usage=usage)
         # Suggestions and speculation stream on a loop of their own, so the
         # user's main turns never queue behind them (actors.llm.gateway).
-        self.llm_background_loop = LlmLoop(name=f"{name}-llm-bg")
+        self.llm_background_loop = LlmLoop(name=f"{name}-llm-bg", telemetry=tel, usage=usage)
         self._sessions: dict[str, Session] = {}
         self._session_models: dict[str, tuple[Any, ...]] = {}
         """Each open session's model and fast model: told to forget it when it closes."""
@@ -243,6 +254,7 @@ class Runtime:
                     aio=self.tool_loop,
                     max_running=max_running_tools,
                     per_session=tools_per_session,
+                    telemetry=self.telemetry,
                 ),
             )
         )
@@ -332,6 +344,7 @@ class Runtime:
         fast_model: ChatModel | None = None,
         approval: ApprovalPolicy | ApprovalMode | str | None = None,
         approver: Approver | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -363,6 +376,10 @@ class Runtime:
         gate's (it replaces ``speculation.approval_mode``). Without either,
         calls run unasked and ``speculation.approval_mode`` gates speculation.
 
+        ``usage_limits`` bound the session's main requests and tokens, all its
+        turns together (:class:`~messages.usage.UsageLimits`; a turn's own go
+        to ``submit``).
+
         On a runtime with a store (``Runtime(store=...)``) the session is
         created in the store first (its id, when not given, is the store's
         time-ordered one) and its history is written there turn by turn, so
@@ -390,6 +407,7 @@ class Runtime:
             fast_model=fast_model,
             approval=approval,
             approver=approver,
+            usage_limits=usage_limits,
         )
         return self._open(args, session_id=session_id)
 
@@ -435,6 +453,7 @@ class Runtime:
         wrap_up: bool | None = None,
         approval: ApprovalPolicy | ApprovalMode | str | None = None,
         approver: Approver | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> Session:
         """Open a stored session again: the same id, its history, ready for the next prompt.
 
@@ -475,6 +494,7 @@ class Runtime:
                 "wrap_up": wrap_up,
                 "approval": approval,
                 "approver": approver,
+                "usage_limits": usage_limits,
             }
             place = (
                 workspace
@@ -576,7 +596,7 @@ class Runtime:
         max_batch_calls, max_argument_retries = args.max_batch_calls, args.max_argument_retries
         purpose, file_ref_cap, speculation = args.purpose, args.file_ref_cap, args.speculation
         fast_model, wrap_up = args.fast_model, args.wrap_up
-        approval, approver = args.approval, args.approver
+        approval, approver, usage_limits = args.approval, args.approver, args.usage_limits
         spec_config = speculation or SpeculationConfig()
         fs: FsView = NoWorkspace() if workspace is None else WorkspaceFs(Path(workspace))
         # -- approvals (issue 24): one mode for normal turns and the speculation gate --
@@ -643,6 +663,8 @@ class Runtime:
             tool_concurrency=tool_concurrency,
             max_batch_calls=max_batch_calls,
             max_argument_retries=max_argument_retries,
+            telemetry=self.telemetry,
+            session_usage=session_usage(usage_limits),
             persist=persist,
         )
         supervisor_id = f"session:{sid}"
@@ -692,6 +714,11 @@ class Runtime:
                 Alert(level=AlertLevel.ERROR, text=text, session=sid, source="mcp")
             )
         return session
+
+    @property
+    def usage(self) -> UsageSummary:
+        """Every session's model usage and cost so far, by purpose (closed sessions included)."""
+        return self.usage_ledger.total()
 
     @property
     def mcp(self) -> MCPManager:
@@ -782,6 +809,10 @@ class Runtime:
         if self._store is not None:  # its last append is done; the lease goes
             self._store.detach(session_id, self.alert_sink)
         return left
+
+    def _final_usage(self, session_id: str) -> UsageSummary:
+        """A closing session's usage, taken out of the ledger (it keeps only open sessions)."""
+        return self.usage_ledger.forget(session_id)
 
     # -- shutdown ---------------------------------------------------------------
 

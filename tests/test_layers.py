@@ -45,7 +45,7 @@ ALLOWLIST = Path(__file__).resolve().with_name("layer_allowlist.txt")
 SOURCES = {"fore": ROOT / "fore"}
 """Where the namespace's modules live: ``fore/`` and, through its symlinks, the layer folders."""
 
-FACADES = frozenset({"fore", "fore.lowlevel", "fore.mcp"})
+FACADES = frozenset({"fore", "fore.lowlevel", "fore.mcp", "fore.telemetry"})
 FACADE_PACKAGES = ("fore.testing",)
 """Packages that are facades as a whole, except the modules LAYERS names (its pytest plugin)."""
 
@@ -63,6 +63,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fore.actors.resolve", 2),
     ("fore.actors.gate", 2),
     ("fore.actors.store", 2),
+    ("fore.actors.telemetry", 2),
     ("fore.actors.worker", 3),
     ("fore.actors.output", 3),  # structured output: an interceptor of the worker
     ("fore.actors.speculation", 4),

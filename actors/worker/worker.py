@@ -56,6 +56,7 @@ from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
 from fore.actors.output.interceptor import start_output
 from fore.actors.speculation.fork import snapshot_version
+from fore.actors.telemetry.limits import LimitGuard, SessionUsage
 from fore.actors.tools.base import ToolRegistry, ToolServices
 from fore.actors.worker.approval import refusal
 from fore.actors.worker.hookrun import DetachedChain, HookJob
@@ -162,6 +163,7 @@ from fore.messages.tools import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from fore.messages.usage import UsageLimitHit
 
 _ids = itertools.count()
 
@@ -324,6 +326,11 @@ class WorkerConfig:
     no answer; with ``wrap_up`` its last call must answer from what the tools
     returned -- LangChain's ``early_stopping_method="generate"``. A hook or
     interceptor that sets its own ``tool_choice`` still wins."""
+    # -- telemetry (issue 28) --
+    telemetry: Any = None
+    """The runtime's :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
+    session_usage: SessionUsage | None = None
+    """The session's usage limits and its main requests so far (kept across restarts)."""
     persist: Persistence | None = None
     """The session's write-ahead to its session store (:mod:`actors.worker.persistence`);
     ``None``: history lives in memory only (no store, or a speculation's worker)."""
@@ -405,6 +412,12 @@ class _Run:
     saving: bool = False
     """Its end is being written to the session store (reported once that is done)."""
     ended: bool = False
+    # -- telemetry (issue 28) --
+    span: Any = None
+    """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
+    limits: LimitGuard | None = None
+    """Its usage limits and the session's (main runs with limits only)."""
+    usage_limit: UsageLimitHit | None = None
     output: Any = None
     """Structured output: the run's ``OutputRun`` (actors.output), shared with the
     OutputInterceptor through ``SessionState.output`` while the run is current."""
@@ -486,6 +499,8 @@ class Worker(ForeActor):
         run = self._run
         if run is not None and not run.ended:
             reason = f"the session's worker failed: {exc_info[1]!r}"
+            if run.span is not None:
+                run.span.fail(reason)
             self._abort_detached(run, "error", reason)
             self._cancel_inflight(run, "worker failed")
             if run.reply is not None:
@@ -671,6 +686,7 @@ class Worker(ForeActor):
             started=True,
         )
         self._run = run
+        self._observe(run, None)
         if not message.continue_calls:
             # A speculation stopped by a budget, ending in tool results: the turn
             # goes on with an LLM request on the history as it now is.
@@ -856,6 +872,7 @@ class Worker(ForeActor):
             self._answer_unstarted(run, "cancelled", run.cancel_reason)
             return
         self._run = run
+        self._observe(run, message)
         self.state.output = run.output  # structured output: read by the OutputInterceptor
         run.phase = "preparing"
         preparer = self.config.preparer
@@ -981,6 +998,8 @@ class Worker(ForeActor):
                 abort=True,
             )
             return
+        if run.limits is not None and self._usage_limited(run, run.limits.before_request()):
+            return
         config = self.config
         if retry is None:
             messages: list[Item] = []
@@ -1047,10 +1066,12 @@ class Worker(ForeActor):
             "tools": tuple(ctx.tools),
             "tool_choice": ctx.tool_choice,
             "response_schema": ctx.response_schema,
-            "stream_tool_deltas": False,  # LlmCompleted carries the assembled calls
+            # LlmCompleted carries the assembled calls; only an output limit counts them live.
+            "stream_tool_deltas": run.limits is not None and run.limits.watches_output,
             "stream": self.config.stream,
             "model": self.config.model,
             "reply_to": self.actor_ref,
+            "trace": None if run.span is None else run.span.context,
         }
         if edited_by is None:
             # Without hooks every part is already a validated, frozen message, and
@@ -1079,6 +1100,8 @@ class Worker(ForeActor):
         run.streamed_chars = 0
         run.sent_history_len = len(self.state.history)
         run.phase = "streaming"
+        if run.limits is not None:
+            run.limits.sent()
         self.config.gateway.tell(request)
 
     def _current_request(self, request_id: str) -> _Run | None:
@@ -1095,10 +1118,16 @@ class Worker(ForeActor):
             self._emit(
                 TextDelta(session_id=self.config.session_id, run_id=run.run_id, text=message.text)
             )
+            if run.limits is not None:
+                self._usage_limited(run, run.limits.streamed(len(message.text)))
 
     @handles(LlmToolCallDelta)
     def _on_tool_delta(self, message: LlmToolCallDelta) -> None:
-        """Tool-call fragments are assembled by the LLM layer; nothing to do here."""
+        """Tool-call fragments are assembled by the LLM layer; only an output limit counts them."""
+        run = self._current_request(message.request_id)
+        if run is not None and run.limits is not None:
+            chars = len(message.arguments_delta) + len(message.name or "")
+            self._usage_limited(run, run.limits.streamed(chars))
 
     @handles(LlmRetrying)
     def _on_retrying(self, message: LlmRetrying) -> None:
@@ -1107,6 +1136,8 @@ class Worker(ForeActor):
             # The retry streams its answer from the start: what this attempt
             # streamed is void (see LlmRetried).
             void, run.streamed_chars = run.streamed_chars, 0
+            if run.limits is not None:
+                run.limits.retried()
             self._emit(
                 LlmRetried(
                     session_id=self.config.session_id,
@@ -1152,6 +1183,10 @@ class Worker(ForeActor):
         run.usage = run.usage + message.usage  # every field, cache writes included (#27)
         assistant = message.message
         assert run.llm_base is not None
+        if run.limits is not None and self._usage_limited(
+            run, run.limits.answered(message.usage), answer=assistant
+        ):
+            return
         bad = next((c for c in assistant.tool_calls if c.arguments_error is not None), None)
         if bad is not None:
             if run.argument_retries >= self.config.max_argument_retries:
@@ -1199,6 +1234,51 @@ class Worker(ForeActor):
             reason += f"; its {dropped} tool call(s) were not run"
         self.alert(AlertLevel.WARN, reason, "llm")
         self._finish(run, "cut_off", reason, abort=True)
+
+    # -- telemetry and usage limits (issue 28; logic in actors.telemetry) -----------------
+
+    def _observe(self, run: _Run, message: Submit | None) -> None:
+        """A run begins: its span (telemetry on) and its usage limits (main runs with limits)."""
+        config = self.config
+        if config.telemetry is not None:
+            run.span = config.telemetry.turn(
+                session_id=config.session_id,
+                run_id=run.run_id,
+                purpose=config.purpose,
+                prompt=None if message is None else message.text,
+                parent=None if message is None else message.trace,
+            )
+        if config.purpose == "main":
+            guard = LimitGuard(
+                None if message is None else message.usage_limits, config.session_usage
+            )
+            if guard.active:
+                run.limits = guard
+
+    def _usage_limited(
+        self, run: _Run, hit: UsageLimitHit | None, *, answer: AssistantMessage | None = None
+    ) -> bool:
+        """End ``run`` at the usage limit it crossed (``hit``), if any; True if it ended.
+
+        A stream in flight is cancelled. An ``answer`` whose reported usage
+        crossed the limit is kept like a cut-off one: its text enters history,
+        its tool calls are not run.
+        """
+        if hit is None or not _live(run):
+            return False
+        run.usage_limit = hit
+        reason = hit.describe()
+        if answer is not None:
+            dropped = len(answer.tool_calls)
+            run.assistant_index = len(self.state.history)
+            self._append(run, answer.model_copy(update={"tool_calls": ()}) if dropped else answer)
+            if dropped:
+                reason += f"; the answer's {dropped} tool call(s) were not run"
+        else:
+            self._cancel_inflight(run, reason)
+        self.alert(AlertLevel.WARN, reason, "usage")
+        self._finish(run, "usage_limit", reason, abort=True)
+        return True
 
     # -- tools: pre hooks ------------------------------------------------------------------
 
@@ -1444,6 +1524,7 @@ class Worker(ForeActor):
                 fs=config.fs,
                 services=config.services,
                 reply_to=self.actor_ref,
+                trace=None if run.span is None else run.span.context,
             )
         )
 
@@ -2022,6 +2103,7 @@ class Worker(ForeActor):
             turns=run.turns,
             usage=run.usage,
             boundary=run.boundary,
+            usage_limit=run.usage_limit if status == "usage_limit" else None,
             output=output,
             output_error=output_error,
         )
@@ -2048,6 +2130,8 @@ class Worker(ForeActor):
         except Exception:
             self.log.exception("interceptor_on_run_end_failed")
         result = self._result(run, status, error)
+        if run.span is not None:
+            run.span.end(result)
         if status == "completed" and self.config.purpose == "main" and run.llm_ctx is not None:
             self._emit(
                 SnapshotTaken(session_id=self.config.session_id, snapshot=self._snapshot(run))

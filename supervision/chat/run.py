@@ -46,6 +46,8 @@ class ChatOptions:
     """The session store's URL (``None``: the session lives in memory only)."""
     resume: str | None = None
     """A stored session to continue: its id, or ``""`` to pick one (``None``: a new one)."""
+    price: Any = None
+    """The model's :class:`~messages.usage.ModelPrice` (``--price``), for ``/cost``."""
 
 
 class ChatError(ForeError):
@@ -170,6 +172,7 @@ def _chat_runtime(options: ChatOptions) -> Any:
     from fore.actors.store import StoreError
 
     try:
-        return chat_runtime(store=options.store)
+        prices = None if options.price is None else {"*": options.price}
+        return chat_runtime(store=options.store, prices=prices)
     except StoreError as exc:
         raise ChatError(f"fore chat: the session store: {' '.join(str(exc).split())}") from None

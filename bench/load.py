@@ -213,6 +213,9 @@ class LoadOptions:
     price: tuple[float, float, float] = (3.0, 15.0, 0.3)
     """The mock model's price, USD per million input / output / cached input tokens
     (``--price``): the report's costs, waste in money included (issue 28)."""
+    shards: int = 0
+    """Ray shards hosting the sessions (``fore bench --shards N``, :mod:`bench.load_ray`);
+    0: the sessions are in this process."""
     provider: str = "openai"
     """The mock's wire protocol the sessions speak: ``openai`` (Chat Completions) or
     ``anthropic`` (Messages, with prompt caching: the report's "prompt cache" rows)."""
@@ -526,6 +529,11 @@ class LoadReport:
     (cumulative)."""
     interrupted: bool = False
     """Ctrl-C ended the run: the figures are of what finished before it."""
+    shard_loads: list[dict[str, Any]] = field(default_factory=list)
+    """With ``--shards N``: each shard's load at the end of the rounds (:mod:`bench.load_ray`)."""
+    tab_roundtrip_ms: dict[str, float] = field(default_factory=dict)
+    """With ``--shards N``: Tab pressed here -> the accept answered here (continuation included),
+    through Ray."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Prompt-cache figures by purpose (``--provider anthropic``; :mod:`bench.report_cache`)."""
     usage: dict[str, Any] = field(default_factory=dict)
@@ -693,6 +701,10 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     if options.think_dist not in THINK_DISTS:
         raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
     with _Interrupts() as interrupts:
+        if options.shards:  # --shards N: the sessions on Ray shards (bench/load_ray.py)
+            from fore.bench.load_ray import run_load_ray
+
+            return run_load_ray(options, interrupts)
         return _run(options, interrupts)
 
 

@@ -83,6 +83,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _shard_count(text: str) -> int:
+    """``--shards``: 0 (in this process) up to 64 Ray shard processes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be 0 to 64, got {value}")
+    return value
+
+
 def _non_negative(text: str) -> float:
     try:
         value = float(text)
@@ -357,6 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-governor",
         action="store_true",
         help="speculate on every suggestion, even without headroom (no load shedding)",
+    )
+    bench.add_argument(
+        "--shards",
+        type=_shard_count,
+        default=0,
+        help="host the sessions on N Ray shard processes of a local Ray instance "
+        "(needs pip install 'fore-runtime[ray]'); 0: in this process (default 0)",
     )
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     bench.add_argument(
@@ -642,6 +660,7 @@ def _bench(args: argparse.Namespace) -> int:
         governor=not args.no_governor,
         seed=args.seed,
         progress=not args.no_progress,
+        shards=args.shards,
         provider=args.provider,
     )
     if args.price is not None:
@@ -678,6 +697,10 @@ def _bench(args: argparse.Namespace) -> int:
         explain=args.explain,
         with_verdict=False,
     )
+    if args.shards:  # --shards N: each shard's load (bench/load_ray.py)
+        from fore.bench.load_ray import print_shard_table
+
+        print_shard_table(report)
     try:
         if args.json is not None:
             args.json.write_text(

@@ -9,7 +9,8 @@ The layers, lowest first::
     3 worker       fore.actors.worker.*
     4 speculation  fore.actors.speculation.*
     5 supervision  fore.supervision.{supervisor, handle, policy, session_supervisor, session,
-                   runtime} (and the package)
+                   runtime} (and the package); fore.distributed.* (runtimes of runtimes:
+                   Ray shards each hosting a Runtime)
     6 CLI          fore.supervision.cli*, fore.supervision.chat.*, fore.bench.*,
                    fore.testing.pytest_plugin, fore.__main__
 
@@ -68,6 +69,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fore.actors.output", 3),  # structured output: an interceptor of the worker
     ("fore.actors.speculation", 4),
     ("fore.supervision", 5),
+    ("fore.distributed", 5),
     ("fore.supervision.cli", 6),
     ("fore.supervision.cli_args", 6),
     ("fore.supervision.chat", 6),

@@ -265,7 +265,7 @@ def test_a_session_open_in_one_process_cannot_be_resumed_in_another(
         with pytest.raises(SessionLeased) as caught:
             rt.resume_session(sid, tools=[lookup])
         assert sid in str(caught.value) and "another process" in str(caught.value)
-        assert rt.open_sessions == []  # nothing half-open
+        assert not rt._sessions  # nothing half-open
     holder.finish()  # it closes the session: the lease goes
     with Runtime(name="other", store=store_url, blob_dir=blobs) as rt:
         assert rt.resume_session(sid, tools=[lookup]).id == sid

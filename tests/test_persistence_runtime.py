@@ -371,7 +371,7 @@ def test_resume_needs_the_model_again_for_an_in_process_model(
     with Runtime(store=sqlite_url, blob_dir=tmp_path / "b") as rt:
         with pytest.raises(ModelNotRebuildable, match="pass model="):
             rt.resume_session(sid)
-        assert rt.open_sessions == []
+        assert not rt._sessions
         assert rt.resume_session(sid, echo()).id == sid  # the lease was given back
 
 

@@ -101,6 +101,7 @@ from fore.actors.worker.interceptor import (
     RetryRequest,
 )
 from fore.actors.worker.persistence import Persistence, TurnWriter
+from fore.actors.worker.run_state import ALLOWED, CallStatus, Ending, RunProgress
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -204,7 +205,7 @@ def wrap_up_choice(wrap_up: bool, turn: int, max_turns: int) -> ToolChoice:
 
 def _live(run: _Run) -> bool:
     """The run may go on: it has not ended, and its ending (on_abort) has not begun."""
-    return not run.ended and not run.aborted
+    return not run.ended and not run.aborted and run.end_save is None
 
 
 _BLOB_MARK = "[blob:"
@@ -346,7 +347,7 @@ class WorkerConfig:
 class _Call:
     call: ToolCall
     ctx: ToolCallContext
-    status: str = "pending"  # pending | approved | skipped | running | done | removed
+    status: CallStatus = "pending"
     executed: ToolCall | None = None
     """What runs: the model's id and name with the arguments the pre hooks left."""
     result: ToolResult | None = None
@@ -367,13 +368,14 @@ class _Call:
 
 
 @dataclass
-class _Run:
+class _Run(RunProgress):
+    """One submit's run. Its status is its phase alone (:class:`RunProgress`)."""
+
     run_id: str
     start_len: int
     max_turns: int
     reply: PooledFuture[Any] | None = None
     submit_id: str | None = None
-    phase: str = "starting"
     started: bool = False
     """The user message is in history: the run started (it gets on_abort if it ends early)."""
     turns: int = 0
@@ -399,10 +401,6 @@ class _Run:
     resume_point: tuple[Any, ...] | None = None
     pause_requested: str | None = None
     boundary: dict[str, Any] | None = None
-    aborted: bool = False
-    """on_abort has started for this run (it runs once)."""
-    abort_status: RunStatus = "aborted"
-    abort_error: str | None = None
     error_kind: ErrorKind | None = None
     hook_failure: HookFailure | None = None
     successor: tuple[_Run, Submit] | None = None
@@ -411,7 +409,9 @@ class _Run:
     """Cancelled while queued behind an interrupted run: it ends without starting."""
     saving: bool = False
     """Its end is being written to the session store (reported once that is done)."""
-    ended: bool = False
+    end_save: Ending | None = None
+    """Set while its end is written to the session store (phase ``saving``): the status
+    and error it then ends with. Until then it is ending: nothing left to cancel."""
     # -- telemetry (issue 28) --
     span: Any = None
     """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
@@ -484,8 +484,11 @@ class Worker(ForeActor):
         if run is None or run.ended:
             return
         successor, run.successor = run.successor, None
-        if run.aborted:  # already ending: keep the status it is ending with
-            status, error = run.abort_status, run.abort_error
+        if run.end_save is not None or run.ending is not None:
+            # Already ending: keep the status it is ending with.
+            end = run.end_save or run.ending
+            assert end is not None
+            status, error = end.status, end.error
         else:
             status, error = "cancelled", "session closed"
             self._close_open_calls(run, "Cancelled: the session closed")
@@ -529,6 +532,8 @@ class Worker(ForeActor):
         """
         hooks = self.config.hooks
         chain = self._chain_run
+        if run.end_save is not None:
+            return  # it ended; only its report waits for the store
         if run.aborted:
             if chain is None or chain.run is not run or chain.state.event is not HookEvent.ON_ABORT:
                 return
@@ -542,8 +547,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             return
         else:
-            run.aborted = True
-            run.abort_status, run.abort_error = status, reason
+            run.begin_ending(status, reason)
             ctx = AbortContext(
                 session_id=self.config.session_id,
                 purpose=self.config.purpose,
@@ -631,11 +635,12 @@ class Worker(ForeActor):
         """The run's end is in the store (or could not be written): report it now."""
         if run.ended:
             return
+        end = run.end_save or run.ending or Ending("completed", None)
         if problem is not None:
-            run.abort_status = "error"
-            run.abort_error = self._store_failed(problem, "this turn")
+            end = Ending("error", self._store_failed(problem, "this turn"))
+            run.end_save = end
             run.error_kind = "store"
-        self._complete(run, run.abort_status, run.abort_error)
+        self._complete(run, end.status, end.error)
 
     def _pause_saved(
         self, run: _Run, reason: str, where: str, point: tuple[Any, ...], problem: str | None
@@ -723,8 +728,7 @@ class Worker(ForeActor):
                 self._store_failed(problem, "the accepted speculation's items")
             if reply is not None:
                 reply.try_set(run.run_id)
-            if _live(run):
-                run.phase = "starting"
+            if _live(run):  # from saving (or starting) it goes on as from starting
                 self._emit(
                     RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
                 )
@@ -826,8 +830,9 @@ class Worker(ForeActor):
         early = self._early_cancels.pop(sid, None) if sid is not None else None
         current = self._run
         busy = current is not None and not current.ended
-        queue_behind = busy and current is not None and current.aborted
-        interrupt = busy and current is not None and not current.aborted
+        ending = current is not None and (current.aborted or current.end_save is not None)
+        queue_behind = busy and ending
+        interrupt = busy and not ending
         if early is None and busy:
             assert current is not None
             if queue_behind and current.successor is not None:
@@ -896,7 +901,6 @@ class Worker(ForeActor):
         It is not the worker's current run, so nothing of the current run --
         the interceptor's state, the stash -- is touched.
         """
-        run.ended = True
         run.phase = "ended"
         result = self._result(run, status, reason)
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
@@ -935,11 +939,6 @@ class Worker(ForeActor):
         run.phase = "on_prompt_submit"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 # The run never started (nothing entered history): no on_abort.
@@ -967,7 +966,7 @@ class Worker(ForeActor):
                 self._append(run, item)
             self._llm_turn(run)
 
-        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, done)
+        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, self._on_outcome(run, done))
 
     # -- LLM turns ---------------------------------------------------------------------
 
@@ -1033,11 +1032,6 @@ class Worker(ForeActor):
         run.phase = "pre_llm_request"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 self._finish(
@@ -1046,7 +1040,7 @@ class Worker(ForeActor):
                 return
             self._send(run, ctx, base, edited_by=state.ran[-1] if state.ran else None)
 
-        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
+        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, self._on_outcome(run, done))
 
     def _send(
         self,
@@ -1370,19 +1364,12 @@ class Worker(ForeActor):
     def _pre_tool_hooks(self, run: _Run, item: _Call, start: int) -> None:
         """The public ``pre_tool_call`` hooks of the current call, from hook ``start``."""
         run.phase = "pre_tool_call"
-        index = run.index
-
-        def done(state: ChainState) -> None:
-            self._after_pre_tool(run, item, index, state)
-
-        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
+        done = functools.partial(self._after_pre_tool, run, item, run.index)
+        self._chain(
+            run, HookEvent.PRE_TOOL_CALL, item.ctx, self._on_outcome(run, done), start=start
+        )
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
-        if not _live(run):
-            return
-        if state.error is not None:
-            self._hook_failed(run, state.error)
-            return
         outcome = final_outcome(state)
         if self.config.strict_tool_hooks:
             hook = state.ran[-1] if state.ran else "pre_tool_call"
@@ -1621,12 +1608,6 @@ class Worker(ForeActor):
                 ctx: PostToolCallContext = ctx,
                 index: int = index,
             ) -> None:
-                if not _live(run):
-                    return
-                if state.error is not None:
-                    # A post hook failed on this result: it is withheld, never committed raw.
-                    self._hook_failed(run, state.error)
-                    return
                 # Continue, or Abort: the aborting hook saw this result and may have
                 # masked it; the results after it never passed their hooks (withheld).
                 self._apply_post(item, ctx)
@@ -1639,7 +1620,7 @@ class Worker(ForeActor):
                 run.index = index + 1
                 self._post_step(run)
 
-            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, done)
+            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, self._on_outcome(run, done))
             return
         self._convert(run)
 
@@ -1772,11 +1753,6 @@ class Worker(ForeActor):
         run.phase = "on_turn_end"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, ContinueWithMessages):
                 self._continue_with(run, outcome.messages)
@@ -1788,7 +1764,7 @@ class Worker(ForeActor):
             else:
                 self._complete(run, "completed", None)
 
-        self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
+        self._chain(run, HookEvent.ON_TURN_END, ctx, self._on_outcome(run, done), start=start)
 
     def _continue_with(self, run: _Run, items: Sequence[Item]) -> None:
         if not _live(run):
@@ -1802,7 +1778,7 @@ class Worker(ForeActor):
     @handles(PauseRun)
     def _on_pause(self, message: PauseRun) -> bool:
         run = self._run
-        if run is None or run.ended or run.aborted or run.phase == "paused":
+        if run is None or run.ended or not _live(run) or run.phase == "paused":
             return False
         run.pause_requested = message.reason
         return True
@@ -1890,7 +1866,7 @@ class Worker(ForeActor):
                 return True
         if current is None:
             return False
-        if current.aborted:
+        if current.aborted or current.end_save is not None:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
             if (
@@ -2033,7 +2009,7 @@ class Worker(ForeActor):
     def _finish(self, run: _Run, status: RunStatus, error: str | None, *, abort: bool) -> None:
         if run.ended:
             return
-        if not abort or run.aborted:
+        if not abort or run.aborted or run.end_save is not None:
             self._complete(run, status, error)
             return
         if not run.started:
@@ -2043,9 +2019,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             self._complete(run, status, error)
             return
-        run.aborted = True
-        run.abort_status, run.abort_error = status, error
-        run.phase = "on_abort"
+        run.begin_ending(status, error)
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,
@@ -2111,17 +2085,18 @@ class Worker(ForeActor):
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
             return
-        if not run.saving and self._save_then(run, functools.partial(self._saved, run)):
+        if run.end_save is None and self._save_then(run, functools.partial(self._saved, run)):
             # Write-ahead: reported once its items are in the session store. Until
             # then the run is ending (a cancel finds nothing to cancel, a submit
             # waits behind it), and this status is the one it ends with.
-            if not run.aborted:
-                run.aborted, run.abort_status, run.abort_error = True, status, error
-            run.phase = "saving"
+            run.end_save = run.ending or Ending(status, error)
+            if "saving" in ALLOWED[run.phase]:  # preparing and on_abort stay as they are
+                run.phase = "saving"
             return
-        if run.aborted:  # the ending that began first decides how the run ended
-            status, error = run.abort_status, run.abort_error
-        run.ended = True
+        if run.end_save is not None:
+            status, error = run.end_save.status, run.end_save.error
+        elif run.ending is not None:  # the ending that began first decides how the run ended
+            status, error = run.ending.status, run.ending.error
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
         self.state.output = None  # nor does a structured run's contract
@@ -2174,6 +2149,29 @@ class Worker(ForeActor):
         chain = self.config.hooks.chain(event) if specs is None else specs
         state = ChainState(event, chain, ctx, index=start)
         self._chain_step(_ChainRun(run, state, done, abort_chain))
+
+    def _on_outcome(
+        self, run: _Run, then: Callable[[ChainState], None]
+    ) -> Callable[[ChainState], None]:
+        """``then`` as a chain's continuation: it runs only if the run is live and no hook failed.
+
+        Every step after a chain of the run's own hooks opens the same way: a
+        run that ended, or began its ending, while the hooks ran drops their
+        outcome; a hook that failed ends the run as a hook error (a post hook's
+        result is withheld then, never committed raw). The approval chain
+        (a failure skips the call) and on_abort (runs on an ending run) take
+        their ``done`` as it is.
+        """
+
+        def done(state: ChainState) -> None:
+            if not _live(run):
+                return
+            if state.error is not None:
+                self._hook_failed(run, state.error)
+                return
+            then(state)
+
+        return done
 
     def _chain_step(self, chain: _ChainRun) -> None:
         if chain.run.ended or (not chain.abort_chain and chain.run.aborted):

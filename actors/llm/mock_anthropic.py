@@ -67,25 +67,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from fore.actors.llm.mock_server import (
-    _CUT,
-    _LINGER,
-    _NOT_SSE_PAGE,
-    FAULT_KINDS,
-    _Answer,
-    _Exchange,
-    _Fault,
-    _format_seconds,
-    _header_float,
-    _header_optional_float,
-    _make_answer,
-    _Record,
-    generated_text,
-)
+from fore.actors.llm.mock_server.faults import _NOT_SSE_PAGE, _Fault, _format_seconds
+from fore.actors.llm.mock_server.replies import _Answer, _Exchange, _make_answer, generated_text
+from fore.actors.llm.mock_server.settings import FAULT_KINDS, _Record
+from fore.actors.llm.mock_server.sse import _CUT, _LINGER
+from fore.actors.llm.mock_server.strict import _header_float, _header_optional_float
 from fore.actors.llm.script import ScriptReply, ScriptToolCall
 
 if TYPE_CHECKING:
-    from fore.actors.llm.mock_server import MockLlmApp
+    from fore.actors.llm.mock_server.app import MockLlmApp
 
 __all__ = [
     "MIN_CACHE_TOKENS",
@@ -816,7 +806,7 @@ class AnthropicMessages:
         elif kind == "cut":
             full_length = len(data)
             ex.record.outcome = "cut"
-            from fore.actors.llm.mock_server import _CutConnection
+            from fore.actors.llm.mock_server.faults import _CutConnection
 
             async def partial() -> AsyncIterator[bytes]:
                 yield data[: full_length // 2]

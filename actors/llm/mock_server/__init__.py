@@ -21,7 +21,7 @@ fragments of ``tool_args_chunk_chars`` characters, a final chunk with
 chunk then carries ``"usage": null``, as OpenAI does), and ``data: [DONE]``.
 Otherwise a ``chat.completion`` JSON body. ``POST /v1/messages`` speaks Anthropic's
 Messages API on the same script, faults and records, with its prompt-cache
-accounting (:mod:`actors.llm.mock_anthropic`).
+accounting (:mod:`.anthropic`).
 
 Request headers
 ---------------

@@ -112,7 +112,7 @@ class MockLlmApp:
         self._counters = _Counters()
         self._closing = asyncio.Event()
         # -- Anthropic's /v1/messages (issue 27): its own module, same state --
-        from fore.actors.llm.mock_anthropic import AnthropicMessages
+        from fore.actors.llm.mock_server.anthropic import AnthropicMessages
 
         self.anthropic = AnthropicMessages(self)
         # --

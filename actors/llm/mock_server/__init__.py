@@ -113,7 +113,8 @@ importable from this package):
 * :mod:`.faults` -- injected faults, the deliberate cut, the error answers;
 * :mod:`.sse` -- SSE framing of a stream, with the in-body faults;
 * :mod:`.app` -- the ASGI app and its state (:class:`MockLlmApp`);
-* :mod:`.anthropic` -- the same app's Anthropic Messages endpoint;
+* :mod:`.anthropic` -- the same app's Anthropic Messages endpoint, with its request
+  checks (:mod:`.anthropic_strict`) and prompt cache (:mod:`.anthropic_cache`);
 * :mod:`.control` / :mod:`.server` / :mod:`.spawned` -- the control protocol, the
   in-process server (a thread) and the child-process one;
 * :mod:`.cli` -- ``fore mock-llm`` (``python -m fore.actors.llm.mock_server``).

@@ -79,6 +79,7 @@ from fore.actors.llm import AnthropicModel, OpenAICompatible, RetryPolicy, evloo
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.telemetry.usage import usage_json
 from fore.bench._common import console, percentile
 from fore.bench.report_accounting import Accounting, Ledger
 from fore.bench.report_cache import cache_summary
@@ -97,6 +98,7 @@ from fore.messages.speculation import (
     SubmitPrompt,
     SuggestionReady,
 )
+from fore.messages.usage import ModelPrice, UsageSummary
 from fore.supervision import Runtime
 
 THINK_DISTS = ("exp", "lognormal", "uniform", "fixed")
@@ -208,6 +210,12 @@ class LoadOptions:
     """Speculate only with headroom (the runtime's default); off: speculate always."""
     seed: int = 1
     progress: bool = True
+    price: tuple[float, float, float] = (3.0, 15.0, 0.3)
+    """The mock model's price, USD per million input / output / cached input tokens
+    (``--price``): the report's costs, waste in money included (issue 28)."""
+    shards: int = 0
+    """Ray shards hosting the sessions (``fore bench --shards N``, :mod:`bench.load_ray`);
+    0: the sessions are in this process."""
     provider: str = "openai"
     """The mock's wire protocol the sessions speak: ``openai`` (Chat Completions) or
     ``anthropic`` (Messages, with prompt caching: the report's "prompt cache" rows)."""
@@ -518,8 +526,37 @@ class LoadReport:
     (cumulative)."""
     interrupted: bool = False
     """Ctrl-C ended the run: the figures are of what finished before it."""
+    shard_loads: list[dict[str, Any]] = field(default_factory=list)
+    """With ``--shards N``: each shard's load at the end of the rounds (:mod:`bench.load_ray`)."""
+    tab_roundtrip_ms: dict[str, float] = field(default_factory=dict)
+    """With ``--shards N``: Tab pressed here -> the accept answered here (continuation included),
+    through Ray."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Prompt-cache figures by purpose (``--provider anthropic``; :mod:`bench.report_cache`)."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """What the provider reported, by purpose, priced at ``options["price"]`` (issue 28)."""
+    wasted_cost_usd: float = 0.0
+    """``wasted_tokens`` in money, at the run's own cost per speculation token."""
+
+
+def _model_price(price: tuple[float, float, float]) -> ModelPrice:
+    return ModelPrice(input=price[0], output=price[1], cached_input=price[2])
+
+
+def wasted_cost(usage: UsageSummary, wasted_tokens: int) -> float:
+    """The waste in money: its tokens at what a speculation token cost in this run.
+
+    A discarded speculation's tokens are only known in total (and partly
+    estimated, for streams cancelled before their usage came), not split into
+    input, cached and output; the run's own blend of those, over every
+    speculation request the provider reported, prices them -- or, when every
+    speculation was cut off before its usage came, the whole run's blend.
+    """
+    spent = usage.of("speculation")
+    if spent.total_tokens == 0:
+        spent = usage.total
+    tokens = spent.total_tokens
+    return 0.0 if tokens == 0 else wasted_tokens * spent.cost_usd / tokens
 
 
 def count_overlay_dirs(rt: Runtime) -> int:
@@ -661,6 +698,10 @@ def run_load(options: LoadOptions) -> tuple[LoadReport, dict[str, list[float]]]:
     if options.think_dist not in THINK_DISTS:
         raise BenchSetupError(f"unknown think-time distribution {options.think_dist!r}")
     with _Interrupts() as interrupts:
+        if options.shards:  # --shards N: the sessions on Ray shards (bench/load_ray.py)
+            from fore.bench.load_ray import run_load_ray
+
+            return run_load_ray(options, interrupts)
         return _run(options, interrupts)
 
 
@@ -704,6 +745,7 @@ def _run(
             # The benchmark owns its process: the GC and GIL settings that a
             # many-session service would choose (actors/core/tuning.py).
             tune_process=True,
+            prices={"*": _model_price(options.price)},
         )
         model = _bench_model(options.provider, server)
         config = SpeculationConfig(
@@ -802,6 +844,7 @@ def _run(
             closed_cleanly = session.close()
             left = len(rt.overlays.outstanding(session.id))
             session_overlays += left if left or closed_cleanly else 1
+        usage = rt.usage  # every session's, closed ones included (issue 28)
         clean = rt.close(timeout=60)
         teardown = time.monotonic() - closing
         overlays_left = count_overlay_dirs(rt)
@@ -825,6 +868,8 @@ def _run(
         report.teardown_s = teardown
         report.wall_total_s = time.monotonic() - begun
         report.rounds_cut = rounds_cut
+        report.usage = usage_json(usage)
+        report.wasted_cost_usd = wasted_cost(usage, report.wasted_tokens)
         report.cache = cache_summary(options.provider, getattr(model, "meter", None))
         if leaked_threads:
             report.errors.append(

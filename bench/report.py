@@ -67,7 +67,7 @@ GLOSSARY: dict[str, str] = {
     "time saved": "per accepted Tab, the speculation's work the user did not have to wait for.",
     "wasted tokens": "tokens of speculations that were thrown away (aborted, failed, conflict, "
     "stale, empty); a stream cancelled before its usage arrived is estimated at ~4 characters "
-    "per token.",
+    "per token. In money: those tokens at the run's own cost per speculation token (--price).",
     "main-turn latency": "a typed prompt to its answer; with --compare, the same workload "
     "without speculation too, and the ratio of their p99s.",
     "cut by --duration": "--duration bounds the whole run; rounds in flight at the users' "
@@ -248,8 +248,10 @@ def sections(report: LoadReport, comparison: Comparison | None = None) -> list[S
                 ),
                 (
                     "tokens spent on discarded speculations (of which estimated)",
-                    f"{report.wasted_tokens:,} ({report.wasted_tokens_estimated:,})",
+                    f"{report.wasted_tokens:,} ({report.wasted_tokens_estimated:,})"
+                    + (f" ≈ ${report.wasted_cost_usd:,.4f}" if report.usage else ""),
                 ),
+                *_cost_rows(report),
             ],
         )
     )
@@ -287,6 +289,18 @@ def sections(report: LoadReport, comparison: Comparison | None = None) -> list[S
             )
         )
     return out
+
+
+def _cost_rows(report: LoadReport) -> list[tuple[str, str]]:
+    """What the run's tokens cost, by purpose, at its price (issue 28; none in old reports)."""
+    by = report.usage.get("by_purpose") or {}
+    if not by:
+        return []
+    price = report.options.get("price") or (0, 0, 0)
+    rate = f"${price[0]:g} / ${price[1]:g} / ${price[2]:g} per M input / output / cached tokens"
+    parts = [f"{purpose} ${u['cost_usd']:,.4f}" for purpose, u in by.items()]
+    total = report.usage.get("total", {}).get("cost_usd", 0.0)
+    return [(f"cost by purpose (at {rate})", " · ".join(parts) + f" · total ${total:,.4f}")]
 
 
 def verdict(

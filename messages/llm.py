@@ -92,7 +92,8 @@ class LlmRequest(Message):
     ``model`` is the provider object (a ``ScriptedModel``, ``FunctionModel`` or
     ``OpenAICompatible`` from :mod:`actors.llm`) and ``reply_to`` the address
     the stream events go to; both are in-process references, excluded from
-    JSON. ``model_name`` is the model identifier sent on the wire.
+    JSON (and so is ``trace``, the parent span's context). ``model_name`` is the
+    model identifier sent on the wire.
     """
 
     request_id: str = Field(min_length=1)
@@ -121,6 +122,11 @@ class LlmRequest(Message):
     over ``json_response``)."""
     model: Any = Field(default=None, exclude=True)
     reply_to: Any = Field(default=None, exclude=True)
+    # -- telemetry (issue 28) --
+    trace: Any = Field(default=None, exclude=True)
+    """The OpenTelemetry context of the span this request belongs to (the turn's),
+    in-process like ``reply_to``: the LLM loop makes its span a child of it
+    (``actors.telemetry.tracing``). ``None`` when telemetry is off."""
 
 
 class CancelLlmRequest(ControlMessage):

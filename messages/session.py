@@ -19,6 +19,7 @@ from fore.messages.alerts import Alert
 from fore.messages.base import ControlMessage, Message
 from fore.messages.conversation import Item, Segment
 from fore.messages.llm import Usage
+from fore.messages.usage import UsageLimitHit, UsageLimits
 
 RunStatus = Literal[
     "completed",  # the model finished and the turn-end hooks said Finish
@@ -31,12 +32,13 @@ RunStatus = Literal[
     "interrupted",  # a paused run was superseded by a new submit
     "boundary",  # speculation only: the run stopped at a gate boundary
     "cut_off",  # the provider cut the model's answer off at an output limit (finish_reason length)
+    "usage_limit",  # a UsageLimits limit of the turn or session was crossed (see usage_limit)
 ]
 """How a run ended.
 
 ``on_abort`` hooks run exactly once for every run that *started* -- whose
 user message entered history -- and ended early: ``cancelled``, ``aborted``,
-``max_turns``, ``error``, ``interrupted``, ``cut_off``, and ``rejected`` by a
+``max_turns``, ``usage_limit``, ``error``, ``interrupted``, ``cut_off``, and ``rejected`` by a
 ``pre_llm_request`` Cancel. A submit that ends before its user message
 entered history never started: one ``rejected`` or failed at
 ``on_prompt_submit``, or ``cancelled`` while its input was prepared, while its
@@ -120,6 +122,11 @@ class Submit(Message):
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
     submit_id: str | None = Field(default=None, min_length=1, max_length=200)
+    # -- telemetry (issue 28) --
+    usage_limits: UsageLimits | None = None
+    """Limits of this turn's main requests (:class:`~messages.usage.UsageLimits`)."""
+    trace: Any = Field(default=None, exclude=True)
+    """The OpenTelemetry context the turn's span is a child of (in-process)."""
     output: OutputRequest | None = None
     """Structured output: the run ends with a validated value (``TurnResult.output``)."""
 
@@ -226,6 +233,8 @@ class TurnResult(Message, Generic[OutputT]):
     usage: Usage = Usage()
     boundary: dict[str, Any] | None = None
     """Speculation only: the gate boundary's tool, reason and the calls not run."""
+    usage_limit: UsageLimitHit | None = None
+    """Status ``usage_limit``: which limit (turn or session; requests or tokens) was crossed."""
     output: OutputT | None = None
     """Structured output (``submit(output_type=...)``): the validated value, or ``None``."""
     output_error: str | None = None

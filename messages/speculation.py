@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -13,6 +13,7 @@ from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Usage
 from fore.messages.session import EventBase, OutputRequest, TurnResult
 from fore.messages.tools import ToolDefinition
+from fore.messages.usage import UsageLimits
 
 
 class SpeculationConfig(Message):
@@ -327,6 +328,11 @@ class SubmitPrompt(Message):
     """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
     submit_id: str | None = Field(default=None, min_length=1, max_length=200)
     """Passed on to the worker's ``Submit`` (a ``CancelRun`` naming it reaches it)."""
+    # -- telemetry (issue 28) --
+    usage_limits: UsageLimits | None = None
+    """Limits of this turn's main requests (passed on to its ``Submit``)."""
+    trace: Any = Field(default=None, exclude=True)
+    """The OpenTelemetry context the turn's span is a child of (in-process)."""
 
 
 class GetSpeculation(Message):

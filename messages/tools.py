@@ -46,6 +46,11 @@ class RunToolBatch(Message):
     fs: Any = Field(exclude=True, description="the FsView the calls run against")
     services: Any = Field(default=None, exclude=True, description="ToolServices")
     reply_to: Any = Field(exclude=True, description="an ActorRef or Handle to tell results to")
+    trace: Any = Field(
+        default=None,
+        exclude=True,
+        description="the OpenTelemetry context of the turn's span: parent of the call spans",
+    )
 
 
 class ToolCallStarted(Message):

@@ -18,6 +18,7 @@ parsed, with the range in the message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import math
@@ -40,6 +41,7 @@ MICRO = (
     "store",
     "chat",
     "tool-api",
+    "telemetry",
     "real_server",
 )
 
@@ -55,6 +57,7 @@ _RUN_EXIT = {
     "max_turns": 4,
     "paused": 5,
     "cut_off": 6,
+    "usage_limit": 4,
     "cancelled": 130,
 }
 
@@ -78,6 +81,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _shard_count(text: str) -> int:
+    """``--shards``: 0 (in this process) up to 64 Ray shard processes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be 0 to 64, got {value}")
+    return value
+
+
 def _non_negative(text: str) -> float:
     try:
         value = float(text)
@@ -96,6 +110,20 @@ def _positive(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def _price(text: str) -> Any:
+    from fore.actors.telemetry.usage import parse_price
+
+    try:
+        return parse_price(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _price_tuple(price: Any) -> tuple[float, float, float]:
+    cached = price.input if price.cached_input is None else price.cached_input
+    return (price.input, price.output, cached)
 
 
 def _probability(text: str) -> float:
@@ -284,7 +312,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="speculate on every suggestion, even without headroom (no load shedding)",
     )
+    bench.add_argument(
+        "--shards",
+        type=_shard_count,
+        default=0,
+        help="host the sessions on N Ray shard processes of a local Ray instance "
+        "(needs pip install 'fore-runtime[ray]'); 0: in this process (default 0)",
+    )
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    bench.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the mock model's price in USD per million tokens, for the report's costs and "
+        "the waste in money (default 3,15,0.3)",
+    )
     bench.add_argument("--json", type=_writable, metavar="PATH", help="write the JSON report here")
     bench.add_argument(
         "--plot",
@@ -318,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="one headless turn",
         description=(
             "Run one turn in WORKSPACE and print its events (JSON lines with --json). "
-            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget spent, "
+            "Exit code: 0 completed, 1 error, 3 rejected or aborted, 4 turn budget or a usage "
+            "limit spent, "
             "5 paused, 6 answer cut off at the model's output limit, 130 cancelled, "
             "2 usage error."
         ),
@@ -361,7 +404,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds the turn may take; then it is cancelled (> 0; default 600)",
     )
-    run.add_argument("--json", action="store_true", help="print events as JSON lines")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print events as JSON lines; the last line is the usage (tokens and cost)",
+    )
+    run.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the model's price in USD per million tokens (input, output, cached input), "
+        "for the cost in the usage line",
+    )
     _log_level_flag(run, "critical")
 
     chat = sub.add_parser(
@@ -402,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=50,
         help="LLM calls per turn at most (default 50)",
+    )
+    chat.add_argument(
+        "--price",
+        type=_price,
+        metavar="IN,OUT[,CACHED]",
+        help="the model's price in USD per million tokens, for /cost",
     )
     _log_level_flag(chat, "critical")
 
@@ -521,8 +581,11 @@ def _bench(args: argparse.Namespace) -> int:
         governor=not args.no_governor,
         seed=args.seed,
         progress=not args.no_progress,
+        shards=args.shards,
         provider=args.provider,
     )
+    if args.price is not None:
+        options = dataclasses.replace(options, price=_price_tuple(args.price))
     comparison = None
     compare = None
     try:
@@ -546,6 +609,10 @@ def _bench(args: argparse.Namespace) -> int:
         explain=args.explain,
         with_verdict=False,
     )
+    if args.shards:  # --shards N: each shard's load (bench/load_ray.py)
+        from fore.bench.load_ray import print_shard_table
+
+        print_shard_table(report)
     try:
         if args.json is not None:
             args.json.write_text(
@@ -748,7 +815,8 @@ def _run(args: argparse.Namespace) -> int:
     from fore.supervision import Runtime
 
     out = _Output(sys.stdout, as_json=args.json)
-    with Runtime(name="fore-run") as rt:
+    prices = None if args.price is None else {"*": args.price}
+    with Runtime(name="fore-run", prices=prices) as rt:
         session = rt.open_session(
             workspace=workspace,
             model=model,
@@ -785,6 +853,7 @@ def _run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"{PROG} run: turn timed out after {args.timeout:g} s\n")
             else:
                 sys.stderr.write(f"{PROG} run: error: {_one_line(error)}\n")
+            _usage_line(out, session, args.json)
             return EXIT_FAILED
         result = box["result"]
         if result.status == "cut_off":
@@ -796,7 +865,17 @@ def _run(args: argparse.Namespace) -> int:
                 json.dumps({"kind": "turn_finished", "result": result.model_dump(mode="json")})
                 + "\n"
             )
+        _usage_line(out, session, args.json)
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
+
+
+def _usage_line(out: _Output, session: Any, as_json: bool) -> None:
+    """``--json``'s last line: the session's usage by purpose and its cost (issue 28)."""
+    if as_json:
+        from fore.actors.telemetry.usage import usage_json
+
+        line = {"kind": "usage", "session_id": session.id, "usage": usage_json(session.usage)}
+        out.write(json.dumps(line) + "\n")
 
 
 # -- fore chat -------------------------------------------------------------------------------
@@ -816,6 +895,7 @@ def _chat(args: argparse.Namespace) -> int:
         speculation=not args.no_speculation,
         system_prompt=args.system,
         max_turns=args.max_turns,
+        price=args.price,
     )
     try:
         return chat(options)

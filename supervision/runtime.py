@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,6 +56,9 @@ from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
+from fore.actors.telemetry.config import Telemetry, instrumentation
+from fore.actors.telemetry.limits import session_usage
+from fore.actors.telemetry.usage import PriceTable, UsageLedger
 from fore.actors.tools.aio import ToolLoop
 from fore.actors.tools.base import Tool, ToolRegistry, ToolServices
 from fore.actors.tools.builtin import builtin_tools
@@ -93,6 +96,7 @@ from fore.messages.runtime import (
     WhichChildren,
 )
 from fore.messages.speculation import SpeculationConfig
+from fore.messages.usage import ModelPrice, UsageLimits, UsageSummary
 from fore.supervision.handle import Handle
 from fore.supervision.session import Session
 from fore.supervision.session_supervisor import SessionSupervisor
@@ -124,9 +128,15 @@ class Runtime:
         overlay_root: str | os.PathLike[str] | None = None,
         tune_process: bool = False,
         speculation_governor: LoadGovernor | None = None,
+        telemetry: Telemetry | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         self.name = name
         self._tuned = False
+        # -- telemetry (issue 28): spans and metrics when asked for; usage always --
+        self.telemetry = instrumentation(telemetry)
+        """The actors' :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
+        self.usage_ledger = UsageLedger(PriceTable(prices))
         self.system = ActorSystem(
             name=name,
             dispatcher_threads=dispatcher_threads,
@@ -138,10 +148,11 @@ class Runtime:
         # async def tools and MCP connections; its thread starts with the first use.
         self.tool_loop = ToolLoop(name=f"{name}-tool-aio")
         self._mcp: MCPManager | None = None
-        self.llm_loop = LlmLoop(name=f"{name}-llm")
+        tel, usage = self.telemetry, self.usage_ledger
+        self.llm_loop = LlmLoop(name=f"{name}-llm", telemetry=tel, usage=usage)
         # Suggestions and speculation stream on a loop of their own, so the
         # user's main turns never queue behind them (actors.llm.gateway).
-        self.llm_background_loop = LlmLoop(name=f"{name}-llm-bg")
+        self.llm_background_loop = LlmLoop(name=f"{name}-llm-bg", telemetry=tel, usage=usage)
         self._sessions: dict[str, Session] = {}
         self._session_models: dict[str, tuple[Any, ...]] = {}
         """Each open session's model and fast model: told to forget it when it closes."""
@@ -221,6 +232,7 @@ class Runtime:
                     aio=self.tool_loop,
                     max_running=max_running_tools,
                     per_session=tools_per_session,
+                    telemetry=self.telemetry,
                 ),
             )
         )
@@ -310,6 +322,7 @@ class Runtime:
         fast_model: ChatModel | None = None,
         approval: ApprovalPolicy | ApprovalMode | str | None = None,
         approver: Approver | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -340,6 +353,10 @@ class Runtime:
         alone means the ``default`` mode. The mode is also the speculation
         gate's (it replaces ``speculation.approval_mode``). Without either,
         calls run unasked and ``speculation.approval_mode`` gates speculation.
+
+        ``usage_limits`` bound the session's main requests and tokens, all its
+        turns together (:class:`~messages.usage.UsageLimits`; a turn's own go
+        to ``submit``).
         """
         if self._closed:
             raise RuntimeError("the runtime is closed")
@@ -412,6 +429,8 @@ class Runtime:
             tool_concurrency=tool_concurrency,
             max_batch_calls=max_batch_calls,
             max_argument_retries=max_argument_retries,
+            telemetry=self.telemetry,
+            session_usage=session_usage(usage_limits),
         )
         supervisor_id = f"session:{sid}"
         # Only a speculation uses it, and a session without a workspace has none.
@@ -458,6 +477,11 @@ class Runtime:
                 Alert(level=AlertLevel.ERROR, text=text, session=sid, source="mcp")
             )
         return session
+
+    @property
+    def usage(self) -> UsageSummary:
+        """Every session's model usage and cost so far, by purpose (closed sessions included)."""
+        return self.usage_ledger.total()
 
     @property
     def mcp(self) -> MCPManager:
@@ -544,6 +568,10 @@ class Runtime:
                 log.debug("blob_release_skipped", session=session_id, error=repr(exc))
         self._forget_models(session_id)
         return left
+
+    def _final_usage(self, session_id: str) -> UsageSummary:
+        """A closing session's usage, taken out of the ledger (it keeps only open sessions)."""
+        return self.usage_ledger.forget(session_id)
 
     # -- shutdown ---------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from fore.actors.output.contract import (
     OutputValidationError,
     output_request,
 )
+from fore.actors.telemetry.context import current_context
 from fore.actors.tools.base import Tool
 from fore.actors.tools.decorator import as_tool
 from fore.actors.worker.approval import ApprovalPolicy, LiveApproval
@@ -64,6 +65,7 @@ from fore.messages.speculation import (
     SpeculationStatus,
     SubmitPrompt,
 )
+from fore.messages.usage import UsageLimits, UsageSummary
 from fore.supervision.session_async import DEFAULT_STREAM_MAXLEN, EventStream, wait_answer
 
 if TYPE_CHECKING:
@@ -176,6 +178,8 @@ class Session:
         self._pending_lock = threading.Lock()
         self._pending_submits: set[str] = set()
         """Submit ids of this object's submits still waiting for their answer."""
+        self._final_usage: UsageSummary | None = None
+        """The usage when the session closed (the runtime's ledger forgets it then)."""
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
         self._events.on_close.append(self._close_streams)
         worker.ask(Subscribe(address=self._events), timeout=30)
@@ -222,6 +226,7 @@ class Session:
         max_turns: int | None = None,
         output_type: type[T],
         max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+        usage_limits: UsageLimits | None = None,
     ) -> TurnResult[T]: ...
 
     @overload
@@ -234,6 +239,7 @@ class Session:
         max_turns: int | None = None,
         output_type: Any = None,
         max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+        usage_limits: UsageLimits | None = None,
     ) -> TurnResult[Any]: ...
 
     def submit(
@@ -245,6 +251,7 @@ class Session:
         max_turns: int | None = None,
         output_type: Any = None,
         max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+        usage_limits: UsageLimits | None = None,
     ) -> TurnResult[Any]:
         """Run one turn; blocks until it ends or pauses (at most ``timeout`` seconds).
 
@@ -259,6 +266,10 @@ class Session:
         against ``max_turns``). The result's ``output`` is the validated value;
         when there is none, ``output_error`` says why. A type pydantic cannot
         handle raises :class:`~actors.output.schema.OutputTypeError` at once.
+
+        ``usage_limits`` bound this turn's model requests and tokens (the
+        session's own, from ``open_session``, apply too): the turn ends with
+        status ``usage_limit`` the moment one is crossed.
 
         If ``timeout`` passes first, the run is **cancelled** (as by
         :meth:`cancel`; its on_abort hooks run if it had started) and
@@ -276,7 +287,9 @@ class Session:
             if output_type is None
             else output_request(output_type, max_retries=max_output_retries)
         )
-        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
+        submit_id, future = self._send_submit(
+            text, segments, max_turns, timeout, output, usage_limits=usage_limits
+        )
         try:
             result: TurnResult = future.get()
         except pykka.Timeout:
@@ -296,9 +309,13 @@ class Session:
         max_turns: int | None,
         timeout: float,
         output: OutputRequest | None = None,
+        *,
+        usage_limits: UsageLimits | None = None,
     ) -> tuple[str, PooledFuture[Any]]:
         """Send one submit (named, so :meth:`cancel` reaches it anywhere); its id and answer."""
         frozen = tuple(segments) if segments is not None else None
+        # Telemetry (issue 28): the caller's active span (telemetry on) becomes the turn's parent.
+        trace = current_context(self.runtime.telemetry)
         submit_id = uuid.uuid4().hex
         with self._pending_lock:
             self._pending_submits.add(submit_id)
@@ -312,6 +329,8 @@ class Session:
                     max_turns=max_turns,
                     submit_id=submit_id,
                     output=output,
+                    usage_limits=usage_limits,
+                    trace=trace,
                 )
                 future: PooledFuture[Any] = self._supervisor.ask(
                     prompt, block=False, timeout=timeout
@@ -323,6 +342,8 @@ class Session:
                     max_turns=max_turns,
                     submit_id=submit_id,
                     output=output,
+                    usage_limits=usage_limits,
+                    trace=trace,
                 )
                 future = self._worker.ask(message, block=False, timeout=timeout)
         except BaseException:
@@ -473,6 +494,15 @@ class Session:
             return alerts
         return tuple(self._state.alerts)
 
+    @property
+    def usage(self) -> UsageSummary:
+        """This session's model usage and cost so far, by purpose (main, suggestion,
+        speculation, pipelined): what providers reported for completed requests,
+        priced with the runtime's ``prices``."""
+        if self._final_usage is not None:
+            return self._final_usage
+        return self.runtime.usage_ledger.session(self.id)
+
     def run_state(self) -> RunState:
         state: RunState = self._worker.ask(GetRunState(), timeout=10)
         return state
@@ -605,6 +635,7 @@ class Session:
         max_turns: int | None = None,
         output_type: Any = None,
         max_output_retries: int = DEFAULT_MAX_OUTPUT_RETRIES,
+        usage_limits: UsageLimits | None = None,
     ) -> TurnResult[Any]:
         """:meth:`submit` for asyncio: awaits the turn without blocking the loop.
 
@@ -617,7 +648,9 @@ class Session:
             if output_type is None
             else output_request(output_type, max_retries=max_output_retries)
         )
-        submit_id, future = self._send_submit(text, segments, max_turns, timeout, output)
+        submit_id, future = self._send_submit(
+            text, segments, max_turns, timeout, output, usage_limits=usage_limits
+        )
         try:
             result: TurnResult[Any] = await wait_answer(future, timeout)
         except (asyncio.CancelledError, pykka.Timeout):
@@ -683,5 +716,6 @@ class Session:
         except Exception:
             pass
         left = self.runtime._close_session(self.id, timeout=timeout)
+        self._final_usage = self.runtime._final_usage(self.id)
         self._events.close()
         return not left

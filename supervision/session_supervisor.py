@@ -74,6 +74,7 @@ from fore.actors.speculation.speculator import (
 from fore.actors.speculation.suggest import suggestion_from_reply, suggestion_request
 from fore.actors.speculation.suggestion_filter import filter_suggestion
 from fore.actors.speculation.suggestion_prompt import extract_type_hint
+from fore.actors.telemetry.context import trace_context_of
 from fore.actors.tools.base import ToolRegistry
 from fore.actors.worker.approval import narrows_speculation
 from fore.actors.worker.worker import WorkerConfig
@@ -172,6 +173,8 @@ class _Speculation:
     overlay_removed: bool = False
     holds_slot: bool = False
     """It holds one of the governor's slots until its run ends."""
+    span: Any = None
+    """Its :class:`~actors.telemetry.tracing.SpeculationSpan` (telemetry on; issue 28)."""
     live_tool_calls: int = 0
     live_files: int = 0
     """Its progress while it runs (``SpeculationProgress``), for the status events."""
@@ -257,6 +260,9 @@ class SessionSupervisor(Supervisor):
             if reply is not None:
                 reply.try_set_exception(ActorDeadError("the session closed"))
         super().on_stop()
+        for spec in self._specs.values():  # no SpeculationFinished will come: end their spans
+            if spec.span is not None and not spec.reported:
+                spec.span.closed("session closed")
 
     # -- subscribers (the session's event stream) -------------------------------------
 
@@ -501,6 +507,8 @@ class SessionSupervisor(Supervisor):
         refused = self.governor.try_admit() if self.governor is not None else None
         if refused is not None:
             self.log.info("speculation_skipped", reason=refused, suggestion=suggestion.text)
+            if self.worker_config.telemetry is not None:
+                self.worker_config.telemetry.skipped(refused)
             self._status_spec = None
             self._last_status = SpeculationStatus(
                 state="skipped", suggestion=suggestion.text, reason=refused
@@ -514,6 +522,14 @@ class SessionSupervisor(Supervisor):
         spec_id = new_speculation_id()
         child_id = f"speculator:{spec_id}"
         model, model_name = self._fork_model()
+        telemetry = self.worker_config.telemetry
+        span = (
+            None
+            if telemetry is None
+            else telemetry.speculation(
+                session_id=self.session_id or "", speculation_id=spec_id, suggestion=suggestion.text
+            )
+        )
         setup = SpeculationSetup(
             speculation_id=spec_id,
             suggestion=suggestion,
@@ -527,6 +543,7 @@ class SessionSupervisor(Supervisor):
             model_name=model_name,
             workspace=self.workspace,
             governor=self.governor,
+            trace=None if span is None else span.context,
         )
         spec = _Speculation(
             id=spec_id,
@@ -536,6 +553,7 @@ class SessionSupervisor(Supervisor):
             config_gen=self._config_gen,
             started_at=time.time(),
             holds_slot=self.governor is not None,
+            span=span,
         )
         child = self._add(
             ChildSpec(
@@ -546,6 +564,8 @@ class SessionSupervisor(Supervisor):
             )
         )
         if not self._start_child(child):
+            if span is not None:
+                span.span.end()
             self._release_slot(spec)
             self._children.pop(child_id, None)
             child.handle.close("failed to start")
@@ -873,6 +893,8 @@ class SessionSupervisor(Supervisor):
             text=message.text,
             segments=message.segments,
             max_turns=message.max_turns,
+            usage_limits=message.usage_limits,
+            trace=message.trace,
             submit_id=message.submit_id,  # Session.cancel() names it, even while held
             output=message.output,
         )
@@ -940,6 +962,11 @@ class SessionSupervisor(Supervisor):
     ) -> None:
         tab_at = time.time()
         started = time.monotonic()
+        telemetry = self.worker_config.telemetry
+        if telemetry is not None:  # the accept's span ends with its answer
+            answer = telemetry.accept(
+                session_id=self.session_id or "", suggestion=suggestion.text
+            ).wrap(answer)
         current = self._current
         spec = current if current is not None and current.suggestion is suggestion else None
         # Detach first: from now on a keystroke cannot abort what is being accepted.
@@ -1113,6 +1140,8 @@ class SessionSupervisor(Supervisor):
         continue_turn = boundary and not continue_calls and not _ends_with_answer(items)
         completed = result.completed_at or time.time()
         saved = max(0.0, min(completed, tab_at) - result.started_at)
+        if spec.span is not None:
+            spec.span.saved(saved)
         outcome: Literal["accepted", "boundary"] = "boundary" if boundary else "accepted"
         # Tab pressed while the speculation still ran: the accept itself starts
         # when the speculator could apply; the wait is reported separately.
@@ -1219,7 +1248,7 @@ class SessionSupervisor(Supervisor):
 
         self.ask_then(
             self._worker,
-            Submit(text=suggestion.text, submit_id=submit_id),
+            Submit(text=suggestion.text, submit_id=submit_id, trace=trace_context_of(answer)),
             then=done,
             on_error=failed,
             timeout=3600.0,
@@ -1316,6 +1345,8 @@ class SessionSupervisor(Supervisor):
             cleanup_latency_s=cleanup_latency,
             abort_steps=steps,
         )
+        if spec.span is not None:
+            spec.span.end(event)
         self.log.info(
             "speculation_finished",
             speculation=spec.id,

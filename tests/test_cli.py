@@ -134,9 +134,14 @@ def test_bench_tab_every_time_accepts_speculations(tmp_path: Path) -> None:
 
 def test_bench_typing_every_time_aborts_and_compares(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
-    done = fore(*BENCH, "--think-ms", "600", "--accept-p", "0", "--compare", "--json", str(out))
+    done = fore(
+        *BENCH, "--think-ms", "600", "--accept-p", "0", "--compare", "--price", "2,10,0.5",
+        "--json", str(out),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "speculation on vs off" in done.stdout
+    # Issue 28: the tokens the provider reported, priced at --price, and the waste in money.
+    assert "cost by purpose (at $2 / $10 / $0.5 per M input / output" in done.stdout
     check_output(done.stdout)
     # No Tab: the accept latency is "—" and says why, never nan.
     assert "— (no Tab applied a speculation)" in done.stdout
@@ -147,6 +152,14 @@ def test_bench_typing_every_time_aborts_and_compares(tmp_path: Path) -> None:
     check_report(plain, 3)
     assert spec["accepts"] == {}
     assert spec["speculations"]["aborted"] > 0
+    assert spec["options"]["price"] == [2.0, 10.0, 0.5]
+    assert spec["usage"]["by_purpose"]["main"]["cost_usd"] > 0
+    by = spec["usage"]["by_purpose"]
+    spent = by["speculation"] if "speculation" in by else spec["usage"]["total"]
+    assert spec["wasted_cost_usd"] == pytest.approx(
+        spec["wasted_tokens"] * spent["cost_usd"] / spent["total_tokens"]
+    )
+    assert spec["wasted_cost_usd"] > 0
     # Abort latency is sampled only over speculations still running at the keystroke;
     # aborts of finished ones (nothing to cancel) are counted apart, never as 0 ms.
     running = spec["abort_latency_ms"]["count"]
@@ -403,7 +416,7 @@ def test_run_json_lines(tmp_path: Path) -> None:
     finished = [e for e in events if e["kind"] == "turn_finished"]
     assert len(finished) == 1
     assert finished[0]["result"]["status"] == "completed"
-    assert kinds[-1] == "turn_finished"
+    assert kinds[-2:] == ["turn_finished", "usage"]  # the usage line is last (issue 28)
 
 
 def test_run_exit_code_says_how_the_turn_ended(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ The layers, lowest first::
     3 worker       fore.actors.worker.*
     4 speculation  fore.actors.speculation.*
     5 supervision  fore.supervision.{supervisor, handle, policy, session_supervisor, session,
-                   runtime} (and the package)
+                   runtime} (and the package); fore.distributed.* (runtimes of runtimes:
+                   Ray shards each hosting a Runtime)
     6 CLI          fore.supervision.cli*, fore.supervision.chat.*, fore.bench.*,
                    fore.testing.pytest_plugin, fore.__main__
 
@@ -45,7 +46,7 @@ ALLOWLIST = Path(__file__).resolve().with_name("layer_allowlist.txt")
 SOURCES = {"fore": ROOT / "fore"}
 """Where the namespace's modules live: ``fore/`` and, through its symlinks, the layer folders."""
 
-FACADES = frozenset({"fore", "fore.lowlevel", "fore.mcp"})
+FACADES = frozenset({"fore", "fore.lowlevel", "fore.mcp", "fore.telemetry"})
 FACADE_PACKAGES = ("fore.testing",)
 """Packages that are facades as a whole, except the modules LAYERS names (its pytest plugin)."""
 
@@ -63,10 +64,12 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fore.actors.resolve", 2),
     ("fore.actors.gate", 2),
     ("fore.actors.store", 2),
+    ("fore.actors.telemetry", 2),
     ("fore.actors.worker", 3),
     ("fore.actors.output", 3),  # structured output: an interceptor of the worker
     ("fore.actors.speculation", 4),
     ("fore.supervision", 5),
+    ("fore.distributed", 5),
     ("fore.supervision.cli", 6),
     ("fore.supervision.cli_args", 6),
     ("fore.supervision.chat", 6),

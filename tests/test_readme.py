@@ -89,6 +89,20 @@ def test_the_mcp_example_asks_a_real_git_server(tmp_path: Path) -> None:
     assert "new.txt" in out
 
 
+def test_the_observability_example_traces_prices_and_limits(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    (tmp_path / "notes.txt").write_text("alpha\n")
+    lines = _run(_block("InMemorySpanExporter"), tmp_path).splitlines()
+    assert lines[0] == (
+        "completed ['chat function', 'execute_tool read_file', 'chat function', "
+        "'invoke_agent fore']"
+    )
+    usage = re.fullmatch(r"2 requests, (\d+) tokens, \$(\S+)", lines[1])
+    assert usage, lines[1]
+    assert int(usage[1]) > 0 and float(usage[2]) > 0  # priced by "*"
+    assert lines[2] == "usage_limit requests 1"
+
+
 def test_the_structured_output_example_validates_and_re_asks(tmp_path: Path) -> None:
     code = _block("output_type=")
     lines = _run(code, tmp_path).splitlines()

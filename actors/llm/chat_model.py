@@ -46,6 +46,8 @@ class StreamResult:
     message: AssistantMessage
     usage: Usage
     finish_reason: str
+    response_model: str | None = None
+    """The model the provider says answered (its ``model`` field), for telemetry."""
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,13 @@ class LlmLoop:
         coalesce_ms: float = 10.0,
         client_shards: int = 64,
         retry_budget: RetryBudget | None = None,
+        telemetry: Any = None,
+        usage: Any = None,
     ) -> None:
+        # Telemetry (issue 28): the runtime's Instrumentation (None: off) and its
+        # UsageLedger (every completed request is recorded there).
+        self._telemetry = telemetry
+        self._usage = usage
         self._loop = evloop.new_event_loop()
         self._coalesce_s = max(0.0, coalesce_ms / 1000.0)
         self._ready = threading.Event()
@@ -352,13 +358,23 @@ class LlmLoop:
             request.stream_deltas,
             deliver_tools=request.stream_tool_deltas,
         )
+        # Telemetry (issue 28): the request's span, a child of ``request.trace``.
+        span = None if self._telemetry is None else self._telemetry.llm(request)
+        asked, sink = request, emit
+        if span is not None and request.stream:
+            # Time to first chunk: the model also reports tool-call fragments (the
+            # coalescer drops what the requester did not ask for), so an answer
+            # that starts with a call has a first chunk too.
+            sink = span.first_chunk(emit)
+            if request.stream_deltas and not request.stream_tool_deltas:
+                asked = request.model_copy(update={"stream_tool_deltas": True})
 
         try:
             while True:
                 attempt += 1
                 try:
                     client = self._clients[zlib.crc32(request.session_id.encode()) % self._shards]
-                    result = await model.stream(request, emit, client)
+                    result = await model.stream(asked, sink, client)
                 except LlmException as exc:
                     emit.flush()
                     delay = retry_delay(
@@ -373,9 +389,13 @@ class LlmLoop:
                         log.warning("llm_retry_budget_exhausted", request_id=rid, kind=error.kind)
                     if delay is None:
                         self.failed += 1
+                        if span is not None:
+                            span.failed(error)
                         _tell(reply_to, LlmFailed(request_id=rid, error=error, attempts=attempt))
                         return
                     self.retries += 1
+                    if span is not None:
+                        span.retrying(attempt + 1, exc.error.kind, delay)
                     _tell(
                         reply_to,
                         LlmRetrying(
@@ -391,6 +411,7 @@ class LlmLoop:
                 emit.flush()
                 self._budget.earn()
                 self.completed += 1
+                self._observe_completed(request, result, attempt, span)
                 _tell(
                     reply_to,
                     LlmCompleted(
@@ -408,24 +429,54 @@ class LlmLoop:
             running = self._tasks.get(rid)
             self.cancelled += 1
             reason = (running.cancel_reason if running else None) or "cancelled"
+            if span is not None:
+                span.cancelled(reason)
             _tell(reply_to, LlmCancelled(request_id=rid, reason=reason))
         except Exception as exc:
             emit.flush()
             self.failed += 1
             log.exception("llm_request_crashed", request_id=rid)
-            _tell(
-                reply_to,
-                LlmFailed(
-                    request_id=rid,
-                    error=LlmError(
-                        kind="protocol", message=f"unexpected {type(exc).__name__}: {exc}"
-                    ),
-                    attempts=attempt,
-                ),
-            )
+            crash = LlmError(kind="protocol", message=f"unexpected {type(exc).__name__}: {exc}")
+            if span is not None:
+                span.failed(crash)
+            _tell(reply_to, LlmFailed(request_id=rid, error=crash, attempts=attempt))
         finally:
             self._tasks.pop(rid, None)
             self._remember_ended(rid)
+
+    def _observe_completed(
+        self, request: LlmRequest, result: Any, attempts: int, span: Any
+    ) -> None:
+        """A completed request's usage (ledger, always) and span (telemetry on); issue 28.
+
+        Bookkeeping never fails a request: an error here is logged, and the
+        answer is delivered all the same.
+        """
+        try:
+            self._record(request, result, attempts, span)
+        except Exception:
+            log.exception("llm_usage_record_failed", request_id=request.request_id)
+
+    def _record(self, request: LlmRequest, result: Any, attempts: int, span: Any) -> None:
+        cost = None
+        if self._usage is not None:
+            model = request.model
+            cost = self._usage.record(
+                request.session_id,
+                request.purpose,
+                request.model_name or str(getattr(model, "name", "") or ""),
+                result.usage,
+                getattr(model, "price", None),
+            )
+        if span is not None:
+            span.completed(
+                message=result.message,
+                usage=result.usage,
+                finish_reason=result.finish_reason,
+                attempts=attempts,
+                response_model=getattr(result, "response_model", None),
+                cost=cost,
+            )
 
     async def _shutdown(self) -> None:
         for running in list(self._tasks.values()):

@@ -519,12 +519,13 @@ class OpenAICompatible:
                 if pause and not ended and not saw_done and len(chunk) < _BATCH_FULL_BYTES:
                     await _pause(response, pause)
             message, usage, reason = assembler.finish(saw_done=saw_done)
+            answered_by = assembler.model
             if saw_done:
                 clock.done()
                 await _drain(raw, min(self.timeouts.idle, self.timeouts.after_done))
         finally:
             await raw.aclose()
-        return StreamResult(message, usage, reason)
+        return StreamResult(message, usage, reason, answered_by)
 
     async def _not_an_event_stream(self, response: httpx.Response) -> LlmException:
         """A 200 that is not an event stream: type it from the start of its body."""
@@ -684,7 +685,9 @@ def _complete(request: LlmRequest, response: httpx.Response, raw: bytes) -> Stre
     if isinstance(data, Mapping) and data.get("error") is not None:
         raise error_from_payload(data["error"], where="response body")
     message, usage, reason = complete_from_body(request.request_id, data)
-    return StreamResult(message, usage, reason)
+    answered_by = data.get("model") if isinstance(data, Mapping) else None
+    model = answered_by[:200] if isinstance(answered_by, str) else None
+    return StreamResult(message, usage, reason, model)
 
 
 async def _drain(raw: AsyncIterator[bytes], seconds: float) -> None:

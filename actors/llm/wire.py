@@ -398,6 +398,8 @@ class StreamAssembler:
         """Characters of text, arguments, ids and names so far (what the cap bounds)."""
         self.progress = 0
         self._last_index: int | None = None
+        self.model: str | None = None
+        """The chunks' ``model`` (the model that answered; for telemetry)."""
 
     def _grow(self, chars: int) -> None:
         self.size += chars
@@ -418,6 +420,10 @@ class StreamAssembler:
         if chunk.get("error") is not None:
             raise error_from_payload(chunk["error"], where="stream")
         self.chunks += 1
+        if self.model is None:
+            model = chunk.get("model")
+            if type(model) is str:
+                self.model = model[:200]
         raw_usage = chunk.get("usage")
         if raw_usage:
             usage = usage_from(raw_usage)

@@ -51,17 +51,12 @@ from pykka import ActorDeadError
 from fore.actors.llm.errors import llm_error
 from fore.actors.llm.models import Emit, StreamResult
 from fore.actors.speculation.governor import LoadGovernor
+
+# The estimate lives with the usage ledger (a lower layer: usage limits use it too).
+from fore.actors.telemetry.usage import CHARS_PER_TOKEN, estimate_tokens
 from fore.messages.conversation import AssistantMessage, ToolResult
 from fore.messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
 from fore.messages.speculation import SpeculationUsage, StreamsIdle, TokenBudgetReached
-
-CHARS_PER_TOKEN = 4
-"""Characters per token of the estimate (see module docs)."""
-
-
-def estimate_tokens(chars: int) -> int:
-    """Tokens for ``chars`` characters at :data:`CHARS_PER_TOKEN` (rounded up)."""
-    return -(-max(0, chars) // CHARS_PER_TOKEN)
 
 
 def prompt_chars(request: LlmRequest) -> int:

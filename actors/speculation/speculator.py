@@ -124,6 +124,8 @@ class SpeculationSetup:
     started: Instant = field(default_factory=Instant.now)
     """When the speculation started (its session supervisor built this setup): a
     real file that changed at or after it is never overwritten by the accept."""
+    trace: Any = None
+    """The speculation span's OpenTelemetry context: its worker's run is a child (issue 28)."""
 
 
 class Speculator(ForeActor):
@@ -233,6 +235,7 @@ class Speculator(ForeActor):
             strict_tool_hooks=True,
             blob_store=main.blob_store,
             blob_limits=main.blob_limits,
+            telemetry=main.telemetry,
         )
         self._worker = Worker.start(worker_config)
         self._worker.tell(Subscribe(address=self.actor_ref))
@@ -246,6 +249,7 @@ class Speculator(ForeActor):
                 text=setup.suggestion.text,
                 max_turns=config.max_turns,
                 submit_id=setup.speculation_id,
+                trace=setup.trace,
             ),
             then=self._run_ended,
             on_error=self._run_failed,

@@ -224,8 +224,11 @@ class ToolPool(ForeActor):
         per_session: int = DEFAULT_PER_SESSION,
         max_zombies: int | None = None,
         registry_name: str | None = None,
+        telemetry: Any = None,
     ) -> None:
         super().__init__()
+        self._telemetry = telemetry
+        """The runtime's Instrumentation: a span and a metric per call (issue 28; None: off)."""
         if max_zombies is not None and max_zombies < 1:
             raise ValueError("max_zombies must be at least 1")
         self.registry_name = registry_name
@@ -694,6 +697,18 @@ class ToolPool(ForeActor):
             explicit=valid_output(invocation.explicit),
         )
         _tell(request.reply_to, finished)
+        if self._telemetry is not None:
+            self._telemetry.tool(
+                request.trace,
+                session_id=request.session_id,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                outcome=invocation.outcome,
+                is_error=invocation.is_error,
+                output=finished.result.output,
+                duration_s=duration,
+            )
         batch.results[item.index] = finished
         batch.remaining -= 1
         if batch.remaining == 0:

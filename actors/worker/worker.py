@@ -55,6 +55,7 @@ from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.core.timer import TimerHandle
 from fore.actors.output.interceptor import start_output
 from fore.actors.speculation.fork import snapshot_version
+from fore.actors.telemetry.limits import LimitGuard, SessionUsage
 from fore.actors.tools.base import ToolRegistry, ToolServices
 from fore.actors.worker.approval import refusal
 from fore.actors.worker.hookrun import DetachedChain, HookJob
@@ -98,6 +99,7 @@ from fore.actors.worker.interceptor import (
     Interceptor,
     RetryRequest,
 )
+from fore.actors.worker.run_state import CallStatus, RunProgress
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -160,6 +162,7 @@ from fore.messages.tools import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from fore.messages.usage import UsageLimitHit
 
 _ids = itertools.count()
 
@@ -318,6 +321,11 @@ class WorkerConfig:
     no answer; with ``wrap_up`` its last call must answer from what the tools
     returned -- LangChain's ``early_stopping_method="generate"``. A hook or
     interceptor that sets its own ``tool_choice`` still wins."""
+    # -- telemetry (issue 28) --
+    telemetry: Any = None
+    """The runtime's :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
+    session_usage: SessionUsage | None = None
+    """The session's usage limits and its main requests so far (kept across restarts)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_calls < 1:
@@ -330,7 +338,7 @@ class WorkerConfig:
 class _Call:
     call: ToolCall
     ctx: ToolCallContext
-    status: str = "pending"  # pending | approved | skipped | running | done | removed
+    status: CallStatus = "pending"
     executed: ToolCall | None = None
     """What runs: the model's id and name with the arguments the pre hooks left."""
     result: ToolResult | None = None
@@ -351,13 +359,14 @@ class _Call:
 
 
 @dataclass
-class _Run:
+class _Run(RunProgress):
+    """One submit's run. Its status is its phase alone (:class:`RunProgress`)."""
+
     run_id: str
     start_len: int
     max_turns: int
     reply: PooledFuture[Any] | None = None
     submit_id: str | None = None
-    phase: str = "starting"
     started: bool = False
     """The user message is in history: the run started (it gets on_abort if it ends early)."""
     turns: int = 0
@@ -383,17 +392,18 @@ class _Run:
     resume_point: tuple[Any, ...] | None = None
     pause_requested: str | None = None
     boundary: dict[str, Any] | None = None
-    aborted: bool = False
-    """on_abort has started for this run (it runs once)."""
-    abort_status: RunStatus = "aborted"
-    abort_error: str | None = None
     error_kind: ErrorKind | None = None
     hook_failure: HookFailure | None = None
     successor: tuple[_Run, Submit] | None = None
     """A submit that interrupted this paused run; it starts once this run has ended."""
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
-    ended: bool = False
+    # -- telemetry (issue 28) --
+    span: Any = None
+    """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
+    limits: LimitGuard | None = None
+    """Its usage limits and the session's (main runs with limits only)."""
+    usage_limit: UsageLimitHit | None = None
     output: Any = None
     """Structured output: the run's ``OutputRun`` (actors.output), shared with the
     OutputInterceptor through ``SessionState.output`` while the run is current."""
@@ -447,8 +457,8 @@ class Worker(ForeActor):
         if run is None or run.ended:
             return
         successor, run.successor = run.successor, None
-        if run.aborted:  # already ending: keep the status it is ending with
-            status, error = run.abort_status, run.abort_error
+        if run.ending is not None:  # already ending: keep the status it is ending with
+            status, error = run.ending.status, run.ending.error
         else:
             status, error = "cancelled", "session closed"
             self._close_open_calls(run, "Cancelled: the session closed")
@@ -462,6 +472,8 @@ class Worker(ForeActor):
         run = self._run
         if run is not None and not run.ended:
             reason = f"the session's worker failed: {exc_info[1]!r}"
+            if run.span is not None:
+                run.span.fail(reason)
             self._abort_detached(run, "error", reason)
             self._cancel_inflight(run, "worker failed")
             if run.reply is not None:
@@ -503,8 +515,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             return
         else:
-            run.aborted = True
-            run.abort_status, run.abort_error = status, reason
+            run.begin_ending(status, reason)
             ctx = AbortContext(
                 session_id=self.config.session_id,
                 purpose=self.config.purpose,
@@ -561,6 +572,7 @@ class Worker(ForeActor):
             started=True,
         )
         self._run = run
+        self._observe(run, None)
         if not message.continue_calls:
             # A speculation stopped by a budget, ending in tool results: the turn
             # goes on with an LLM request on the history as it now is.
@@ -727,6 +739,7 @@ class Worker(ForeActor):
             self._answer_unstarted(run, "cancelled", run.cancel_reason)
             return
         self._run = run
+        self._observe(run, message)
         self.state.output = run.output  # structured output: read by the OutputInterceptor
         run.phase = "preparing"
         preparer = self.config.preparer
@@ -750,7 +763,6 @@ class Worker(ForeActor):
         It is not the worker's current run, so nothing of the current run --
         the interceptor's state, the stash -- is touched.
         """
-        run.ended = True
         run.phase = "ended"
         result = self._result(run, status, reason)
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
@@ -789,11 +801,6 @@ class Worker(ForeActor):
         run.phase = "on_prompt_submit"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 # The run never started (nothing entered history): no on_abort.
@@ -821,7 +828,7 @@ class Worker(ForeActor):
                 self._append(run, item)
             self._llm_turn(run)
 
-        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, done)
+        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, self._on_outcome(run, done))
 
     # -- LLM turns ---------------------------------------------------------------------
 
@@ -851,6 +858,8 @@ class Worker(ForeActor):
                 f"the run's budget of {run.max_turns} LLM calls is spent",
                 abort=True,
             )
+            return
+        if run.limits is not None and self._usage_limited(run, run.limits.before_request()):
             return
         config = self.config
         if retry is None:
@@ -885,11 +894,6 @@ class Worker(ForeActor):
         run.phase = "pre_llm_request"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, Cancel):
                 self._finish(
@@ -898,7 +902,7 @@ class Worker(ForeActor):
                 return
             self._send(run, ctx, base, edited_by=state.ran[-1] if state.ran else None)
 
-        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
+        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, self._on_outcome(run, done))
 
     def _send(
         self,
@@ -918,10 +922,12 @@ class Worker(ForeActor):
             "tools": tuple(ctx.tools),
             "tool_choice": ctx.tool_choice,
             "response_schema": ctx.response_schema,
-            "stream_tool_deltas": False,  # LlmCompleted carries the assembled calls
+            # LlmCompleted carries the assembled calls; only an output limit counts them live.
+            "stream_tool_deltas": run.limits is not None and run.limits.watches_output,
             "stream": self.config.stream,
             "model": self.config.model,
             "reply_to": self.actor_ref,
+            "trace": None if run.span is None else run.span.context,
         }
         if edited_by is None:
             # Without hooks every part is already a validated, frozen message, and
@@ -950,6 +956,8 @@ class Worker(ForeActor):
         run.streamed_chars = 0
         run.sent_history_len = len(self.state.history)
         run.phase = "streaming"
+        if run.limits is not None:
+            run.limits.sent()
         self.config.gateway.tell(request)
 
     def _current_request(self, request_id: str) -> _Run | None:
@@ -966,10 +974,16 @@ class Worker(ForeActor):
             self._emit(
                 TextDelta(session_id=self.config.session_id, run_id=run.run_id, text=message.text)
             )
+            if run.limits is not None:
+                self._usage_limited(run, run.limits.streamed(len(message.text)))
 
     @handles(LlmToolCallDelta)
     def _on_tool_delta(self, message: LlmToolCallDelta) -> None:
-        """Tool-call fragments are assembled by the LLM layer; nothing to do here."""
+        """Tool-call fragments are assembled by the LLM layer; only an output limit counts them."""
+        run = self._current_request(message.request_id)
+        if run is not None and run.limits is not None:
+            chars = len(message.arguments_delta) + len(message.name or "")
+            self._usage_limited(run, run.limits.streamed(chars))
 
     @handles(LlmRetrying)
     def _on_retrying(self, message: LlmRetrying) -> None:
@@ -978,6 +992,8 @@ class Worker(ForeActor):
             # The retry streams its answer from the start: what this attempt
             # streamed is void (see LlmRetried).
             void, run.streamed_chars = run.streamed_chars, 0
+            if run.limits is not None:
+                run.limits.retried()
             self._emit(
                 LlmRetried(
                     session_id=self.config.session_id,
@@ -1023,6 +1039,10 @@ class Worker(ForeActor):
         run.usage = run.usage + message.usage  # every field, cache writes included (#27)
         assistant = message.message
         assert run.llm_base is not None
+        if run.limits is not None and self._usage_limited(
+            run, run.limits.answered(message.usage), answer=assistant
+        ):
+            return
         bad = next((c for c in assistant.tool_calls if c.arguments_error is not None), None)
         if bad is not None:
             if run.argument_retries >= self.config.max_argument_retries:
@@ -1070,6 +1090,51 @@ class Worker(ForeActor):
             reason += f"; its {dropped} tool call(s) were not run"
         self.alert(AlertLevel.WARN, reason, "llm")
         self._finish(run, "cut_off", reason, abort=True)
+
+    # -- telemetry and usage limits (issue 28; logic in actors.telemetry) -----------------
+
+    def _observe(self, run: _Run, message: Submit | None) -> None:
+        """A run begins: its span (telemetry on) and its usage limits (main runs with limits)."""
+        config = self.config
+        if config.telemetry is not None:
+            run.span = config.telemetry.turn(
+                session_id=config.session_id,
+                run_id=run.run_id,
+                purpose=config.purpose,
+                prompt=None if message is None else message.text,
+                parent=None if message is None else message.trace,
+            )
+        if config.purpose == "main":
+            guard = LimitGuard(
+                None if message is None else message.usage_limits, config.session_usage
+            )
+            if guard.active:
+                run.limits = guard
+
+    def _usage_limited(
+        self, run: _Run, hit: UsageLimitHit | None, *, answer: AssistantMessage | None = None
+    ) -> bool:
+        """End ``run`` at the usage limit it crossed (``hit``), if any; True if it ended.
+
+        A stream in flight is cancelled. An ``answer`` whose reported usage
+        crossed the limit is kept like a cut-off one: its text enters history,
+        its tool calls are not run.
+        """
+        if hit is None or not _live(run):
+            return False
+        run.usage_limit = hit
+        reason = hit.describe()
+        if answer is not None:
+            dropped = len(answer.tool_calls)
+            run.assistant_index = len(self.state.history)
+            self._append(run, answer.model_copy(update={"tool_calls": ()}) if dropped else answer)
+            if dropped:
+                reason += f"; the answer's {dropped} tool call(s) were not run"
+        else:
+            self._cancel_inflight(run, reason)
+        self.alert(AlertLevel.WARN, reason, "usage")
+        self._finish(run, "usage_limit", reason, abort=True)
+        return True
 
     # -- tools: pre hooks ------------------------------------------------------------------
 
@@ -1161,19 +1226,12 @@ class Worker(ForeActor):
     def _pre_tool_hooks(self, run: _Run, item: _Call, start: int) -> None:
         """The public ``pre_tool_call`` hooks of the current call, from hook ``start``."""
         run.phase = "pre_tool_call"
-        index = run.index
-
-        def done(state: ChainState) -> None:
-            self._after_pre_tool(run, item, index, state)
-
-        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
+        done = functools.partial(self._after_pre_tool, run, item, run.index)
+        self._chain(
+            run, HookEvent.PRE_TOOL_CALL, item.ctx, self._on_outcome(run, done), start=start
+        )
 
     def _after_pre_tool(self, run: _Run, item: _Call, index: int, state: ChainState) -> None:
-        if not _live(run):
-            return
-        if state.error is not None:
-            self._hook_failed(run, state.error)
-            return
         outcome = final_outcome(state)
         if self.config.strict_tool_hooks:
             hook = state.ran[-1] if state.ran else "pre_tool_call"
@@ -1315,6 +1373,7 @@ class Worker(ForeActor):
                 fs=config.fs,
                 services=config.services,
                 reply_to=self.actor_ref,
+                trace=None if run.span is None else run.span.context,
             )
         )
 
@@ -1411,12 +1470,6 @@ class Worker(ForeActor):
                 ctx: PostToolCallContext = ctx,
                 index: int = index,
             ) -> None:
-                if not _live(run):
-                    return
-                if state.error is not None:
-                    # A post hook failed on this result: it is withheld, never committed raw.
-                    self._hook_failed(run, state.error)
-                    return
                 # Continue, or Abort: the aborting hook saw this result and may have
                 # masked it; the results after it never passed their hooks (withheld).
                 self._apply_post(item, ctx)
@@ -1429,7 +1482,7 @@ class Worker(ForeActor):
                 run.index = index + 1
                 self._post_step(run)
 
-            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, done)
+            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, self._on_outcome(run, done))
             return
         self._convert(run)
 
@@ -1562,11 +1615,6 @@ class Worker(ForeActor):
         run.phase = "on_turn_end"
 
         def done(state: ChainState) -> None:
-            if not _live(run):
-                return
-            if state.error is not None:
-                self._hook_failed(run, state.error)
-                return
             outcome = final_outcome(state)
             if isinstance(outcome, ContinueWithMessages):
                 self._continue_with(run, outcome.messages)
@@ -1578,7 +1626,7 @@ class Worker(ForeActor):
             else:
                 self._complete(run, "completed", None)
 
-        self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
+        self._chain(run, HookEvent.ON_TURN_END, ctx, self._on_outcome(run, done), start=start)
 
     def _continue_with(self, run: _Run, items: Sequence[Item]) -> None:
         if not _live(run):
@@ -1826,9 +1874,7 @@ class Worker(ForeActor):
             self._submit_cancelled()
             self._complete(run, status, error)
             return
-        run.aborted = True
-        run.abort_status, run.abort_error = status, error
-        run.phase = "on_abort"
+        run.begin_ending(status, error)
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,
@@ -1886,6 +1932,7 @@ class Worker(ForeActor):
             turns=run.turns,
             usage=run.usage,
             boundary=run.boundary,
+            usage_limit=run.usage_limit if status == "usage_limit" else None,
             output=output,
             output_error=output_error,
         )
@@ -1893,9 +1940,8 @@ class Worker(ForeActor):
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
             return
-        if run.aborted:  # the ending that began first decides how the run ended
-            status, error = run.abort_status, run.abort_error
-        run.ended = True
+        if run.ending is not None:  # the ending that began first decides how the run ended
+            status, error = run.ending.status, run.ending.error
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
         self.state.output = None  # nor does a structured run's contract
@@ -1904,6 +1950,8 @@ class Worker(ForeActor):
         except Exception:
             self.log.exception("interceptor_on_run_end_failed")
         result = self._result(run, status, error)
+        if run.span is not None:
+            run.span.end(result)
         if status == "completed" and self.config.purpose == "main" and run.llm_ctx is not None:
             self._emit(
                 SnapshotTaken(session_id=self.config.session_id, snapshot=self._snapshot(run))
@@ -1946,6 +1994,29 @@ class Worker(ForeActor):
         chain = self.config.hooks.chain(event) if specs is None else specs
         state = ChainState(event, chain, ctx, index=start)
         self._chain_step(_ChainRun(run, state, done, abort_chain))
+
+    def _on_outcome(
+        self, run: _Run, then: Callable[[ChainState], None]
+    ) -> Callable[[ChainState], None]:
+        """``then`` as a chain's continuation: it runs only if the run is live and no hook failed.
+
+        Every step after a chain of the run's own hooks opens the same way: a
+        run that ended, or began its ending, while the hooks ran drops their
+        outcome; a hook that failed ends the run as a hook error (a post hook's
+        result is withheld then, never committed raw). The approval chain
+        (a failure skips the call) and on_abort (runs on an ending run) take
+        their ``done`` as it is.
+        """
+
+        def done(state: ChainState) -> None:
+            if not _live(run):
+                return
+            if state.error is not None:
+                self._hook_failed(run, state.error)
+                return
+            then(state)
+
+        return done
 
     def _chain_step(self, chain: _ChainRun) -> None:
         if chain.run.ended or (not chain.abort_chain and chain.run.aborted):

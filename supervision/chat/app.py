@@ -829,9 +829,13 @@ class ChatApp:
         elif name == "exit":
             self._leave()
         elif name == "cost":
+            usage = getattr(self.backend, "usage", None)  # issue 28: by purpose, with cost
             model = getattr(getattr(self.backend, "config", None), "model", None)
             meter = getattr(model, "meter", None)  # prompt-cache figures (issue 27)
-            self._print_text(cost_lines(self.totals, self.backend.model_label) + cache_lines(meter))
+            self._print_text(
+                cost_lines(self.totals, self.backend.model_label, usage() if usage else None)
+                + cache_lines(meter)
+            )
         elif name == "model":
             if not argument:
                 self._print_text([f"model: {self.backend.model_label}"])

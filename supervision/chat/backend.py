@@ -47,6 +47,7 @@ from fore.errors import ForeError
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnResult
 from fore.messages.speculation import AcceptResult, SpeculationConfig
+from fore.messages.usage import UsageSummary
 from fore.supervision.runtime import Runtime
 from fore.supervision.session import Session
 
@@ -237,3 +238,7 @@ class SessionBackend:
 
     def close(self) -> None:
         self.session.close()
+
+    def usage(self) -> UsageSummary:
+        """The session's model usage and cost by purpose (``/cost``; issue 28)."""
+        return self.session.usage

@@ -22,8 +22,8 @@ COMMANDS: dict[str, str] = {
     "model": "the model this session talks to",
     "approval": "show the approval mode, or set it: /approval default|auto-edit|yolo|plan",
     "clear": "start a new conversation (clears the screen and the history)",
-    "cost": "tokens spent (main turns, speculation, wasted), prompt-cache hits of forks "
-    "and time saved by Tab",
+    "cost": "tokens and their cost by purpose (main, suggestion, speculation), the wasted "
+    "tokens, prompt-cache hits of forks and the time saved by Tab",
     "exit": "leave (also Ctrl-D)",
 }
 

@@ -41,6 +41,8 @@ class ChatOptions:
     speculation: bool = True
     system_prompt: str | None = None
     max_turns: int = 50
+    price: Any = None
+    """The model's :class:`~messages.usage.ModelPrice` (``--price``), for ``/cost``."""
 
 
 class ChatError(ForeError):
@@ -123,7 +125,7 @@ def _run(
         return apps[0].approver(request) if apps else ApprovalDecision.DENY
 
     trace = Trace.from_env()
-    runtime = chat_runtime()
+    runtime = chat_runtime(prices=None if options.price is None else {"*": options.price})
     try:
         backend = SessionBackend(
             runtime,

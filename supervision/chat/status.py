@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fore.actors.llm.meter import UsageMeter
 from fore.messages.gate import ApprovalMode
 from fore.messages.speculation import SpeculationStatus
+from fore.messages.usage import UsageSummary
 from fore.supervision.chat.text import format_duration, one_line
 from fore.supervision.chat.transcript import Line, Totals
 
@@ -100,7 +101,7 @@ def cache_lines(meter: UsageMeter | None) -> list[str]:
     return lines if len(lines) > 1 else []
 
 
-def cost_lines(totals: Totals, model: str) -> list[str]:
+def cost_lines(totals: Totals, model: str, usage: UsageSummary | None = None) -> list[str]:
     wasted = totals.wasted_tokens
     return [
         f"model {model}",
@@ -110,4 +111,23 @@ def cost_lines(totals: Totals, model: str) -> list[str]:
         f"    of which wasted  {wasted:>10,} tokens",
         f"  total              {totals.tokens:>10,} tokens",
         f"  time saved by Tab  {format_duration(totals.time_saved_s):>10}",
+        *usage_lines(usage),
     ]
+
+
+def usage_lines(usage: UsageSummary | None) -> list[str]:
+    """``/cost``'s table of what the provider reported, by purpose, with the cost (issue 28)."""
+    if usage is None or not usage.by_purpose:
+        return []
+    lines = ["  by purpose        requests   input (cached)     output        cost"]
+    rows = [*usage.by_purpose.items(), ("total", usage.total)]
+    for name, u in rows:
+        cached = f"({u.cached_input_tokens:,})"
+        cost = f"${u.cost_usd:,.4f}" if u.requests > u.unpriced_requests else "no price"
+        if 0 < u.unpriced_requests < u.requests:
+            cost += "+"  # some of its requests' models have no price
+        lines.append(
+            f"    {name:<14}{u.requests:>8,} {u.input_tokens:>9,} {cached:<9}"
+            f"{u.output_tokens:>8,} {cost:>11}"
+        )
+    return lines

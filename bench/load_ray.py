@@ -1,0 +1,310 @@
+"""``fore bench --shards N``: the load benchmark over a local Ray cluster of N shards.
+
+The workload is :mod:`bench.load`'s, unchanged: the same simulated users
+(:class:`~bench.load.SimUser`), the same mock LLM server, the same report.
+What differs is where the sessions live: each in one of N shard processes
+(:class:`fore.distributed.RayRuntime`), placed on the least-loaded shard. The
+users stay in this process, on a small runtime of their own (they are actors),
+and reach their sessions through the remote handles: every prompt, Tab and
+keystroke crosses a process boundary through Ray, and every event comes back
+through it. So the latencies are end to end through Ray: a keystroke's abort
+latency is timed from the user's keystroke in this process (one machine: the
+monotonic clock is shared) to the shard's confirmed cancel.
+
+The report adds what only shards have: each shard's load (its governor's
+pressure, sessions, admitted and refused speculations) and each shard's leak
+counters, measured in the shard (``ShardServer.shutdown``) and summed into the
+report's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from fore.actors.llm import OpenAICompatible, RetryPolicy
+from fore.bench._common import console
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import Subscribe
+from fore.messages.speculation import SpeculationConfig
+
+if TYPE_CHECKING:
+    from fore.bench.load import LoadOptions, LoadReport, _Interrupts
+    from fore.distributed import RayRuntime, RemoteSession
+
+__all__ = ["BenchSession", "print_shard_table", "run_load_ray"]
+
+EVENT_KINDS = (
+    "SuggestionReady",
+    "SpeculationProgress",
+    "SpeculationFinished",
+    "SpeculationSkipped",
+)
+"""The events a simulated user reads: only these leave the shards."""
+
+
+class _Supervisor:
+    """A remote session's supervisor as :class:`~bench.load.SimUser` uses it.
+
+    ``Subscribe`` names an actor of this process, which a shard cannot reach:
+    it becomes :meth:`RemoteSession.forward_events` (the events a user reads,
+    in order, from the runtime's event thread). Everything else is the remote
+    handle's.
+    """
+
+    def __init__(self, session: RemoteSession) -> None:
+        self._session = session
+        self._handle = session.supervisor
+
+    def tell(self, message: Any) -> None:
+        if isinstance(message, Subscribe):
+            self._session.forward_events(message.address, EVENT_KINDS)
+            return
+        self._handle.tell(message)
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        return self._handle.ask(message, block=block, timeout=timeout)
+
+
+class BenchSession:
+    """What the load benchmark needs of a session, for a session on a shard."""
+
+    def __init__(self, session: RemoteSession) -> None:
+        self.remote = session
+        self.id = session.id
+        self.supervisor = _Supervisor(session)
+
+    def close(self) -> bool:
+        return self.remote.close()
+
+
+class _Totals:
+    """The shards' governors summed, as the load benchmark's timeline reads one governor."""
+
+    def __init__(self, rt: RayRuntime) -> None:
+        self._rt = rt
+        self.running = self.refused = self.admitted = 0
+
+    def refresh(self) -> None:
+        loads = self._rt.shard_loads()
+        self.running = sum(s.running_speculations for s in loads)
+        self.refused = sum(s.refused for s in loads)
+        self.admitted = sum(s.admitted for s in loads)
+
+
+def run_load_ray(
+    options: LoadOptions, interrupts: _Interrupts
+) -> tuple[LoadReport, dict[str, list[float]]]:
+    """Run the workload with the sessions on ``options.shards`` Ray shards (module docs)."""
+    from fore.bench.load import (
+        BenchSetupError,
+        Recorder,
+        SimUser,
+        _open_states,
+        _quantiles,
+        _report,
+        _spawn_server,
+        _Timeline,
+    )
+    from fore.bench.workload import make_workspace
+    from fore.distributed import RayRuntime  # imports Ray only when it starts one
+    from fore.supervision import Runtime
+
+    begun = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="fore-bench-ray-"))
+    recorder = Recorder()
+    try:
+        server = _spawn_server(options)
+    except Exception as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise BenchSetupError(f"cannot start the mock LLM server: {exc}") from None
+    users_rt: Runtime | None = None
+    rt: RayRuntime | None = None
+    try:
+        try:
+            rt = RayRuntime(
+                shards=options.shards,
+                store=f"sqlite://{root}/sessions.db",
+                blob_dir=root / "blobs",
+                overlay_root=root / "overlays",
+                governor={"enabled": options.governor},
+            )
+        except Exception as exc:
+            raise BenchSetupError(f"cannot start {options.shards} Ray shards: {exc}") from None
+        users_rt = Runtime(name="bench-users", overlay_root=root / "user-overlays")
+        threads_before = {t.ident for t in threading.enumerate()}
+        model = OpenAICompatible(
+            base_url=server.base_url,
+            api_key="bench",
+            model="mock",
+            retry=RetryPolicy(max_retries=2, initial_backoff=0.05, max_backoff=0.5),
+        )
+        config = SpeculationConfig(
+            enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
+        )
+        sessions: list[tuple[Any, Path]] = []
+        for i in range(options.sessions):
+            if interrupts.requested.is_set():
+                break
+            workspace = make_workspace(root / "ws" / f"s{i:05d}")
+            remote = rt.open_session(
+                workspace=workspace,
+                model=model,
+                speculation=config,
+                system_prompt="You are a careful coding agent.",
+            )
+            sessions.append((BenchSession(remote), workspace))
+        started = time.monotonic()
+        setup = started - begun
+        window = options.duration - setup - options.drain_s - max(2.0, setup / 2)
+        deadline = started + max(1.0, window)
+        hard_stop = deadline + options.drain_s
+        done = threading.Semaphore(0)
+        users = []
+        with users_rt.system.activated():
+            for i, (session, workspace) in enumerate(sessions):
+                users.append(
+                    SimUser.start(
+                        session,
+                        workspace,
+                        options,
+                        options.seed * 100_003 + i,
+                        recorder,
+                        done,
+                        deadline,
+                        i,
+                    )
+                )
+        totals = _Totals(rt)
+        timeline = _Timeline()
+        finished = 0
+        rounds_cut = 0
+        while finished < len(users):
+            if done.acquire(timeout=0.2):
+                finished += 1
+                while done.acquire(blocking=False):
+                    finished += 1
+            totals.refresh()
+            timeline.sample(time.monotonic() - started, totals, recorder.rounds)  # type: ignore[arg-type]
+            if interrupts.requested.is_set() or time.monotonic() > hard_stop:
+                rounds_cut = len(users) - finished
+                break
+        wall = time.monotonic() - started
+        interrupted = interrupts.requested.is_set()
+        ledger = recorder.ledger
+        for i in range(len(sessions), options.sessions):
+            ledger.user(i, options.turns)
+        ledger.freeze("interrupt" if interrupted else "duration" if rounds_cut else None)
+        totals.refresh()
+        loads = rt.shard_loads()
+        accounting = ledger.result(_open_states(sessions), admitted=totals.admitted)
+        closing = time.monotonic()
+        for user in users:
+            user.stop()
+        for session, _ in sessions:
+            session.close()
+        clean = rt.close(timeout=120)
+        users_clean = users_rt.close(timeout=30)
+        teardown = time.monotonic() - closing
+        leaks = {
+            "session_overlays": 0,
+            "overlay_dirs": 0,
+            "threads": 0,
+            "file_descriptors": 0,
+            "live_actors": len(users_rt.system.registry),
+            "unclean_shutdown": 0 if clean and users_clean else 1,
+        }
+        for shard_report in rt.shard_reports:
+            for key, value in shard_report.items():
+                leaks[key] = leaks.get(key, 0) + int(value)
+        if len(rt.shard_reports) < options.shards:
+            leaks["unclean_shutdown"] += options.shards - len(rt.shard_reports)
+        leaked = [t for t in threading.enumerate() if t.ident not in threads_before]
+        leaks["threads"] += len(leaked)
+        governor = totals
+        report = _report(
+            options,
+            recorder,
+            accounting,
+            governor,  # type: ignore[arg-type]
+            timeline,
+            leaks,
+            interrupted=interrupted,
+        )
+        report.speculations_skipped = max(report.speculations_skipped, totals.refused)
+        report.shard_loads = [load.model_dump() for load in loads]
+        report.tab_roundtrip_ms = _quantiles(recorder.tab_roundtrip_s)
+        report.wall_s = wall
+        report.setup_s = setup
+        report.teardown_s = teardown
+        report.wall_total_s = time.monotonic() - begun
+        report.rounds_cut = rounds_cut
+        if leaked:
+            report.errors.append("leaked threads: " + ", ".join(t.name for t in leaked[:10]))
+        samples = {
+            "accept": recorder.accept_latency_s,
+            "abort_cancel": recorder.abort_cancel_s,
+            "abort_cleanup": recorder.abort_cleanup_s,
+            "main_turn": recorder.typed_turn_s,
+            "tab_roundtrip": recorder.tab_roundtrip_s,
+        }
+        return report, samples
+    finally:
+        if rt is not None and not rt.closed:
+            rt.close(timeout=30)
+        if users_rt is not None and not users_rt.closed:
+            users_rt.close(timeout=10)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def print_shard_table(report: LoadReport) -> None:
+    """Per-shard load at the end of the rounds (``fore bench --shards N``)."""
+    if not report.shard_loads:
+        return
+    table = Table(title="per-shard load (at the end of the rounds)")
+    for header in (
+        "shard",
+        "sessions",
+        "pressure (ms)",
+        "threshold (ms)",
+        "speculations admitted",
+        "skipped: no headroom",
+        "skipped (%)",
+    ):
+        table.add_column(header, justify="right")
+    for load in report.shard_loads:
+        offered = load["admitted"] + load["refused"]
+        share = 100.0 * load["refused"] / offered if offered else 0.0
+        table.add_row(
+            f"#{load['index']}",
+            f"{load['sessions']:,}",
+            f"{load['pressure_ms']:.1f}",
+            f"{load['threshold_ms']:.1f}",
+            f"{load['admitted']:,}",
+            f"{load['refused']:,}",
+            f"{share:.0f}",
+        )
+    console.print(table)
+    abort, tab = report.abort_latency_ms, report.tab_roundtrip_ms
+    console.print(
+        "through Ray, p50 / p99 (n): keystroke → speculation aborted "
+        + (
+            f"{abort['p50']:.2f} / {abort['p99']:.2f} ms (n={abort['count']:.0f})"
+            if abort.get("count")
+            else "—"
+        )
+        + "; Tab → accept answered here (its continuation included) "
+        + (
+            f"{tab['p50']:.2f} / {tab['p99']:.2f} ms (n={tab['count']:.0f})"
+            if tab.get("count")
+            else "—"
+        ),
+        soft_wrap=True,
+    )

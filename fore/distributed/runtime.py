@@ -1,0 +1,701 @@
+"""``RayRuntime``: Fore's session API over shards, each a Ray actor in its own process.
+
+One Python process holds one interpreter lock: past a few hundred busy
+sessions a single ``Runtime`` is saturated while the machine's other cores
+idle, and past one machine's cores nothing in one process helps. A
+``RayRuntime`` starts ``shards`` Ray actors, each hosting a whole Fore
+``Runtime`` (:class:`~fore.distributed.shard.ShardServer`), and places each
+session on one of them::
+
+    from fore.distributed import RayRuntime
+
+    with RayRuntime(shards=2) as rt:          # a local Ray instance, 2 shard processes
+        session = rt.open_session(workspace=".", model=model)
+        turn = session.submit("run the tests")
+
+**Placement** (:mod:`fore.distributed.placement`): the least-loaded live shard
+by its load governor's signal, on the machine whose filesystem has the
+workspace; the session stays there. **Routing**: the returned
+:class:`~fore.distributed.session.RemoteSession` holds the shard's actor handle
+and calls it directly; this object is only the directory. **Events** come back
+through a Ray streaming generator per session (ordered, back-pressured,
+ended with an error when the shard dies), not through a channel actor: a
+channel would put a second process -- and a second hop -- between every
+streamed chunk and its reader.
+
+**Faults.** Ray restarts a dead shard (``max_restarts``) in a new process,
+which has none of its sessions. A monitor thread polls every shard's load
+report (every ``health_interval`` s: also the placement signal); a shard whose
+call fails or whose incarnation changed has lost its sessions, and each is
+resumed from the store on a live shard (:meth:`RayRuntime._relocate`) -- on
+the same machine, since that is where its workspace is. A call in flight when
+the shard died raises ``ShardLost``; the next call goes to the new shard.
+Nothing completed is lost: a shard writes a turn's items to the store before it
+reports the turn.
+
+**Stores.** ``store="sqlite:///…"`` serves one machine (every shard opens the
+same file); a cluster of several machines needs ``store="postgresql://…"`` and
+a ``blob_dir`` every machine mounts at the same path (``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from fore.actors.core.errors import AskTimeout
+from fore.actors.core.logs import get_logger
+from fore.actors.store import SessionSummary, open_store
+from fore.distributed.errors import NoShardAvailable, ShardLost
+from fore.distributed.local import start_local_ray
+from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad, choose_shard
+from fore.distributed.session import Placement, RemoteSession, _Died, _NotHere, new_session_id
+from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
+from fore.distributed.spec import SessionSpec, model_from_settings, options_from_config
+
+log = get_logger(__name__)
+
+__all__ = ["ANY_NODE", "RayRuntime"]
+
+ANY_NODE = "any"
+"""``open_session(node=ANY_NODE)``: the workspace is on a filesystem every machine mounts."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("fore.distributed needs Ray: pip install 'fore-runtime[ray]'") from None
+    return ray
+
+
+@dataclass
+class _Shard:
+    """What the runtime knows of one shard."""
+
+    index: int
+    handle: Any
+    info: ShardInfo
+    load: ShardLoad
+    alive: bool = True
+    placed: int = 0
+    """Sessions placed here since its last load report."""
+    dead: set[str] = field(default_factory=set)
+    """Incarnations known to have died (their sessions must move)."""
+    pending: Any = None
+    """The load report asked for and not yet answered (one at a time)."""
+
+
+class RayRuntime:
+    """Sessions sharded over Ray actors, with the ``Runtime`` session API (module docs).
+
+    ``address``: ``None`` starts a local Ray instance on 127.0.0.1
+    (:func:`~fore.distributed.local.start_local_ray`; an instance this process
+    already started is used as it is), ``"auto"`` or ``"ray://…"``/``"host:port"``
+    joins a cluster. ``shards``: how many shard processes. ``store``: the
+    shared session store (default: a SQLite file in a temporary directory,
+    for one machine only). ``blob_dir``: the shared blob directory (default:
+    a temporary one, one machine only). ``governor``: ``LoadGovernor`` keywords
+    for every shard's runtime. ``shard_cpus``: the CPUs Ray reserves per shard.
+    ``max_restarts``: how often Ray restarts a dead shard.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        shards: int = 2,
+        store: str | None = None,
+        blob_dir: str | os.PathLike[str] | None = None,
+        overlay_root: str | os.PathLike[str] | None = None,
+        num_cpus: int | None = None,
+        shard_cpus: float = 1.0,
+        max_restarts: int = 3,
+        namespace: str = "fore",
+        governor: dict[str, Any] | None = None,
+        tune_shards: bool = True,
+        runtime_options: dict[str, Any] | None = None,
+        lease_ttl: float = 30.0,
+        health_interval: float = 0.25,
+        start_timeout: float = 120.0,
+        relocate_timeout: float = 90.0,
+        band_ms: float = DEFAULT_BAND_MS,
+    ) -> None:
+        if shards < 1:
+            raise ValueError("shards must be at least 1")
+        if address is not None and (store is None or store.startswith("sqlite")):
+            raise ValueError(
+                "a Ray cluster needs a store every machine reaches: store='postgresql://…' "
+                "(SQLite serves the shards of one machine: address=None)"
+            )
+        if address is not None and blob_dir is None:
+            raise ValueError(
+                "a Ray cluster needs a blob directory every machine mounts at the same path "
+                "(blob_dir=...), so a session resumed on another shard still reads its blobs"
+            )
+        ray = _ray()
+        self.id = uuid.uuid4().hex[:8]
+        self.health_interval = health_interval
+        self.relocate_timeout = relocate_timeout
+        self.band_ms = band_ms
+        self._owns_ray = False
+        self._tmp: Path | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sessions: dict[str, RemoteSession] = {}
+        self._forwards: dict[str, concurrent.futures.Future[None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self.polls = 0
+        """Load polls the monitor made (each asks every shard for its status)."""
+        self.shard_reports: list[dict[str, int]] = []
+        """Each shard's leak counters from :meth:`close` (see ``ShardServer.shutdown``)."""
+        if not ray.is_initialized():
+            if address is None:
+                start_local_ray(num_cpus or max(1, int(shards * max(shard_cpus, 1.0))))
+            else:
+                ray.init(address=address, namespace=namespace, log_to_driver=False)
+            self._owns_ray = True
+        try:
+            self.node_id: str = ray.get_runtime_context().get_node_id()
+            # Ray's servers in this process (shards connect to them: not leaks of theirs)
+            self._ray_ports = tuple(sorted(_listening_ports()))
+            if store is None or blob_dir is None:
+                self._tmp = Path(tempfile.mkdtemp(prefix=f"fore-ray-{self.id}-"))
+            self.store_url = store or f"sqlite://{self._tmp}/sessions.db"
+            blobs = str(blob_dir) if blob_dir is not None else str(self._tmp / "blobs")  # type: ignore[operator]
+            config = ShardConfig(
+                store_url=self.store_url,
+                blob_dir=blobs,
+                overlay_root=None if overlay_root is None else str(overlay_root),
+                tune_process=tune_shards,
+                governor=dict(governor or {}),
+                runtime_options=dict(runtime_options or {}),
+                lease_ttl=lease_ttl,
+                log_level=os.environ.get("FORE_LOG_LEVEL") or "warning",
+            )
+            actor = ray.remote(ShardServer)
+            handles = [
+                actor.options(
+                    name=f"fore-shard-{self.id}-{i}",
+                    namespace=namespace,
+                    max_restarts=max_restarts,
+                    max_task_retries=0,
+                    num_cpus=shard_cpus,
+                    max_concurrency=10_000,
+                    scheduling_strategy="SPREAD",
+                ).remote(i, config)
+                for i in range(shards)
+            ]
+            self._handles = handles
+            infos = ray.get([h.info.remote() for h in handles], timeout=start_timeout)
+            loads = ray.get([h.load.remote() for h in handles], timeout=start_timeout)
+            self._shards = [
+                _Shard(index=i, handle=h, info=info, load=load)
+                for i, (h, info, load) in enumerate(zip(handles, infos, loads, strict=True))
+            ]
+            self._store = open_store(self.store_url, auto_renew=False)
+        except BaseException:
+            self._teardown(timeout=30.0)
+            raise
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(
+            target=self._watch, name=f"fore-ray-monitor-{self.id}", daemon=True
+        )
+        self._monitor.start()
+        log.info("ray_runtime_started", shards=shards, store=self._store.url)
+
+    # -- context manager -----------------------------------------------------------------------
+
+    def __enter__(self) -> RayRuntime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- shards --------------------------------------------------------------------------------
+
+    @property
+    def shards(self) -> list[ShardInfo]:
+        """Every shard as last seen (index, incarnation, pid, machine)."""
+        return [s.info for s in self._shards]
+
+    def shard_loads(self) -> list[ShardLoad]:
+        """Every shard's latest load report (``alive`` False: not answering)."""
+        return [s.load.model_copy(update={"alive": s.alive}) for s in self._shards]
+
+    def shard_handle(self, index: int) -> Any:
+        """The Ray actor handle of shard ``index`` (for tools and tests)."""
+        return self._shards[index].handle
+
+    @property
+    def sessions(self) -> list[RemoteSession]:
+        return list(self._sessions.values())
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        model: Any,
+        session_id: str | None = None,
+        node: str | None = None,
+        **options: Any,
+    ) -> RemoteSession:
+        """Open a session on the least-loaded shard of the workspace's machine.
+
+        The keywords are ``Runtime.open_session``'s. ``node``: the Ray node id
+        (or IP address) of the machine whose filesystem has ``workspace``;
+        default: this process's machine; :data:`ANY_NODE` for a filesystem
+        every machine mounts at the same path. The model, tools and hooks are
+        sent to the shard by value and run there.
+        """
+        self._check_open()
+        sid = session_id or new_session_id()
+        if sid in self._sessions:
+            raise ValueError(f"session {sid!r} is already open")
+        spec = SessionSpec.make(
+            sid,
+            workspace=self._workspace_path(workspace, node),
+            node=self._node(node),
+            model=model,
+            options=options,
+        )
+        return self._start(spec, resume=False)
+
+    def resume_session(
+        self,
+        session_id: str,
+        model: Any = None,
+        *,
+        node: str | None = None,
+        **options: Any,
+    ) -> RemoteSession:
+        """A stored session (closed, or left by a process that died), live again on a shard.
+
+        Same id, history restored. ``model`` may be left out when the session
+        talked to an OpenAI-compatible endpoint (rebuilt from the store, its key
+        from the environment); tools, hooks and other objects are passed again.
+        ``SessionNotFound`` / ``SessionLeased`` as the store says.
+        """
+        self._check_open()
+        if session_id in self._sessions:
+            raise ValueError(f"session {session_id!r} is already open")
+        snapshot = self._store.load(session_id)
+        record = snapshot.record
+        if model is None:
+            model = model_from_settings(record.model_settings)
+            if model is None:
+                raise ValueError(
+                    f"session {session_id!r} used a {record.model_settings.get('kind')} model, "
+                    "which the store cannot rebuild: pass model="
+                )
+        stored = options_from_config(record.session_config)
+        stored.update(options)
+        stored_node = record.session_config.get("node")
+        if node is None and isinstance(stored_node, str):
+            node = stored_node
+        spec = SessionSpec.make(
+            session_id,
+            workspace=record.workspace or None,
+            node=self._node(node),
+            model=model,
+            options=stored,
+        )
+        return self._start(spec, resume=True)
+
+    def list_sessions(self, *, limit: int = 20) -> tuple[SessionSummary, ...]:
+        """Stored sessions, most recently updated first (open ones included)."""
+        return self._store.list_sessions(limit=limit)
+
+    def session(self, session_id: str) -> RemoteSession | None:
+        return self._sessions.get(session_id)
+
+    def _start(self, spec: SessionSpec, *, resume: bool) -> RemoteSession:
+        placement = self._place(spec, resume=resume, deadline=time.monotonic() + 60.0)
+        session = RemoteSession(self, spec, placement)
+        with self._lock:
+            self._sessions[spec.session_id] = session
+        return session
+
+    def _workspace_path(
+        self, workspace: str | os.PathLike[str] | None, node: str | None
+    ) -> str | None:
+        if workspace is None:
+            return None
+        path = Path(workspace)
+        if node is None or node == self.node_id:
+            return str(path.resolve())  # relative to this process, which is on that machine
+        if not path.is_absolute():
+            raise ValueError(
+                f"workspace {str(workspace)!r} is relative: on another machine it needs an "
+                "absolute path"
+            )
+        return str(path)
+
+    def _node(self, node: str | None) -> str | None:
+        """The Ray node id ``node`` names (an id or an IP address); ``None`` for any node."""
+        if node is None:
+            return self.node_id
+        if node == ANY_NODE:
+            return None
+        for shard in self._shards:
+            if node in (shard.info.node_id, shard.info.node_ip):
+                return shard.info.node_id
+        known = sorted({s.info.node_ip for s in self._shards})
+        raise NoShardAvailable(f"no shard runs on node {node!r} (shards run on {', '.join(known)})")
+
+    # -- placement and moves -------------------------------------------------------------------
+
+    def _place(self, spec: SessionSpec, *, resume: bool, deadline: float) -> Placement:
+        """Open ``spec`` on the best live shard; wait for one (until ``deadline``) if none is."""
+        while True:
+            with self._lock:
+                live = [s for s in self._shards if s.alive]
+                chosen = choose_shard(
+                    [s.load for s in live],
+                    node=spec.node,
+                    placed=self._placed_counts(),
+                    band_ms=self.band_ms,
+                )
+                shard = self._shards[chosen.index] if chosen is not None else None
+                if shard is not None:
+                    shard.placed += 1
+            if shard is None:
+                if time.monotonic() >= deadline:
+                    where = "any machine" if spec.node is None else f"node {spec.node}"
+                    raise NoShardAvailable(
+                        f"no live shard on {where} can take session {spec.session_id!r}"
+                    )
+                time.sleep(min(0.1, self.health_interval))
+                continue
+            ref = shard.handle.open.remote(spec, resume)
+            try:
+                info: ShardInfo = self._result(ref, max(1.0, deadline - time.monotonic()) + 60.0)
+            except (_Died, _NotHere) as exc:
+                self._shard_died_index(shard.index)
+                if time.monotonic() >= deadline:
+                    raise ShardLost(spec.session_id, shard.index, str(exc)) from None
+                continue
+            return Placement(
+                index=shard.index, incarnation=info.incarnation, handle=shard.handle, info=info
+            )
+
+    def _placed_counts(self) -> list[int]:
+        return [s.placed for s in self._shards]
+
+    def _ensure_placed(self, session: RemoteSession) -> Placement:
+        """The session's placement, after moving it if its shard died (module docs)."""
+        placement = session.placement
+        shard = self._shards[placement.index]
+        if session.lost is None and placement.incarnation not in shard.dead:
+            return placement
+        return self._relocate(session)
+
+    def _relocate(self, session: RemoteSession) -> Placement:
+        """Resume ``session`` from the store on a live shard (once, whoever asks first)."""
+        with session.lock:
+            placement = session.placement
+            shard = self._shards[placement.index]
+            if session.lost is None and placement.incarnation not in shard.dead:
+                return placement  # moved meanwhile
+            started = time.monotonic()
+            new = self._place(session.spec, resume=True, deadline=started + self.relocate_timeout)
+            session._moved(new)
+            log.info(
+                "session_moved",
+                session=session.id,
+                from_shard=placement.index,
+                to_shard=new.index,
+                seconds=round(time.monotonic() - started, 3),
+            )
+            return new
+
+    def _session_lost(self, session: RemoteSession, placement: Placement, why: str) -> None:
+        if session.placement is placement:
+            session.lost = why
+        self._shard_died(placement)
+
+    def _shard_died(self, placement: Placement) -> None:
+        """The incarnation ``placement`` names is gone: its sessions must move."""
+        shard = self._shards[placement.index]
+        with self._lock:
+            if placement.incarnation == shard.info.incarnation:
+                shard.alive = False
+            shard.dead.add(placement.incarnation)
+
+    def _shard_died_index(self, index: int) -> None:
+        shard = self._shards[index]
+        with self._lock:
+            shard.alive = False
+            shard.dead.add(shard.info.incarnation)
+
+    # -- the monitor ---------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Poll load reports; a failed or restarted shard's sessions are moved (module docs)."""
+        while not self._stop.wait(self.health_interval):
+            try:
+                self._poll()
+                self._move_orphans()
+            except Exception as exc:  # the monitor must outlive any one bad poll
+                if not self._closed:
+                    log.warning("ray_monitor_error", error=repr(exc))
+
+    def _poll(self) -> None:
+        ray = _ray()
+        self.polls += 1
+        for shard in self._shards:
+            if shard.pending is None:
+                shard.pending = shard.handle.status.remote()
+        pending = [s.pending for s in self._shards]
+        ray.wait(pending, num_returns=len(pending), timeout=max(0.05, self.health_interval))
+        for shard in self._shards:
+            ref = shard.pending
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                with self._lock:
+                    shard.alive = False  # busy or restarting: no new sessions for now
+                continue
+            shard.pending = None
+            try:
+                info, load = self._result(ref, 0.0)
+            except (_Died, _NotHere):
+                self._shard_died_index(shard.index)
+                continue
+            except Exception as exc:
+                log.warning("shard_load_failed", shard=shard.index, error=repr(exc))
+                continue
+            with self._lock:
+                if info.incarnation != shard.info.incarnation:
+                    # Restarted: the old incarnation's sessions are gone from it.
+                    shard.dead.add(shard.info.incarnation)
+                    shard.info = info
+                shard.load = load
+                shard.alive = load.alive
+                shard.placed = 0
+
+    def _move_orphans(self) -> None:
+        for session in list(self._sessions.values()):
+            if self._stop.is_set():
+                return
+            placement = session.placement
+            if session.closed:
+                continue
+            if (
+                session.lost is None
+                and placement.incarnation not in self._shards[placement.index].dead
+            ):
+                continue
+            try:
+                self._relocate(session)
+            except Exception as exc:
+                log.warning("session_move_failed", session=session.id, error=str(exc))
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _result(self, ref: Any, timeout: float) -> Any:
+        """``ray.get(ref)``, failures as Fore's: the shard's exception, ``_Died``, ``_NotHere``."""
+        ray = _ray()
+        from ray import exceptions as rex
+
+        try:
+            return ray.get(ref, timeout=timeout)
+        except rex.GetTimeoutError:
+            if timeout <= 0:
+                raise
+            raise AskTimeout("the shard did not answer before the call's deadline") from None
+        except rex.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, SessionNotHere):
+                raise _NotHere(str(cause)) from None
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+        except (rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError) as exc:
+            restarting = isinstance(exc, rex.ActorUnavailableError)
+            raise _Died(_one_line(exc), restarting=restarting) from None
+
+    async def _aresult(self, ref: Any) -> Any:
+        from ray import exceptions as rex
+
+        try:
+            return await ref
+        except rex.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, SessionNotHere):
+                raise _NotHere(str(cause)) from None
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+        except (rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError) as exc:
+            restarting = isinstance(exc, rex.ActorUnavailableError)
+            raise _Died(_one_line(exc), restarting=restarting) from None
+
+    # -- forwarding events ---------------------------------------------------------------------
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name=f"fore-ray-events-{self.id}", daemon=True
+                )
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+    def _forward(self, session: RemoteSession, address: Any, kinds: tuple[str, ...] | None) -> None:
+        loop = self._event_loop()
+        future = asyncio.run_coroutine_threadsafe(self._pump(session, address, kinds), loop)
+        self._forwards[session.id] = future
+
+    async def _pump(
+        self, session: RemoteSession, address: Any, kinds: tuple[str, ...] | None
+    ) -> None:
+        """One session's events to ``address``, following the session when it moves."""
+        while not session.closed and not self._closed:
+            placement = await asyncio.to_thread(self._ensure_placed, session)
+            generator = placement.handle.events.remote(session.id, kinds)
+            try:
+                async for ref in generator:
+                    for event in await self._aresult(ref):
+                        try:
+                            address.tell(event)
+                        except Exception:  # the reader is gone
+                            return
+                return  # the session closed on its shard
+            except _NotHere:
+                self._session_lost(session, placement, "its shard was restarted")
+            except _Died:
+                self._shard_died(placement)
+            except asyncio.CancelledError:
+                return
+            await asyncio.sleep(self.health_interval)
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def _forget(self, session: RemoteSession) -> None:
+        with self._lock:
+            self._sessions.pop(session.id, None)
+        future = self._forwards.pop(session.id, None)
+        if future is not None:
+            future.cancel()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the distributed runtime is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 60.0) -> bool:
+        """Close every session, then every shard's runtime, then the shards (and Ray, if ours).
+
+        Returns whether everything closed cleanly; each shard's leak counters
+        are in :attr:`shard_reports`.
+        """
+        if self._closed:
+            return True
+        deadline = time.monotonic() + timeout
+        self._stop.set()
+        clean = True
+        sessions = list(self._sessions.values())
+        refs = []
+        for session in sessions:
+            try:
+                placement = (
+                    self._ensure_placed(session) if session.lost is None else session.placement
+                )
+                refs.append(placement.handle.close_session.remote(session.id, timeout / 2))
+            except Exception:
+                clean = False
+        for ref in refs:
+            try:
+                clean = bool(self._result(ref, max(0.1, deadline - time.monotonic()))) and clean
+            except Exception as exc:
+                clean = False
+                log.warning("ray_session_close_failed", error=repr(exc))
+        for session in sessions:
+            session._closed = True
+        self._sessions.clear()
+        self._closed = True
+        self._monitor.join(timeout=max(0.1, deadline - time.monotonic()))
+        reports: list[dict[str, int]] = []
+        for shard in self._shards:
+            report = self._shutdown_shard(shard, deadline)
+            clean = clean and report is not None
+            reports.append(report if report is not None else {"unreachable": 1})
+        self.shard_reports = reports
+        clean = self._teardown(timeout=max(1.0, deadline - time.monotonic())) and clean
+        return clean
+
+    def _shutdown_shard(self, shard: _Shard, deadline: float) -> dict[str, int] | None:
+        """Close one shard's runtime; a shard Ray is restarting is waited for (until
+        ``deadline``), so its new process closes cleanly too."""
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                report: dict[str, int] = self._result(
+                    shard.handle.shutdown.remote(max(1.0, left - 5.0), self._ray_ports),
+                    max(1.0, left),
+                )
+                return report
+            except _Died as exc:
+                if exc.restarting and deadline - time.monotonic() > 2.0:
+                    time.sleep(0.2)
+                    continue
+                log.warning("shard_shutdown_failed", shard=shard.index, error=exc.detail)
+                return None
+            except Exception as exc:
+                log.warning("shard_shutdown_failed", shard=shard.index, error=repr(exc))
+                return None
+
+    def _teardown(self, timeout: float) -> bool:
+        """Kill the shard actors, stop our threads, leave Ray if we joined it, remove temp files."""
+        ray = _ray()
+        clean = True
+        for handle in getattr(self, "_handles", ()):
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        for future in list(self._forwards.values()):
+            future.cancel()
+        self._forwards.clear()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(timeout=min(5.0, timeout))
+                clean = clean and not self._loop_thread.is_alive()
+            if not self._loop.is_running():
+                self._loop.close()
+        store = getattr(self, "_store", None)
+        if store is not None:
+            store.close()
+        if self._owns_ray:
+            ray.shutdown()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        return clean
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] or type(exc).__name__

@@ -1,0 +1,457 @@
+"""A session on a shard, driven from the caller's process: the ``Session`` API over Ray.
+
+:class:`RemoteSession` has the methods of :class:`~fore.supervision.session.Session`
+-- ``submit``, ``accept``, ``keystroke``, ``events``, ``stream``, ``close`` and
+the rest -- and answers them the same way (the same ``TurnResult`` and
+``AcceptResult``, the same exceptions: the shard's exception is re-raised
+here, not wrapped). Every call goes straight to the actor handle of the shard
+that hosts the session: no router process in between.
+
+What is new is the failure a process boundary brings: the shard can die
+under a call. The call then raises :class:`~fore.distributed.errors.ShardLost`;
+the session is resumed from the store on a live shard (by the runtime's
+monitor, or by the next call, whichever comes first) and the next call goes
+there. A call that found the session gone from a *restarted* shard never ran
+there, so it is sent again after the move instead of failing.
+
+:attr:`RemoteSession.worker` and :attr:`RemoteSession.supervisor` are
+message-level handles (:class:`RemoteHandle`: ``tell``, ``ask``, and
+``ask(block=False)`` returning a future that pooled actors can ``ask_then``
+on), as the local session's handles are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from fore.actors.core.errors import AskTimeout
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.logs import get_logger
+from fore.actors.tools.base import Tool
+from fore.distributed.errors import ShardLost
+from fore.distributed.placement import ShardInfo
+from fore.messages.alerts import Alert, GetAlerts
+from fore.messages.conversation import Item, Segment
+from fore.messages.session import (
+    AddTool,
+    EventBase,
+    GetHistory,
+    GetRunState,
+    PauseRun,
+    Resume,
+    RunState,
+    TurnResult,
+)
+from fore.messages.speculation import (
+    AcceptResult,
+    GetSpeculation,
+    Keystroke,
+    SpeculationStatus,
+)
+
+if TYPE_CHECKING:
+    from fore.distributed.runtime import RayRuntime
+    from fore.distributed.spec import SessionSpec
+
+log = get_logger(__name__)
+
+__all__ = ["RemoteHandle", "RemoteSession"]
+
+GRACE_S = 10.0
+"""How much longer than a call's own deadline the caller waits for the shard's answer
+(the shard enforces the deadline; this only bounds a shard that stopped answering)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a session is: the shard's index, the incarnation that hosts it, its handle."""
+
+    index: int
+    incarnation: str
+    handle: Any
+    info: ShardInfo
+
+
+class RemoteHandle:
+    """Message-level access to one of a remote session's actors (``worker``, ``supervisor``).
+
+    ``tell`` and ``ask`` take the same messages as the local handles. A message
+    naming an address in this process (``Subscribe``) is refused: use
+    :meth:`RemoteSession.forward_events`.
+    """
+
+    def __init__(self, session: RemoteSession, target: str) -> None:
+        self._session = session
+        self._target = target
+
+    def __repr__(self) -> str:
+        return f"<RemoteHandle {self._target} of {self._session.id}>"
+
+    def tell(self, message: Any) -> None:
+        if isinstance(message, Keystroke):
+            self._session.keystroke(message.text, _at=message.at)
+            return
+        self._session._tell("tell", self._target, message)
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        limit = 60.0 if timeout is None else timeout
+        if block:
+            return self._session._call("ask", self._target, message, limit, timeout=limit)
+        return self._session._call_async("ask", self._target, message, limit, timeout=limit)
+
+
+class RemoteSession:
+    """One session hosted by a shard (module docs). Made by :class:`RayRuntime`."""
+
+    def __init__(self, runtime: RayRuntime, spec: SessionSpec, placement: Placement) -> None:
+        self.id = spec.session_id
+        self._runtime = runtime
+        self.spec = spec
+        self._placement = placement
+        self.lock = threading.RLock()
+        """Held while the session is moved to another shard."""
+        self.lost: str | None = None
+        """Why the session must move (its shard died), until it has."""
+        self._closed = False
+        self._stream: Any = None
+        self._stream_placement: Placement | None = None
+        self._buffer: deque[Any] = deque()
+        self._tells: set[Any] = set()
+        self.worker = RemoteHandle(self, "worker")
+        self.supervisor = RemoteHandle(self, "supervisor")
+        self.moves = 0
+        """How many times the session was resumed on another shard."""
+
+    def __repr__(self) -> str:
+        return f"<RemoteSession {self.id} on shard #{self._placement.index}>"
+
+    def __enter__(self) -> RemoteSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- where it is -------------------------------------------------------------------------
+
+    @property
+    def placement(self) -> Placement:
+        return self._placement
+
+    @property
+    def shard(self) -> ShardInfo:
+        """The shard (and process) hosting the session now."""
+        return self._placement.info
+
+    def _moved(self, placement: Placement) -> None:
+        """The runtime resumed the session on ``placement`` (called under :attr:`lock`)."""
+        self._placement = placement
+        self.lost = None
+        self.moves += 1
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"session {self.id!r} is closed")
+
+    def _call(self, method: str, *args: Any, timeout: float) -> Any:
+        """``method`` of the session's shard, answered (module docs for the failures)."""
+        self._check_open()
+        for attempt in (1, 2):
+            placement = self._runtime._ensure_placed(self)
+            ref = getattr(placement.handle, method).remote(self.id, *args)
+            try:
+                return self._runtime._result(ref, timeout + GRACE_S)
+            except _NotHere:
+                # The shard was restarted: the call never ran. Move, then send it again.
+                self._runtime._session_lost(self, placement, "its shard was restarted")
+                if attempt == 2:
+                    raise ShardLost(self.id, placement.index, "restarted") from None
+            except _Died as exc:
+                self._runtime._shard_died(placement)
+                raise ShardLost(self.id, placement.index, exc.detail) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_async(self, method: str, *args: Any, timeout: float) -> PooledFuture[Any]:
+        """Like :meth:`_call`, answered through a future (for ``ask_then``)."""
+        self._check_open()
+        future: PooledFuture[Any] = PooledFuture(time.monotonic() + timeout + GRACE_S)
+        placement = self._runtime._ensure_placed(self)
+        ref = getattr(placement.handle, method).remote(self.id, *args)
+
+        def settle(_done: Any) -> None:
+            try:
+                future.try_set(self._runtime._result(ref, 0.0))
+            except _NotHere:
+                self._runtime._session_lost(self, placement, "its shard was restarted")
+                future.try_set_exception(ShardLost(self.id, placement.index, "restarted"))
+            except _Died as exc:
+                self._runtime._shard_died(placement)
+                future.try_set_exception(ShardLost(self.id, placement.index, exc.detail))
+            except BaseException as exc:
+                future.try_set_exception(exc)
+
+        ref.future().add_done_callback(settle)
+        return future
+
+    def _tell(self, method: str, *args: Any) -> None:
+        """A call nobody waits for (a keystroke, a cancel); its failure moves the session."""
+        self._check_open()
+        placement = self._runtime._ensure_placed(self)
+        ref = getattr(placement.handle, method).remote(self.id, *args)
+        self._tells.add(ref)
+
+        def done(_done: Any) -> None:
+            self._tells.discard(ref)
+            try:
+                self._runtime._result(ref, 0.0)
+            except _NotHere:
+                self._runtime._session_lost(self, placement, "its shard was restarted")
+            except _Died:
+                self._runtime._shard_died(placement)
+            except Exception as exc:  # a tell has nobody to tell: the log has it
+                log.warning("remote_tell_failed", session=self.id, error=repr(exc))
+
+        ref.future().add_done_callback(done)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+    ) -> TurnResult:
+        """Run one turn on the shard; as ``Session.submit`` (a timed-out turn is cancelled).
+
+        Raises :class:`ShardLost` if the shard dies meanwhile: the turn is then
+        in the store (if it had completed) or not at all.
+        """
+        frozen = tuple(segments) if segments is not None else None
+        result: TurnResult = self._call("submit", text, frozen, timeout, max_turns, timeout=timeout)
+        return result
+
+    def accept(self, *, timeout: float = 60.0, wait_continuation: bool = True) -> AcceptResult:
+        """Tab: accept the current suggestion (its speculation's work is applied on the shard)."""
+        result: AcceptResult = self._call("accept", timeout, wait_continuation, timeout=timeout)
+        return result
+
+    def keystroke(self, text: str = "", *, _at: float | None = None) -> None:
+        """The user is typing ``text``; returns at once (anything but a prefix of the suggestion
+        aborts its speculation). Abort latency is timed from this call when the shard is on
+        this machine."""
+        at = _at if _at is not None else time.monotonic()
+        local = self._placement.info.node_id == self._runtime.node_id
+        self._tell("keystroke", text, at if local else None)
+
+    def cancel(self, reason: str = "cancelled by user") -> None:
+        """Cancel the running run (or this session's submits still on their way)."""
+        self._tell("cancel", reason)
+
+    def pause(self, reason: str = "paused by request") -> bool:
+        paused: bool = self.worker.ask(PauseRun(reason=reason), timeout=10)
+        return paused
+
+    def resume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
+        """Continue a paused run."""
+        result: TurnResult = self.worker.ask(Resume(messages=tuple(messages)), timeout=timeout)
+        return result
+
+    def add_tool(self, tool: Tool[Any]) -> None:
+        """Offer one more tool (it is shipped to the shard and runs there)."""
+        target = self.supervisor if self.spec.speculation else self.worker
+        target.ask(AddTool(tool=tool), timeout=10)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def suggestion(self) -> str | None:
+        _status, text = self.supervisor.ask(GetSpeculation(), timeout=10)
+        return text  # type: ignore[no-any-return]
+
+    @property
+    def speculation(self) -> SpeculationStatus:
+        status, _text = self.supervisor.ask(GetSpeculation(), timeout=10)
+        return status  # type: ignore[no-any-return]
+
+    @property
+    def history(self) -> tuple[Item, ...]:
+        items: tuple[Item, ...] = self.worker.ask(GetHistory(), timeout=10)
+        return items
+
+    @property
+    def alerts(self) -> tuple[Alert, ...]:
+        alerts: tuple[Alert, ...] = self._call(
+            "ask", "alerts", GetAlerts(session=self.id), 10.0, timeout=10.0
+        )
+        return alerts
+
+    def run_state(self) -> RunState:
+        state: RunState = self.worker.ask(GetRunState(), timeout=10)
+        return state
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _generator(self) -> Any:
+        """The session's event stream from its current shard (started on first use)."""
+        placement = self._runtime._ensure_placed(self)
+        if self._stream is None or self._stream_placement is not placement:
+            self._stream = placement.handle.events.remote(self.id, None)
+            self._stream_placement = placement
+        return self._stream
+
+    def _stream_failed(self, exc: BaseException) -> None:
+        placement = self._stream_placement
+        self._stream = None
+        self._stream_placement = None
+        if placement is None:
+            return
+        if isinstance(exc, _NotHere):
+            self._runtime._session_lost(self, placement, "its shard was restarted")
+        else:
+            self._runtime._shard_died(placement)
+        raise ShardLost(self.id, placement.index, getattr(exc, "detail", "")) from None
+
+    def events(self, timeout: float | None = None) -> Iterator[EventBase]:
+        """The session's events as they come, in order, from the shard.
+
+        Ends when the session closes, or -- with ``timeout`` -- when no event
+        arrives for that many seconds. One reader at a time (``events``,
+        ``stream`` or :meth:`forward_events`). Raises :class:`ShardLost` if the
+        shard dies; the next call reads from the shard the session moved to.
+        """
+        while True:
+            if self._buffer:
+                yield self._buffer.popleft()
+                continue
+            if self._closed:
+                return
+            batch = self._next_batch(timeout)
+            if batch is None:
+                return
+            self._buffer.extend(batch)
+
+    def _next_batch(self, timeout: float | None) -> list[Any] | None:
+        import ray
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            generator = self._generator()
+            wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            ready, _ = ray.wait([generator], timeout=wait)
+            if ready:
+                try:
+                    ref = next(generator)
+                except StopIteration:
+                    self._stream = None
+                    return None
+                try:
+                    batch: list[Any] = self._runtime._result(ref, GRACE_S)
+                except (_NotHere, _Died) as exc:
+                    self._stream_failed(exc)
+                return batch
+            if self._closed or (deadline is not None and time.monotonic() >= deadline):
+                return None
+
+    def drain_events(self) -> list[EventBase]:
+        """Every event that has arrived, without waiting."""
+        events = list(self._buffer)
+        self._buffer.clear()
+        while True:
+            batch = self._next_batch(0.0)
+            if not batch:
+                return events
+            events.extend(batch)
+
+    async def stream(self) -> AsyncIterator[EventBase]:
+        """The session's events as an async iterator (``async for event in session.stream()``).
+
+        The same stream as :meth:`events` (one reader at a time); ends when the
+        session closes; raises :class:`ShardLost` if the shard dies.
+        """
+        while True:
+            if self._buffer:
+                yield self._buffer.popleft()
+                continue
+            if self._closed:
+                return
+            generator = await asyncio.to_thread(self._generator)
+            try:
+                ref = await generator.__anext__()
+            except StopAsyncIteration:
+                self._stream = None
+                return
+            try:
+                batch = await self._runtime._aresult(ref)
+            except (_NotHere, _Died) as exc:
+                self._stream_failed(exc)
+            self._buffer.extend(batch)
+
+    def forward_events(self, address: Any, kinds: Collection[str] | None = None) -> None:
+        """Deliver this session's events to ``address.tell(event)`` (an actor ref, a queue).
+
+        From the runtime's event thread, in order; ``kinds`` keeps only events
+        of those class names (the others never leave the shard). It follows the
+        session when it moves; it ends when the session closes. One reader at a
+        time: it replaces :meth:`events` / :meth:`stream`.
+        """
+        self._check_open()
+        self._runtime._forward(self, address, None if kinds is None else tuple(kinds))
+
+    # -- closing --------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Close the session on its shard (its last turn written, its lease released).
+
+        Returns False if it left overlays behind (as ``Session.close``) or its
+        shard could not be reached (the session then stays in the store, and
+        can be resumed).
+        """
+        if self._closed:
+            return True
+        try:
+            clean: bool = self._call("close_session", timeout, timeout=timeout)
+        except (ShardLost, AskTimeout) as exc:
+            log.warning("remote_session_close_failed", session=self.id, error=str(exc))
+            clean = False
+        finally:
+            self._closed = True
+            self._runtime._forget(self)
+        return clean
+
+
+class _NotHere(Exception):
+    """The shard answered that it does not host the session (raised by the runtime)."""
+
+
+class _Died(Exception):
+    """The shard died or is unreachable (raised by the runtime)."""
+
+    def __init__(self, detail: str, *, restarting: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.restarting = restarting
+        """Ray is restarting the shard (its old process is gone either way)."""
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex[:12]

@@ -1,0 +1,694 @@
+"""A shard: one process hosting a Fore ``Runtime`` and the sessions placed on it.
+
+:class:`ShardServer` is plain Python with ``async`` methods; the distributed
+runtime runs it as a Ray actor (``ray.remote(ShardServer)``: an *async actor*,
+so one event loop serves every session of the shard and a turn in progress
+holds no thread while it waits). Nothing here imports Ray except to ask which
+machine the shard is on, so the class is tested in-process as well.
+
+**Never on the loop, never a thread per turn.** The hot calls -- a submit, a
+Tab, a keystroke, a status read -- are asks to the session's actors whose
+pykka futures are bridged to asyncio futures by a done-callback
+(:func:`_bridged`), each with its own deadline; a keystroke is a ``tell`` on
+the control lane and returns at once. Blocking work (opening and closing a
+session, the store) runs on the loop's executor threads.
+
+**Durable before reported.** A turn's items are written to the session store
+before the call that ran it returns (:meth:`ShardServer._persist`), so a
+shard that dies loses only the turn in flight; a run that ends outside a call
+(a Tab's continuation) is written when its ``TurnFinished`` event passes. The
+writes go through :mod:`fore.distributed.durable`, the interim adapter for
+issue #25 (see there).
+
+**Events** of a session are collected in an :class:`~fore.distributed.events.EventSink`
+(the session's own in-process queue is unsubscribed) and leave through the
+``events`` streaming generator, in order, a batch per wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pykka import ActorDeadError
+
+from fore.actors.core.errors import AskTimeout
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.logs import configure_logging, get_logger
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.store import SessionLeased, SessionSnapshot, StoreError
+from fore.distributed.durable import DurableSessions
+from fore.distributed.errors import WorkspaceUnreachable
+from fore.distributed.events import AlertForwarder, EventSink
+from fore.distributed.placement import ShardInfo, ShardLoad
+from fore.distributed.spec import SessionSpec
+from fore.errors import ForeError
+from fore.messages.alerts import Alert, AlertLevel, SubscribeAlerts, UnsubscribeAlerts
+from fore.messages.conversation import Item, Segment
+from fore.messages.llm import Usage
+from fore.messages.session import (
+    CancelRun,
+    GetHistory,
+    GetRunState,
+    Resume,
+    RunPaused,
+    RunState,
+    Submit,
+    Subscribe,
+    TurnFinished,
+    TurnResult,
+    Unsubscribe,
+)
+from fore.messages.speculation import (
+    AbortSpeculation,
+    AcceptResult,
+    AcceptSuggestion,
+    InsertItems,
+    Keystroke,
+    SubmitPrompt,
+)
+from fore.supervision.runtime import Runtime
+from fore.supervision.session import Session
+
+log = get_logger(__name__)
+
+__all__ = ["SessionNotHere", "ShardConfig", "ShardServer"]
+
+TARGETS = ("worker", "supervisor", "alerts")
+"""What a remote ask or tell can address: the session's worker, its supervisor, or
+the runtime's alert sink."""
+
+_TURN_MESSAGES = (Submit, SubmitPrompt, AcceptSuggestion, Resume, InsertItems)
+"""Messages whose answer means a run ended or paused: its items are written first."""
+
+
+class SessionNotHere(ForeError, LookupError):
+    """This shard does not host the session (never did, or it was restarted since)."""
+
+    def __init__(self, session_id: str, shard: int) -> None:
+        super().__init__(f"session {session_id!r} is not open on shard #{shard}")
+        self.session_id = session_id
+        self.shard = shard
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """How every shard of a distributed runtime is set up (the same for all of them)."""
+
+    store_url: str
+    blob_dir: str | None = None
+    """Shared by the shards (a resumed session's ``[blob:…]`` references must resolve)."""
+    overlay_root: str | None = None
+    tune_process: bool = True
+    """A shard owns its process: the GC and GIL settings of a many-session service."""
+    governor: dict[str, Any] = field(default_factory=dict)
+    """:class:`LoadGovernor` keywords (``enabled``, ``threshold_ms`` ...)."""
+    runtime_options: dict[str, Any] = field(default_factory=dict)
+    """Other ``Runtime`` keywords (``max_running_tools`` ...)."""
+    lease_ttl: float = 30.0
+    log_level: str | None = None
+    """Set: the shard is a process of its own (a Ray actor) and logs Fore's events at this
+    level to its stderr (Ray's worker log file), as the ``fore`` CLI does. ``None``:
+    logging is the host's business (a shard object in someone else's process)."""
+    resume_wait_s: float = 60.0
+    """How long a resume waits for a session's lease held by a process not known to be
+    dead (another machine's shard that stopped renewing): at most one lease TTL is needed."""
+
+
+@dataclass
+class _Hosted:
+    spec: SessionSpec
+    session: Session
+    sink: EventSink
+    alerts: AlertForwarder
+    loop: asyncio.AbstractEventLoop
+    persisted: int = 0
+    """History items already in the store."""
+    persist_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending_submits: set[str] = field(default_factory=set)
+    models: tuple[Any, ...] = ()
+    """The shard's copies of the session's models: closed with the session."""
+
+    def target(self, name: str) -> Any:
+        if name == "worker":
+            return self.session.worker
+        if name == "supervisor":
+            return self.session.supervisor
+        if name == "alerts":
+            return self.session.runtime.alert_sink
+        raise ValueError(f"unknown target {name!r}; one of {', '.join(TARGETS)}")
+
+
+def _settle(target: asyncio.Future[Any], source: PooledFuture[Any]) -> None:
+    if target.done():
+        return
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.get(timeout=0))
+
+
+async def _bridged(future: PooledFuture[Any], timeout: float) -> Any:
+    """The answer of a pykka future, awaited on this loop, or ``AskTimeout`` at ``timeout``."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[Any] = loop.create_future()
+
+    def done(f: PooledFuture[Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(_settle, waiter, f)
+        except RuntimeError:  # the loop closed: nobody waits any more
+            pass
+
+    future.add_done_callback(done)
+    try:
+        return await asyncio.wait_for(waiter, timeout)
+    except TimeoutError:
+        raise AskTimeout("ask not answered before its deadline") from None
+
+
+def _node() -> tuple[str, str]:
+    """This process's Ray node id and IP (``local`` outside a Ray worker)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+            return context.get_node_id(), str(node_ip)
+    except Exception:  # not in a Ray process, or Ray cannot say
+        pass
+    return "local", "127.0.0.1"
+
+
+class ShardServer:
+    """The shard's side of every call (module docs); one instance per shard process."""
+
+    def __init__(self, index: int, config: ShardConfig) -> None:
+        self.index = index
+        self.config = config
+        if config.log_level is not None:
+            configure_logging(level=config.log_level)
+        self.incarnation = uuid.uuid4().hex[:12]
+        # Ray's own connections (asking it which node this is) before the baseline:
+        # the leak counters count what the runtime leaves, not Ray.
+        node_id, node_ip = _node()
+        self._threads_before = {t.ident for t in threading.enumerate()}
+        self._listening = _listening_ports()
+        self._fds_before = _fds()
+        self.governor = LoadGovernor(**config.governor)
+        self.runtime = Runtime(
+            name=f"shard{index}",
+            blob_dir=config.blob_dir,
+            overlay_root=config.overlay_root,
+            speculation_governor=self.governor,
+            tune_process=config.tune_process,
+            **config.runtime_options,
+        )
+        try:
+            self.durable = DurableSessions(config.store_url, lease_ttl=config.lease_ttl)
+        except BaseException:
+            self.runtime.close()
+            raise
+        self._hosted: dict[str, _Hosted] = {}
+        self._closed = False
+        self._info = ShardInfo(
+            index=index,
+            incarnation=self.incarnation,
+            pid=os.getpid(),
+            node_id=node_id,
+            node_ip=node_ip,
+            hostname=socket.gethostname(),
+        )
+        log.info("shard_started", shard=index, incarnation=self.incarnation, pid=os.getpid())
+
+    # -- who and how busy ---------------------------------------------------------------
+
+    async def info(self) -> ShardInfo:
+        return self._info
+
+    async def load(self) -> ShardLoad:
+        governor = self.governor
+        return ShardLoad(
+            index=self.index,
+            incarnation=self.incarnation,
+            node_id=self._info.node_id,
+            alive=not self._closed,
+            pressure_ms=governor.pressure_ms(),
+            threshold_ms=governor.threshold_ms,
+            sessions=len(self._hosted),
+            running_speculations=governor.running,
+            admitted=governor.admitted,
+            refused=governor.refused,
+            deferred=governor.deferred,
+        )
+
+    async def status(self) -> tuple[ShardInfo, ShardLoad]:
+        """Who and how busy, in one call (the runtime's monitor polls this)."""
+        return self._info, await self.load()
+
+    async def sessions(self) -> list[str]:
+        """The ids of the sessions open here."""
+        return list(self._hosted)
+
+    # -- opening ------------------------------------------------------------------------
+
+    async def open(self, spec: SessionSpec, resume: bool = False) -> ShardInfo:
+        """Open ``spec``'s session here (``resume``: from the store); returns who hosts it now.
+
+        A new session is recorded in the store, leased to this shard; a resumed
+        one is leased here and its stored history restored before anything else
+        can reach it.
+        """
+        if self._closed:
+            raise ForeError(f"shard #{self.index} is shutting down")
+        sid = spec.session_id
+        if sid in self._hosted:
+            raise ValueError(f"session {sid!r} is already open on shard #{self.index}")
+        if spec.workspace is not None and not Path(spec.workspace).is_dir():
+            raise WorkspaceUnreachable(
+                f"workspace {spec.workspace!r} is not a directory on {self._info.hostname} "
+                f"(shard #{self.index}); a shard serves only workspaces on its own machine"
+            )
+        snapshot: SessionSnapshot | None = None
+        if resume:
+            snapshot = await asyncio.to_thread(self._lease, sid)
+        try:
+            session, models = await asyncio.to_thread(self._open_runtime_session, spec)
+        except BaseException:
+            if snapshot is not None:
+                await asyncio.to_thread(self.durable.release, sid)
+            raise
+        try:
+            if snapshot is not None:
+                if snapshot.items:
+                    await _bridged(
+                        session.worker.ask(InsertItems(items=snapshot.items), block=False), 60.0
+                    )
+            else:
+                await asyncio.to_thread(
+                    self.durable.create,
+                    sid,
+                    workspace=spec.workspace or "",
+                    model_name=spec.model_name,
+                    model_settings=spec.model_settings(spec.objects()["model"]),
+                    session_config=spec.session_config(),
+                )
+            hosted = await self._attach(spec, session)
+            hosted.models = models
+        except BaseException:
+            await asyncio.to_thread(session.close)
+            _close_models(models)
+            with contextlib.suppress(StoreError):
+                await asyncio.to_thread(self.durable.release, sid)
+            raise
+        length = len(snapshot.items) if snapshot is not None else 0
+        hosted.persisted = length
+        self._hosted[sid] = hosted
+        log.info(
+            "shard_session_opened", shard=self.index, session=sid, resumed=resume, items=length
+        )
+        return self._info
+
+    def _lease(self, session_id: str) -> SessionSnapshot:
+        """Lease a stored session, waiting out a holder that is not known to be dead."""
+        deadline = time.monotonic() + self.config.resume_wait_s
+        while True:
+            try:
+                return self.durable.resume(session_id)
+            except SessionLeased as exc:
+                if time.monotonic() + min(1.0, exc.expires_in) > deadline:
+                    raise
+                time.sleep(min(1.0, max(0.05, exc.expires_in)))
+
+    def _open_runtime_session(self, spec: SessionSpec) -> tuple[Session, tuple[Any, ...]]:
+        kwargs = spec.open_kwargs()
+        model = kwargs.pop("model")
+        session = self.runtime.open_session(
+            workspace=spec.workspace, model=model, session_id=spec.session_id, **kwargs
+        )
+        return session, (model, kwargs.get("fast_model"))
+
+    async def _attach(self, spec: SessionSpec, session: Session) -> _Hosted:
+        """Send the session's events to a sink of ours instead of its in-process queue."""
+        loop = asyncio.get_running_loop()
+        sid = spec.session_id
+        persist_soon = functools.partial(self._persist_on_event, sid)
+        sink = EventSink(sid, on_event=persist_soon)
+        alerts = AlertForwarder(sid, sink)
+        hosted = _Hosted(spec=spec, session=session, sink=sink, alerts=alerts, loop=loop)
+        # The in-process queue would fill up with nobody reading it: it goes
+        # (its events so far are the restored history's, of no interest).
+        own_queue = getattr(session, "_events", None)
+        own_alerts = getattr(session, "_alert_events", None)
+        worker, supervisor, alert_sink = (
+            session.worker,
+            session.supervisor,
+            session.runtime.alert_sink,
+        )
+        await _bridged(worker.ask(Subscribe(address=sink), block=False), 30.0)
+        await _bridged(supervisor.ask(Subscribe(address=sink), block=False), 30.0)
+        await _bridged(
+            alert_sink.ask(SubscribeAlerts(address=alerts, session=sid), block=False), 30.0
+        )
+        if own_queue is not None:
+            worker.tell(Unsubscribe(address=own_queue))
+            supervisor.tell(Unsubscribe(address=own_queue))
+            own_queue.drain()
+        if own_alerts is not None:
+            alert_sink.tell(UnsubscribeAlerts(address=own_alerts))
+        return hosted
+
+    # -- calls ----------------------------------------------------------------------------
+
+    def _get(self, session_id: str) -> _Hosted:
+        hosted = self._hosted.get(session_id)
+        if hosted is None:
+            raise SessionNotHere(session_id, self.index)
+        return hosted
+
+    async def submit(
+        self,
+        session_id: str,
+        text: str | None = None,
+        segments: tuple[Segment, ...] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+    ) -> TurnResult:
+        """``Session.submit`` on this shard: a timed-out turn is cancelled, as in one process."""
+        hosted = self._get(session_id)
+        session = hosted.session
+        if hosted.spec.speculation:
+            prompt = SubmitPrompt(text=text, segments=segments, max_turns=max_turns)
+            try:
+                turn: TurnResult = await _bridged(
+                    session.supervisor.ask(prompt, block=False, timeout=timeout), timeout
+                )
+            except AskTimeout:
+                _quiet_tell(session.worker, CancelRun(reason="the submit timed out"))
+                raise
+        else:
+            submit_id = uuid.uuid4().hex
+            message = Submit(text=text, segments=segments, max_turns=max_turns, submit_id=submit_id)
+            hosted.pending_submits.add(submit_id)
+            try:
+                turn = await _bridged(
+                    session.worker.ask(message, block=False, timeout=timeout), timeout
+                )
+            except AskTimeout:
+                _quiet_tell(
+                    session.worker, CancelRun(reason="the submit timed out", submit_id=submit_id)
+                )
+                raise
+            finally:
+                hosted.pending_submits.discard(submit_id)
+        await self._persist(hosted, usage=turn.usage)
+        return turn
+
+    async def accept(
+        self, session_id: str, timeout: float = 60.0, wait_continuation: bool = True
+    ) -> AcceptResult:
+        """Tab: ``Session.accept`` here (the accepted items are written before the answer)."""
+        hosted = self._get(session_id)
+        message = AcceptSuggestion(wait_continuation=wait_continuation)
+        result: AcceptResult = await _bridged(
+            hosted.session.supervisor.ask(message, block=False, timeout=timeout), timeout
+        )
+        await self._persist(hosted)
+        return result
+
+    async def keystroke(self, session_id: str, text: str = "", at: float | None = None) -> None:
+        """The user typed: told on the control lane (``at``: the caller's ``time.monotonic()``,
+        when the caller is on this machine, so abort latency counts the trip here)."""
+        hosted = self._get(session_id)
+        stamp = time.monotonic() if at is None else at
+        hosted.session.supervisor.tell(Keystroke(text=text, at=stamp))
+
+    async def cancel(self, session_id: str, reason: str = "cancelled by user") -> None:
+        """Cancel the running run, or the submits of this shard still on their way to it."""
+        hosted = self._get(session_id)
+        worker = hosted.session.worker
+        if not hosted.pending_submits:
+            worker.tell(CancelRun(reason=reason))
+            return
+        for submit_id in sorted(hosted.pending_submits):
+            worker.tell(CancelRun(reason=reason, submit_id=submit_id))
+
+    async def ask(self, session_id: str, target: str, message: Any, timeout: float = 60.0) -> Any:
+        """Any message to the session's ``target`` (:data:`TARGETS`), answered as in one process."""
+        hosted = self._get(session_id)
+        _refuse_local_only(message)
+        answer = await _bridged(
+            hosted.target(target).ask(message, block=False, timeout=timeout), timeout
+        )
+        if isinstance(message, _TURN_MESSAGES):
+            await self._persist(hosted, usage=getattr(answer, "usage", None))
+        return answer
+
+    async def tell(self, session_id: str, target: str, message: Any) -> None:
+        """Any message to the session's ``target``, without an answer."""
+        hosted = self._get(session_id)
+        _refuse_local_only(message)
+        hosted.target(target).tell(message)
+
+    async def events(
+        self, session_id: str, kinds: Collection[str] | None = None
+    ) -> AsyncIterator[list[Any]]:
+        """The session's events in order, a batch at a time (a Ray streaming generator).
+
+        Ends when the session closes here or a newer reader of the same session
+        starts; ``kinds`` keeps only events of those class names.
+        """
+        hosted = self._get(session_id)
+        async for batch in hosted.sink.batches(kinds):
+            yield batch
+
+    # -- durability -----------------------------------------------------------------------
+
+    async def _persist(self, hosted: _Hosted, usage: Usage | None = None) -> None:
+        """Write the items history gained since the last write, if the session is between runs.
+
+        A run still in progress is left alone (written when it ends): the store
+        keeps whole turns only. A failed write is alerted and retried with the
+        next one; the items stay in the session meanwhile.
+        """
+        sid = hosted.spec.session_id
+        worker = hosted.session.worker
+        async with hosted.persist_lock:
+            try:
+                history: tuple[Item, ...] = await _bridged(
+                    worker.ask(GetHistory(), block=False), 30.0
+                )
+                state: RunState = await _bridged(worker.ask(GetRunState(), block=False), 30.0)
+            except (ActorDeadError, AskTimeout) as exc:
+                log.warning("shard_persist_skipped", session=sid, error=repr(exc))
+                return
+            if state.status == "running" or state.history_length != len(history):
+                return
+            if len(history) < hosted.persisted:
+                log.error(
+                    "shard_history_shrank", session=sid, had=hosted.persisted, now=len(history)
+                )
+                return
+            new = history[hosted.persisted :]
+            if not new and (usage is None or usage.total_tokens == 0):
+                return
+            try:
+                await asyncio.to_thread(self.durable.append, sid, new, usage)
+            except StoreError as exc:
+                log.error("shard_persist_failed", session=sid, error=str(exc))
+                self._alert(hosted, f"the last turn is not saved yet (will retry): {exc}")
+                return
+            hosted.persisted = len(history)
+
+    def _persist_on_event(self, session_id: str, event: Any) -> None:
+        """A run that ended outside a call (a Tab's continuation) is written too (any thread)."""
+        if not isinstance(event, TurnFinished | RunPaused):
+            return
+        hosted = self._hosted.get(session_id)
+        if hosted is None:
+            return
+        try:
+            hosted.loop.call_soon_threadsafe(self._spawn_persist, hosted)
+        except RuntimeError:  # the loop is closed: the shard is stopping
+            pass
+
+    def _spawn_persist(self, hosted: _Hosted) -> None:
+        task = asyncio.ensure_future(self._persist(hosted))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    def _alert(self, hosted: _Hosted, text: str) -> None:
+        alert = Alert(
+            level=AlertLevel.ERROR, text=text, session=hosted.spec.session_id, source="store"
+        )
+        with contextlib.suppress(Exception):
+            hosted.session.runtime.alert_sink.tell(alert)
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def close_session(self, session_id: str, timeout: float = 30.0) -> bool:
+        """Write what is left, close the session, give up its lease. False: overlays were left."""
+        hosted = self._hosted.get(session_id)
+        if hosted is None:
+            return True
+        await self._persist(hosted)
+        self._hosted.pop(session_id, None)
+        session = hosted.session
+        with contextlib.suppress(Exception):
+            session.supervisor.tell(AbortSpeculation(reason="session closed"))
+        clean = await asyncio.to_thread(session.close, timeout)
+        _close_models(hosted.models)
+        hosted.sink.close()
+        with contextlib.suppress(StoreError):
+            await asyncio.to_thread(self.durable.release, session_id)
+        return clean
+
+    async def shutdown(
+        self, timeout: float = 60.0, ray_ports: tuple[int, ...] = ()
+    ) -> dict[str, int]:
+        """Close every session, the runtime and the store; what was left behind, counted here.
+
+        The counters are the load benchmark's leak counters, measured in this
+        process: overlays of sessions still on disk after their close, overlay
+        directories after the runtime's close, threads and file descriptors
+        this shard started and did not end, live actors, an unclean close.
+        ``ray_ports``: the caller's Ray servers; Ray's core worker here opens
+        connections to them lazily (a streaming generator reports its items to
+        the caller's worker that way), and those are Ray's, not the runtime's.
+        """
+        if self._closed:
+            return {}
+        deadline = time.monotonic() + timeout
+        session_overlays = 0
+        for session_id in list(self._hosted):
+            left_before = self._hosted[session_id].session
+            clean = await self.close_session(
+                session_id, timeout=max(1.0, (deadline - time.monotonic()) / 2)
+            )
+            outstanding = len(self.runtime.overlays.outstanding(left_before.id))
+            session_overlays += outstanding if outstanding or clean else 1
+        self._closed = True
+        clean = await asyncio.to_thread(self.runtime.close, max(1.0, deadline - time.monotonic()))
+        await asyncio.to_thread(self.durable.close)
+        overlay_dirs = _count_overlay_dirs(self.runtime)
+        threads = [
+            t
+            for t in threading.enumerate()
+            if t.ident not in self._threads_before
+            and t is not threading.current_thread()
+            # the event loop's executor (Ray's actor loop runs on uvloop): Ray's, not ours
+            and not t.name.startswith(("asyncio_", "uvloop_", "ThreadPoolExecutor"))
+        ]
+        if threads:
+            log.warning("shard_threads_left", threads=[t.name for t in threads])
+        now = _fds(accepted_on=self._listening, ray_ports=frozenset(ray_ports))
+        fds = {
+            f"{fd} -> {target}" for fd, target in now.items() if self._fds_before.get(fd) != target
+        }
+        if fds:
+            log.warning("shard_fds_left", fds=sorted(fds)[:20])
+        return {
+            "session_overlays": session_overlays,
+            "overlay_dirs": overlay_dirs,
+            "threads": len(threads),
+            "file_descriptors": len(fds),
+            "live_actors": len(self.runtime.system.registry),
+            "unclean_shutdown": 0 if clean else 1,
+        }
+
+
+_background: set[asyncio.Future[Any]] = set()
+"""Background persist tasks (a reference keeps them from being collected mid-run)."""
+
+
+def _close_models(models: tuple[Any, ...]) -> None:
+    """The shard's copies of a closed session's models let their threads go (``close()``)."""
+    for model in models:
+        close = getattr(model, "close", None)
+        if model is not None and callable(close):
+            try:
+                close()
+            except Exception as exc:  # a model's cleanup must not break a close
+                log.warning("model_close_failed", model=repr(model), error=repr(exc))
+
+
+def _quiet_tell(handle: Any, message: Any) -> None:
+    with contextlib.suppress(ActorDeadError):
+        handle.tell(message)
+
+
+def _refuse_local_only(message: Any) -> None:
+    if isinstance(message, Subscribe | Unsubscribe | SubscribeAlerts | UnsubscribeAlerts):
+        raise TypeError(
+            f"{type(message).__name__} names an address in the caller's process; read a "
+            "remote session's events with session.events() / stream() / forward_events()"
+        )
+
+
+def _listening_ports() -> frozenset[int]:
+    """The ports this process listens on (Ray's own servers, before the runtime starts)."""
+    try:
+        connections = psutil.Process().net_connections(kind="inet")
+    except psutil.Error:
+        return frozenset()
+    return frozenset(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN)
+
+
+def _fds(
+    accepted_on: frozenset[int] = frozenset(), ray_ports: frozenset[int] = frozenset()
+) -> dict[int, str]:
+    """This process's open file descriptors: ``fd -> target`` (a socket with its ports).
+
+    Connections accepted on ``accepted_on`` (Ray's servers: the caller's calls
+    arrive that way) and connections to ``ray_ports`` (the caller's Ray
+    servers) are Ray's, not the runtime's, and are left out.
+    """
+    found: dict[int, str] = {}
+    skip: set[int] = set()
+    peers: dict[int, str] = {}
+    try:
+        connections = psutil.Process().net_connections(kind="inet")
+    except psutil.Error:
+        connections = []
+    for c in connections:
+        remote = c.raddr.port if c.raddr else None
+        if c.status != psutil.CONN_LISTEN and (
+            (c.laddr and c.laddr.port in accepted_on) or remote in ray_ports
+        ):
+            skip.add(c.fd)
+        peers[c.fd] = f" ({c.laddr.port} -> {remote or '-'})"
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        found[int(name)] = target + (
+            peers.get(int(name), "") if target.startswith("socket") else ""
+        )
+    return found
+
+
+def _count_overlay_dirs(runtime: Runtime) -> int:
+    process_dir = runtime.overlays.process_dir
+    try:
+        return sum(1 for p in process_dir.iterdir() if p != runtime.overlays.journal_dir)
+    except FileNotFoundError:
+        return 0

@@ -25,9 +25,7 @@ import weakref
 from collections import deque
 from typing import Any
 
-from pykka import ActorDeadError
-
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.system import ActorSystem
 from fore.messages.alerts import (
     Alert,
@@ -156,9 +154,7 @@ class AlertSink(ForeActor):
             "alert", text=alert.text, source=alert.source
         )
         for address in self.state.keep(alert):
-            try:
-                address.tell(alert)
-            except ActorDeadError:
+            if not tell_quietly(address, alert):
                 self.state.unsubscribe(address)
 
     @handles(SubscribeAlerts)

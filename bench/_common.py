@@ -22,9 +22,7 @@ import os
 import platform
 import re
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -76,18 +74,6 @@ def rss_bytes() -> int:
 
 def os_threads() -> int:
     return int(psutil.Process().num_threads())
-
-
-def open_fds() -> int:
-    return int(psutil.Process().num_fds())
-
-
-@contextmanager
-def stopwatch() -> Iterator[Callable[[], float]]:
-    start = time.perf_counter()
-    end: list[float] = []
-    yield lambda: (end[0] if end else time.perf_counter()) - start
-    end.append(time.perf_counter())
 
 
 def machine_line() -> str:

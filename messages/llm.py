@@ -8,7 +8,7 @@ deltas before it) and then exactly one terminal event: :class:`LlmCompleted`,
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
@@ -225,12 +225,6 @@ class LlmFailed(Message):
 class LlmCancelled(Message):
     request_id: str
     reason: str = "cancelled"
-
-
-LlmEvent = Annotated[
-    LlmTextDelta | LlmToolCallDelta | LlmRetrying | LlmCompleted | LlmFailed | LlmCancelled,
-    Field(union_mode="left_to_right"),
-]
 
 
 class GatewayStats(Message):

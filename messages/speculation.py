@@ -384,10 +384,6 @@ class AcceptResult(Message):
 # -- between the session supervisor, the speculator and the worker ---------------------
 
 
-class StartSpeculating(Message):
-    """Sent to a new speculator by its session supervisor."""
-
-
 class AcceptSpeculation(Message):
     """Apply the overlay and hand over the transcript (waits while still running)."""
 

@@ -71,7 +71,6 @@ class Handle(Generic[A]):
         self._ref: ActorRef[A] | None = None
         self._buffer: deque[Envelope[Any]] = deque()
         self._state: HandleState = "starting"
-        self._dead_letters = 0
         self._closed_reason = ""
 
     def __repr__(self) -> str:
@@ -227,7 +226,6 @@ class Handle(Generic[A]):
             except Exception:  # already answered at its deadline
                 pass
         if dropped:
-            self._dead_letters += dropped
             log.warning("dead_letters", child=self.child_id, count=dropped, reason=reason)
 
 

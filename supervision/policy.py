@@ -65,9 +65,6 @@ class RestartIntensity:
             self._times.popleft()
         return len(self._times) <= self.max_restarts
 
-    def recent(self, now: float) -> int:
-        return sum(1 for t in self._times if t > now - self.period)
-
 
 @dataclass(frozen=True)
 class Backoff:

@@ -12,8 +12,9 @@ every runtime thread, so nothing outlives it::
     ├── tool_pool        ToolPool      (threads: ThreadRunner; async tools and MCP: ToolLoop)
     ├── llm_gateway      LlmGateway    (threads: two LlmLoops, main and background)
     └── sessions         Supervisor    (one_for_one)
-        └── session:<id> Supervisor    (one_for_one)
-            └── worker   Worker
+        └── session:<id> SessionSupervisor (one_for_one)
+            ├── worker   Worker
+            └── speculator:<id> Speculator (one per speculation, temporary)
 
 **Close order.** The sessions go first, and the close then waits -- with
 everything their speculations' reapers need still running (tool pool, LLM
@@ -509,10 +510,6 @@ class Runtime:
 
     def session(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
-
-    @property
-    def open_sessions(self) -> list[str]:
-        return list(self._sessions)
 
     def _session_model_added(self, session_id: str, model: Any) -> None:
         """``Session.set_model``: the new model forgets the session with the others."""

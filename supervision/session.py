@@ -23,6 +23,7 @@ import pykka
 from pykka import ActorDeadError
 
 from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import tell_quietly
 from fore.actors.gate.tool_gate import parse_approval_mode
 from fore.actors.output.contract import (
     DEFAULT_MAX_OUTPUT_RETRIES,
@@ -407,10 +408,7 @@ class Session:
         return result.output
 
     def _cancel_quietly(self, message: CancelRun) -> None:
-        try:
-            self._worker.tell(message)
-        except ActorDeadError:
-            pass  # the session is closing: nothing left to cancel
+        tell_quietly(self._worker, message)  # the session is closing: nothing left to cancel
 
     # -- suggestions and speculation ------------------------------------------------
 
@@ -606,10 +604,7 @@ class Session:
                 (self._alert_sink, UnsubscribeAlerts(address=alerts)),
             ):
                 if target is not None:
-                    try:
-                        target.tell(message)
-                    except ActorDeadError:
-                        pass  # closed: it forgot every subscriber
+                    tell_quietly(target, message)  # closed: it forgot every subscriber
 
         stream._on_close = unsubscribe
         self._streams.add(stream)

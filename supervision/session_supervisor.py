@@ -60,7 +60,7 @@ from typing import Any, Literal
 from pykka import ActorDeadError
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import handles
+from fore.actors.core.pooled import handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.store import OverlayStore
 from fore.actors.speculation.fork import assistant_answers, extend, last_answer
@@ -277,9 +277,7 @@ class SessionSupervisor(Supervisor):
 
     def _emit(self, event: Any) -> None:
         for subscriber in list(self._subscribers):
-            try:
-                subscriber.tell(event)
-            except ActorDeadError:
+            if not tell_quietly(subscriber, event):
                 self._subscribers.remove(subscriber)
 
     # -- the fork model ---------------------------------------------------------------------
@@ -376,12 +374,10 @@ class SessionSupervisor(Supervisor):
             self._show_timer = None
 
     def _cancel_request(self, request_id: str, reason: str, purpose: Purpose) -> None:
-        try:
-            self.worker_config.gateway.tell(
-                CancelLlmRequest(request_id=request_id, reason=reason, purpose=purpose)
-            )
-        except ActorDeadError:
-            pass
+        tell_quietly(
+            self.worker_config.gateway,
+            CancelLlmRequest(request_id=request_id, reason=reason, purpose=purpose),
+        )
 
     def _suggest(self, snapshot: ForkSnapshot) -> None:
         hint = extract_type_hint(last_answer(snapshot.history))
@@ -719,10 +715,7 @@ class SessionSupervisor(Supervisor):
         if self._accepting is not None:
             self._call_off(self._accepting, message.reason)
         for submit_id in sorted(self._accept_submits):
-            try:
-                self._worker.tell(CancelRun(reason=message.reason, submit_id=submit_id))
-            except ActorDeadError:
-                pass
+            tell_quietly(self._worker, CancelRun(reason=message.reason, submit_id=submit_id))
 
     @handles(SetApprovalMode)
     def _on_set_approval_mode(self, message: SetApprovalMode) -> None:
@@ -777,9 +770,7 @@ class SessionSupervisor(Supervisor):
         spec.abort_reason = reason
         spec.abort_requested = time.monotonic() if at is None else at
         self._cancel_pipelined(spec, reason)
-        try:
-            spec.handle.tell(AbortSpeculation(reason=reason, at=spec.abort_requested))
-        except ActorDeadError:
+        if not tell_quietly(spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested)):
             spec.phase = "ended"
             self._report(spec, "stale" if stale else "aborted", reason=reason)
 
@@ -931,10 +922,7 @@ class SessionSupervisor(Supervisor):
         spec.abort_reason = reason
         spec.abort_requested = time.monotonic() if at is None else at
         self.log.info("speculation_accept_called_off", speculation=spec.id, reason=reason)
-        try:
-            spec.handle.tell(AbortSpeculation(reason=reason, at=spec.abort_requested))
-        except ActorDeadError:
-            pass
+        tell_quietly(spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested))
 
     def _accept_given_up(self, spec: _Speculation) -> None:
         spec.give_up_timer = None

@@ -43,7 +43,7 @@ from pykka import ActorDeadError, ActorRef
 from pykka.messages import _ActorStop
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles
+from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -412,17 +412,15 @@ class Supervisor(ForeActor):
         sink = self.system.alert_sink
         if sink is None:
             return
-        try:
-            sink.tell(
-                Alert(
-                    level=level,
-                    text=f"{self.sup_id}: {text}",
-                    session=self.session_id,
-                    source="supervisor",
-                )
-            )
-        except ActorDeadError:
-            pass
+        tell_quietly(
+            sink,
+            Alert(
+                level=level,
+                text=f"{self.sup_id}: {text}",
+                session=self.session_id,
+                source="supervisor",
+            ),
+        )
 
     # -- operations queue ---------------------------------------------------------
 
@@ -515,10 +513,8 @@ class Supervisor(ForeActor):
                     child.stop_timer = self.call_after(
                         timeout / 2, self._stop_nudge, cid, ref.actor_urn
                     )
-                try:
-                    ref.tell(SUPERVISOR_STOP)
-                except ActorDeadError:
-                    pass  # already stopping: its exit notification is on the way
+                # Already stopping: its exit notification is on the way.
+                tell_quietly(ref, SUPERVISOR_STOP)
                 return
             done()
 
@@ -536,10 +532,7 @@ class Supervisor(ForeActor):
         self.log.warning(
             "child_stop_overtakes_backlog", child=child_id, timeout=child.spec.shutdown_timeout
         )
-        try:
-            child.ref.tell(SUPERVISOR_STOP_NOW)
-        except ActorDeadError:
-            pass
+        tell_quietly(child.ref, SUPERVISOR_STOP_NOW)
 
     def _stop_timed_out(self, child_id: str, urn: str) -> None:
         child = self._children.get(child_id)
@@ -677,18 +670,16 @@ class Supervisor(ForeActor):
         def watcher(record: ActorExit) -> None:
             handle.on_actor_exit(record)
             error = record.error
-            try:
-                supervisor.tell(
-                    ChildExited(
-                        child_id=child_id,
-                        actor_urn=record.ref.actor_urn,
-                        failed=record.failed,
-                        killed=record.killed,
-                        error=None if error is None else f"{type(error).__name__}: {error}",
-                    )
-                )
-            except ActorDeadError:
-                pass
+            tell_quietly(
+                supervisor,
+                ChildExited(
+                    child_id=child_id,
+                    actor_urn=record.ref.actor_urn,
+                    failed=record.failed,
+                    killed=record.killed,
+                    error=None if error is None else f"{type(error).__name__}: {error}",
+                ),
+            )
 
         if not actor.add_exit_watcher(watcher):
             child.start_error = "it exited before it could be watched (on_start failed)"

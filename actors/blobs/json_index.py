@@ -217,10 +217,6 @@ class JsonIndex:
             raise ValueError("item_span needs an index with stride 1")
         return self.group_span(index)
 
-    def key_prefix_chars(self, index: int) -> int:
-        """Characters of ``"key":`` at the start of member ``index``'s text."""
-        return len(json.dumps(self.keys[index], ensure_ascii=False)) + 1
-
 
 def encode_indexed(value: JsonValue) -> tuple[bytes, JsonIndex] | None:
     """The stored bytes of ``value`` with their top-level index (None: not indexable).

@@ -57,7 +57,6 @@ class Dispatcher:
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
             for i in range(threads)
         ]
-        self._local = threading.local()
         for thread in self._threads:
             thread.start()
 
@@ -65,15 +64,10 @@ class Dispatcher:
     def thread_count(self) -> int:
         return len(self._threads)
 
-    def on_dispatcher_thread(self) -> bool:
-        """Whether the calling thread is one of this dispatcher's threads."""
-        return getattr(self._local, "mine", False)
-
     def schedule(self, mailbox: Mailbox) -> None:
         self._runq.put(mailbox)
 
     def _loop(self) -> None:
-        self._local.mine = True
         _tls.dispatching = True
         if self._on_thread_start is not None:
             self._on_thread_start()

@@ -334,11 +334,7 @@ class PooledActor(pykka.Actor):
 
     def post(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Run ``fn(*args)`` later, in this actor's context; False if it is gone."""
-        try:
-            self.actor_ref.tell(_Call(fn, args))
-        except ActorDeadError:
-            return False
-        return True
+        return tell_quietly(self.actor_ref, _Call(fn, args))
 
     def post_urgent(self, fn: Callable[..., object], *args: object) -> bool:
         """Like :meth:`post`, on the control lane: ``fn(*args)`` overtakes queued mail.
@@ -348,11 +344,7 @@ class PooledActor(pykka.Actor):
         cancel handler this way). Safe from any thread; False if the actor is
         gone.
         """
-        try:
-            self.actor_ref.tell(_UrgentCall.model_construct(fn=fn, args=args))
-        except ActorDeadError:
-            return False
-        return True
+        return tell_quietly(self.actor_ref, _UrgentCall.model_construct(fn=fn, args=args))
 
     def run_blocking(
         self,
@@ -522,7 +514,7 @@ class PooledActor(pykka.Actor):
 
     def send_after(self, delay: float, message: Any) -> TimerHandle:
         """Tell this actor ``message`` after ``delay`` seconds (cancellable)."""
-        return self._fore_system.timer.call_later(delay, _tell_quietly, self.actor_ref, message)
+        return self._fore_system.timer.call_later(delay, tell_quietly, self.actor_ref, message)
 
     def call_after(self, delay: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
         """Run ``fn(*args)`` in this actor's context after ``delay`` seconds."""
@@ -798,13 +790,6 @@ def _settle_exception(future: Any, exc_info: Any) -> None:
     try:
         future.set_exception(exc_info)
     except queue.Full:  # the asker's deadline already answered it
-        pass
-
-
-def _tell_quietly(ref: ActorRef[Any], message: Any) -> None:
-    try:
-        ref.tell(message)
-    except ActorDeadError:
         pass
 
 

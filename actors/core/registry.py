@@ -21,7 +21,6 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_urn: dict[str, ActorRef[Any]] = {}
-        self._by_class: dict[str, dict[str, ActorRef[Any]]] = {}
         self._by_name: dict[str, ActorRef[Any]] = {}
         self._names: dict[str, str] = {}  # urn -> name
         self._by_session: dict[str, dict[str, ActorRef[Any]]] = {}
@@ -53,7 +52,6 @@ class Registry:
                 self._by_name[name] = ref
                 self._names[urn] = name
             self._by_urn[urn] = ref
-            self._by_class.setdefault(ref.actor_class.__name__, {})[urn] = ref
             if session is not None:
                 self._by_session.setdefault(session, {})[urn] = ref
                 self._sessions[urn] = session
@@ -63,11 +61,6 @@ class Registry:
         with self._lock:
             if self._by_urn.pop(urn, None) is None:
                 return
-            by_class = self._by_class.get(ref.actor_class.__name__)
-            if by_class is not None:
-                by_class.pop(urn, None)
-                if not by_class:
-                    del self._by_class[ref.actor_class.__name__]
             name = self._names.pop(urn, None)
             if name is not None and self._by_name.get(name) is ref:
                 del self._by_name[name]
@@ -86,10 +79,6 @@ class Registry:
     def get_by_name(self, name: str) -> ActorRef[Any] | None:
         with self._lock:
             return self._by_name.get(name)
-
-    def get_by_class_name(self, class_name: str) -> list[ActorRef[Any]]:
-        with self._lock:
-            return list(self._by_class.get(class_name, {}).values())
 
     def get_by_session(self, session: str) -> list[ActorRef[Any]]:
         with self._lock:

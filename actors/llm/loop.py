@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from pykka import ActorDeadError
 
 from fore.actors.core.logs import get_logger
+from fore.actors.core.pooled import tell_quietly
 from fore.actors.llm import evloop
 from fore.actors.llm.errors import LlmException
 from fore.actors.llm.models import ChatModel, RetryPolicy
@@ -582,9 +582,6 @@ class _DeltaCoalescer:
 
 
 def _tell(address: Any, message: Any) -> None:
-    if address is None:
-        return
-    try:
-        address.tell(message)
-    except ActorDeadError:
-        pass
+    """:func:`tell_quietly`, for a ``reply_to`` that may be None (nobody listens)."""
+    if address is not None:
+        tell_quietly(address, message)

@@ -21,9 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from fore.actors.tools.fs import IsADirectory, NotADirectory, NotFound
 from fore.actors.tools.fsclock import Stamp
-from fore.actors.tools.paths import FsError
 from fore.messages.overlay import FileBase
 
 ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -269,18 +267,3 @@ def fsync_dir(fd: int) -> None:
         os.fsync(fd)
     except OSError:  # some filesystems refuse fsync on directories
         pass
-
-
-def _real_error(exc: OSError, rel: str) -> FsError:
-    """A real-tree failure in ``WorkspaceFs``'s words (workspace-relative)."""
-    if exc.errno == errno.ENOENT:
-        return NotFound(f"{rel}: no such file or directory")
-    if exc.errno == errno.EISDIR:
-        return IsADirectory(f"{rel} is a directory")
-    if exc.errno == errno.ENOTDIR:
-        return NotADirectory(f"{rel}: a parent is not a directory")
-    if exc.errno in (errno.ELOOP, errno.EMLINK):
-        return FsError(f"{rel}: a symlink appeared in the path; refusing to follow it")
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return FsError(f"{rel}: permission denied")
-    return FsError(f"{rel}: {exc.strerror or 'error'}")

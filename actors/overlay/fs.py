@@ -113,7 +113,6 @@ from fore.actors.overlay._realfs import (
     DirCache,
     Ident,
     PathChanged,
-    _real_error,
     identity,
     kind_of,
     observe,
@@ -138,6 +137,7 @@ from fore.actors.tools.fs import (
     NotADirectory,
     NotFound,
     WorkspaceFs,
+    translate_oserror,
 )
 from fore.actors.tools.fsclock import Instant, changed_since, multigrain
 from fore.actors.tools.paths import FsError, PathOutOfScope, normalize
@@ -374,7 +374,7 @@ class OverlayFs(UnionListing):
                     return "/".join([*done, name, *pending])
                 raise NotADirectory(f"{'/'.join(done)} is not a directory") from None
             except OSError as exc:
-                raise _real_error(exc, rel) from None
+                raise translate_oserror(exc, rel) from None
             if stat_mod.S_ISLNK(st.st_mode):
                 hops += 1
                 if hops > _MAX_HOPS:
@@ -382,7 +382,7 @@ class OverlayFs(UnionListing):
                 try:
                     target = os.readlink(os.path.join(self._root, current))
                 except OSError as exc:
-                    raise _real_error(exc, rel) from None
+                    raise translate_oserror(exc, rel) from None
                 joined = posixpath.join(self._root, *done, target)
                 try:
                     new = normalize(joined, self._root, strip=False)
@@ -673,7 +673,7 @@ class OverlayFs(UnionListing):
         except PathChanged:
             return None
         except OSError as exc:
-            raise _real_error(exc, rel) from None
+            raise translate_oserror(exc, rel) from None
 
     def _capture(self, rel: str) -> tuple[FileBase, Ident | None]:
         """The real state of ``rel`` now (a regular file is hashed) and its identity."""
@@ -684,7 +684,7 @@ class OverlayFs(UnionListing):
             # An overlay directory replaced a real file above it.
             return FileBase.absent(), None
         except OSError as exc:
-            raise _real_error(exc, rel) from None
+            raise translate_oserror(exc, rel) from None
         return observed.base, observed.ident
 
     def delete(self, path: str) -> None:

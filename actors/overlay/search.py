@@ -22,7 +22,6 @@ from fore.actors.overlay._realfs import (
     DIR_FLAGS,
     DirCache,
     PathChanged,
-    _real_error,
     kind_of,
     open_dir,
 )
@@ -34,6 +33,7 @@ from fore.actors.tools.fs import (
     FileStat,
     NotADirectory,
     NotFound,
+    translate_oserror,
 )
 from fore.actors.tools.paths import FsError, PathOutOfScope
 
@@ -72,7 +72,7 @@ class UnionListing:
         except (FileNotFoundError, NotADirectoryError, PathChanged):
             pass  # the directory exists only in the overlay (or replaced a real file)
         except OSError as exc:
-            raise _real_error(exc, rel) from None
+            raise translate_oserror(exc, rel) from None
         with self._lock:
             for name in self._children.get(rel, ()):
                 entry = self._entries[posixpath.join(rel, name) if rel else name]

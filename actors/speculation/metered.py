@@ -46,8 +46,8 @@ import threading
 from typing import Any
 
 import httpx
-from pykka import ActorDeadError
 
+from fore.actors.core.pooled import tell_quietly
 from fore.actors.llm.errors import llm_error
 from fore.actors.llm.models import Emit, StreamResult
 from fore.actors.speculation.governor import LoadGovernor
@@ -187,7 +187,7 @@ class MeteredModel:
             # (also on cancellation, which arrives here as CancelledError).
             self._ended(current, None if result is None else result.usage)
         if result is not None:
-            _tell(
+            tell_quietly(
                 self._usage_to,
                 SpeculationUsage(request_id=request.request_id, usage=result.usage),
             )
@@ -223,7 +223,7 @@ class MeteredModel:
             if total <= budget and not reached:
                 return
             self._budget_told = True
-        _tell(self._usage_to, TokenBudgetReached(spent=total))
+        tell_quietly(self._usage_to, TokenBudgetReached(spent=total))
 
     # -- streams in flight --------------------------------------------------------------
 
@@ -242,7 +242,7 @@ class MeteredModel:
             if self._in_flight:
                 self._idle_waiters.append((address, message))
                 return
-        _tell(address, message)
+        tell_quietly(address, message)
 
     def _ended(self, stream: _Stream, usage: Usage | None) -> None:
         with self._lock:
@@ -257,20 +257,13 @@ class MeteredModel:
                 return
             waiters, self._idle_waiters = self._idle_waiters, []
         for address, message in waiters:
-            _tell(address, message)
+            tell_quietly(address, message)
 
 
 def _model_limit(model: Any) -> int | None:
     """The provider's output limit (``OpenAICompatible.max_output_tokens``), if it has one."""
     limit = getattr(model, "max_output_tokens", None)
     return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
-
-
-def _tell(address: Any, message: Any) -> None:
-    try:
-        address.tell(message)
-    except ActorDeadError:
-        pass
 
 
 __all__ = [

@@ -47,7 +47,7 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from fore.actors.core.pooled import ForeActor, PooledActor, handles
+from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.metered import MeteredModel
@@ -105,13 +105,15 @@ class SpeculationReaper(ForeActor):
         # as dead before its on_stop finished; an exit watcher fires after it.
         actor = order.worker._actor_weakref() if order.worker is not None else None
         me = self.actor_ref
-        if not isinstance(actor, PooledActor) or not actor.add_exit_watcher(
-            lambda record: _tell(me, WorkerExited(killed=record.killed))
-        ):
+
+        def exited(record: ActorExit) -> None:
+            tell_quietly(me, WorkerExited(killed=record.killed))
+
+        if not isinstance(actor, PooledActor) or not actor.add_exit_watcher(exited):
             self._worker_gone("worker_stopped")
             return
         self._stop_timer = self.call_after(order.stop_timeout, self._stop_timed_out, actor)
-        _tell(order.worker, StopNow())  # control lane: overtakes its queued mail
+        tell_quietly(order.worker, StopNow())  # control lane: overtakes its queued mail
 
     def on_stop(self) -> None:
         self._last_resort()
@@ -224,7 +226,7 @@ class SpeculationReaper(ForeActor):
             "speculation_discard_failed", speculation=order.speculation_id, error=repr(error)
         )
         if order.overlay_actor is not None:
-            _tell(order.overlay_actor, StopNow())
+            tell_quietly(order.overlay_actor, StopNow())
         if overlay is None or overlay.gone.is_set():
             self._removed(None)
             return
@@ -260,7 +262,7 @@ class SpeculationReaper(ForeActor):
         ):
             if address is None:
                 continue
-            _tell(address, message)
+            tell_quietly(address, message)
         self.stop()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -286,20 +288,13 @@ class SpeculationReaper(ForeActor):
             self._stop_timer.cancel()
         for address in (order.worker, order.overlay_actor):
             if address is not None:
-                _tell(address, StopNow())
+                tell_quietly(address, StopNow())
         overlay = order.overlay
         if order.overlay_actor is None and overlay is not None and not overlay.removed:
             try:
                 self.system.blocking.submit(overlay.remove, order.remove_timeout)
             except RuntimeError:  # the blocking lane is shut down
                 overlay.remove(0.0)
-
-
-def _tell(address: Any, message: Any) -> None:
-    try:
-        address.tell(message)
-    except ActorDeadError:
-        pass
 
 
 __all__ = ["ReapOrder", "SpeculationReaper"]

@@ -46,7 +46,7 @@ from typing import Any
 from pykka import ActorDeadError
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.actor import OverlayActor
 from fore.actors.overlay.apply import ApplyFailed
@@ -302,10 +302,7 @@ class Speculator(ForeActor):
             self.log.warning("speculation_reaper_failed", error=repr(exc))
             for ref in (self._worker, self._overlay_actor):  # their on_stop cleans up
                 if ref is not None:
-                    try:
-                        ref.tell(StopNow())
-                    except ActorDeadError:
-                        pass
+                    tell_quietly(ref, StopNow())
             if self._overlay_actor is None and self.overlay is not None:
                 self.overlay.remove(0.0)  # no actor owns it; the runtime's close checks
 
@@ -347,19 +344,17 @@ class Speculator(ForeActor):
         if self.overlay is not None:
             written, whiteouts, _dirs = self.overlay.counts()
             files = written + whiteouts
-        try:
-            self.setup.supervisor.tell(
-                SpeculationProgress(
-                    session_id=self.session_id or "",
-                    speculation_id=self.setup.speculation_id,
-                    inner=inner,
-                    detail=detail,
-                    tool_calls=self.tool_calls,
-                    files_written=files,
-                )
-            )
-        except ActorDeadError:
-            pass
+        tell_quietly(
+            self.setup.supervisor,
+            SpeculationProgress(
+                session_id=self.session_id or "",
+                speculation_id=self.setup.speculation_id,
+                inner=inner,
+                detail=detail,
+                tool_calls=self.tool_calls,
+                files_written=files,
+            ),
+        )
 
     def _reach_limit(self, what: str, hard: bool = False) -> None:
         """A budget is spent: the reason names it.
@@ -525,10 +520,7 @@ class Speculator(ForeActor):
         if self.overlay is not None:
             files, whiteouts, _dirs = self.overlay.counts()
             self.files_written = files + whiteouts
-        try:
-            self.setup.supervisor.tell(SpeculationDone(result=self._result()))
-        except ActorDeadError:
-            pass
+        tell_quietly(self.setup.supervisor, SpeculationDone(result=self._result()))
         waiting, self._waiting = self._waiting, []
         if state in ("aborted", "failed", "empty"):
             for waiter in waiting:

@@ -88,6 +88,7 @@ __all__ = [
     "NotFound",
     "PathOutOfScope",
     "WorkspaceFs",
+    "translate_oserror",
 ]
 
 
@@ -178,7 +179,7 @@ class WorkspaceFs:
         try:
             found = resolve_in_workspace(rel, self._root, self._lookup)
         except OSError as exc:
-            raise _translate(exc, rel) from exc
+            raise translate_oserror(exc, rel) from exc
         if found.stop == "not_dir":
             raise NotADirectory(f"{found.at} is not a directory")
         return found.rel
@@ -202,7 +203,7 @@ class WorkspaceFs:
                     next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
                     record_own(os.fstat(next_fd))
                 except OSError as exc:
-                    raise _translate(exc, rel) from exc
+                    raise translate_oserror(exc, rel) from exc
                 os.close(fd)
                 fd = next_fd
         except BaseException:
@@ -246,7 +247,7 @@ class WorkspaceFs:
                 # O_NONBLOCK: opening a FIFO must not wait for a writer.
                 file_fd = os.open(name, _READ_FLAGS | os.O_NONBLOCK, dir_fd=fd)
             except OSError as exc:
-                raise _translate(exc, rel) from exc
+                raise translate_oserror(exc, rel) from exc
         finally:
             os.close(fd)
         try:
@@ -343,7 +344,7 @@ class WorkspaceFs:
                 else:
                     os.unlink(name, dir_fd=fd)
             except OSError as exc:
-                raise _translate(exc, rel) from exc
+                raise translate_oserror(exc, rel) from exc
             record_own(os.fstat(fd))
         finally:
             os.close(fd)
@@ -484,7 +485,12 @@ def _kind(mode: int) -> Literal["file", "dir", "other"]:
     return "other"
 
 
-def _translate(exc: OSError, rel: str) -> FsError:
+def translate_oserror(exc: OSError, rel: str) -> FsError:
+    """An ``OSError`` on the real tree in the file tools' words (workspace-relative).
+
+    Shared by :class:`WorkspaceFs` and the overlay's reads of the real tree
+    (:mod:`fore.actors.overlay`), so both report a failure the same way.
+    """
     if exc.errno == errno.ENOENT:
         return NotFound(f"{rel}: no such file or directory")
     if exc.errno == errno.EISDIR:

@@ -244,15 +244,6 @@ def write_key(path: str, root: str | None) -> str:
         return path
 
 
-def is_within(rel: str, base: str) -> bool:
-    """Whether normalised ``rel`` is ``base`` or below it."""
-    return base in ("", rel) or rel.startswith(base + "/")
-
-
-def parent_of(rel: str) -> str:
-    return posixpath.dirname(rel)
-
-
 @lru_cache(maxsize=512)
 def glob_regex(pattern: str) -> re.Pattern[str]:
     """Compile a glob over workspace-relative paths.

@@ -69,9 +69,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from pykka import ActorDeadError
-
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
 from fore.actors.tools.base import (
@@ -297,7 +295,7 @@ class ToolPool(ForeActor):
         self.log.warning(
             "tool_batch_duplicate", session_id=request.session_id, batch_id=request.batch_id
         )
-        _tell(
+        tell_quietly(
             request.reply_to,
             ToolBatchRejected(
                 batch_id=request.batch_id,
@@ -497,7 +495,7 @@ class ToolPool(ForeActor):
             self._release(item)
             return
         item.timer = self.call_after(item.timeout, self._on_timeout, item)
-        _tell(
+        tell_quietly(
             request.reply_to,
             ToolCallStarted(
                 batch_id=request.batch_id,
@@ -696,7 +694,7 @@ class ToolPool(ForeActor):
             ),
             explicit=valid_output(invocation.explicit),
         )
-        _tell(request.reply_to, finished)
+        tell_quietly(request.reply_to, finished)
         if self._telemetry is not None:
             self._telemetry.tool(
                 request.trace,
@@ -722,7 +720,7 @@ class ToolPool(ForeActor):
         if self._batches.get(batch.key) is batch:
             del self._batches[batch.key]
         results = tuple(r for r in batch.results if r is not None)
-        _tell(
+        tell_quietly(
             request.reply_to,
             ToolBatchFinished(
                 batch_id=request.batch_id, session_id=request.session_id, results=results
@@ -766,10 +764,3 @@ def _count(counts: dict[str, int], session: str, delta: int) -> None:
 def _cancel(timer: TimerHandle | None) -> None:
     if timer is not None:
         timer.cancel()
-
-
-def _tell(address: Any, message: Any) -> None:
-    try:
-        address.tell(message)
-    except ActorDeadError:
-        pass  # the requester is gone (its session closed); nothing to report to

@@ -184,17 +184,6 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the group still exists."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def last_pid() -> int | None:
     """The pid the kernel handed out last in our pid namespace (Linux), else ``None``."""
     try:

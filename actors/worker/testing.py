@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 SHARED_FIELDS = frozenset({"tool", "meta"})
@@ -91,14 +91,3 @@ class ScriptedHook:
         if isinstance(entry, Exception):
             raise entry
         return entry(ctx) if callable(entry) and not isinstance(entry, type) else entry
-
-
-def mutate(fn: Callable[[Any], None], result: Any = None) -> Callable[[Any], Any]:
-    """A hook that applies ``fn`` to its input and returns ``result``."""
-
-    def hook(ctx: Any) -> Any:
-        fn(ctx)
-        return result
-
-    hook.__name__ = getattr(fn, "__name__", "mutate")
-    return hook

@@ -18,7 +18,9 @@ def test_nothing_in_tests_shadows_the_standard_library() -> None:
     names = {
         p.stem if p.suffix == ".py" else p.name
         for p in TESTS.iterdir()
-        if (p.suffix == ".py" or (p.is_dir() and not p.name.startswith((".", "__"))))
+        # a folder shadows only as a regular package: a namespace portion
+        # (no __init__.py, e.g. a stale __pycache__-only folder) loses to stdlib
+        if p.suffix == ".py" or (p / "__init__.py").is_file()
     }
     shadowing = sorted(names & set(sys.stdlib_module_names))
     assert not shadowing, f"rename these in tests/: {shadowing}"

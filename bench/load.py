@@ -219,6 +219,9 @@ class LoadOptions:
     provider: str = "openai"
     """The mock's wire protocol the sessions speak: ``openai`` (Chat Completions) or
     ``anthropic`` (Messages, with prompt caching: the report's "prompt cache" rows)."""
+    store: str | None = None
+    """``"sqlite"``: every session in a SQLite session store (a file of the run's temp
+    directory), each turn written ahead of its report (``fore bench --store sqlite``)."""
 
 
 @dataclass
@@ -745,6 +748,7 @@ def _run(
             # The benchmark owns its process: the GC and GIL settings that a
             # many-session service would choose (actors/core/tuning.py).
             tune_process=True,
+            store=f"sqlite:///{root / 'sessions.db'}" if options.store == "sqlite" else None,
             prices={"*": _model_price(options.price)},
         )
         model = _bench_model(options.provider, server)
@@ -1005,9 +1009,12 @@ class Comparison:
 
 
 def run_comparison(
-    options: LoadOptions, pairs: int = 1
+    options: LoadOptions, pairs: int = 1, *, arm: str = "speculation"
 ) -> tuple[list[LoadReport], list[LoadReport], Comparison | None, dict[str, list[float]]]:
     """``pairs`` interleaved pairs of runs, speculation on and off (see :class:`Comparison`).
+
+    ``arm="store"`` compares the same workload with a SQLite session store
+    ("on") and without one ("off") instead (``fore bench --store sqlite``).
 
     Returns the reports with and without speculation (in run order), the
     comparison over the pairs that finished (``None`` if Ctrl-C came before
@@ -1027,7 +1034,11 @@ def run_comparison(
         quantiles: dict[bool, dict[str, float]] = {}
         turns: dict[bool, list[float]] = {}
         for speculation in order:
-            report, samples = run_load(replace(options, speculation=speculation, seed=seed))
+            if arm == "store":
+                varied = replace(options, store="sqlite" if speculation else None, seed=seed)
+            else:
+                varied = replace(options, speculation=speculation, seed=seed)
+            report, samples = run_load(varied)
             (on_reports if speculation else off_reports).append(report)
             if speculation:
                 first_samples = first_samples or samples

@@ -72,8 +72,9 @@ a JSON object, or it left another field of its input invalid (on_prompt_submit
 ``text`` / ``segments``, pre_llm_request ``messages`` / ``tools`` /
 ``tool_choice``, post_tool_call ``result``); the message names the field."""
 
-ErrorKind = Literal["hook", "llm", "input", "worker"]
-"""What made a run end with status ``error``."""
+ErrorKind = Literal["hook", "llm", "input", "worker", "store"]
+"""What made a run end with status ``error`` (``store``: the session store could not
+save the turn -- its items are in history, not yet in the store)."""
 
 
 class HookFailure(Message):

@@ -5,7 +5,9 @@
   -- the micro-benchmarks (``real_server`` needs llama-cpp-python and a model file, see
   ``bench/llama_server.py``);
 * ``fore run`` -- one headless turn against a script or an OpenAI-compatible endpoint;
-* ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted);
+  ``--session ID`` continues a stored session;
+* ``fore chat`` -- the interactive terminal (``--demo``: offline, scripted; ``--resume``
+  picks a stored session to continue);
 * ``fore mock-llm`` -- the built-in mock LLM server.
 
 A user mistake (a bad flag value, an unreachable endpoint, an unwritable output
@@ -161,6 +163,55 @@ def _log_level_flag(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    """``--store`` / ``--no-store``: where the session is kept (issue 25)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--store",
+        metavar="URL",
+        help="the session store: sqlite:///path/sessions.db or postgresql://... (default: "
+        "FORE_STORE, else sessions.db in the user's data directory)",
+    )
+    group.add_argument("--no-store", action="store_true", help="keep the session in memory only")
+
+
+def _store_url(args: argparse.Namespace) -> str | None:
+    """The store ``fore run`` / ``fore chat`` use: a flag, ``FORE_STORE``, or the default file."""
+    if args.no_store:
+        return None
+    url = args.store or _env("FORE_STORE")
+    if url:
+        return str(url)
+    from fore.supervision.persist import default_store_dir
+
+    directory = default_store_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"{PROG}: cannot create the session store's directory: {_one_line(exc)} "
+            "(use --store URL or --no-store)"
+        ) from None
+    return f"sqlite:///{directory / 'sessions.db'}"
+
+
+def _runtime(name: str, store: str | None, command: str, **options: Any) -> Any:
+    """A runtime on ``store``; a store that cannot be opened is one line."""
+    from fore.actors.store import StoreError, StoreUrlError
+    from fore.supervision import Runtime
+
+    try:
+        return Runtime(name=name, store=store, **options)
+    except StoreUrlError as exc:
+        raise UsageError(f"{PROG} {command}: --store: {_one_line(exc)}") from None
+    except StoreError as exc:
+        raise _Failed(f"{PROG} {command}: error: the session store: {_one_line(exc)}") from None
+
+
+class _Failed(Exception):
+    """A failure to set up, reported as one line, exit code 1."""
+
+
 def _provider_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider",
@@ -300,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare", action="store_true", help="run with and without speculation; print the ratio"
     )
     bench.add_argument(
+        "--store",
+        choices=("sqlite",),
+        help="run the workload with every session in a SQLite session store and without one "
+        "(same seed, --pairs pairs), and compare main-turn latency (target: p99 ratio <= 1.05)",
+    )
+    bench.add_argument(
         "--pairs",
         type=_positive_int,
         default=1,
@@ -368,8 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("prompt", help="the prompt (@path references are attached)")
     run.add_argument(
-        "--workspace", default=".", help="the workspace directory (default: the current one)"
+        "--workspace",
+        help="the workspace directory (default: the current one; with --session, the stored one)",
     )
+    run.add_argument(
+        "--session",
+        metavar="ID",
+        help="continue the stored session ID (its workspace, model and settings unless given)",
+    )
+    _store_flags(run)
     source = run.add_mutually_exclusive_group()
     source.add_argument("--script", help="a scripted-model JSON file (offline)")
     source.add_argument(
@@ -390,7 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--system", help="a system prompt")
     run.add_argument(
-        "--max-turns", type=_positive_int, default=50, help="LLM calls at most (default 50)"
+        "--max-turns",
+        type=_positive_int,
+        help="LLM calls at most (default 50, or the stored session's)",
     )
     run.add_argument(
         "--wrap-up",
@@ -452,6 +518,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--no-speculation", action="store_true", help="suggestions only")
     chat.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="ID",
+        help="continue a stored session: the one named, or pick one of the recent ones",
+    )
+    _store_flags(chat)
+    chat.add_argument(
         "--max-turns",
         type=_positive_int,
         default=50,
@@ -506,6 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_USAGE
+    except _Failed as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_FAILED
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
@@ -546,8 +623,10 @@ def _bench(args: argparse.Namespace) -> int:
             sys.stderr.write(f"{PROG} bench {args.name}: error: {_one_line(exc)}\n")
             return EXIT_FAILED
         return EXIT_OK
-    if args.pairs != 1 and not args.compare:
-        raise UsageError(f"{PROG} bench: --pairs needs --compare")
+    if args.pairs != 1 and not (args.compare or args.store):
+        raise UsageError(f"{PROG} bench: --pairs needs --compare or --store")
+    if args.store and args.compare:
+        raise UsageError(f"{PROG} bench: --store and --compare are two comparisons: pick one")
     if args.plot is not None:
         try:
             importlib.import_module("matplotlib")
@@ -586,6 +665,15 @@ def _bench(args: argparse.Namespace) -> int:
     )
     if args.price is not None:
         options = dataclasses.replace(options, price=_price_tuple(args.price))
+    if args.store:  # the session store's cost (bench/store_load.py)
+        from fore.bench.store_load import run_store_comparison
+
+        try:
+            code, _figures = run_store_comparison(options, args.pairs)
+        except (BenchSetupError, OSError) as exc:
+            sys.stderr.write(f"{PROG} bench: error: {_one_line(exc)}\n")
+            return EXIT_FAILED
+        return code
     comparison = None
     compare = None
     try:
@@ -808,22 +896,31 @@ class _Output:
 
 
 def _run(args: argparse.Namespace) -> int:
-    workspace = Path(args.workspace)
-    if not workspace.is_dir():
+    if args.workspace is None and args.session is None:
+        args.workspace = "."  # the current directory; --session ID keeps the stored one
+    workspace = None if args.workspace is None else Path(args.workspace)
+    if workspace is not None and not workspace.is_dir():
         raise UsageError(f"{PROG} run: --workspace {args.workspace}: not a directory")
-    model = _run_model(args)
-    from fore.supervision import Runtime
+    store = _store_url(args)
+    if args.session is not None and store is None:
+        raise UsageError(f"{PROG} run: --session needs a session store (not --no-store)")
+    # Continuing a session: its stored endpoint unless flags name a model.
+    explicit = args.script is not None or args.base_url is not None or args.provider is not None
+    model = _run_model(args) if args.session is None or explicit else None
 
     out = _Output(sys.stdout, as_json=args.json)
     prices = None if args.price is None else {"*": args.price}
-    with Runtime(name="fore-run", prices=prices) as rt:
-        session = rt.open_session(
-            workspace=workspace,
-            model=model,
-            system_prompt=args.system,
-            max_turns=args.max_turns,
-            wrap_up=args.wrap_up,
-        )
+    with _runtime("fore-run", store, "run", prices=prices) as rt:
+        if args.session is None:
+            session = rt.open_session(
+                workspace=workspace,
+                model=model,
+                system_prompt=args.system,
+                max_turns=args.max_turns or 50,
+                wrap_up=args.wrap_up,
+            )
+        else:
+            session = _resume(rt, args, model)
         box: dict[str, Any] = {}
         ended = threading.Event()
 
@@ -856,6 +953,8 @@ def _run(args: argparse.Namespace) -> int:
             _usage_line(out, session, args.json)
             return EXIT_FAILED
         result = box["result"]
+        if store is not None and not args.json:
+            out.write(f"[session {session.id}: continue it with --session {session.id}]\n")
         if result.status == "cut_off":
             sys.stderr.write(f"{PROG} run: incomplete answer: {result.error}\n")
         if result.status == "error":
@@ -867,6 +966,34 @@ def _run(args: argparse.Namespace) -> int:
             )
         _usage_line(out, session, args.json)
         return _RUN_EXIT.get(result.status, EXIT_FAILED)
+
+
+def _resume(rt: Any, args: argparse.Namespace, model: Any) -> Any:
+    """``fore run --session ID``: the stored session, continued (one line if it cannot be)."""
+    from fore.actors.store import SessionLeased, SessionNotFound, StoreError
+    from fore.supervision.resume import ModelNotRebuildable
+
+    def resume(with_model: Any) -> Any:
+        return rt.resume_session(
+            args.session,
+            with_model,
+            workspace=args.workspace,
+            system_prompt=args.system,
+            max_turns=args.max_turns,
+            wrap_up=args.wrap_up or None,
+        )
+
+    try:
+        try:
+            return resume(model)
+        except ModelNotRebuildable as exc:
+            if model is not None or not _env("FORE_BASE_URL", "OPENAI_BASE_URL"):
+                raise UsageError(f"{PROG} run: {_one_line(exc)} (--script or --base-url)") from None
+            return resume(_run_model(args))  # the environment names an endpoint
+    except SessionNotFound as exc:
+        raise UsageError(f"{PROG} run: --session: {_one_line(exc)}") from None
+    except (SessionLeased, StoreError) as exc:
+        raise _Failed(f"{PROG} run: error: {_one_line(exc)}") from None
 
 
 def _usage_line(out: _Output, session: Any, as_json: bool) -> None:
@@ -885,7 +1012,10 @@ def _chat(args: argparse.Namespace) -> int:
     from fore.messages.gate import ApprovalMode
     from fore.supervision.chat.run import ChatError, ChatOptions, chat
 
-    model = None if args.demo else _run_model(args, "chat")
+    # Resuming without a model named: the stored session's endpoint is rebuilt.
+    explicit = args.script is not None or args.base_url is not None or args.provider is not None
+    resuming = args.resume is not None and not explicit
+    model = None if args.demo or resuming else _run_model(args, "chat")
     options = ChatOptions(
         workspace=args.workspace,
         model=model,
@@ -895,8 +1025,12 @@ def _chat(args: argparse.Namespace) -> int:
         speculation=not args.no_speculation,
         system_prompt=args.system,
         max_turns=args.max_turns,
+        store=None if args.demo else _store_url(args),
+        resume=args.resume,
         price=args.price,
     )
+    if args.resume is not None and options.store is None:
+        raise UsageError(f"{PROG} chat: --resume needs a session store (not --no-store)")
     try:
         return chat(options)
     except ChatError as exc:

@@ -57,6 +57,7 @@ from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
+from fore.actors.store import SessionSnapshot, SessionStore, SessionSummary
 from fore.actors.telemetry.config import Telemetry, instrumentation
 from fore.actors.telemetry.limits import session_usage
 from fore.actors.telemetry.usage import PriceTable, UsageLedger
@@ -74,6 +75,7 @@ from fore.actors.tools.selection import choose_builtins
 from fore.actors.worker.approval import ApprovalPolicy, Approver, LiveApproval, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
+from fore.actors.worker.persistence import Persistence
 from fore.actors.worker.state import SessionState
 from fore.actors.worker.worker import (
     DEFAULT_MAX_ARGUMENT_RETRIES,
@@ -99,6 +101,13 @@ from fore.messages.runtime import (
 from fore.messages.speculation import SpeculationConfig
 from fore.messages.usage import ModelPrice, UsageLimits, UsageSummary
 from fore.supervision.handle import Handle
+from fore.supervision.persist import RuntimeStore
+from fore.supervision.resume import (
+    SessionArgs,
+    rebuild_model,
+    stored_args,
+    workspace_of,
+)
 from fore.supervision.session import Session
 from fore.supervision.session_supervisor import SessionSupervisor
 from fore.supervision.supervisor import Supervisor
@@ -129,11 +138,20 @@ class Runtime:
         overlay_root: str | os.PathLike[str] | None = None,
         tune_process: bool = False,
         speculation_governor: LoadGovernor | None = None,
+        store: str | SessionStore | None = None,
         telemetry: Telemetry | None = None,
         prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         self.name = name
         self._tuned = False
+        # -- the session store (supervision/persist.py): opened before anything
+        # starts, so a bad URL, an unreachable server, a newer schema or a damaged
+        # file is one StoreError from here and nothing is left half-open.
+        self._store = RuntimeStore.open(store)
+        self._session_args: dict[str, SessionArgs] = {}
+        """How each open session was opened (its fork opens the same way)."""
+        if blob_dir is None and self._store is not None:
+            blob_dir = self._store.blob_dir  # blobs must outlive the process, like history
         # -- telemetry (issue 28): spans and metrics when asked for; usage always --
         self.telemetry = instrumentation(telemetry)
         """The actors' :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
@@ -218,11 +236,15 @@ class Runtime:
             self.alert_sink.tell(alert)
         self.blob_store: Handle[Any] | None = None
         if self.blob_fs is not None:
-            store = self.blob_fs
+            blob_fs = self.blob_fs
+            # Retention keeps what stored (not only live) sessions quote.
+            referenced = None if self._store is None else self._store.referenced_blobs
             self.blob_store = self.start_child(
                 ChildSpec(
                     id="blob_store",
-                    start=lambda: BlobStoreActor.start(store, limits=self.blob_limits),
+                    start=lambda: BlobStoreActor.start(
+                        blob_fs, limits=self.blob_limits, referenced=referenced
+                    ),
                 )
             )
         self.tool_pool = self.start_child(
@@ -358,12 +380,224 @@ class Runtime:
         ``usage_limits`` bound the session's main requests and tokens, all its
         turns together (:class:`~messages.usage.UsageLimits`; a turn's own go
         to ``submit``).
+
+        On a runtime with a store (``Runtime(store=...)``) the session is
+        created in the store first (its id, when not given, is the store's
+        time-ordered one) and its history is written there turn by turn, so
+        :meth:`resume_session` can open it again in another process.
         """
+        args = SessionArgs(
+            model=model,
+            workspace=workspace,
+            system_prompt=system_prompt,
+            tools=tuple(tools),
+            builtin=builtin if isinstance(builtin, bool) or builtin is None else tuple(builtin),
+            mcp_servers=tuple(mcp_servers),
+            hooks=hooks,
+            interceptor=interceptor,
+            model_name=model_name,
+            max_turns=max_turns,
+            wrap_up=wrap_up,
+            call_timeout=call_timeout,
+            tool_concurrency=tool_concurrency,
+            max_batch_calls=max_batch_calls,
+            max_argument_retries=max_argument_retries,
+            purpose=purpose,
+            file_ref_cap=file_ref_cap,
+            speculation=speculation,
+            fast_model=fast_model,
+            approval=approval,
+            approver=approver,
+            usage_limits=usage_limits,
+        )
+        return self._open(args, session_id=session_id)
+
+    # -- the session store (supervision/persist.py, supervision/resume.py) ------------------
+
+    @property
+    def store(self) -> SessionStore | None:
+        """The session store (``Runtime(store=...)``), or ``None``."""
+        return None if self._store is None else self._store.store
+
+    def _stored(self) -> RuntimeStore:
         if self._closed:
             raise RuntimeError("the runtime is closed")
+        if self._store is None:
+            raise RuntimeError(
+                "this runtime has no session store: open it with Runtime(store='sqlite:///"
+                "path/sessions.db') or a postgresql:// URL"
+            )
+        return self._store
+
+    def list_sessions(
+        self, *, limit: int = 20, workspace: str | os.PathLike[str] | None = None
+    ) -> tuple[SessionSummary, ...]:
+        """The stored sessions, most recently updated first (optionally of one workspace)."""
+        return self._stored().list_sessions(limit=limit, workspace=workspace)
+
+    def resume_session(
+        self,
+        session_id: str,
+        model: ChatModel | None = None,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        system_prompt: str | None = None,
+        tools: Iterable[Tool[Any] | Callable[..., Any]] = (),
+        builtin: bool | Iterable[str] | None = None,
+        mcp_servers: Iterable[MCPServer] = (),
+        hooks: Hooks | None = None,
+        interceptor: Interceptor | None = None,
+        max_turns: int | None = None,
+        call_timeout: float | None = None,
+        speculation: SpeculationConfig | None = None,
+        fast_model: ChatModel | None = None,
+        wrap_up: bool | None = None,
+        approval: ApprovalPolicy | ApprovalMode | str | None = None,
+        approver: Approver | None = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> Session:
+        """Open a stored session again: the same id, its history, ready for the next prompt.
+
+        ``model`` may be left out when the stored settings can rebuild it (an
+        OpenAI-compatible endpoint: its base URL and model name; the API key
+        comes from the environment); an in-process model (``ScriptedModel``,
+        ``FunctionModel``) is passed again. Every other setting is the stored
+        one unless given here; tools given as objects, hooks, an interceptor
+        and MCP servers live in the process and are passed again (an alert
+        names those the session had and the resume did not pass).
+
+        :class:`~actors.store.errors.SessionNotFound` if the store has no such
+        session, :class:`~actors.store.errors.SessionLeased` if another live
+        process has it open. Pending actions that were waiting are gone (their
+        callbacks lived in the old process): an alert lists their labels.
+        """
+        store = self._stored()
+        if session_id in self._sessions:
+            raise ValueError(f"session {session_id!r} is already open in this runtime")
+        snapshot = store.resume(session_id)
+        try:
+            record = snapshot.record
+            if model is None:
+                model = rebuild_model(record.model_settings, session_id)
+            overrides: dict[str, Any] = {
+                "system_prompt": system_prompt,
+                "tools": tuple(tools),
+                "builtin": builtin
+                if isinstance(builtin, bool) or builtin is None
+                else tuple(builtin),
+                "mcp_servers": tuple(mcp_servers),
+                "hooks": hooks,
+                "interceptor": interceptor,
+                "max_turns": max_turns,
+                "call_timeout": call_timeout,
+                "speculation": speculation,
+                "fast_model": fast_model,
+                "wrap_up": wrap_up,
+                "approval": approval,
+                "approver": approver,
+                "usage_limits": usage_limits,
+            }
+            place = (
+                workspace
+                if workspace is not None
+                else workspace_of(record.workspace, record.session_config)
+            )
+            args, notes = stored_args(
+                record.session_config, model=model, workspace=place, overrides=overrides
+            )
+            if snapshot.pending_actions:
+                labels = "; ".join(snapshot.pending_actions)
+                notes.append(
+                    f"{len(snapshot.pending_actions)} staged action(s) were waiting when the "
+                    f"session was saved and are gone with that process: {labels}"
+                )
+            return self._open(args, session_id=session_id, snapshot=snapshot, notes=notes)
+        except BaseException:
+            store.discard(session_id, delete=False)
+            raise
+
+    def _fork(self, session_id: str) -> Session:
+        """``session.fork()``: a new session (new id), opened like this one, on its history.
+
+        With a store, the copy is the store's (what is saved: every reported
+        turn); without one, the history in memory.
+        """
+        args = self._session_args.get(session_id)
+        source = self._sessions.get(session_id)
+        if args is None or source is None:
+            raise ValueError(f"session {session_id!r} is not open in this runtime")
+        if self._store is None:
+            if self._closed:
+                raise RuntimeError("the runtime is closed")
+            return self._open(args, session_id=None, history=source.history)
+        snapshot = self._stored().fork(session_id)
+        try:
+            return self._open(args, session_id=snapshot.record.session_id, snapshot=snapshot)
+        except BaseException:
+            self._stored().discard(snapshot.record.session_id, delete=True)
+            raise
+
+    def _open(
+        self,
+        args: SessionArgs,
+        *,
+        session_id: str | None,
+        snapshot: SessionSnapshot | None = None,
+        history: Iterable[Any] = (),
+        notes: Iterable[str] = (),
+    ) -> Session:
+        """Start a session's actors: new (on a store: created there first), resumed or forked."""
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        if session_id is not None and session_id in self._sessions:
+            raise ValueError(f"session {session_id!r} is already open")
+        notes = list(notes)
+        persistence: Persistence | None = None
+        created = False
+        if self._store is not None:
+            if snapshot is None:
+                session_id, persistence, more = self._store.create(args, session_id)
+                notes.extend(more)
+                created = True
+            else:
+                persistence = self._store.persistence(snapshot)
+                history = snapshot.items
+                for alert in snapshot.alerts:  # shown again, never stored twice
+                    self.alert_state.keep(alert)
         sid = session_id or uuid.uuid4().hex[:12]
-        if sid in self._sessions:
-            raise ValueError(f"session {sid!r} is already open")
+        try:
+            session = self._start_session(sid, args, history=list(history), persist=persistence)
+        except BaseException:
+            if self._store is not None:
+                self._store.discard(sid, delete=created)
+            raise
+        self._session_args[sid] = args
+        for text in notes:
+            self.alert_sink.tell(
+                Alert(level=AlertLevel.WARN, text=text, session=sid, source="store")
+            )
+        return session
+
+    def _start_session(
+        self,
+        sid: str,
+        args: SessionArgs,
+        *,
+        history: list[Any],
+        persist: Persistence | None,
+    ) -> Session:
+        workspace, model, system_prompt = args.workspace, args.model, args.system_prompt
+        tools, builtin, mcp_servers = args.tools, args.builtin, args.mcp_servers
+        hooks, interceptor, model_name = args.hooks, args.interceptor, args.model_name
+        max_turns, call_timeout, tool_concurrency = (
+            args.max_turns,
+            args.call_timeout,
+            args.tool_concurrency,
+        )
+        max_batch_calls, max_argument_retries = args.max_batch_calls, args.max_argument_retries
+        purpose, file_ref_cap, speculation = args.purpose, args.file_ref_cap, args.speculation
+        fast_model, wrap_up = args.fast_model, args.wrap_up
+        approval, approver, usage_limits = args.approval, args.approver, args.usage_limits
         spec_config = speculation or SpeculationConfig()
         fs: FsView = NoWorkspace() if workspace is None else WorkspaceFs(Path(workspace))
         # -- approvals (issue 24): one mode for normal turns and the speculation gate --
@@ -392,7 +626,7 @@ class Runtime:
             base.extend(mcp_tools)
         registry = ToolRegistry(base)
         hooks = hooks or Hooks()
-        state = SessionState(approval=live_approval)
+        state = SessionState(history=history, approval=live_approval)
         pending = PendingActions()
         trusted: list[Interceptor] = [
             OutputInterceptor(state, model),  # structured output (submit(output_type=...))
@@ -432,6 +666,7 @@ class Runtime:
             max_argument_retries=max_argument_retries,
             telemetry=self.telemetry,
             session_usage=session_usage(usage_limits),
+            persist=persist,
         )
         supervisor_id = f"session:{sid}"
         # Only a speculation uses it, and a session without a workspace has none.
@@ -473,6 +708,8 @@ class Runtime:
         )
         self._sessions[sid] = session
         self._session_models[sid] = (model, fast_model)
+        if self._store is not None:
+            self._store.attach(sid, self.alert_sink)
         for text in mcp_failures:
             self.alert_sink.tell(
                 Alert(level=AlertLevel.ERROR, text=text, session=sid, source="mcp")
@@ -537,6 +774,7 @@ class Runtime:
         self._sessions.pop(session_id, None)
         if self._closed:
             self._forget_models(session_id)
+            self._session_args.pop(session_id, None)
             return []
         deadline = time.monotonic() + timeout
         try:
@@ -564,6 +802,9 @@ class Runtime:
             except Exception as exc:  # the store is restarting or gone: nothing is pinned
                 log.debug("blob_release_skipped", session=session_id, error=repr(exc))
         self._forget_models(session_id)
+        self._session_args.pop(session_id, None)
+        if self._store is not None:  # its last append is done; the lease goes
+            self._store.detach(session_id, self.alert_sink)
         return left
 
     def _final_usage(self, session_id: str) -> UsageSummary:
@@ -611,6 +852,8 @@ class Runtime:
             clean = False
             log.warning("runtime_tree_shutdown_incomplete", error=repr(exc))
         clean = self.system.shutdown(max(0.5, deadline - time.monotonic())) and clean
+        if self._store is not None:  # no append can run any more: every lease goes
+            self._store.close()
         clean = self.llm_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.llm_background_loop.close(max(0.5, deadline - time.monotonic())) and clean
         clean = self.runner.shutdown(max(0.5, deadline - time.monotonic())) and clean
@@ -625,6 +868,7 @@ class Runtime:
             clean = False
             log.warning("runtime_overlays_left", overlays=[str(item) for item in left])
         self._sessions.clear()
+        self._session_args.clear()
         for session_id in list(self._session_models):
             self._forget_models(session_id)
         if self.blob_fs is not None:

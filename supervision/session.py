@@ -536,6 +536,21 @@ class Session:
         target = self._supervisor if self._supervisor is not None else self._worker
         target.ask(AddTool(tool=made), timeout=10)
 
+    # -- forking (the session store, issue 25) -------------------------------------
+
+    def fork(self) -> Session:
+        """A new session (a new id) with a copy of this one's history, opened the same way.
+
+        The same model, tools, hooks and settings; the copy is independent from
+        here on (a "try another approach" from this point). On a runtime with
+        a session store the copy is the store's -- every reported turn, which
+        the write-ahead has saved -- and the fork is stored too; without one
+        it is the history in memory.
+        """
+        if self._closed:
+            raise RuntimeError(f"session {self.id!r} is closed")
+        return self.runtime._fork(self.id)
+
     # -- approvals and the model (issue 24) --------------------------------------------
 
     @property

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +13,12 @@ import pytest
 from fore.supervision.runtime import Runtime
 
 _passed = 0
+
+# ``fore run`` / ``fore chat`` keep a session store in the user's data directory
+# by default: the suite's (and its subprocesses') is a throwaway one, never the
+# real home's.
+os.environ["XDG_DATA_HOME"] = _data_home = tempfile.mkdtemp(prefix="fore-test-data-")
+atexit.register(shutil.rmtree, _data_home, ignore_errors=True)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -23,6 +23,16 @@ blob its history text references, and releases them when it closes
 (:class:`~messages.blob_store.ReleaseSession`). Retention runs on a timer and
 whenever the store grows past its size limit.
 
+Sessions that outlive the process (a runtime with a session store) quote
+blobs after they are closed, when nothing pins them any more: given
+``referenced`` -- the session store's
+:meth:`~actors.store.api.SessionStore.referenced_blobs` -- retention also keeps
+every blob a stored session quotes. It asks twice: once to plan, and once more
+after every candidate's pins were checked and before anything is removed
+(``FsBlobStore.collect(confirm=...)``), because a session appends its turn to
+the store *before* it releases its pins -- so a blob unpinned at the check is
+in the store's answer after it. If the store cannot answer, nothing is removed.
+
 The ``inspect`` tool does not go through this actor: it reads the
 ``FsBlobStore`` directly on its tool-pool thread (thread-safe, and not a
 dispatcher thread, so blocking there is fine).
@@ -34,6 +44,7 @@ import functools
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Collection
 from typing import Any
 
 from fore.actors.blobs.fs_store import (
@@ -164,10 +175,13 @@ class BlobStoreActor(ForeActor):
         pins: PinTable | None = None,
         collect_interval: float = 60.0,
         registry_name: str | None = None,
+        referenced: Callable[[], Collection[str]] | None = None,
     ) -> None:
         super().__init__()
         self.registry_name = registry_name
         self.store = store
+        self.referenced = referenced
+        """Blob ids stored sessions quote (a session store's ``referenced_blobs``): kept."""
         self.limits = limits or BlobLimits()
         self.pins = pins if pins is not None else store.pins
         """Retention protection; owned outside this actor so it survives restarts."""
@@ -391,7 +405,7 @@ class BlobStoreActor(ForeActor):
             finished()
 
         # The store honours its own pins; an injected table is passed as well.
-        collect = functools.partial(self.store.collect, (), pins=self.pins)
+        collect = functools.partial(_collect, self.store, self.pins, self.referenced)
         self.run_blocking(collect, then=done, on_error=failed)
 
     @handles(GetBlobStoreStats)
@@ -407,6 +421,16 @@ class BlobStoreActor(ForeActor):
             then=functools.partial(_answer, reply),
             on_error=functools.partial(_fail, reply),
         )
+
+
+def _collect(
+    store: FsBlobStore, pins: PinTable, referenced: Callable[[], Collection[str]] | None
+) -> CollectReport:
+    """One retention run (blocking): pins, and what stored sessions quote, are kept."""
+    if referenced is None:
+        return store.collect((), pins=pins)
+    # A failing store raises here: the collection fails and removes nothing.
+    return store.collect(referenced(), pins=pins, confirm=referenced)
 
 
 def _answer(reply: PooledFuture[Any] | None, value: Any) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -166,6 +166,7 @@ class Retention:
         now: float | None = None,
         *,
         pins: PinTable | None = None,
+        confirm: Callable[[], Collection[uuid.UUID | str]] | None = None,
     ) -> CollectReport:
         """Apply retention; never remove a referenced or pinned blob.
 
@@ -182,6 +183,13 @@ class Retention:
         unprotected blobs go until the total is at most ``max_total_bytes``.
         Blobs younger than ``grace_s`` always stay. Age is ``now - mtime``
         (``now`` defaults to ``time.time()``; tests pass it).
+
+        ``confirm`` is for references that can appear while this runs and
+        whose holders pin a blob until it is referenced (a session store: a
+        session appends its turn before it releases its pins). The removals
+        are then planned first; ``confirm()`` is called once, after every
+        planned blob was found unpinned, and what it returns is kept too;
+        only then are the others removed (pins checked again, as always).
         """
         now = time.time() if now is None else now
         refs = {parse_blob_id(r) for r in referenced}
@@ -212,6 +220,13 @@ class Retention:
                     return False
                 return True if self._remove(entry) else None
 
+        planned: list[_Entry] = []
+
+        def plan(entry: _Entry) -> bool:
+            planned.append(entry)
+            return True
+
+        decide = remove if confirm is None else plan
         with self._collect_lock:
             for table in tables:
                 table.sync()  # compact our published pins after releases
@@ -226,7 +241,7 @@ class Retention:
                     if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
                     elif age >= self.grace_s:
-                        outcome = remove(entry)
+                        outcome = decide(entry)
                         if outcome:
                             removed.append(entry)
                             continue
@@ -243,7 +258,7 @@ class Retention:
                     if is_protected(entry.blob_id):
                         protected[entry.blob_id] = None
                     elif now - entry.mtime >= self.grace_s:
-                        outcome = remove(entry)
+                        outcome = decide(entry)
                         if outcome:
                             removed.append(entry)
                             total -= entry.size
@@ -252,6 +267,20 @@ class Retention:
                             protected[entry.blob_id] = None
                     survivors.append(entry)
                 kept = survivors
+            if confirm is not None and planned:
+                # Planned removals: everything referenced by now is kept after all.
+                later = {parse_blob_id(r) for r in confirm()}
+                removed = []
+                for entry in planned:
+                    outcome = None if entry.blob_id in later else remove(entry)
+                    if outcome:
+                        removed.append(entry)
+                        continue
+                    if entry.blob_id in later or outcome is False:
+                        protected[entry.blob_id] = None
+                    kept.append(entry)
+                    total += entry.size
+                kept.sort(key=lambda e: (e.mtime, e.blob_id))
             report = CollectReport(
                 removed=tuple(e.blob_id for e in removed),
                 removed_bytes=sum(e.size for e in removed),

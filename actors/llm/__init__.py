@@ -2,18 +2,12 @@
 
 from fore.actors.llm.anthropic import AnthropicModel
 from fore.actors.llm.body import BodyLimits
+from fore.actors.llm.chat_model import ChatModel, RetryPolicy, StreamResult, Timeouts
 from fore.actors.llm.errors import LlmException, llm_error
 from fore.actors.llm.gateway import LlmGateway
 from fore.actors.llm.loop import LlmLoop, RetryBudget, retry_delay
-from fore.actors.llm.models import (
-    ChatModel,
-    FunctionModel,
-    OpenAICompatible,
-    RetryPolicy,
-    ScriptedModel,
-    StreamResult,
-    Timeouts,
-)
+from fore.actors.llm.models import OpenAICompatible
+from fore.actors.llm.offline import FunctionModel, ScriptedModel
 from fore.actors.llm.script import ScriptError, ScriptFile, ScriptReply, ScriptToolCall, ScriptWhen
 from fore.actors.llm.wire import StreamAssembler
 

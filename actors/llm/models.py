@@ -1,7 +1,7 @@
 """Model providers: what actually answers an :class:`~messages.llm.LlmRequest`.
 
-Three kinds share one async interface, ``await model.stream(request, emit, http)``,
-run by the gateway's event loop:
+Three kinds share one async interface, ``await model.stream(request, emit, http)``
+(:class:`~fore.actors.llm.chat_model.ChatModel`), run by the gateway's event loop:
 
 * :class:`OpenAICompatible` -- any OpenAI-compatible Chat Completions endpoint
   (OpenAI, vLLM, llama.cpp server, Ollama, DashScope, OpenRouter, the built-in
@@ -11,6 +11,12 @@ run by the gateway's event loop:
   server uses;
 * :class:`FunctionModel` -- ``fn(request)`` decides each reply, for tests that
   must react to what they are sent.
+
+This module is the OpenAI-compatible client: its configuration, the streaming read
+with its deadlines (:class:`_Clock`, shared with the Anthropic client) and the error
+mapping. The protocol with its shared configuration (``RetryPolicy``, ``Timeouts``)
+lives in :mod:`~fore.actors.llm.chat_model`, the two offline models in
+:mod:`~fore.actors.llm.offline`; their names stay importable from here.
 """
 
 from __future__ import annotations
@@ -23,19 +29,23 @@ import os
 import re
 import socket
 import ssl
-import threading
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol, cast, get_args, runtime_checkable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
 
 from fore.actors.core.logs import get_logger
 from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits, BoundedDecoder, SseParser, read_body
+from fore.actors.llm.chat_model import (
+    ChatModel,
+    Emit,
+    RetryPolicy,
+    StreamResult,
+    StructuredOutput,
+    Timeouts,
+    _structured_output,
+)
 from fore.actors.llm.errors import (
     LlmException,
     error_from_payload,
@@ -45,115 +55,43 @@ from fore.actors.llm.errors import (
     provider_error_details,
 )
 from fore.actors.llm.netio import FLOW_EXTENSION
-from fore.actors.llm.script import (
-    ScriptCursor,
-    ScriptFile,
-    ScriptReply,
-    new_tool_call_id,
-    split_fragments,
-    stream_plan,
+from fore.actors.llm.offline import (
+    FunctionModel,
+    ReplyLike,
+    ScriptedModel,
+    estimate_tokens,
+    last_input_text,
+    stream_reply,
 )
 from fore.actors.llm.wire import (
     MaxTokensField,
     StreamAssembler,
-    arguments_text,
     complete_from_body,
     request_payload,
 )
-from fore.messages.conversation import (
-    AssistantMessage,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    item_text,
-)
-from fore.messages.llm import Deadline, LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
+from fore.messages.llm import Deadline, LlmRequest
 
-Emit = Callable[[Any], None]
-"""Receives a model's stream events: LlmTextDelta / LlmToolCallDelta, or a plain ``str``
-for text (the gateway builds one message per coalesced flush, not one per token)."""
+__all__ = [
+    "BACKGROUND_READ_INTERVAL_S",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "ChatModel",
+    "Emit",
+    "FunctionModel",
+    "OpenAICompatible",
+    "ReplyLike",
+    "RetryPolicy",
+    "ScriptedModel",
+    "StreamResult",
+    "StructuredOutput",
+    "Timeouts",
+    "connect_problem",
+    "estimate_tokens",
+    "last_input_text",
+    "stream_reply",
+]
+
 
 log = get_logger(__name__)
-
-StructuredOutput = Literal["auto", "json_schema", "tool"]
-"""How a model is asked for structured output (``submit(output_type=...)``, actors.output):
-the provider's JSON-schema response format, a ``final_answer`` tool, or ``auto`` --
-the response format, and the tool if the provider refuses the format."""
-
-
-def _structured_output(value: str) -> StructuredOutput:
-    if value not in get_args(StructuredOutput):
-        raise ValueError(
-            f"structured_output must be 'auto', 'json_schema' or 'tool', got {value!r}"
-        )
-    return cast(StructuredOutput, value)
-
-
-@dataclass(frozen=True)
-class StreamResult:
-    """A completed answer."""
-
-    message: AssistantMessage
-    usage: Usage
-    finish_reason: str
-    response_model: str | None = None
-    """The model the provider says answered (its ``model`` field), for telemetry."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries with exponential backoff and jitter, within a bounded budget."""
-
-    max_retries: int = 3
-    initial_backoff: float = 0.5
-    max_backoff: float = 8.0
-    jitter: float = 0.25
-    max_total_wait: float = 30.0
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """How long each phase of a request may take (seconds).
-
-    A model may think for a long time before its first token and then stream
-    quickly, so the two waits are separate: ``first_byte`` bounds a streaming
-    attempt from its start (connecting and sending included) to the first
-    event, headers included; ``idle`` bounds every later gap between events,
-    so a stream that stalls mid-answer is given up long before a slow first
-    token would be. ``connect`` and ``write`` bound opening the connection and
-    sending the body.
-
-    A stream that keeps sending but never says anything -- empty deltas,
-    keep-alive comments -- satisfies ``idle`` forever, so two more deadlines
-    bound it: ``no_progress``, the longest gap between chunks that carry
-    something (text, a tool call, reasoning, a finish reason), and ``total``,
-    the whole attempt, streamed or not (a non-streamed answer arrives in one
-    piece only when it is complete, so ``total`` is its only deadline after
-    connecting). Each ends the attempt with a ``timeout`` error whose
-    ``deadline`` names it (``LlmError.deadline``).
-
-    ``after_done`` is how long to keep reading after ``[DONE]`` for the end of
-    the body: reading to the end lets the connection go back to the pool, and
-    a server that ends the body promptly (all of them, normally) does so well
-    within it. One that keeps the body open must not turn a complete answer
-    into an idle timeout, so the answer stands and that connection is closed.
-    """
-
-    connect: float = 10.0
-    first_byte: float = 60.0
-    idle: float = 30.0
-    write: float = 30.0
-    total: float = 600.0
-    no_progress: float = 60.0
-    after_done: float = 0.1
-
-    def __post_init__(self) -> None:
-        for name in ("connect", "first_byte", "idle", "write", "total", "no_progress"):
-            value = getattr(self, name)
-            if not value > 0 or value == float("inf"):
-                raise ValueError(f"Timeouts.{name} must be a positive number, got {value!r}")
-        if not self.after_done >= 0:
-            raise ValueError(f"Timeouts.after_done must be >= 0, got {self.after_done!r}")
 
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
@@ -164,6 +102,7 @@ models have 4,096 to 128k; llama.cpp is bounded by its context), so a request
 never carries more than ``OpenAICompatible(max_output_tokens=...)``: 4,096 is
 what every current model accepts."""
 
+
 BACKGROUND_READ_INTERVAL_S = 0.1
 """How often the stream of a request nobody watches is read (see ``OpenAICompatible``).
 
@@ -171,14 +110,17 @@ Also the most it can delay noticing that such an answer is complete: a
 speculation's end (what a Tab that arrived while it ran waits for) comes up
 to this late, so it is kept well under the time a person takes to read."""
 
+
 _BATCHED_PURPOSES = frozenset({"speculation", "pipelined"})
 """Purposes whose streams are read in batches. A suggestion is not: it is short
 (``suggestion_max_tokens``) and the sooner it is complete, the sooner its
 speculation can start -- before the user has begun to type."""
 
+
 _BATCH_FULL_BYTES = 8 * 1024
 """A raw read at least this large suggests more is already buffered: read on
 without the pause (so a fast server is not throttled by it)."""
+
 
 _DRAIN_BYTES = 64 * 1024
 """What is read after ``[DONE]`` to find the end of the body, at most."""
@@ -266,20 +208,6 @@ class _Clock:
         if self.total_at <= soonest:
             return "total"
         return "no_progress" if self.progress_at <= self.idle_at else "idle"
-
-
-@runtime_checkable
-class ChatModel(Protocol):
-    """What the gateway needs from a model provider."""
-
-    name: str
-    retry: RetryPolicy
-
-    async def stream(
-        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
-    ) -> StreamResult:
-        """Answer ``request``, emitting deltas as they arrive; raise LlmException on failure."""
-        ...
 
 
 def _env(*names: str) -> str | None:
@@ -825,251 +753,3 @@ def _hint_404(base_url: str) -> str:
             f" /v1/chat/completions: did you mean {base_url}/v1 ?"
         )
     return "; check the base URL and the model name"
-
-
-def last_input_text(request: LlmRequest) -> str:
-    """The text of the last user message or tool result (what scripts match on)."""
-    for item in reversed(request.messages):
-        if isinstance(item, UserMessage):
-            return item.text
-        if isinstance(item, ToolResult):
-            return item.output
-    return ""
-
-
-def estimate_tokens(text: str) -> int:
-    """A rough token count (4 characters per token) for offline usage numbers."""
-    return max(0, (len(text) + 3) // 4)
-
-
-async def stream_reply(
-    request: LlmRequest,
-    reply: ScriptReply,
-    emit: Emit,
-    *,
-    default_ttft_ms: float = 0.0,
-    default_tokens_per_s: float | None = None,
-    arg_chunk_size: int = 16,
-) -> StreamResult:
-    """Stream one scripted reply with its latency schedule (shared by both offline models)."""
-    plan = stream_plan(
-        reply, default_ttft_ms=default_ttft_ms, default_tokens_per_s=default_tokens_per_s
-    )
-    rid = request.request_id
-    for chunk, delay in zip(plan.chunks, plan.delays_s, strict=True):
-        if delay > 0:
-            await asyncio.sleep(delay)
-        emit(LlmTextDelta(request_id=rid, text=chunk))
-    calls = []
-    first_delay = plan.first_token_delay_s if not plan.chunks else plan.token_interval_s
-    for index, scripted in enumerate(reply.tool_calls):
-        call_id = scripted.id or new_tool_call_id()
-        if first_delay > 0:
-            await asyncio.sleep(first_delay)
-        first_delay = plan.token_interval_s
-        emit(LlmToolCallDelta(request_id=rid, index=index, call_id=call_id, name=scripted.name))
-        for fragment in split_fragments(arguments_text(scripted.arguments), arg_chunk_size):
-            if plan.token_interval_s > 0:
-                await asyncio.sleep(plan.token_interval_s)
-            emit(LlmToolCallDelta(request_id=rid, index=index, arguments_delta=fragment))
-        calls.append(ToolCall(id=call_id, name=scripted.name, arguments=dict(scripted.arguments)))
-    if not plan.chunks and not reply.tool_calls and plan.first_token_delay_s > 0:
-        await asyncio.sleep(plan.first_token_delay_s)
-    chars = sum(len(item_text(item)) for item in request.messages)
-    prompt = (chars + 3) // 4
-    completion = len(plan.chunks) + sum(
-        estimate_tokens(arguments_text(c.arguments)) for c in reply.tool_calls
-    )
-    usage = Usage(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-    )
-    message = AssistantMessage(text=plan.text, tool_calls=tuple(calls))
-    return StreamResult(message, usage, "tool_calls" if calls else "stop")
-
-
-class ScriptedModel:
-    """Offline, deterministic replies from the public script format.
-
-    Each session consumes the script on its own (per-session cursors), exactly
-    as the mock server keys conversations by the ``X-Fore-Session`` header.
-    """
-
-    def __init__(
-        self,
-        replies: Sequence[ScriptReply | Mapping[str, Any]] = (),
-        *,
-        ttft_ms: float = 0.0,
-        tokens_per_s: float | None = None,
-        name: str = "scripted",
-        arg_chunk_size: int = 16,
-        structured_output: StructuredOutput = "auto",
-    ) -> None:
-        self.structured_output = _structured_output(structured_output)
-        """How structured output is asked for (see ``OpenAICompatible``); the
-        scripted replies are served as written either way."""
-        self.script = ScriptFile(
-            replies=tuple(
-                r if isinstance(r, ScriptReply) else ScriptReply.model_validate(r) for r in replies
-            )
-        )
-        self.name = name
-        self.retry = RetryPolicy(max_retries=0)
-        self.ttft_ms = ttft_ms
-        self.tokens_per_s = tokens_per_s
-        self.arg_chunk_size = arg_chunk_size
-        self._cursors: dict[str, ScriptCursor] = {}
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> ScriptedModel:
-        """Load a script file (raises a clear ``ScriptError`` on a bad file)."""
-        return cls(ScriptFile.from_path(Path(path)).replies, **options)
-
-    def __repr__(self) -> str:
-        return f"ScriptedModel({len(self.script.replies)} replies)"
-
-    def cursor(self, session_id: str) -> ScriptCursor:
-        with self._lock:
-            cursor = self._cursors.get(session_id)
-            if cursor is None:
-                cursor = self._cursors[session_id] = ScriptCursor(self.script)
-            return cursor
-
-    def forget(self, session_id: str) -> None:
-        """Drop ``session_id``'s cursor: a session reopened under that id starts afresh.
-
-        The Runtime calls it when a session closes, so cursors do not pile up
-        over a long-lived runtime.
-        """
-        with self._lock:
-            self._cursors.pop(session_id, None)
-
-    async def stream(
-        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
-    ) -> StreamResult:
-        reply = self.cursor(request.session_id).next_reply(
-            request.purpose, last_input_text(request)
-        )
-        return await stream_reply(
-            request,
-            reply,
-            emit,
-            default_ttft_ms=self.ttft_ms,
-            default_tokens_per_s=self.tokens_per_s,
-            arg_chunk_size=self.arg_chunk_size,
-        )
-
-
-ReplyLike = ScriptReply | Mapping[str, Any] | str
-
-
-def _no_stop_iteration(fn: Callable[[LlmRequest], ReplyLike], request: LlmRequest) -> ReplyLike:
-    """``fn(request)``, with a ``StopIteration`` it raises (``next()`` on a spent iterator)
-    turned into a ``RuntimeError``: asyncio cannot set one on a future, and the request
-    would never be answered."""
-    try:
-        return fn(request)
-    except StopIteration as exc:
-        raise RuntimeError(f"StopIteration{f': {exc}' if str(exc) else ''}") from None
-
-
-class FunctionModel:
-    """``fn(request) -> reply`` decides every answer (run on the model's own threads).
-
-    The reply has the script's shape: a :class:`ScriptReply`, a mapping that
-    validates as one, or a plain string (text only). ``fn`` may raise an
-    :class:`~actors.llm.errors.LlmException` to simulate a typed failure.
-
-    ``fn`` may block (tests make it wait on events), so it runs on a
-    dedicated, bounded executor of ``max_workers`` threads (created lazily),
-    never on the LLM loop's default executor, which other work shares. A
-    cancelled request cannot stop a running ``fn`` (a thread cannot be
-    killed): its thread is busy until ``fn`` returns.
-
-    ``requests`` keeps the most recent ``keep_requests`` requests, oldest
-    dropped first (a deque with ``maxlen``): each holds a whole history, so
-    keeping all of them would grow without bound over a long run.
-    :meth:`forget` drops one session's (the Runtime calls it when the
-    session closes).
-    """
-
-    def __init__(
-        self,
-        fn: Callable[[LlmRequest], ReplyLike],
-        *,
-        name: str = "function",
-        ttft_ms: float = 0.0,
-        tokens_per_s: float | None = None,
-        retry: RetryPolicy | None = None,
-        max_workers: int = 16,
-        keep_requests: int = 1000,
-        structured_output: StructuredOutput = "auto",
-    ) -> None:
-        if max_workers < 1 or keep_requests < 0:
-            raise ValueError("max_workers must be >= 1 and keep_requests >= 0")
-        self.structured_output = _structured_output(structured_output)
-        """How structured output is asked for (see ``OpenAICompatible``): ``fn``
-        sees ``request.response_schema``, or the ``final_answer`` tool."""
-        self.fn = fn
-        self.name = name
-        self.ttft_ms = ttft_ms
-        self.tokens_per_s = tokens_per_s
-        self.retry = retry or RetryPolicy(max_retries=0)
-        self.requests: deque[LlmRequest] = deque(maxlen=keep_requests)
-        self._lock = threading.Lock()
-        self._max_workers = max_workers
-        self._executor: ThreadPoolExecutor | None = None
-
-    def __repr__(self) -> str:
-        return f"FunctionModel({getattr(self.fn, '__name__', 'fn')})"
-
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self._max_workers, thread_name_prefix="fore-function-model"
-                )
-            return self._executor
-
-    def forget(self, session_id: str) -> None:
-        """Drop what this model keeps about ``session_id`` (its recorded requests)."""
-        with self._lock:
-            kept = [r for r in self.requests if r.session_id != session_id]
-            self.requests.clear()
-            self.requests.extend(kept)
-
-    def close(self) -> None:
-        """Let the executor's threads end once their ``fn`` calls return."""
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
-
-    async def stream(
-        self, request: LlmRequest, emit: Emit, http: httpx.AsyncClient
-    ) -> StreamResult:
-        with self._lock:
-            self.requests.append(request)
-        try:
-            loop = asyncio.get_running_loop()
-            raw = await loop.run_in_executor(self._pool(), _no_stop_iteration, self.fn, request)
-        except LlmException:
-            raise
-        except Exception as exc:
-            raise llm_error(
-                "server", f"model function raised {type(exc).__name__}: {exc}", retryable=False
-            ) from None
-        reply = (
-            raw
-            if isinstance(raw, ScriptReply)
-            else ScriptReply(text=raw)
-            if isinstance(raw, str)
-            else ScriptReply.model_validate(raw)
-        )
-        return await stream_reply(
-            request,
-            reply,
-            emit,
-            default_ttft_ms=self.ttft_ms,
-            default_tokens_per_s=self.tokens_per_s,
-        )

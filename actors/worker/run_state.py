@@ -35,6 +35,7 @@ RunPhase = Literal[
     "storing outputs",
     "on_turn_end",
     "paused",
+    "saving",
     "on_abort",
     "ended",
 ]
@@ -59,8 +60,9 @@ _NEXT_LLM = _phases("pre_llm_request", "on_turn_end", "paused")
 hooks; the turn's end when the interceptor already has the answer (structured
 output); a pause someone asked for meanwhile."""
 
-_ENDS = _phases("on_abort", "ended")
-"""Every started phase may end: early (on_abort first) or at once."""
+_ENDS = _phases("on_abort", "ended", "saving")
+"""Every started phase may end: early (on_abort first) or at once -- with a session
+store, through ``saving`` (its end, a pause or an accepted insert written ahead)."""
 
 ALLOWED: dict[RunPhase, frozenset[RunPhase]] = {
     # A submit prepares its input; an accepted speculation's continuation
@@ -89,6 +91,11 @@ ALLOWED: dict[RunPhase, frozenset[RunPhase]] = {
     # Resumed: at the LLM request, the call's hooks, or the turn end's hooks.
     "paused": _phases("pre_tool_call") | _NEXT_LLM | _ENDS,
     "on_abort": _phases("ended"),
+    # Written to the session store (actors/worker/persistence.py): the run's end
+    # (then ended), a pause (then paused) or an accepted speculation's items (then
+    # its turn goes on, as from starting); a live one may still be cancelled meanwhile.
+    # (A run whose end is saved from preparing or on_abort stays in that phase.)
+    "saving": _phases("pre_tool_call", "approval", "storing outputs") | _NEXT_LLM | _ENDS,
     "ended": _phases(),
 }
 

@@ -48,6 +48,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from pykka import ActorDeadError
+from pykka._envelope import Envelope
 
 from fore.actors.blobs.summary import fits_utf8, truncated_fallback
 from fore.actors.core.future import PooledFuture
@@ -99,7 +100,8 @@ from fore.actors.worker.interceptor import (
     Interceptor,
     RetryRequest,
 )
-from fore.actors.worker.run_state import CallStatus, RunProgress
+from fore.actors.worker.persistence import Persistence, TurnWriter
+from fore.actors.worker.run_state import ALLOWED, CallStatus, Ending, RunProgress
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
 from fore.errors import ForeError
 from fore.messages.alerts import Alert, AlertLevel
@@ -203,7 +205,7 @@ def wrap_up_choice(wrap_up: bool, turn: int, max_turns: int) -> ToolChoice:
 
 def _live(run: _Run) -> bool:
     """The run may go on: it has not ended, and its ending (on_abort) has not begun."""
-    return not run.ended and not run.aborted
+    return not run.ended and not run.aborted and run.end_save is None
 
 
 _BLOB_MARK = "[blob:"
@@ -218,6 +220,10 @@ def _blob_texts(item: Item) -> tuple[str, ...]:
     else:  # pragma: no cover - every item kind is above
         return ()
     return tuple(t for t in texts if _BLOB_MARK in t)
+
+
+def _ignore(_problem: str | None) -> None:
+    """The answer of a save nobody waits for (the worker is stopping)."""
 
 
 def match_results(
@@ -326,6 +332,9 @@ class WorkerConfig:
     """The runtime's :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
     session_usage: SessionUsage | None = None
     """The session's usage limits and its main requests so far (kept across restarts)."""
+    persist: Persistence | None = None
+    """The session's write-ahead to its session store (:mod:`actors.worker.persistence`);
+    ``None``: history lives in memory only (no store, or a speculation's worker)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_calls < 1:
@@ -398,6 +407,11 @@ class _Run(RunProgress):
     """A submit that interrupted this paused run; it starts once this run has ended."""
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
+    saving: bool = False
+    """Its end is being written to the session store (reported once that is done)."""
+    end_save: Ending | None = None
+    """Set while its end is written to the session store (phase ``saving``): the status
+    and error it then ends with. Until then it is ending: nothing left to cancel."""
     # -- telemetry (issue 28) --
     span: Any = None
     """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
@@ -441,24 +455,40 @@ class Worker(ForeActor):
         """Submit ids received (bounded): a late cancel for one is not an early cancel."""
         self._continuations: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._draining = False
+        self._writer = None if config.persist is None else TurnWriter(self, config.persist)
+        self._held: list[tuple[Any, PooledFuture[Any] | None]] | None = None
+        """Messages that arrived while a restarted worker reloads from the store."""
+        self._stopping = False
 
     # -- lifecycle -------------------------------------------------------------
 
     def on_start(self) -> None:
         self.config.interceptor.attach(self.alert)
         self.state.output = None  # a crashed incarnation's structured run is over
+        if self._writer is not None and self._writer.started():
+            # A restart: history comes back from the session store first.
+            self._held = []
+            self._writer.reload(self._reloaded)
+            return
+        self._repair()
+
+    def _repair(self) -> None:
         repaired = self.state.repair("Interrupted: the session's worker restarted")
         for item in repaired:
             self._emit(ItemAdded(session_id=self.config.session_id, run_id=None, item=item))
 
     def on_stop(self) -> None:
         """The session closed under a run: cancel it; its on_abort hooks still run once."""
+        self._stopping = True  # no more waiting on the store: the end is reported now
         run = self._run
         if run is None or run.ended:
             return
         successor, run.successor = run.successor, None
-        if run.ending is not None:  # already ending: keep the status it is ending with
-            status, error = run.ending.status, run.ending.error
+        if run.end_save is not None or run.ending is not None:
+            # Already ending: keep the status it is ending with.
+            end = run.end_save or run.ending
+            assert end is not None
+            status, error = end.status, end.error
         else:
             status, error = "cancelled", "session closed"
             self._close_open_calls(run, "Cancelled: the session closed")
@@ -502,6 +532,8 @@ class Worker(ForeActor):
         """
         hooks = self.config.hooks
         chain = self._chain_run
+        if run.end_save is not None:
+            return  # it ended; only its report waits for the store
         if run.aborted:
             if chain is None or chain.run is not run or chain.state.event is not HookEvent.ON_ABORT:
                 return
@@ -542,6 +574,83 @@ class Worker(ForeActor):
                 log=self.log,
             ).start()
 
+    # -- the session store: write-ahead and reload (actors/worker/persistence.py) ----
+
+    def on_receive(self, message: Any) -> Any:
+        held = self._held
+        if held is not None:  # reloading after a restart: handled once history is back
+            held.append((message, self.defer_reply()))
+            return None
+        return super().on_receive(message)
+
+    def _reloaded(self, kept: int, lost: int, problem: str | None) -> None:
+        """History is back from the store: repair it, say what was lost, handle what waited."""
+        if problem is not None:
+            self.alert(
+                AlertLevel.ERROR,
+                f"the session's worker restarted and could not reload history from the session "
+                f"store ({problem}); it goes on with the history in memory",
+                "store",
+            )
+        elif lost:
+            self.alert(
+                AlertLevel.WARN,
+                f"the session's worker restarted: the turn in flight was lost ({lost} "
+                f"item{'' if lost == 1 else 's'} not saved); history was reloaded from the "
+                "session store"
+                + (f", with {kept} unsaved item(s) of earlier turns kept" if kept else ""),
+                "store",
+            )
+        self._repair()
+        held, self._held = self._held or [], None
+        for message, reply in held:
+            # In arrival order, each as if it had just arrived (its reply kept).
+            self._fore_process(Envelope(message, reply_to=reply))
+
+    def _save_then(self, run: _Run | None, then: Callable[[str | None], None]) -> bool:
+        """Write history so far to the store, then ``then(problem)``; False: nothing to write."""
+        writer = self._writer
+        if writer is None:
+            return False
+        usage = None
+        if run is not None and not run.saving:
+            run.saving = True
+            usage = run.usage
+        if self._stopping:
+            # The session is closing under the run: its end is reported now, and
+            # its items still go to the store (closing the session waits for it).
+            writer.save(_ignore, usage=usage)
+            return False
+        return writer.save(then, usage=usage)
+
+    def _store_failed(self, problem: str, what: str) -> str:
+        text = (
+            f"the session store could not save {what} ({problem}); its items stay in this "
+            "process's memory and are written with the next save that succeeds"
+        )
+        self.alert(AlertLevel.ERROR, text, "store")
+        return text
+
+    def _saved(self, run: _Run, problem: str | None) -> None:
+        """The run's end is in the store (or could not be written): report it now."""
+        if run.ended:
+            return
+        end = run.end_save or run.ending or Ending("completed", None)
+        if problem is not None:
+            end = Ending("error", self._store_failed(problem, "this turn"))
+            run.end_save = end
+            run.error_kind = "store"
+        self._complete(run, end.status, end.error)
+
+    def _pause_saved(
+        self, run: _Run, reason: str, where: str, point: tuple[Any, ...], problem: str | None
+    ) -> None:
+        if not _live(run):
+            return  # cancelled while it was saved: its end reports
+        if problem is not None:
+            self._store_failed(problem, "the paused turn")
+        self._pause(run, reason, where, point, saved=True)
+
     # -- subscription and queries ------------------------------------------------
 
     @handles(Subscribe)
@@ -562,6 +671,16 @@ class Worker(ForeActor):
         if not message.continue_calls and not message.continue_turn:
             for item in message.items:
                 self._append(None, item)
+            reply = self.defer_reply() if self._writer is not None else None
+
+            def inserted(problem: str | None) -> None:
+                if problem is not None:
+                    self._store_failed(problem, "the accepted speculation's items")
+                if reply is not None:
+                    reply.try_set(None)
+
+            if not self._save_then(None, inserted):
+                inserted(None)
             return None
         # Answered at once (the items are in history); the continuation's end
         # is its TurnFinished event.
@@ -578,9 +697,7 @@ class Worker(ForeActor):
             # goes on with an LLM request on the history as it now is.
             for item in message.items:
                 self._append(run, item)
-            self._emit(RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=""))
-            self._llm_turn(run)
-            return run.run_id
+            return self._inserted(run, lambda: self._llm_turn(run))
         items = list(message.items)
         extra = tuple(message.continue_calls)
         last = max(
@@ -597,11 +714,31 @@ class Worker(ForeActor):
             items.append(AssistantMessage(text="", tool_calls=extra))
         for item in items:
             self._append(run, item)
-        self._emit(RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=""))
         assistant = items[last]
         assert isinstance(assistant, AssistantMessage)
         run.assistant_index = run.start_len + last
-        self._start_tools(run, assistant, only=extra)
+        return self._inserted(run, lambda: self._start_tools(run, assistant, only=extra))
+
+    def _inserted(self, run: _Run, go_on: Callable[[], None]) -> str | None:
+        """The accepted items are in history: save them (a store), answer, continue the turn."""
+        reply = self.defer_reply() if self._writer is not None else None
+
+        def saved(problem: str | None) -> None:
+            if problem is not None:
+                self._store_failed(problem, "the accepted speculation's items")
+            if reply is not None:
+                reply.try_set(run.run_id)
+            if _live(run):  # from saving (or starting) it goes on as from starting
+                self._emit(
+                    RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
+                )
+                go_on()
+
+        if self._writer is not None:
+            run.phase = "saving"
+            if self._writer.save(saved):
+                return None
+        saved(None)
         return run.run_id
 
     @handles(AddTool)
@@ -693,8 +830,9 @@ class Worker(ForeActor):
         early = self._early_cancels.pop(sid, None) if sid is not None else None
         current = self._run
         busy = current is not None and not current.ended
-        queue_behind = busy and current is not None and current.aborted
-        interrupt = busy and current is not None and not current.aborted
+        ending = current is not None and (current.aborted or current.end_save is not None)
+        queue_behind = busy and ending
+        interrupt = busy and not ending
         if early is None and busy:
             assert current is not None
             if queue_behind and current.successor is not None:
@@ -1640,12 +1778,19 @@ class Worker(ForeActor):
     @handles(PauseRun)
     def _on_pause(self, message: PauseRun) -> bool:
         run = self._run
-        if run is None or run.ended or run.aborted or run.phase == "paused":
+        if run is None or run.ended or not _live(run) or run.phase == "paused":
             return False
         run.pause_requested = message.reason
         return True
 
-    def _pause(self, run: _Run, reason: str, where: str, point: tuple[Any, ...]) -> None:
+    def _pause(
+        self, run: _Run, reason: str, where: str, point: tuple[Any, ...], *, saved: bool = False
+    ) -> None:
+        if not saved and self._writer is not None:
+            # A pause may wait hours for a person: what the run did so far is saved first.
+            run.phase = "saving"
+            if self._writer.save(functools.partial(self._pause_saved, run, reason, where, point)):
+                return
         run.phase = "paused"
         run.resume_point = point
         self._emit(
@@ -1721,7 +1866,7 @@ class Worker(ForeActor):
                 return True
         if current is None:
             return False
-        if current.aborted:
+        if current.aborted or current.end_save is not None:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
             if (
@@ -1864,7 +2009,7 @@ class Worker(ForeActor):
     def _finish(self, run: _Run, status: RunStatus, error: str | None, *, abort: bool) -> None:
         if run.ended:
             return
-        if not abort or run.aborted:
+        if not abort or run.aborted or run.end_save is not None:
             self._complete(run, status, error)
             return
         if not run.started:
@@ -1940,7 +2085,17 @@ class Worker(ForeActor):
     def _complete(self, run: _Run, status: RunStatus, error: str | None) -> None:
         if run.ended:
             return
-        if run.ending is not None:  # the ending that began first decides how the run ended
+        if run.end_save is None and self._save_then(run, functools.partial(self._saved, run)):
+            # Write-ahead: reported once its items are in the session store. Until
+            # then the run is ending (a cancel finds nothing to cancel, a submit
+            # waits behind it), and this status is the one it ends with.
+            run.end_save = run.ending or Ending(status, error)
+            if "saving" in ALLOWED[run.phase]:  # preparing and on_abort stay as they are
+                run.phase = "saving"
+            return
+        if run.end_save is not None:
+            status, error = run.end_save.status, run.end_save.error
+        elif run.ending is not None:  # the ending that began first decides how the run ended
             status, error = run.ending.status, run.ending.error
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit

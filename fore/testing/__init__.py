@@ -25,7 +25,7 @@ from fore.actors.llm.mock_server import (
     RecordedRequest,
     SpawnedMockLlmServer,
 )
-from fore.actors.llm.models import FunctionModel, ScriptedModel
+from fore.actors.llm.offline import FunctionModel, ScriptedModel
 from fore.actors.worker.testing import RecordingHook, ScriptedHook
 from fore.testing._wait import wait_until
 

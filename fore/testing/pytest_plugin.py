@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fore.actors.llm.models import ScriptedModel
+from fore.actors.llm.offline import ScriptedModel
 from fore.supervision.runtime import Runtime
 from fore.supervision.session import Session
 from fore.testing._wait import wait_until as _wait_until

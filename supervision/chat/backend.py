@@ -93,6 +93,8 @@ class BackendConfig:
     mode: ApprovalMode = ApprovalMode.DEFAULT
     approval_wait_s: float = 600.0
     """How long an approval prompt waits for the person before it counts as "no"."""
+    resume: str | None = None
+    """A stored session to continue instead of opening a new one (``fore chat --resume``)."""
 
 
 def chat_runtime(*, name: str = "fore-chat", **options: Any) -> Runtime:
@@ -136,18 +138,30 @@ class SessionBackend:
         self._lock = threading.Lock()
         self._generation = 0
         self._mode = config.mode
-        self._session: Session = self._open()
+        self._session: Session = self._open(resume=config.resume)
 
-    def _open(self, always: frozenset[str] = frozenset()) -> Session:
+    def _open(self, always: frozenset[str] = frozenset(), resume: str | None = None) -> Session:
         policy = ApprovalPolicy(
             mode=self._mode, timeout_s=self.config.approval_wait_s, always=always
         )
+        speculation = SpeculationConfig(enabled=self.config.speculation)
+        if resume is not None:  # the stored session goes on, in this workspace
+            return self.runtime.resume_session(
+                resume,
+                self.model,
+                workspace=self.config.workspace,
+                system_prompt=self.config.system_prompt,
+                max_turns=self.config.max_turns,
+                speculation=speculation,
+                approval=policy,
+                approver=self.approver,
+            )
         return self.runtime.open_session(
             workspace=self.config.workspace,
             model=self.model,
             system_prompt=self.config.system_prompt,
             max_turns=self.config.max_turns,
-            speculation=SpeculationConfig(enabled=self.config.speculation),
+            speculation=speculation,
             # The mode gates normal turns and the speculation alike.
             approval=policy,
             approver=self.approver,

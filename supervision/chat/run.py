@@ -22,6 +22,7 @@ from fore.messages.gate import ApprovalMode
 from fore.supervision.chat.app import ChatApp
 from fore.supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
 from fore.supervision.chat.demo import OPENING, DemoModel, demo_banner, make_workspace
+from fore.supervision.chat.picker import pick_session, resumed_banner
 from fore.supervision.chat.trace import Trace
 
 MIN_COLUMNS = 40
@@ -41,6 +42,10 @@ class ChatOptions:
     speculation: bool = True
     system_prompt: str | None = None
     max_turns: int = 50
+    store: str | None = None
+    """The session store's URL (``None``: the session lives in memory only)."""
+    resume: str | None = None
+    """A stored session to continue: its id, or ``""`` to pick one (``None``: a new one)."""
     price: Any = None
     """The model's :class:`~messages.usage.ModelPrice` (``--price``), for ``/cost``."""
 
@@ -98,7 +103,7 @@ def chat(options: ChatOptions) -> int:
         if not workspace.is_dir():
             raise ChatError(f"fore chat: --workspace {workspace}: not a directory")
         model = options.model
-        label = options.model_label or str(getattr(model, "name", "model"))
+        label = options.model_label or str(getattr(model, "name", "the stored model"))
         mode = options.approval or ApprovalMode.DEFAULT
         banner = [f"fore chat: {label} on {workspace}. /help lists the keys; Ctrl-D leaves."]
         opening = None
@@ -125,8 +130,13 @@ def _run(
         return apps[0].approver(request) if apps else ApprovalDecision.DENY
 
     trace = Trace.from_env()
-    runtime = chat_runtime(prices=None if options.price is None else {"*": options.price})
+    runtime = _chat_runtime(options)
     try:
+        resume = options.resume
+        if resume == "":  # --resume without an id: pick one of this workspace's
+            resume = pick_session(runtime.list_sessions(workspace=workspace))
+            if resume is None:
+                return 0
         backend = SessionBackend(
             runtime,
             BackendConfig(
@@ -136,10 +146,13 @@ def _run(
                 system_prompt=options.system_prompt,
                 max_turns=options.max_turns,
                 speculation=options.speculation,
+                resume=resume,
                 mode=mode,
             ),
             approver,
         )
+        if resume is not None:
+            banner = [*banner, *resumed_banner(resume, backend.session.history)]
         app = ChatApp(backend, banner=banner, opening=opening, trace=trace)
         apps.append(app)
         try:
@@ -152,3 +165,14 @@ def _run(
         close = getattr(model, "close", None)
         if callable(close):
             close()
+
+
+def _chat_runtime(options: ChatOptions) -> Any:
+    """The chat's runtime on its store; a store that cannot be opened is one line."""
+    from fore.actors.store import StoreError
+
+    try:
+        prices = None if options.price is None else {"*": options.price}
+        return chat_runtime(store=options.store, prices=prices)
+    except StoreError as exc:
+        raise ChatError(f"fore chat: the session store: {' '.join(str(exc).split())}") from None

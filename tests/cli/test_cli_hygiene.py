@@ -63,7 +63,7 @@ def test_run_json_does_not_repeat_the_request_on_every_turn(ws: Path) -> None:
     assert done.returncode == 0, done.stderr
     kinds = [json.loads(line)["kind"] for line in done.stdout.splitlines()]
     assert "snapshot_taken" not in kinds
-    assert kinds[-1] == "turn_finished"
+    assert kinds[-2:] == ["turn_finished", "usage"]  # the usage line is last (issue 28)
     assert max(len(line) for line in done.stdout.splitlines()) < 2000
 
 

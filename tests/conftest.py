@@ -12,6 +12,10 @@ import pytest
 
 from fore.supervision.runtime import Runtime
 
+# The suite opts in to Fore's own pytest fixtures, as an application would
+# (tests/project/test_testing_plugin.py uses them).
+pytest_plugins = ["fore.testing.pytest_plugin"]
+
 _passed = 0
 
 # ``fore run`` / ``fore chat`` keep a session store in the user's data directory

@@ -444,3 +444,39 @@ def test_a_session_open_on_a_live_shard_is_not_resumed_on_another_until_it_close
         first_report = run(first.shutdown(30))
         second_report = run(second.shutdown(30))
     assert first_report["live_actors"] == 0 and second_report["live_actors"] == 0
+
+
+def test_a_fork_is_a_stored_session_of_its_own_on_the_same_shard(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """``fork`` forwards to ``Session.fork()``: a new id, the stored history copied, both
+    going on independently; the shared model outlives whichever closes first."""
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    model = FunctionModel(lambda request: f"echo: {request.messages[-1].text}")
+    try:
+        run(shard.open(spec_for("s1", ws, model)))
+        run(shard.submit("s1", "hello", timeout=30))
+        fork_id, info = run(shard.fork("s1"))
+        assert fork_id != "s1" and info.index == 0
+        assert sorted(run(shard.sessions())) == sorted(["s1", fork_id])
+        source = run(shard.ask("s1", "worker", GetHistory()))
+        assert run(shard.ask(fork_id, "worker", GetHistory())) == source
+        assert run(shard.close_session("s1"))  # the fork's model is the same object
+        turn = run(shard.submit(fork_id, "again", timeout=30))
+        assert turn.items[-1].text == "echo: again"
+        with open_store(store_url) as reader:
+            forked = reader.load(fork_id)
+            assert forked.record.parent_id == "s1"
+            assert [getattr(i, "text", None) for i in forked.items] == [
+                "hello",
+                "echo: hello",
+                "again",
+                "echo: again",
+            ]
+            assert len(reader.load("s1").items) == 2  # the source is untouched
+        with pytest.raises(SessionNotHere):
+            run(shard.fork("s1"))
+    finally:
+        report = run(shard.shutdown(30))
+    assert report["live_actors"] == 0 and report["threads"] == 0, report

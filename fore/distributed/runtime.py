@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -334,6 +335,18 @@ class RayRuntime:
         session = RemoteSession(self, spec, placement)
         with self._lock:
             self._sessions[spec.session_id] = session
+        return session
+
+    def _adopt(self, spec: SessionSpec, session_id: str, info: ShardInfo) -> RemoteSession:
+        """A session a shard opened by itself (a fork of ``spec``'s, as shard ``info``)."""
+        shard = self._shards[info.index]
+        placement = Placement(
+            index=info.index, incarnation=info.incarnation, handle=shard.handle, info=info
+        )
+        session = RemoteSession(self, dataclasses.replace(spec, session_id=session_id), placement)
+        with self._lock:
+            shard.placed += 1
+            self._sessions[session_id] = session
         return session
 
     def _workspace_path(

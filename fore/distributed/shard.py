@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import threading
@@ -124,7 +125,8 @@ class _Hosted:
     alerts: AlertForwarder
     pending_submits: set[str] = field(default_factory=set)
     models: tuple[Any, ...] = ()
-    """The shard's copies of the session's models: closed with the session."""
+    """The shard's copies of the session's models: closed with the last session using
+    them (a fork shares its source's)."""
 
     def target(self, name: str) -> Any:
         if name == "worker":
@@ -419,6 +421,30 @@ class ShardServer:
             hosted.target(target).ask(message, block=False, timeout=timeout), timeout
         )
 
+    async def fork(self, session_id: str) -> tuple[str, ShardInfo]:
+        """``Session.fork()`` here: a new session (its id returned) on a copy of the stored
+        history, opened the same way, hosted on this shard next to its source.
+
+        The copy is the store's (every reported turn) and the fork is stored and
+        leased here too, so it moves like any session if this shard dies. It
+        shares its source's model objects (``Runtime`` opens it with them): they
+        are closed when the last of the sessions using them closes.
+        """
+        if self._closed:
+            raise ForeError(f"shard #{self.index} is shutting down")
+        hosted = self._get(session_id)
+        forked = await asyncio.to_thread(hosted.session.fork)
+        spec = dataclasses.replace(hosted.spec, session_id=forked.id)
+        try:
+            copy = await self._attach(spec, forked)
+        except BaseException:
+            await asyncio.to_thread(forked.close)  # its lease goes with it
+            raise
+        copy.models = hosted.models
+        self._hosted[forked.id] = copy
+        log.info("shard_session_forked", shard=self.index, session=session_id, fork=forked.id)
+        return forked.id, self._info
+
     async def tell(self, session_id: str, target: str, message: Any) -> None:
         """Any message to the session's ``target``, without an answer."""
         hosted = self._get(session_id)
@@ -449,7 +475,8 @@ class ShardServer:
         with contextlib.suppress(Exception):
             session.supervisor.tell(AbortSpeculation(reason="session closed"))
         clean = await asyncio.to_thread(session.close, timeout)
-        _close_models(hosted.models)
+        in_use = {id(m) for other in self._hosted.values() for m in other.models}
+        _close_models(tuple(m for m in hosted.models if id(m) not in in_use))
         hosted.sink.close()
         return clean
 

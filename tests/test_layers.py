@@ -46,7 +46,7 @@ ALLOWLIST = Path(__file__).resolve().with_name("layer_allowlist.txt")
 SOURCES = {"fore": ROOT / "fore"}
 """Where the namespace's modules live: ``fore/`` and, through its symlinks, the layer folders."""
 
-FACADES = frozenset({"fore", "fore.lowlevel", "fore.mcp", "fore.telemetry"})
+FACADES = frozenset({"fore", "fore.lowlevel", "fore.mcp", "fore.store", "fore.telemetry"})
 FACADE_PACKAGES = ("fore.testing",)
 """Packages that are facades as a whole, except the modules LAYERS names (its pytest plugin)."""
 

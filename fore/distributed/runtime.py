@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -62,7 +63,8 @@ from fore.distributed.local import start_local_ray
 from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad, choose_shard
 from fore.distributed.session import Placement, RemoteSession, _Died, _NotHere, new_session_id
 from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
-from fore.distributed.spec import SessionSpec, model_from_settings, options_from_config
+from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec, options_from_config
+from fore.supervision.resume import rebuild_model, workspace_of
 
 log = get_logger(__name__)
 
@@ -290,31 +292,31 @@ class RayRuntime:
     ) -> RemoteSession:
         """A stored session (closed, or left by a process that died), live again on a shard.
 
-        Same id, history restored. ``model`` may be left out when the session
-        talked to an OpenAI-compatible endpoint (rebuilt from the store, its key
-        from the environment); tools, hooks and other objects are passed again.
-        ``SessionNotFound`` / ``SessionLeased`` as the store says.
+        Same id, history restored (the shard's ``Runtime.resume_session``).
+        ``model`` may be left out when the session talked to an
+        OpenAI-compatible endpoint (rebuilt from the store, its key from the
+        environment; else ``ModelNotRebuildable``); tools, hooks and other
+        objects are passed again. The other keywords are
+        ``Runtime.resume_session``'s (the rest of the settings are the stored
+        ones). ``node``: as for :meth:`open_session` (default: this process's
+        machine). ``SessionNotFound`` / ``SessionLeased`` as the store says.
         """
         self._check_open()
         if session_id in self._sessions:
             raise ValueError(f"session {session_id!r} is already open")
-        snapshot = self._store.load(session_id)
-        record = snapshot.record
+        refused = set(options) - RESUMABLE_OPTIONS
+        if refused:
+            raise TypeError(
+                f"resume_session() got unexpected keyword(s): {', '.join(sorted(refused))}"
+            )
+        record = self._store.load(session_id).record
         if model is None:
-            model = model_from_settings(record.model_settings)
-            if model is None:
-                raise ValueError(
-                    f"session {session_id!r} used a {record.model_settings.get('kind')} model, "
-                    "which the store cannot rebuild: pass model="
-                )
+            model = rebuild_model(record.model_settings, session_id)
         stored = options_from_config(record.session_config)
         stored.update(options)
-        stored_node = record.session_config.get("node")
-        if node is None and isinstance(stored_node, str):
-            node = stored_node
         spec = SessionSpec.make(
             session_id,
-            workspace=record.workspace or None,
+            workspace=workspace_of(record.workspace, record.session_config),
             node=self._node(node),
             model=model,
             options=stored,
@@ -333,6 +335,18 @@ class RayRuntime:
         session = RemoteSession(self, spec, placement)
         with self._lock:
             self._sessions[spec.session_id] = session
+        return session
+
+    def _adopt(self, spec: SessionSpec, session_id: str, info: ShardInfo) -> RemoteSession:
+        """A session a shard opened by itself (a fork of ``spec``'s, as shard ``info``)."""
+        shard = self._shards[info.index]
+        placement = Placement(
+            index=info.index, incarnation=info.incarnation, handle=shard.handle, info=info
+        )
+        session = RemoteSession(self, dataclasses.replace(spec, session_id=session_id), placement)
+        with self._lock:
+            shard.placed += 1
+            self._sessions[session_id] = session
         return session
 
     def _workspace_path(

@@ -272,6 +272,16 @@ class RemoteSession:
         result: TurnResult = self.worker.ask(Resume(messages=tuple(messages)), timeout=timeout)
         return result
 
+    def fork(self, *, timeout: float = 60.0) -> RemoteSession:
+        """A new session (a new id) with a copy of this one's history, opened the same way.
+
+        As ``Session.fork()``, on this session's shard (where its workspace is):
+        the copy is the store's -- every reported turn -- and the fork is stored
+        too, so it is resumed elsewhere like any session if its shard dies.
+        """
+        new_id, info = self._call("fork", timeout=timeout)
+        return self._runtime._adopt(self.spec, new_id, info)
+
     def add_tool(self, tool: Tool[Any]) -> None:
         """Offer one more tool (it is shipped to the shard and runs there)."""
         target = self.supervisor if self.spec.speculation else self.worker

@@ -13,12 +13,14 @@ pykka futures are bridged to asyncio futures by a done-callback
 the control lane and returns at once. Blocking work (opening and closing a
 session, the store) runs on the loop's executor threads.
 
-**Durable before reported.** A turn's items are written to the session store
-before the call that ran it returns (:meth:`ShardServer._persist`), so a
-shard that dies loses only the turn in flight; a run that ends outside a call
-(a Tab's continuation) is written when its ``TurnFinished`` event passes. The
-writes go through :mod:`fore.distributed.durable`, the interim adapter for
-issue #25 (see there).
+**Durable before reported.** The shard's ``Runtime`` has the shared session
+store (``Runtime(store=...)``, issue #25): a session opened here is created in
+the store and leased to this process, and its worker writes each turn's items
+(a Tab's accepted items and its continuation included) before the turn is
+reported -- so a shard that dies loses only the turn in flight. A session
+whose shard died is opened on another with ``Runtime.resume_session``, which
+leases it here (at once from a dead holder of this machine) and restores its
+history before anything else can reach it.
 
 **Events** of a session are collected in an :class:`~fore.distributed.events.EventSink`
 (the session's own in-process queue is unsubscribed) and leave through the
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import dataclasses
 import os
 import socket
 import threading
@@ -47,26 +49,18 @@ from fore.actors.core.errors import AskTimeout
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import configure_logging, get_logger
 from fore.actors.speculation.governor import LoadGovernor
-from fore.actors.store import SessionLeased, SessionSnapshot, StoreError
-from fore.distributed.durable import DurableSessions
+from fore.actors.store import SessionLeased, SessionStore, StoreError, open_store
 from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import AlertForwarder, EventSink
 from fore.distributed.placement import ShardInfo, ShardLoad
-from fore.distributed.spec import SessionSpec
+from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec
 from fore.errors import ForeError
-from fore.messages.alerts import Alert, AlertLevel, SubscribeAlerts, UnsubscribeAlerts
-from fore.messages.conversation import Item, Segment
-from fore.messages.llm import Usage
+from fore.messages.alerts import SubscribeAlerts, UnsubscribeAlerts
+from fore.messages.conversation import Segment
 from fore.messages.session import (
     CancelRun,
-    GetHistory,
-    GetRunState,
-    Resume,
-    RunPaused,
-    RunState,
     Submit,
     Subscribe,
-    TurnFinished,
     TurnResult,
     Unsubscribe,
 )
@@ -74,7 +68,6 @@ from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSuggestion,
-    InsertItems,
     Keystroke,
     SubmitPrompt,
 )
@@ -88,9 +81,6 @@ __all__ = ["SessionNotHere", "ShardConfig", "ShardServer"]
 TARGETS = ("worker", "supervisor", "alerts")
 """What a remote ask or tell can address: the session's worker, its supervisor, or
 the runtime's alert sink."""
-
-_TURN_MESSAGES = (Submit, SubmitPrompt, AcceptSuggestion, Resume, InsertItems)
-"""Messages whose answer means a run ended or paused: its items are written first."""
 
 
 class SessionNotHere(ForeError, LookupError):
@@ -117,6 +107,7 @@ class ShardConfig:
     runtime_options: dict[str, Any] = field(default_factory=dict)
     """Other ``Runtime`` keywords (``max_running_tools`` ...)."""
     lease_ttl: float = 30.0
+    """How long a session's lease lives unrenewed (the shard's store renews it meanwhile)."""
     log_level: str | None = None
     """Set: the shard is a process of its own (a Ray actor) and logs Fore's events at this
     level to its stderr (Ray's worker log file), as the ``fore`` CLI does. ``None``:
@@ -132,13 +123,10 @@ class _Hosted:
     session: Session
     sink: EventSink
     alerts: AlertForwarder
-    loop: asyncio.AbstractEventLoop
-    persisted: int = 0
-    """History items already in the store."""
-    persist_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending_submits: set[str] = field(default_factory=set)
     models: tuple[Any, ...] = ()
-    """The shard's copies of the session's models: closed with the session."""
+    """The shard's copies of the session's models: closed with the last session using
+    them (a fork shares its source's)."""
 
     def target(self, name: str) -> Any:
         if name == "worker":
@@ -208,18 +196,22 @@ class ShardServer:
         self._listening = _listening_ports()
         self._fds_before = _fds()
         self.governor = LoadGovernor(**config.governor)
-        self.runtime = Runtime(
-            name=f"shard{index}",
-            blob_dir=config.blob_dir,
-            overlay_root=config.overlay_root,
-            speculation_governor=self.governor,
-            tune_process=config.tune_process,
-            **config.runtime_options,
-        )
+        # The store is opened here, not from the URL by the runtime, for its lease TTL
+        # (a Runtime opens a URL with the default one); the runtime writes every
+        # session's turns through it, and the shard closes it after the runtime.
+        self.store: SessionStore = open_store(config.store_url, lease_ttl=config.lease_ttl)
         try:
-            self.durable = DurableSessions(config.store_url, lease_ttl=config.lease_ttl)
+            self.runtime = Runtime(
+                name=f"shard{index}",
+                blob_dir=config.blob_dir,
+                overlay_root=config.overlay_root,
+                speculation_governor=self.governor,
+                tune_process=config.tune_process,
+                store=self.store,
+                **config.runtime_options,
+            )
         except BaseException:
-            self.runtime.close()
+            self.store.close()
             raise
         self._hosted: dict[str, _Hosted] = {}
         self._closed = False
@@ -267,9 +259,9 @@ class ShardServer:
     async def open(self, spec: SessionSpec, resume: bool = False) -> ShardInfo:
         """Open ``spec``'s session here (``resume``: from the store); returns who hosts it now.
 
-        A new session is recorded in the store, leased to this shard; a resumed
-        one is leased here and its stored history restored before anything else
-        can reach it.
+        A new session is created in the store by the runtime, leased to this
+        shard; a resumed one is leased here by ``Runtime.resume_session``, its
+        stored history restored before anything else can reach it.
         """
         if self._closed:
             raise ForeError(f"shard #{self.index} is shutting down")
@@ -281,56 +273,18 @@ class ShardServer:
                 f"workspace {spec.workspace!r} is not a directory on {self._info.hostname} "
                 f"(shard #{self.index}); a shard serves only workspaces on its own machine"
             )
-        snapshot: SessionSnapshot | None = None
-        if resume:
-            snapshot = await asyncio.to_thread(self._lease, sid)
+        opener = self._resume_runtime_session if resume else self._open_runtime_session
+        session, models = await asyncio.to_thread(opener, spec)
         try:
-            session, models = await asyncio.to_thread(self._open_runtime_session, spec)
-        except BaseException:
-            if snapshot is not None:
-                await asyncio.to_thread(self.durable.release, sid)
-            raise
-        try:
-            if snapshot is not None:
-                if snapshot.items:
-                    await _bridged(
-                        session.worker.ask(InsertItems(items=snapshot.items), block=False), 60.0
-                    )
-            else:
-                await asyncio.to_thread(
-                    self.durable.create,
-                    sid,
-                    workspace=spec.workspace or "",
-                    model_name=spec.model_name,
-                    model_settings=spec.model_settings(spec.objects()["model"]),
-                    session_config=spec.session_config(),
-                )
             hosted = await self._attach(spec, session)
             hosted.models = models
         except BaseException:
-            await asyncio.to_thread(session.close)
+            await asyncio.to_thread(session.close)  # its lease goes with it
             _close_models(models)
-            with contextlib.suppress(StoreError):
-                await asyncio.to_thread(self.durable.release, sid)
             raise
-        length = len(snapshot.items) if snapshot is not None else 0
-        hosted.persisted = length
         self._hosted[sid] = hosted
-        log.info(
-            "shard_session_opened", shard=self.index, session=sid, resumed=resume, items=length
-        )
+        log.info("shard_session_opened", shard=self.index, session=sid, resumed=resume)
         return self._info
-
-    def _lease(self, session_id: str) -> SessionSnapshot:
-        """Lease a stored session, waiting out a holder that is not known to be dead."""
-        deadline = time.monotonic() + self.config.resume_wait_s
-        while True:
-            try:
-                return self.durable.resume(session_id)
-            except SessionLeased as exc:
-                if time.monotonic() + min(1.0, exc.expires_in) > deadline:
-                    raise
-                time.sleep(min(1.0, max(0.05, exc.expires_in)))
 
     def _open_runtime_session(self, spec: SessionSpec) -> tuple[Session, tuple[Any, ...]]:
         kwargs = spec.open_kwargs()
@@ -340,14 +294,29 @@ class ShardServer:
         )
         return session, (model, kwargs.get("fast_model"))
 
+    def _resume_runtime_session(self, spec: SessionSpec) -> tuple[Session, tuple[Any, ...]]:
+        """``Runtime.resume_session``, waiting out a lease holder not known to be dead."""
+        kwargs = spec.open_kwargs()
+        model = kwargs.pop("model")
+        again = {k: v for k, v in kwargs.items() if k in RESUMABLE_OPTIONS}
+        deadline = time.monotonic() + self.config.resume_wait_s
+        while True:
+            try:
+                session = self.runtime.resume_session(
+                    spec.session_id, model=model, workspace=spec.workspace, **again
+                )
+                return session, (model, kwargs.get("fast_model"))
+            except SessionLeased as exc:
+                if time.monotonic() + min(1.0, exc.expires_in) > deadline:
+                    raise
+                time.sleep(min(1.0, max(0.05, exc.expires_in)))
+
     async def _attach(self, spec: SessionSpec, session: Session) -> _Hosted:
         """Send the session's events to a sink of ours instead of its in-process queue."""
-        loop = asyncio.get_running_loop()
         sid = spec.session_id
-        persist_soon = functools.partial(self._persist_on_event, sid)
-        sink = EventSink(sid, on_event=persist_soon)
+        sink = EventSink(sid)
         alerts = AlertForwarder(sid, sink)
-        hosted = _Hosted(spec=spec, session=session, sink=sink, alerts=alerts, loop=loop)
+        hosted = _Hosted(spec=spec, session=session, sink=sink, alerts=alerts)
         # The in-process queue would fill up with nobody reading it: it goes
         # (its events so far are the restored history's, of no interest).
         own_queue = getattr(session, "_events", None)
@@ -413,19 +382,18 @@ class ShardServer:
                 raise
             finally:
                 hosted.pending_submits.discard(submit_id)
-        await self._persist(hosted, usage=turn.usage)
         return turn
 
     async def accept(
         self, session_id: str, timeout: float = 60.0, wait_continuation: bool = True
     ) -> AcceptResult:
-        """Tab: ``Session.accept`` here (the accepted items are written before the answer)."""
+        """Tab: ``Session.accept`` here (the accepted items are stored before the answer:
+        the worker writes an insert ahead of answering it)."""
         hosted = self._get(session_id)
         message = AcceptSuggestion(wait_continuation=wait_continuation)
         result: AcceptResult = await _bridged(
             hosted.session.supervisor.ask(message, block=False, timeout=timeout), timeout
         )
-        await self._persist(hosted)
         return result
 
     async def keystroke(self, session_id: str, text: str = "", at: float | None = None) -> None:
@@ -449,12 +417,33 @@ class ShardServer:
         """Any message to the session's ``target`` (:data:`TARGETS`), answered as in one process."""
         hosted = self._get(session_id)
         _refuse_local_only(message)
-        answer = await _bridged(
+        return await _bridged(
             hosted.target(target).ask(message, block=False, timeout=timeout), timeout
         )
-        if isinstance(message, _TURN_MESSAGES):
-            await self._persist(hosted, usage=getattr(answer, "usage", None))
-        return answer
+
+    async def fork(self, session_id: str) -> tuple[str, ShardInfo]:
+        """``Session.fork()`` here: a new session (its id returned) on a copy of the stored
+        history, opened the same way, hosted on this shard next to its source.
+
+        The copy is the store's (every reported turn) and the fork is stored and
+        leased here too, so it moves like any session if this shard dies. It
+        shares its source's model objects (``Runtime`` opens it with them): they
+        are closed when the last of the sessions using them closes.
+        """
+        if self._closed:
+            raise ForeError(f"shard #{self.index} is shutting down")
+        hosted = self._get(session_id)
+        forked = await asyncio.to_thread(hosted.session.fork)
+        spec = dataclasses.replace(hosted.spec, session_id=forked.id)
+        try:
+            copy = await self._attach(spec, forked)
+        except BaseException:
+            await asyncio.to_thread(forked.close)  # its lease goes with it
+            raise
+        copy.models = hosted.models
+        self._hosted[forked.id] = copy
+        log.info("shard_session_forked", shard=self.index, session=session_id, fork=forked.id)
+        return forked.id, self._info
 
     async def tell(self, session_id: str, target: str, message: Any) -> None:
         """Any message to the session's ``target``, without an answer."""
@@ -474,85 +463,21 @@ class ShardServer:
         async for batch in hosted.sink.batches(kinds):
             yield batch
 
-    # -- durability -----------------------------------------------------------------------
-
-    async def _persist(self, hosted: _Hosted, usage: Usage | None = None) -> None:
-        """Write the items history gained since the last write, if the session is between runs.
-
-        A run still in progress is left alone (written when it ends): the store
-        keeps whole turns only. A failed write is alerted and retried with the
-        next one; the items stay in the session meanwhile.
-        """
-        sid = hosted.spec.session_id
-        worker = hosted.session.worker
-        async with hosted.persist_lock:
-            try:
-                history: tuple[Item, ...] = await _bridged(
-                    worker.ask(GetHistory(), block=False), 30.0
-                )
-                state: RunState = await _bridged(worker.ask(GetRunState(), block=False), 30.0)
-            except (ActorDeadError, AskTimeout) as exc:
-                log.warning("shard_persist_skipped", session=sid, error=repr(exc))
-                return
-            if state.status == "running" or state.history_length != len(history):
-                return
-            if len(history) < hosted.persisted:
-                log.error(
-                    "shard_history_shrank", session=sid, had=hosted.persisted, now=len(history)
-                )
-                return
-            new = history[hosted.persisted :]
-            if not new and (usage is None or usage.total_tokens == 0):
-                return
-            try:
-                await asyncio.to_thread(self.durable.append, sid, new, usage)
-            except StoreError as exc:
-                log.error("shard_persist_failed", session=sid, error=str(exc))
-                self._alert(hosted, f"the last turn is not saved yet (will retry): {exc}")
-                return
-            hosted.persisted = len(history)
-
-    def _persist_on_event(self, session_id: str, event: Any) -> None:
-        """A run that ended outside a call (a Tab's continuation) is written too (any thread)."""
-        if not isinstance(event, TurnFinished | RunPaused):
-            return
-        hosted = self._hosted.get(session_id)
-        if hosted is None:
-            return
-        try:
-            hosted.loop.call_soon_threadsafe(self._spawn_persist, hosted)
-        except RuntimeError:  # the loop is closed: the shard is stopping
-            pass
-
-    def _spawn_persist(self, hosted: _Hosted) -> None:
-        task = asyncio.ensure_future(self._persist(hosted))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
-
-    def _alert(self, hosted: _Hosted, text: str) -> None:
-        alert = Alert(
-            level=AlertLevel.ERROR, text=text, session=hosted.spec.session_id, source="store"
-        )
-        with contextlib.suppress(Exception):
-            hosted.session.runtime.alert_sink.tell(alert)
-
     # -- closing ----------------------------------------------------------------------------
 
     async def close_session(self, session_id: str, timeout: float = 30.0) -> bool:
-        """Write what is left, close the session, give up its lease. False: overlays were left."""
-        hosted = self._hosted.get(session_id)
+        """Close the session; its lease goes once its last append is done (the runtime's
+        close). False: overlays were left."""
+        hosted = self._hosted.pop(session_id, None)
         if hosted is None:
             return True
-        await self._persist(hosted)
-        self._hosted.pop(session_id, None)
         session = hosted.session
         with contextlib.suppress(Exception):
             session.supervisor.tell(AbortSpeculation(reason="session closed"))
         clean = await asyncio.to_thread(session.close, timeout)
-        _close_models(hosted.models)
+        in_use = {id(m) for other in self._hosted.values() for m in other.models}
+        _close_models(tuple(m for m in hosted.models if id(m) not in in_use))
         hosted.sink.close()
-        with contextlib.suppress(StoreError):
-            await asyncio.to_thread(self.durable.release, session_id)
         return clean
 
     async def shutdown(
@@ -581,7 +506,8 @@ class ShardServer:
             session_overlays += outstanding if outstanding or clean else 1
         self._closed = True
         clean = await asyncio.to_thread(self.runtime.close, max(1.0, deadline - time.monotonic()))
-        await asyncio.to_thread(self.durable.close)
+        with contextlib.suppress(StoreError):  # its leases expire on their own
+            await asyncio.to_thread(self.store.close)
         overlay_dirs = _count_overlay_dirs(self.runtime)
         threads = [
             t
@@ -607,10 +533,6 @@ class ShardServer:
             "live_actors": len(self.runtime.system.registry),
             "unclean_shutdown": 0 if clean else 1,
         }
-
-
-_background: set[asyncio.Future[Any]] = set()
-"""Background persist tasks (a reference keeps them from being collected mid-run)."""
 
 
 def _close_models(models: tuple[Any, ...]) -> None:

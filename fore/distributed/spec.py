@@ -7,24 +7,31 @@ interceptor, MCP servers) shipped by value (:mod:`fore.distributed.shipping`).
 The caller keeps it: if the session's shard dies, the same spec opens the
 session on a live shard, where its history comes from the store.
 
-It also says what the store keeps about the session: the model's settings
-(enough to rebuild an OpenAI-compatible endpoint -- never its key) and the
-session's JSON-able settings, so ``RayRuntime.resume_session(id)`` can
-rebuild a session a previous process left without being given its model.
+What the store keeps about the session is the shard runtime's business
+(``Runtime(store=...)``, :mod:`fore.supervision.resume`): the model's settings,
+never its key, and the session's plain settings. :func:`options_from_config`
+reads the latter back, so ``RayRuntime.resume_session(id)`` can make the spec of
+a session a previous process left.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
-from fore.actors.llm.models import OpenAICompatible
 from fore.distributed import shipping
 from fore.messages.speculation import SpeculationConfig
 
-__all__ = ["OBJECT_OPTIONS", "PLAIN_OPTIONS", "SessionSpec", "model_from_settings"]
+__all__ = [
+    "OBJECT_OPTIONS",
+    "PLAIN_OPTIONS",
+    "RESUMABLE_OPTIONS",
+    "SessionSpec",
+    "options_from_config",
+]
 
 PLAIN_OPTIONS = frozenset(
     {
@@ -46,7 +53,23 @@ PLAIN_OPTIONS = frozenset(
 OBJECT_OPTIONS = frozenset({"tools", "hooks", "interceptor", "mcp_servers", "fast_model"})
 """Keywords whose values are Python objects, shipped by value (with the model)."""
 
-_STORED_MODEL_KEYS = ("base_url", "max_output_tokens", "max_tokens_field")
+RESUMABLE_OPTIONS = frozenset(
+    {
+        "system_prompt",
+        "tools",
+        "builtin",
+        "mcp_servers",
+        "hooks",
+        "interceptor",
+        "max_turns",
+        "call_timeout",
+        "speculation",
+        "fast_model",
+    }
+)
+"""The keywords ``Runtime.resume_session`` takes again (a shard passes these of a spec);
+the other settings (``model_name``, ``purpose``, ``file_ref_cap`` ...) are the stored
+ones, written from the same spec when the session first opened."""
 
 
 @dataclass(frozen=True)
@@ -107,56 +130,23 @@ class SessionSpec:
         """Keyword arguments for ``Runtime.open_session`` (in the shard)."""
         return {**self.options, **self.objects()}
 
-    def model_settings(self, model: Any) -> dict[str, JsonValue]:
-        """What the store keeps about the model: enough to rebuild an endpoint, no credential."""
-        if isinstance(model, OpenAICompatible):
-            settings: dict[str, JsonValue] = {"kind": "openai_compatible", "model": model.name}
-            for key in _STORED_MODEL_KEYS:
-                settings[key] = getattr(model, key)
-            return settings
-        return {"kind": type(model).__name__}
 
-    def session_config(self) -> dict[str, JsonValue]:
-        """The session's JSON-able settings, as the store keeps them."""
-        config: dict[str, JsonValue] = {}
-        for key, value in self.options.items():
-            if isinstance(value, SpeculationConfig):
-                config[key] = value.model_dump(mode="json")
-            elif value is None or isinstance(value, str | int | float | bool):
-                config[key] = value
-            elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-                config[key] = list(value)
-        if self.node is not None:
-            config["node"] = self.node
-        return config
+def options_from_config(config: Mapping[str, JsonValue]) -> dict[str, Any]:
+    """The plain ``open_session`` options a stored session was opened with.
 
-
-def model_from_settings(settings: dict[str, JsonValue]) -> OpenAICompatible | None:
-    """The endpoint a stored session talked to (its key from the environment), if it was one."""
-    if settings.get("kind") != "openai_compatible":
-        return None
-    base_url = settings.get("base_url")
-    name = settings.get("model")
-    cap = settings.get("max_output_tokens")
-    field_name = settings.get("max_tokens_field")
-    return OpenAICompatible(
-        base_url=base_url if isinstance(base_url, str) else None,
-        model=name if isinstance(name, str) else None,
-        max_output_tokens=cap if isinstance(cap, int) else None,
-        max_tokens_field=(
-            field_name if field_name in ("max_tokens", "max_completion_tokens") else None  # type: ignore[arg-type]
-        ),
-    )
-
-
-def options_from_config(config: dict[str, JsonValue]) -> dict[str, Any]:
-    """The plain ``open_session`` options a stored session was opened with."""
+    ``config`` is the ``session_config`` the shard's runtime stored
+    (:func:`fore.supervision.resume.session_config`); keys that are not plain
+    options here (its version, workspace, tool names ...) are left out.
+    """
     options: dict[str, Any] = {}
     for key, value in config.items():
         if key not in PLAIN_OPTIONS:
             continue
         if key == "speculation" and isinstance(value, dict):
-            options[key] = SpeculationConfig.model_validate(value)
+            try:
+                options[key] = SpeculationConfig.model_validate(value)
+            except ValidationError:  # as Runtime.resume_session: the default then
+                continue
         else:
             options[key] = value
     return options

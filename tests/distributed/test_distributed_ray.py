@@ -218,6 +218,39 @@ def test_a_killed_shard_loses_only_the_call_in_flight_and_its_sessions_move(
         victim.close()
 
 
+def test_a_fork_and_a_resume_of_a_closed_session_go_through_the_shards_runtime(
+    rt: RayRuntime, ws: Path
+) -> None:
+    """``RemoteSession.fork`` forwards to the shard's ``Session.fork()``; a closed session
+    comes back with ``rt.resume_session``, read from what the shard's runtime stored."""
+    source = rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+    try:
+        source.submit("hello", timeout=WAIT)
+        fork = source.fork(timeout=WAIT)
+        try:
+            assert fork.id != source.id and rt.session(fork.id) is fork
+            assert fork.shard.index == source.shard.index  # next to its workspace's copy
+            assert fork.history == source.history
+            turn = fork.submit("branch", timeout=WAIT)
+            assert getattr(turn.items[-1], "text", None) == "echo: branch"
+            assert len(source.history) == 2  # independent from here on
+        finally:
+            assert fork.close()
+    finally:
+        assert source.close()
+    stored = {r.session_id: r for r in rt.list_sessions(limit=50)}
+    assert stored[fork.id].turn_count == 2 and stored[source.id].turn_count == 1
+    with pytest.raises(TypeError, match="file_ref_cap"):
+        rt.resume_session(source.id, echo_model(), file_ref_cap=10)
+    again = rt.resume_session(source.id, echo_model())
+    try:
+        texts = [getattr(i, "text", None) for i in again.history]
+        assert texts == ["hello", "echo: hello"]
+        assert getattr(again.submit("more", timeout=WAIT).items[-1], "text", None) == "echo: more"
+    finally:
+        again.close()
+
+
 def test_a_keystroke_aborts_a_speculation_on_the_remote_shard(
     rt: RayRuntime, ws: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ store is tested without a cluster. Nothing asserts a duration.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import socket
 import threading
@@ -21,19 +22,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
-from fore.actors.store import open_store
-from fore.actors.store.codec import encode_config
+from fore.actors.store import SessionLeased, open_store
 from fore.actors.worker.hooks import Continue, HookEvent, Hooks
 from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import EventSink
 from fore.distributed.placement import ShardLoad, choose_shard, pressure_band, weighted_load
 from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer
 from fore.distributed.shipping import NotShippable, dumps, loads
-from fore.distributed.spec import SessionSpec, model_from_settings, options_from_config
+from fore.distributed.spec import PLAIN_OPTIONS, SessionSpec, options_from_config
 from fore.messages.conversation import AssistantMessage, ToolResult
 from fore.messages.llm import LlmRequest
 from fore.messages.session import GetHistory, ItemAdded, TurnFinished
 from fore.messages.speculation import SpeculationConfig
+from fore.supervision.resume import ModelNotRebuildable, rebuild_model
 
 # -- placement --------------------------------------------------------------------------------
 
@@ -228,46 +229,6 @@ def test_what_cannot_cross_a_process_boundary_is_one_clear_error() -> None:
         dumps({"tool": sock}, what="tools")
 
 
-# -- specs ------------------------------------------------------------------------------------
-
-
-def test_a_spec_stores_settings_without_credentials_and_rebuilds_the_endpoint() -> None:
-    model = OpenAICompatible(
-        base_url="http://127.0.0.1:9/v1", api_key="sk-secret", model="m", max_output_tokens=99
-    )
-    spec = SessionSpec.make(
-        "s1",
-        workspace="/w",
-        node="n1",
-        model=model,
-        options={
-            "system_prompt": "be brief",
-            "max_turns": 7,
-            "speculation": SpeculationConfig(enabled=True, token_budget=123),
-            "builtin": ("read_file", "grep"),
-        },
-    )
-    settings_ = spec.model_settings(model)
-    assert "sk-secret" not in repr(settings_)
-    encode_config("model_settings", settings_)  # the store's credential check accepts it
-    config = spec.session_config()
-    encode_config("session_config", config)
-    assert config["node"] == "n1"
-    rebuilt = model_from_settings(settings_)
-    assert rebuilt is not None
-    assert (rebuilt.base_url, rebuilt.name, rebuilt.max_output_tokens) == (
-        model.base_url,
-        "m",
-        99,
-    )
-    options = options_from_config(config)
-    assert options["speculation"].token_budget == 123
-    assert options["max_turns"] == 7 and options["builtin"] == ["read_file", "grep"]
-    assert model_from_settings({"kind": "ScriptedModel"}) is None
-    with pytest.raises(TypeError, match="unexpected keyword"):
-        SessionSpec.make("s2", workspace=None, node=None, model=model, options={"bogus": 1})
-
-
 # -- a shard's server, in this process ----------------------------------------------------------
 
 
@@ -304,6 +265,53 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()
+
+
+def test_a_shard_stores_settings_without_credentials_and_a_resume_rebuilds_the_endpoint(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """What the shard's runtime stores is what ``RayRuntime.resume_session`` reads back."""
+    run = loop.run_until_complete
+    model = OpenAICompatible(
+        base_url="http://127.0.0.1:9/v1", api_key="sk-secret", model="m", max_output_tokens=99
+    )
+    spec = SessionSpec.make(
+        "s1",
+        workspace=str(ws),
+        node="n1",
+        model=model,
+        options={
+            "system_prompt": "be brief",
+            "max_turns": 7,
+            "speculation": SpeculationConfig(enabled=True, token_budget=123),
+            "builtin": ("read_file", "grep"),
+        },
+    )
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        run(shard.open(spec))  # the store's credential checks accepted the record
+    finally:
+        run(shard.shutdown(30))
+    with open_store(store_url) as reader:
+        record = reader.load("s1").record
+    assert "sk-secret" not in repr(record.model_settings)
+    assert "sk-secret" not in repr(record.session_config)
+    rebuilt = rebuild_model(record.model_settings, "s1")
+    assert isinstance(rebuilt, OpenAICompatible)
+    assert (rebuilt.base_url, rebuilt.name, rebuilt.max_output_tokens) == (
+        model.base_url,
+        "m",
+        99,
+    )
+    options = options_from_config(record.session_config)
+    assert options["speculation"].token_budget == 123
+    assert options["max_turns"] == 7 and options["builtin"] == ["read_file", "grep"]
+    assert options["system_prompt"] == "be brief"
+    assert set(options) <= PLAIN_OPTIONS
+    with pytest.raises(ModelNotRebuildable):
+        rebuild_model({"provider": "in-process", "class": "ScriptedModel"}, "s2")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        SessionSpec.make("s2", workspace=None, node=None, model=model, options={"bogus": 1})
 
 
 def test_a_turn_is_in_the_store_before_the_submit_answers_and_resumes_elsewhere(
@@ -367,8 +375,7 @@ def test_a_run_in_progress_is_never_written_half(
         assert run(asyncio.to_thread(asked.wait, 30))
         # the first answer asked for a tool, then read_file ran, and the model now
         # answers the turn's second request (held): the store has nothing of it yet
-        hosted = shard._hosted["s1"]
-        run(shard._persist(hosted))
+        # (the runtime's write-ahead writes whole turns, when they end)
         with open_store(store_url) as reader:
             assert reader.load("s1").items == ()
         release.set()
@@ -412,3 +419,64 @@ def test_events_leave_the_shard_in_order_and_the_workspace_must_be_here(
     added = [e.item for e in events if isinstance(e, ItemAdded)]
     assert added == list(turn.items)
     assert isinstance(events[-1], TurnFinished)
+
+
+def test_a_session_open_on_a_live_shard_is_not_resumed_on_another_until_it_closes(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """One session, one shard: the runtime's lease keeps a second shard out (after
+    waiting ``resume_wait_s`` for it), and lets it in once the first closed it."""
+    run = loop.run_until_complete
+    first = ShardServer(0, shard_config(store_url, tmp_path))
+    config = dataclasses.replace(shard_config(store_url, tmp_path), resume_wait_s=0.3)
+    second = ShardServer(1, config)
+    try:
+        run(first.open(spec_for("s1", ws, ScriptedModel([{"text": "one"}]))))
+        run(first.submit("s1", "hello", timeout=30))
+        with pytest.raises(SessionLeased):
+            run(second.open(spec_for("s1", ws, ScriptedModel([])), True))
+        assert run(second.sessions()) == []
+        assert run(first.close_session("s1"))
+        run(second.open(spec_for("s1", ws, ScriptedModel([{"text": "two"}])), True))
+        history = run(second.ask("s1", "worker", GetHistory()))
+        assert [getattr(i, "text", None) for i in history] == ["hello", "one"]
+    finally:
+        first_report = run(first.shutdown(30))
+        second_report = run(second.shutdown(30))
+    assert first_report["live_actors"] == 0 and second_report["live_actors"] == 0
+
+
+def test_a_fork_is_a_stored_session_of_its_own_on_the_same_shard(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """``fork`` forwards to ``Session.fork()``: a new id, the stored history copied, both
+    going on independently; the shared model outlives whichever closes first."""
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    model = FunctionModel(lambda request: f"echo: {request.messages[-1].text}")
+    try:
+        run(shard.open(spec_for("s1", ws, model)))
+        run(shard.submit("s1", "hello", timeout=30))
+        fork_id, info = run(shard.fork("s1"))
+        assert fork_id != "s1" and info.index == 0
+        assert sorted(run(shard.sessions())) == sorted(["s1", fork_id])
+        source = run(shard.ask("s1", "worker", GetHistory()))
+        assert run(shard.ask(fork_id, "worker", GetHistory())) == source
+        assert run(shard.close_session("s1"))  # the fork's model is the same object
+        turn = run(shard.submit(fork_id, "again", timeout=30))
+        assert turn.items[-1].text == "echo: again"
+        with open_store(store_url) as reader:
+            forked = reader.load(fork_id)
+            assert forked.record.parent_id == "s1"
+            assert [getattr(i, "text", None) for i in forked.items] == [
+                "hello",
+                "echo: hello",
+                "again",
+                "echo: again",
+            ]
+            assert len(reader.load("s1").items) == 2  # the source is untouched
+        with pytest.raises(SessionNotHere):
+            run(shard.fork("s1"))
+    finally:
+        report = run(shard.shutdown(30))
+    assert report["live_actors"] == 0 and report["threads"] == 0, report

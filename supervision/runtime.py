@@ -71,7 +71,7 @@ from fore.actors.tools.mcp.manager import MCPManager
 from fore.actors.tools.noworkspace import NoWorkspace
 from fore.actors.tools.pool import DEFAULT_MAX_RUNNING, DEFAULT_PER_SESSION, ToolPool
 from fore.actors.tools.runner import ThreadRunner
-from fore.actors.tools.selection import choose_builtins
+from fore.actors.tools.selection import builtin_argument, choose_builtins
 from fore.actors.worker.approval import ApprovalPolicy, Approver, LiveApproval, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
@@ -391,7 +391,7 @@ class Runtime:
             workspace=workspace,
             system_prompt=system_prompt,
             tools=tuple(tools),
-            builtin=builtin if isinstance(builtin, bool) or builtin is None else tuple(builtin),
+            builtin=builtin_argument(builtin),
             mcp_servers=tuple(mcp_servers),
             hooks=hooks,
             interceptor=interceptor,
@@ -482,9 +482,7 @@ class Runtime:
             overrides: dict[str, Any] = {
                 "system_prompt": system_prompt,
                 "tools": tuple(tools),
-                "builtin": builtin
-                if isinstance(builtin, bool) or builtin is None
-                else tuple(builtin),
+                "builtin": builtin_argument(builtin),
                 "mcp_servers": tuple(mcp_servers),
                 "hooks": hooks,
                 "interceptor": interceptor,

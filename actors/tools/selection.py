@@ -17,6 +17,19 @@ BUILTIN_TOOL_NAMES = (
 """The built-in tools ``builtin=`` chooses among; each needs a workspace."""
 
 
+def builtin_argument(builtin: bool | Iterable[str] | None) -> bool | tuple[str, ...] | None:
+    """``builtin=`` as given, its names frozen into a tuple (kept, and stored, as such).
+
+    One string is refused here, before anything iterates it into letters:
+    ``builtin="grep"`` is a ``TypeError`` that shows the tuple meant.
+    """
+    if builtin is None or isinstance(builtin, bool):
+        return builtin
+    if isinstance(builtin, str):
+        raise TypeError(f"builtin takes tool names, e.g. builtin=({builtin!r},), not one string")
+    return tuple(builtin)
+
+
 def choose_builtins(builtin: bool | Iterable[str] | None, *, has_workspace: bool) -> frozenset[str]:
     """The names of the built-in tools a session gets.
 

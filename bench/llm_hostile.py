@@ -7,7 +7,7 @@ line that never ends, a gzip bomb, or a stream that never says anything. Each
 real TCP (plain sockets, no HTTP library to smooth anything over), counting
 what it sent before the client hung up.
 
-Used by the tests (``tests/test_llm_hostile.py``: the client ends each with a
+Used by the tests (``tests/llm/test_llm_hostile.py``: the client ends each with a
 clear error, having read only a bounded amount) and by ``fore bench llm``
 (peak RSS growth of a client process under each case, against a limit).
 """

@@ -38,7 +38,7 @@ be needed) and its ``on_settled`` callbacks run once the last lease is
 released. Callbacks are typically bound methods of the actors that hold the
 scope, so a scope that kept them would be a reference cycle left to the
 cyclic collector, whose pauses stop every thread (see
-``tests/test_reference_cycles.py``); every callback is dropped as soon as it
+``tests/core/test_reference_cycles.py``); every callback is dropped as soon as it
 has run or can no longer run. A parent refers to its children only weakly,
 so a child never keeps a cycle alive either.
 

@@ -24,7 +24,7 @@ long-running Python services:
   (threshold 50 instead of 10), so full collections stay as rare as before
   (CPython also waits until the objects added since the last one are a
   quarter of the old generation). The hot paths leave no reference cycles
-  (``tests/test_reference_cycles.py``), so young objects die by reference
+  (``tests/core/test_reference_cycles.py``), so young objects die by reference
   counting and collections find little to do.
 
 * a GIL switch interval of 1 ms instead of 5: a thread that comes back

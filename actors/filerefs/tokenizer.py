@@ -29,7 +29,7 @@ Grammar (exactly what :func:`parse_input` recognises)
   Scanning resumes right after such an ``@``, so a later ``@path`` in the
   same text is still found.
 
-Round trips (proven by ``tests/test_fileref_tokenizer.py``)
+Round trips (proven by ``tests/filerefs/test_fileref_tokenizer.py``)
 -----------------------------------------------------------
 :func:`render_user_text` writes a reference unquoted whenever the unquoted
 form re-parses to the same path *in its context* (the text that follows it),

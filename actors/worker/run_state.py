@@ -11,7 +11,7 @@ later as a run that appends to history after its ending began.
 
 Plain data, no actor: the worker's ``_Run`` derives from :class:`RunProgress`,
 and the table is unit- and property-tested on its own
-(``tests/test_worker_run_state.py``).
+(``tests/worker/test_worker_run_state.py``).
 """
 
 from __future__ import annotations

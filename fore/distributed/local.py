@@ -12,7 +12,7 @@ How: Ray binds to the loopback address only when it believes it runs outside
 a cluster, which it decides from a constant read at import time
 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``). :func:`start_local_ray` lowers that
 constant around its own ``ray.init`` call and restores it, so nothing else in
-the host process sees a change; ``tests/test_distributed_ray.py`` checks that
+the host process sees a change; ``tests/distributed/test_distributed_ray.py`` checks that
 every listening socket of the instance is on 127.0.0.1.
 """
 

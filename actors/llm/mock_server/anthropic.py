@@ -4,7 +4,7 @@ The same server as :mod:`actors.llm.mock_server` -- the same script, latency
 model, faults, records and stats -- speaking Anthropic's protocol, so that
 :class:`~actors.llm.anthropic.AnthropicModel` is tested over real HTTP and
 the official ``anthropic`` SDK can check that the mock speaks the real thing
-(``tests/test_anthropic_sdk.py``).
+(``tests/llm/test_anthropic_sdk.py``).
 
 Wire protocol
 -------------

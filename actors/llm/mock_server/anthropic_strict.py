@@ -5,7 +5,7 @@ The checks behind the endpoint's "Strictness" rules (:mod:`.anthropic`): top-lev
 ``tool_result`` pairing, ``tool_choice``, thinking, ``temperature`` and at most
 :data:`MAX_BREAKPOINTS` ``cache_control`` markers, each answered with the API's
 ``(error type, message)``. A pure function of the body, apart from the endpoint, because
-the property tests of the client (``tests/test_anthropic_wire.py``) check its every
+the property tests of the client (``tests/llm/test_anthropic_wire.py``) check its every
 request against it without a server.
 """
 

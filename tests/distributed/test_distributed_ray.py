@@ -1,0 +1,360 @@
+"""fore.distributed on a real local Ray instance: two shard processes, one machine.
+
+One Ray instance for the module (``num_cpus=2``, a small object store, 127.0.0.1
+only) and one ``RayRuntime`` of two shards; each test opens its own sessions.
+Models are closures (cloudpickle sends them by value to the shard process);
+where a test must hold a model inside a shard, it waits on a file, the one
+channel that crosses the process boundary without Ray. Nothing asserts a
+duration: every wait is a bounded poll.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+import fore.testing
+from fore.actors.llm import FunctionModel, ScriptedModel
+from fore.messages.conversation import ToolResult
+from fore.messages.llm import LlmRequest
+from fore.messages.session import ItemAdded, TextDelta, TurnFinished
+from fore.messages.speculation import SpeculationConfig, SpeculationFinished
+
+# The dev extra has Ray; CI must run this tier, never skip it (CI=1 makes a missing Ray fail).
+ray = __import__("ray") if os.environ.get("CI") else pytest.importorskip("ray")
+
+from fore.distributed import RayRuntime, ShardLost, start_local_ray  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+WAIT = 60.0
+
+
+# fore.testing's bounded poll, with this module's deadline.
+wait_until = partial(fore.testing.wait_until, timeout=WAIT)
+
+
+@pytest.fixture(scope="module")
+def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    assert not ray.is_initialized()
+    start_local_ray(2, object_store_memory=96 * 1024 * 1024)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def rt(ray_instance: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayRuntime]:
+    runtime = RayRuntime(
+        shards=2,
+        store=f"sqlite://{tmp_path_factory.mktemp('store')}/sessions.db",
+        shard_cpus=1.0,
+        governor={"enabled": False},  # every speculation a test asks for must run
+        tune_shards=False,
+        lease_ttl=5.0,
+        health_interval=0.2,
+        # one pressure band: on this shared machine a shard's scheduling waits can cross the
+        # governor's threshold at any time, which would rightly send every session to the
+        # other shard; the policy itself is tested in test_distributed_units.py
+        band_ms=1e9,
+    )
+    try:
+        yield runtime
+    finally:
+        assert runtime.close(timeout=60)
+    # each shard's own leak counters (ShardServer.shutdown): overlays, threads, descriptors,
+    # actors, an unclean close -- every session's model copy closed with it included
+    assert len(runtime.shard_reports) == 2
+    for report in runtime.shard_reports:
+        assert all(value == 0 for value in report.values()), report
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    (path / "app.py").write_text("x = 1\n")
+    return path
+
+
+def no_spec() -> SpeculationConfig:
+    return SpeculationConfig(enabled=False)
+
+
+def echo_model() -> FunctionModel:
+    def answer(request: LlmRequest) -> str:
+        last = request.messages[-1]
+        return f"echo: {getattr(last, 'text', '')}"
+
+    return FunctionModel(answer)
+
+
+def test_the_local_instance_listens_on_loopback_only(ray_instance: None) -> None:
+    """start_local_ray's promise: no server of the instance is reachable from other hosts."""
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert ours, "the Ray instance's processes are children of this one"
+    addresses = []
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.status == psutil.CONN_LISTEN and conn.pid in ours:
+            addresses.append(conn.laddr.ip)
+    assert addresses
+    assert all(ipaddress.ip_address(a.removeprefix("::ffff:")).is_loopback for a in addresses), (
+        addresses
+    )
+
+
+def test_sessions_spread_over_two_shard_processes_and_turns_run_there(
+    rt: RayRuntime, ws: Path
+) -> None:
+    pids = {s.pid for s in rt.shards}
+    assert len(pids) == 2 and os.getpid() not in pids
+    sessions = [
+        rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec()) for _ in range(4)
+    ]
+    try:
+        assert {s.shard.index for s in sessions} == {0, 1}  # least-loaded: both used
+        for i, s in enumerate(sessions):
+            turn = s.submit(f"hello {i}", timeout=WAIT)
+            assert turn.status == "completed"
+            assert getattr(turn.items[-1], "text", None) == f"echo: hello {i}"
+        stored = {r.session_id for r in rt.list_sessions(limit=50)}
+        assert {s.id for s in sessions} <= stored
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def test_events_arrive_in_order_from_the_shard(rt: RayRuntime, ws: Path) -> None:
+    words = " ".join(f"w{i}" for i in range(300))
+    model = ScriptedModel([{"text": words, "tokens_per_s": 5000}, {"text": "done"}])
+    with rt.open_session(workspace=ws, model=model, speculation=no_spec()) as s:
+        turn = s.submit("talk", timeout=WAIT)
+        events = []
+        for event in s.events(timeout=WAIT):
+            events.append(event)
+            if isinstance(event, TurnFinished):
+                break
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        assert text == words  # every delta, in order
+        assert [e.item for e in events if isinstance(e, ItemAdded)] == list(turn.items)
+        assert isinstance(events[-1], TurnFinished)
+
+
+def test_a_killed_shard_loses_only_the_call_in_flight_and_its_sessions_move(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "release"
+    asked = tmp_path / "asked"
+
+    def held(request: LlmRequest) -> Any:
+        """Answers at once, except a request saying "hold": that one waits for the gate file."""
+        last = request.messages[-1]
+        text = getattr(last, "text", "")
+        if isinstance(last, ToolResult) or "hold" not in text:
+            return f"echo: {text}"
+        asked.write_text("1")
+        deadline = time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "released"
+
+    victim = rt.open_session(workspace=ws, model=FunctionModel(held), speculation=no_spec())
+    try:
+        done = victim.submit("first", timeout=WAIT)
+        assert done.status == "completed"
+        lost_index = victim.shard.index
+        lost_pid = victim.shard.pid
+        assert psutil.pid_exists(lost_pid)
+
+        outcome: dict[str, BaseException | Any] = {}
+
+        def call() -> None:
+            try:
+                outcome["turn"] = victim.submit("hold this", timeout=WAIT)
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_until(asked.exists)
+        os.kill(lost_pid, signal.SIGKILL)  # kill -9 the shard process mid-call
+        caller.join(WAIT)
+        assert not caller.is_alive()
+        assert isinstance(outcome.get("error"), ShardLost), outcome
+        assert "call again" in str(outcome["error"])
+        asked.unlink()
+
+        # the next call works, on a live shard, and the completed turn is still there
+        turn = victim.submit("second", timeout=WAIT)
+        assert (
+            turn.status == "completed" and getattr(turn.items[-1], "text", None) == "echo: second"
+        )
+        texts = [getattr(i, "text", None) for i in victim.history]
+        assert texts[:2] == ["first", "echo: first"]
+        assert "hold this" not in texts  # the lost turn never half-written
+        assert texts[-2:] == ["second", "echo: second"]
+        # Ray restarted the dead shard in a new process (max_restarts)
+        wait_until(
+            lambda: rt.shards[lost_index].pid != lost_pid and rt.shard_loads()[lost_index].alive
+        )
+        assert victim.shard.pid != lost_pid
+    finally:
+        gate.write_text("1")
+        victim.close()
+
+
+def test_a_fork_and_a_resume_of_a_closed_session_go_through_the_shards_runtime(
+    rt: RayRuntime, ws: Path
+) -> None:
+    """``RemoteSession.fork`` forwards to the shard's ``Session.fork()``; a closed session
+    comes back with ``rt.resume_session``, read from what the shard's runtime stored."""
+    source = rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+    try:
+        source.submit("hello", timeout=WAIT)
+        fork = source.fork(timeout=WAIT)
+        try:
+            assert fork.id != source.id and rt.session(fork.id) is fork
+            assert fork.shard.index == source.shard.index  # next to its workspace's copy
+            assert fork.history == source.history
+            turn = fork.submit("branch", timeout=WAIT)
+            assert getattr(turn.items[-1], "text", None) == "echo: branch"
+            assert len(source.history) == 2  # independent from here on
+        finally:
+            assert fork.close()
+    finally:
+        assert source.close()
+    stored = {r.session_id: r for r in rt.list_sessions(limit=50)}
+    assert stored[fork.id].turn_count == 2 and stored[source.id].turn_count == 1
+    with pytest.raises(TypeError, match="file_ref_cap"):
+        rt.resume_session(source.id, echo_model(), file_ref_cap=10)
+    again = rt.resume_session(source.id, echo_model())
+    try:
+        texts = [getattr(i, "text", None) for i in again.history]
+        assert texts == ["hello", "echo: hello"]
+        assert getattr(again.submit("more", timeout=WAIT).items[-1], "text", None) == "echo: more"
+    finally:
+        again.close()
+
+
+def test_a_keystroke_aborts_a_speculation_on_the_remote_shard(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    started = tmp_path / "speculating"
+
+    def model(request: LlmRequest) -> Any:
+        if request.purpose == "main":
+            return "x is 1. Shall I bump it?"
+        if request.purpose in ("suggestion", "pipelined"):
+            return '{"suggestion": "bump x to 2"}'
+        started.write_text("1")
+        return {"text": "Working. " + "word " * 400, "tokens_per_s": 10}
+
+    config = SpeculationConfig(enabled=True, suggestion_delay_ms=0)
+    with rt.open_session(workspace=ws, model=FunctionModel(model), speculation=config) as s:
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        wait_until(started.exists)
+        wait_until(lambda: s.speculation.state == "running")
+        before = s.history
+        s.drain_events()
+        s.keystroke("no, something else")
+        finished = []
+        for event in s.events(timeout=WAIT):
+            if isinstance(event, SpeculationFinished):
+                finished.append(event)
+                break
+        assert finished and finished[0].outcome == "aborted"
+        assert finished[0].was_running is True
+        assert finished[0].abort_steps[0][0] == "keystroke"
+        wait_until(lambda: s.speculation.state == "aborted")
+        assert s.history == before
+        assert (ws / "app.py").read_text() == "x = 1\n"
+
+
+# -- the README example and `fore bench --shards`, each in a fresh process (its own Ray) --------
+
+
+def _readme_block(marker: str) -> str:
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    blocks = re.findall(r"```python\n(.*?)\n```", readme.read_text(), re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"one README example with {marker!r}"
+    return found[0]
+
+
+def test_the_readme_ray_example_runs(tmp_path: Path) -> None:
+    (tmp_path / "myproject").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _readme_block("RayRuntime(shards=2)")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    assert words[:4] == ["completed", "Hi.", "on", "shard"], done.stdout
+    assert int(words[-1]) != os.getpid()  # the turn ran in a shard process
+
+
+def test_bench_with_shards_reports_per_shard_load_and_no_leaks(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fore",
+            "bench",
+            "--sessions",
+            "6",
+            "--turns",
+            "2",
+            "--think-ms",
+            "300",
+            "--duration",
+            "40",
+            "--shards",
+            "2",
+            "--no-progress",
+            "--json",
+            str(report),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert "per-shard load" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    run = data["speculation"]
+    assert [load["index"] for load in run["shard_loads"]] == [0, 1]
+    assert sum(load["sessions"] for load in run["shard_loads"]) == 6
+    assert all(value == 0 for value in run["leaks"].values()), run["leaks"]
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_bench_rejects_a_hostile_shard_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from fore.supervision.cli import build_parser
+    from fore.supervision.cli import main as cli_main
+
+    assert build_parser().parse_args(["bench", "--shards", "0"]).shards == 0
+    assert cli_main(["bench", "--shards", "100000"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be 0 to 64" in err[0]

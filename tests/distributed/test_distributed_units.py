@@ -1,0 +1,482 @@
+"""fore.distributed's plain parts, without Ray: placement, the event sink, shipping, specs,
+and a shard's server object driven in this process (its durability and its resume).
+
+The same ``ShardServer`` runs as a Ray actor in ``tests/distributed/test_distributed_ray.py``;
+here its ``async`` methods are awaited directly, so what it promises about the
+store is tested without a cluster. Nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
+from fore.actors.store import SessionLeased, open_store
+from fore.actors.worker.hooks import Continue, HookEvent, Hooks
+from fore.distributed.errors import WorkspaceUnreachable
+from fore.distributed.events import EventSink
+from fore.distributed.placement import ShardLoad, choose_shard, pressure_band, weighted_load
+from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer
+from fore.distributed.shipping import NotShippable, dumps, loads
+from fore.distributed.spec import PLAIN_OPTIONS, SessionSpec, options_from_config
+from fore.messages.conversation import AssistantMessage, ToolResult
+from fore.messages.llm import LlmRequest
+from fore.messages.session import GetHistory, ItemAdded, TurnFinished
+from fore.messages.speculation import SpeculationConfig
+from fore.supervision.resume import ModelNotRebuildable, rebuild_model
+
+# -- placement --------------------------------------------------------------------------------
+
+NODES = ("n1", "n2")
+
+
+@st.composite
+def loads_strategy(draw: Any) -> list[ShardLoad]:
+    count = draw(st.integers(min_value=0, max_value=6))
+    return [
+        ShardLoad(
+            index=i,
+            incarnation=f"inc{i}",
+            node_id=draw(st.sampled_from(NODES)),
+            alive=draw(st.booleans()),
+            pressure_ms=draw(st.floats(min_value=0, max_value=40, allow_nan=False)),
+            threshold_ms=4.0,
+            sessions=draw(st.integers(min_value=0, max_value=50)),
+        )
+        for i in range(count)
+    ]
+
+
+@given(
+    loads_strategy(),
+    st.sampled_from((None, *NODES)),
+    st.lists(st.integers(min_value=0, max_value=5), max_size=6),
+)
+@settings(max_examples=300, deadline=None)
+def test_placement_picks_the_least_loaded_live_shard_on_the_node(
+    loads: list[ShardLoad], node: str | None, placed: list[int]
+) -> None:
+    chosen = choose_shard(loads, node=node, placed=placed)
+    candidates = [s for s in loads if s.alive and (node is None or s.node_id == node)]
+    if not candidates:
+        assert chosen is None
+        return
+    assert chosen is not None and chosen in candidates
+
+    best = min(weighted_load(s, placed) for s in candidates)
+    assert weighted_load(chosen, placed) == best
+    assert chosen.index == min(s.index for s in candidates if weighted_load(s, placed) == best)
+    # the weight is monotonic: more sessions or more pressure never make a shard lighter
+    for s in candidates:
+        heavier = s.model_copy(
+            update={"sessions": s.sessions + 1, "pressure_ms": s.pressure_ms + 4}
+        )
+        assert weighted_load(heavier, placed) > weighted_load(s, placed)
+
+
+def test_a_busier_governor_loses_to_an_idle_one_even_with_fewer_sessions() -> None:
+    def load(index: int, pressure: float, sessions: int) -> ShardLoad:
+        return ShardLoad(
+            index=index,
+            incarnation="x",
+            node_id="n1",
+            pressure_ms=pressure,
+            threshold_ms=4.0,
+            sessions=sessions,
+        )
+
+    busy, idle = load(0, 9.0, 10), load(1, 0.5, 20)
+    assert choose_shard([busy, idle]) == idle
+    # jitter inside one band does not decide: the session count does
+    a, b = load(0, 0.4, 10), load(1, 1.6, 3)
+    assert choose_shard([a, b]) == b
+    # below the governor's threshold every shard has headroom: sessions decide, not the
+    # jitter of the pressure sample (a burst of opens once all went to one idle shard)
+    c, d = load(0, 2.0, 0), load(1, 1.9, 20)
+    assert choose_shard([c, d]) == c
+    # a burst of opens against a shard sampling just above the threshold: it takes fewer
+    # new sessions, never none (once 184 of 200 went to the other shard)
+    shards = [load(0, 1.0, 0), load(1, 4.5, 0)]
+    counts = [0, 0]
+    for _ in range(200):
+        chosen = choose_shard(shards, placed=counts)
+        assert chosen is not None
+        counts[chosen.index] += 1
+    assert counts[0] > counts[1] >= 60
+    # sessions placed since the last report count
+    assert choose_shard([a, b], placed=[0, 8]) == a
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True), st.floats(allow_nan=True))
+def test_pressure_bands_are_monotonic_and_total(p: float, q: float) -> None:
+    band = pressure_band(p)
+    assert band >= 0
+    if not math.isnan(p) and not math.isnan(q) and p <= q:
+        assert band <= pressure_band(q)
+    with pytest.raises(ValueError):
+        pressure_band(1.0, 0.0)
+
+
+# -- the event sink ---------------------------------------------------------------------------
+
+
+async def _read(sink: EventSink, kinds: Any = None, until: int | None = None) -> list[Any]:
+    got: list[Any] = []
+    async for batch in sink.batches(kinds, poll_s=0.05):
+        assert batch, "a batch is never empty"
+        got.extend(batch)
+        if until is not None and len(got) >= until:
+            break
+    return got
+
+
+def test_events_cross_threads_in_order_in_batches() -> None:
+    sink = EventSink("s1", maxlen=100_000)
+    count = 20_000
+
+    def produce() -> None:
+        for i in range(count):
+            sink.tell(i)
+        sink.close()
+
+    async def main() -> list[Any]:
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            return await asyncio.wait_for(_read(sink), 60)
+        finally:
+            producer.join(30)
+
+    assert asyncio.run(main()) == list(range(count))
+    assert sink.dropped == 0
+
+
+def test_unread_events_are_bounded_dropping_the_oldest() -> None:
+    sink = EventSink("s1", maxlen=5)
+    for i in range(8):
+        sink.tell(i)
+    sink.close()
+    assert sink.dropped == 3
+    assert asyncio.run(_read(sink)) == [3, 4, 5, 6, 7]
+    sink.tell(99)  # after close: ignored, never an error
+    assert len(sink) == 0
+
+
+def test_a_new_reader_takes_over_and_kinds_filter_on_the_shard() -> None:
+    sink = EventSink("s1")
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        first = asyncio.ensure_future(_read(sink))
+        await asyncio.sleep(0.05)
+        sink.tell("old")
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(_read(sink, kinds={"int"}))
+        await asyncio.wait_for(first, 10)  # ended by the newer reader
+        sink.tell("skipped")
+        sink.tell(7)
+        sink.close()
+        return first.result(), await asyncio.wait_for(second, 10)
+
+    old, new = asyncio.run(main())
+    assert old == ["old"]
+    assert new == [7]
+
+
+# -- shipping ---------------------------------------------------------------------------------
+
+
+def test_shipped_objects_get_fresh_locks_and_keep_their_state() -> None:
+    seen: list[str] = []
+
+    def on_prompt(ctx: Any) -> Any:
+        seen.append(ctx.text)
+        return Continue()
+
+    hooks = Hooks(default_timeout=7.0)
+    hooks.add("on_prompt_submit", on_prompt)
+    model = ScriptedModel([{"text": "hi"}], ttft_ms=3.0)
+    calls = {"n": 0}
+
+    def answer(request: LlmRequest) -> str:
+        calls["n"] += 1
+        return f"answer {calls['n']}"
+
+    function_model = FunctionModel(answer)
+    with hooks._lock:  # held while shipped: the copy's lock is a new, free one
+        data = dumps({"hooks": hooks, "model": model, "fn": function_model})
+    copy = loads(data)
+    assert copy["hooks"].default_timeout == 7.0
+    assert [s.name for s in copy["hooks"].chain(HookEvent.ON_PROMPT_SUBMIT)] == ["on_prompt"]
+    assert copy["hooks"]._lock.acquire(blocking=False)
+    assert copy["model"].ttft_ms == 3.0 and len(copy["model"].script.replies) == 1
+    assert copy["fn"].fn(None) == "answer 1"
+    assert calls["n"] == 0  # the copy's state is the copy's
+
+
+def test_what_cannot_cross_a_process_boundary_is_one_clear_error() -> None:
+    with socket.socket() as sock, pytest.raises(NotShippable, match=r"session's tools \(dict\)"):
+        dumps({"tool": sock}, what="tools")
+
+
+# -- a shard's server, in this process ----------------------------------------------------------
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path}/sessions.db"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    (path / "app.py").write_text("x = 1\n")
+    return path
+
+
+def shard_config(store_url: str, tmp_path: Path) -> ShardConfig:
+    return ShardConfig(
+        store_url=store_url,
+        blob_dir=str(tmp_path / "blobs"),
+        overlay_root=str(tmp_path / "overlays"),
+        tune_process=False,
+        governor={"enabled": False},
+    )
+
+
+def spec_for(session_id: str, ws: Path, model: Any, **options: Any) -> SessionSpec:
+    options.setdefault("speculation", SpeculationConfig(enabled=False))
+    return SessionSpec.make(session_id, workspace=str(ws), node=None, model=model, options=options)
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def test_a_shard_stores_settings_without_credentials_and_a_resume_rebuilds_the_endpoint(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """What the shard's runtime stores is what ``RayRuntime.resume_session`` reads back."""
+    run = loop.run_until_complete
+    model = OpenAICompatible(
+        base_url="http://127.0.0.1:9/v1", api_key="sk-secret", model="m", max_output_tokens=99
+    )
+    spec = SessionSpec.make(
+        "s1",
+        workspace=str(ws),
+        node="n1",
+        model=model,
+        options={
+            "system_prompt": "be brief",
+            "max_turns": 7,
+            "speculation": SpeculationConfig(enabled=True, token_budget=123),
+            "builtin": ("read_file", "grep"),
+        },
+    )
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        run(shard.open(spec))  # the store's credential checks accepted the record
+    finally:
+        run(shard.shutdown(30))
+    with open_store(store_url) as reader:
+        record = reader.load("s1").record
+    assert "sk-secret" not in repr(record.model_settings)
+    assert "sk-secret" not in repr(record.session_config)
+    rebuilt = rebuild_model(record.model_settings, "s1")
+    assert isinstance(rebuilt, OpenAICompatible)
+    assert (rebuilt.base_url, rebuilt.name, rebuilt.max_output_tokens) == (
+        model.base_url,
+        "m",
+        99,
+    )
+    options = options_from_config(record.session_config)
+    assert options["speculation"].token_budget == 123
+    assert options["max_turns"] == 7 and options["builtin"] == ["read_file", "grep"]
+    assert options["system_prompt"] == "be brief"
+    assert set(options) <= PLAIN_OPTIONS
+    with pytest.raises(ModelNotRebuildable):
+        rebuild_model({"provider": "in-process", "class": "ScriptedModel"}, "s2")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        SessionSpec.make("s2", workspace=None, node=None, model=model, options={"bogus": 1})
+
+
+def test_a_turn_is_in_the_store_before_the_submit_answers_and_resumes_elsewhere(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    run = loop.run_until_complete
+    first = ShardServer(0, shard_config(store_url, tmp_path))
+    model = ScriptedModel([{"text": "one"}, {"text": "two"}])
+    try:
+        run(first.open(spec_for("s1", ws, model)))
+        turn = run(first.submit("s1", "hello", timeout=30))
+        assert turn.status == "completed"
+        # read by another store, as a process that took over would
+        with open_store(store_url) as reader:
+            stored = reader.load("s1")
+            assert [type(i).__name__ for i in stored.items] == ["UserMessage", "AssistantMessage"]
+            assert stored.record.turn_count == 1
+        run(first.submit("s1", "again", timeout=30))
+        history = run(first.ask("s1", "worker", GetHistory()))
+    finally:
+        report = run(first.shutdown(30))
+    assert report["unclean_shutdown"] == 0 and report["live_actors"] == 0
+    second = ShardServer(1, shard_config(store_url, tmp_path))
+    try:
+        info = run(second.open(spec_for("s1", ws, ScriptedModel([{"text": "three"}])), True))
+        assert info.index == 1
+        assert run(second.ask("s1", "worker", GetHistory())) == history  # byte-identical
+        assert run(second.submit("s1", "go on", timeout=30)).items[-1].text == "three"
+        with pytest.raises(SessionNotHere):
+            run(second.submit("nope", "x"))
+    finally:
+        run(second.shutdown(30))
+
+
+_HELD = (threading.Event(), threading.Event())
+"""(release, asked): module globals, so the shipped copy of the model function (pickled
+by reference, being a module-level function) shares them with the test."""
+
+
+def _held_second_answer(request: LlmRequest) -> Any:
+    """A tool call first; the answer after its result waits until the test releases it."""
+    release, asked = _HELD
+    if any(isinstance(m, ToolResult) for m in request.messages):
+        asked.set()
+        assert release.wait(30)
+        return "second"
+    return {"text": "", "tool_calls": [{"name": "read_file", "arguments": {"path": "app.py"}}]}
+
+
+def test_a_run_in_progress_is_never_written_half(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    release, asked = _HELD
+    release.clear()
+    asked.clear()
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        run(shard.open(spec_for("s1", ws, FunctionModel(_held_second_answer))))
+        submit = loop.create_task(shard.submit("s1", "read it", timeout=30))
+        assert run(asyncio.to_thread(asked.wait, 30))
+        # the first answer asked for a tool, then read_file ran, and the model now
+        # answers the turn's second request (held): the store has nothing of it yet
+        # (the runtime's write-ahead writes whole turns, when they end)
+        with open_store(store_url) as reader:
+            assert reader.load("s1").items == ()
+        release.set()
+        turn = run(submit)
+        assert turn.status == "completed"
+        with open_store(store_url) as reader:
+            stored = reader.load("s1")
+        assert stored.record.turn_count == 1  # one batch: the whole turn
+        assert isinstance(stored.items[-1], AssistantMessage)
+        assert stored.items[-1].text == "second"
+    finally:
+        release.set()
+        run(shard.shutdown(30))
+
+
+def test_events_leave_the_shard_in_order_and_the_workspace_must_be_here(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    words = " ".join(f"w{i}" for i in range(200))
+    try:
+        with pytest.raises(WorkspaceUnreachable, match="not a directory"):
+            run(shard.open(spec_for("s0", tmp_path / "missing", ScriptedModel([]))))
+        run(shard.open(spec_for("s1", ws, ScriptedModel([{"text": words, "tokens_per_s": 5000}]))))
+        turn = run(shard.submit("s1", "talk", timeout=30))
+
+        async def collect() -> list[Any]:
+            got: list[Any] = []
+            async for batch in shard.events("s1"):
+                got.extend(batch)
+                if any(isinstance(e, TurnFinished) for e in got):
+                    return got
+            return got
+
+        events = run(asyncio.wait_for(collect(), 30))
+    finally:
+        run(shard.shutdown(30))
+    text = "".join(e.text for e in events if type(e).__name__ == "TextDelta")
+    assert text == words
+    added = [e.item for e in events if isinstance(e, ItemAdded)]
+    assert added == list(turn.items)
+    assert isinstance(events[-1], TurnFinished)
+
+
+def test_a_session_open_on_a_live_shard_is_not_resumed_on_another_until_it_closes(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """One session, one shard: the runtime's lease keeps a second shard out (after
+    waiting ``resume_wait_s`` for it), and lets it in once the first closed it."""
+    run = loop.run_until_complete
+    first = ShardServer(0, shard_config(store_url, tmp_path))
+    config = dataclasses.replace(shard_config(store_url, tmp_path), resume_wait_s=0.3)
+    second = ShardServer(1, config)
+    try:
+        run(first.open(spec_for("s1", ws, ScriptedModel([{"text": "one"}]))))
+        run(first.submit("s1", "hello", timeout=30))
+        with pytest.raises(SessionLeased):
+            run(second.open(spec_for("s1", ws, ScriptedModel([])), True))
+        assert run(second.sessions()) == []
+        assert run(first.close_session("s1"))
+        run(second.open(spec_for("s1", ws, ScriptedModel([{"text": "two"}])), True))
+        history = run(second.ask("s1", "worker", GetHistory()))
+        assert [getattr(i, "text", None) for i in history] == ["hello", "one"]
+    finally:
+        first_report = run(first.shutdown(30))
+        second_report = run(second.shutdown(30))
+    assert first_report["live_actors"] == 0 and second_report["live_actors"] == 0
+
+
+def test_a_fork_is_a_stored_session_of_its_own_on_the_same_shard(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """``fork`` forwards to ``Session.fork()``: a new id, the stored history copied, both
+    going on independently; the shared model outlives whichever closes first."""
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    model = FunctionModel(lambda request: f"echo: {request.messages[-1].text}")
+    try:
+        run(shard.open(spec_for("s1", ws, model)))
+        run(shard.submit("s1", "hello", timeout=30))
+        fork_id, info = run(shard.fork("s1"))
+        assert fork_id != "s1" and info.index == 0
+        assert sorted(run(shard.sessions())) == sorted(["s1", fork_id])
+        source = run(shard.ask("s1", "worker", GetHistory()))
+        assert run(shard.ask(fork_id, "worker", GetHistory())) == source
+        assert run(shard.close_session("s1"))  # the fork's model is the same object
+        turn = run(shard.submit(fork_id, "again", timeout=30))
+        assert turn.items[-1].text == "echo: again"
+        with open_store(store_url) as reader:
+            forked = reader.load(fork_id)
+            assert forked.record.parent_id == "s1"
+            assert [getattr(i, "text", None) for i in forked.items] == [
+                "hello",
+                "echo: hello",
+                "again",
+                "echo: again",
+            ]
+            assert len(reader.load("s1").items) == 2  # the source is untouched
+        with pytest.raises(SessionNotHere):
+            run(shard.fork("s1"))
+    finally:
+        report = run(shard.shutdown(30))
+    assert report["live_actors"] == 0 and report["threads"] == 0, report

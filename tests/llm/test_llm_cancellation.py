@@ -1,0 +1,228 @@
+"""Cancels that land early: every request still gets exactly one terminal event.
+
+Two races lose a cancel unless the loop handles them:
+
+* a cancel right after the submit reaches the task before its coroutine ever
+  ran, so the request's own handlers never run (case A);
+* the gateway's cancel travels on the control lane and overtakes its own
+  request in the mailbox, finding nothing to cancel (case B) -- typing during
+  a speculation does exactly this.
+
+Both are produced deterministically here: case A by queueing submit+cancel
+pairs while a test model holds the loop thread, case B by cancelling first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from fore.actors.core import ActorSystem
+from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy, StreamResult
+from fore.actors.llm.mock_server import MockLlmServer
+from fore.messages.conversation import AssistantMessage, UserMessage
+from fore.messages.llm import (
+    CancelLlmRequest,
+    LlmCancelled,
+    LlmCompleted,
+    LlmFailed,
+    LlmRequest,
+    Usage,
+)
+from tests.llm.test_llm_gateway import TERMINAL, WAIT, Sink
+
+_ids = itertools.count()
+
+
+class HoldTheLoop:
+    """A model that blocks the loop thread until released (a test device only).
+
+    While it holds the thread, submits and cancels queue up on the loop and
+    then run back to back in one iteration -- the tightest race there is.
+    """
+
+    name = "hold"
+    retry = RetryPolicy(max_retries=0)
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    async def stream(self, request: LlmRequest, emit: Any, http: httpx.AsyncClient) -> StreamResult:
+        self.entered.set()
+        self.release.wait(WAIT)  # deliberately blocking: nothing else on the loop may run
+        return StreamResult(AssistantMessage(text="held"), Usage(), "stop")
+
+
+class Rig:
+    def __init__(self, system: ActorSystem, loop: LlmLoop) -> None:
+        self.loop = loop
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        with system.activated():
+            self.sink = Sink.start(self.inbox)
+            self.gateway = LlmGateway.start(loop)
+
+    def request(self, model: Any, rid: str, session_id: str = "s") -> LlmRequest:
+        return LlmRequest(
+            request_id=rid,
+            session_id=session_id,
+            messages=(UserMessage(text="hello"),),
+            model=model,
+            reply_to=self.sink,
+        )
+
+    def terminals(self, rids: set[str], timeout: float = WAIT) -> dict[str, list[Any]]:
+        """Every terminal event per request id, waiting until each has one (or the timeout)."""
+        seen: dict[str, list[Any]] = {rid: [] for rid in rids}
+        deadline = time.monotonic() + timeout
+        while any(not events for events in seen.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                message = self.inbox.get(timeout=remaining)
+            except queue.Empty:
+                break
+            rid = getattr(message, "request_id", None)
+            if rid in seen and isinstance(message, TERMINAL):
+                seen[rid].append(message)
+        return seen
+
+    def settle(self) -> None:
+        """Prove silence: nothing more arrives once the loop has nothing in flight."""
+        deadline = time.monotonic() + WAIT
+        while self.loop.in_flight() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[MockLlmServer]:
+    with MockLlmServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def rig(server: MockLlmServer) -> Iterator[Rig]:
+    server.reset()
+    system = ActorSystem(name="llm-cancel-test")
+    loop = LlmLoop()
+    try:
+        yield Rig(system, loop)
+    finally:
+        assert loop.close()
+        system.shutdown()
+
+
+def never_answers(server: MockLlmServer) -> OpenAICompatible:
+    """A real endpoint that would take ten minutes to say anything."""
+    return OpenAICompatible(
+        base_url=server.base_url,
+        api_key="k",
+        model="mock",
+        headers={"X-Mock-TTFT-Ms": "600000"},
+        retry=RetryPolicy(max_retries=0),
+    )
+
+
+def assert_one_cancelled_each(seen: dict[str, list[Any]], reason: str) -> None:
+    silent = [rid for rid, events in seen.items() if not events]
+    assert not silent, f"{len(silent)} of {len(seen)} requests got no terminal event"
+    for rid, events in seen.items():
+        assert len(events) == 1, (rid, events)
+        assert isinstance(events[0], LlmCancelled) and events[0].reason == reason, events
+
+
+def test_cancel_right_after_submit_before_the_task_starts(rig: Rig, server: MockLlmServer) -> None:
+    hold = HoldTheLoop()
+    rig.loop.submit(rig.request(hold, "holder"))
+    assert hold.entered.wait(WAIT)
+    model = never_answers(server)
+    rids = {f"a{next(_ids)}" for _ in range(50)}
+    for rid in rids:  # all queued behind the held loop: each cancel lands before its task runs
+        rig.loop.submit(rig.request(model, rid, session_id=rid))
+        rig.loop.cancel(rid, "typed")
+    hold.release.set()
+    seen = rig.terminals(rids)
+    assert_one_cancelled_each(seen, "typed")
+    rig.settle()
+    stats = rig.loop.stats()
+    assert stats.in_flight == 0
+    assert stats.started == stats.completed + stats.failed + stats.cancelled
+    assert stats.cancelled == len(rids)
+    assert not {r.request_id for r in server.requests()} & rids  # never sent
+
+
+def test_cancel_that_arrives_before_its_request(rig: Rig, server: MockLlmServer) -> None:
+    model = never_answers(server)
+    rids = [f"b{next(_ids)}" for _ in range(20)]
+    for rid in rids:
+        rig.loop.cancel(rid, "speculation aborted")
+        rig.loop.submit(rig.request(model, rid, session_id=rid))
+    seen = rig.terminals(set(rids))
+    assert_one_cancelled_each(seen, "speculation aborted")
+    rig.settle()
+    assert rig.loop.stats().in_flight == 0
+    assert not {r.request_id for r in server.requests()} & set(rids)  # never sent
+
+
+def test_submit_and_cancel_back_to_back_through_the_gateway(
+    rig: Rig, server: MockLlmServer
+) -> None:
+    """Whatever the interleaving, each request ends with exactly one LlmCancelled."""
+    model = never_answers(server)
+    rids = [f"c{next(_ids)}" for _ in range(200)]
+    for rid in rids:
+        rig.gateway.tell(rig.request(model, rid, session_id=rid))
+        rig.gateway.tell(CancelLlmRequest(request_id=rid, reason="user typed"))
+    seen = rig.terminals(set(rids))
+    assert_one_cancelled_each(seen, "user typed")
+    rig.settle()
+    stats = rig.loop.stats()
+    assert stats.in_flight == 0 and stats.cancelled == len(rids)
+    # Those that did reach the server were hung up on.
+    server.wait_for_stats(lambda s: s.in_flight == 0, timeout_s=WAIT)
+    late = []
+    while True:
+        try:
+            late.append(rig.inbox.get(timeout=0.2))
+        except queue.Empty:
+            break
+    assert not [m for m in late if isinstance(m, TERMINAL)]  # still exactly one each
+
+
+def test_late_cancel_is_a_no_op_and_does_not_cancel_a_reused_id(rig: Rig) -> None:
+    """A cancel for a request that already ended is not remembered as an early cancel."""
+    from fore.actors.llm import ScriptedModel
+
+    model = ScriptedModel([{"text": "one"}, {"text": "two"}])
+    rig.loop.submit(rig.request(model, "reused"))
+    (first,) = rig.terminals({"reused"})["reused"]
+    assert isinstance(first, LlmCompleted) and first.message.text == "one"
+    rig.loop.cancel("reused", "too late")
+    rig.loop.submit(rig.request(model, "reused"))
+    (second,) = rig.terminals({"reused"})["reused"]
+    assert isinstance(second, LlmCompleted) and second.message.text == "two"
+
+
+def test_request_submitted_while_closing_still_gets_a_terminal_event(server: MockLlmServer) -> None:
+    system = ActorSystem(name="llm-close-test")
+    loop = LlmLoop()
+    try:
+        rig = Rig(system, loop)
+        model = never_answers(server)
+        rig.loop.submit(rig.request(model, "in-flight"))
+        assert loop.close()
+        rig.loop.submit(rig.request(model, "after-close"))
+        seen = rig.terminals({"in-flight", "after-close"})
+        assert isinstance(seen["in-flight"][0], LlmCancelled)
+        assert isinstance(seen["after-close"][0], LlmFailed)
+        assert all(len(events) == 1 for events in seen.values())
+    finally:
+        system.shutdown()

@@ -72,9 +72,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pykka import ActorRef
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fore.actors.core import PooledActor, handles
+from fore.actors.core import ActorSystem, PooledActor, handles
 from fore.actors.llm import AnthropicModel, OpenAICompatible, RetryPolicy, evloop
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
@@ -672,6 +673,68 @@ class _Timeline:
             self._stride *= 2
 
 
+def open_user_session(
+    rt: Any, root: Path, i: int, model: Any, config: SpeculationConfig
+) -> tuple[Any, Path]:
+    """The ``i``-th user's session on ``rt`` (a :class:`~supervision.Runtime` or a
+    :class:`~fore.distributed.RayRuntime`), in a fresh workspace under ``root``."""
+    workspace = make_workspace(root / "ws" / f"s{i:05d}")
+    session = rt.open_session(
+        workspace=workspace,
+        model=model,
+        speculation=config,
+        system_prompt="You are a careful coding agent.",
+    )
+    return session, workspace
+
+
+def start_users(
+    system: ActorSystem,
+    sessions: list[tuple[Any, Path]],
+    options: LoadOptions,
+    recorder: Recorder,
+    done: threading.Semaphore,
+    deadline: float,
+) -> list[ActorRef[SimUser]]:
+    """One :class:`SimUser` per session (the ``i``-th seeded from the run's seed and
+    ``i``), on ``system``; each releases ``done`` when it has finished."""
+    with system.activated():
+        return [
+            SimUser.start(
+                session,
+                workspace,
+                options,
+                options.seed * 100_003 + i,
+                recorder,
+                done,
+                deadline,
+                i,
+            )
+            for i, (session, workspace) in enumerate(sessions)
+        ]
+
+
+def users_finished(done: threading.Semaphore) -> int:
+    """How many users have finished since the last call: waits up to 0.2 s for one,
+    then takes all that are there (so the caller's loop samples about 5 times a second)."""
+    if not done.acquire(timeout=0.2):
+        return 0
+    finished = 1
+    while done.acquire(blocking=False):
+        finished += 1
+    return finished
+
+
+def freeze_ledger(
+    ledger: Ledger, options: LoadOptions, played: int, *, interrupted: bool, rounds_cut: int
+) -> None:
+    """The run has ended: the users never started (Ctrl-C while opening) are filed
+    as unplayed, and the ledger takes nothing more."""
+    for i in range(played, options.sessions):
+        ledger.user(i, options.turns)
+    ledger.freeze("interrupt" if interrupted else "duration" if rounds_cut else None)
+
+
 def _open_states(sessions: list[tuple[Any, Path]], deadline_s: float = 5.0) -> dict[str, Any]:
     """Each session's current speculation id -> its state, asked of all at once."""
     futures = []
@@ -756,7 +819,7 @@ def _run(
             enabled=True, speculate=options.speculation, approval_mode=ApprovalMode.AUTO_EDIT
         )
         done = threading.Semaphore(0)
-        users = []
+        users: list[ActorRef[SimUser]] = []
         peak_threads = threading.active_count()
         peak_fds = process.num_fds()
         peak_rss = process.memory_info().rss
@@ -779,14 +842,7 @@ def _run(
             for i in range(options.sessions):
                 if interrupts.requested.is_set():
                     break
-                workspace = make_workspace(root / "ws" / f"s{i:05d}")
-                session = rt.open_session(
-                    workspace=workspace,
-                    model=model,
-                    speculation=config,
-                    system_prompt="You are a careful coding agent.",
-                )
-                sessions.append((session, workspace))
+                sessions.append(open_user_session(rt, root, i, model, config))
                 progress.advance(opening)
             progress.remove_task(opening)
             started = time.monotonic()
@@ -800,26 +856,10 @@ def _run(
                 "speculation" if options.speculation else "no speculation", total=total_rounds
             )
             if not interrupts.requested.is_set():
-                with rt.system.activated():
-                    for i, (session, workspace) in enumerate(sessions):
-                        users.append(
-                            SimUser.start(
-                                session,
-                                workspace,
-                                options,
-                                options.seed * 100_003 + i,
-                                recorder,
-                                done,
-                                deadline,
-                                i,
-                            )
-                        )
+                users = start_users(rt.system, sessions, options, recorder, done, deadline)
             finished = 0
             while finished < len(users):
-                if done.acquire(timeout=0.2):
-                    finished += 1
-                    while done.acquire(blocking=False):
-                        finished += 1
+                finished += users_finished(done)
                 progress.update(task, completed=recorder.rounds)
                 timeline.sample(time.monotonic() - started, governor, recorder.rounds)
                 peak_threads = max(peak_threads, threading.active_count())
@@ -833,10 +873,9 @@ def _run(
         # The run has ended: what is open now is counted as open (the ledger
         # takes nothing more), then each session says what it still runs.
         ledger = recorder.ledger
-        if len(sessions) < options.sessions:  # Ctrl-C while opening: never played
-            for i in range(len(sessions), options.sessions):
-                ledger.user(i, options.turns)
-        ledger.freeze("interrupt" if interrupted else "duration" if rounds_cut else None)
+        freeze_ledger(
+            ledger, options, len(sessions), interrupted=interrupted, rounds_cut=rounds_cut
+        )
         accounting = ledger.result(_open_states(sessions), admitted=governor.admitted)
         closing = time.monotonic()
         for user in users:

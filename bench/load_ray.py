@@ -105,14 +105,16 @@ def run_load_ray(
     from fore.bench.load import (
         BenchSetupError,
         Recorder,
-        SimUser,
         _open_states,
         _quantiles,
         _report,
         _spawn_server,
         _Timeline,
+        freeze_ledger,
+        open_user_session,
+        start_users,
+        users_finished,
     )
-    from fore.bench.workload import make_workspace
     from fore.distributed import RayRuntime  # imports Ray only when it starts one
     from fore.supervision import Runtime
 
@@ -152,13 +154,7 @@ def run_load_ray(
         for i in range(options.sessions):
             if interrupts.requested.is_set():
                 break
-            workspace = make_workspace(root / "ws" / f"s{i:05d}")
-            remote = rt.open_session(
-                workspace=workspace,
-                model=model,
-                speculation=config,
-                system_prompt="You are a careful coding agent.",
-            )
+            remote, workspace = open_user_session(rt, root, i, model, config)
             sessions.append((BenchSession(remote), workspace))
         started = time.monotonic()
         setup = started - begun
@@ -166,30 +162,13 @@ def run_load_ray(
         deadline = started + max(1.0, window)
         hard_stop = deadline + options.drain_s
         done = threading.Semaphore(0)
-        users = []
-        with users_rt.system.activated():
-            for i, (session, workspace) in enumerate(sessions):
-                users.append(
-                    SimUser.start(
-                        session,
-                        workspace,
-                        options,
-                        options.seed * 100_003 + i,
-                        recorder,
-                        done,
-                        deadline,
-                        i,
-                    )
-                )
+        users = start_users(users_rt.system, sessions, options, recorder, done, deadline)
         totals = _Totals(rt)
         timeline = _Timeline()
         finished = 0
         rounds_cut = 0
         while finished < len(users):
-            if done.acquire(timeout=0.2):
-                finished += 1
-                while done.acquire(blocking=False):
-                    finished += 1
+            finished += users_finished(done)
             totals.refresh()
             timeline.sample(time.monotonic() - started, totals, recorder.rounds)  # type: ignore[arg-type]
             if interrupts.requested.is_set() or time.monotonic() > hard_stop:
@@ -198,9 +177,9 @@ def run_load_ray(
         wall = time.monotonic() - started
         interrupted = interrupts.requested.is_set()
         ledger = recorder.ledger
-        for i in range(len(sessions), options.sessions):
-            ledger.user(i, options.turns)
-        ledger.freeze("interrupt" if interrupted else "duration" if rounds_cut else None)
+        freeze_ledger(
+            ledger, options, len(sessions), interrupted=interrupted, rounds_cut=rounds_cut
+        )
         totals.refresh()
         loads = rt.shard_loads()
         accounting = ledger.result(_open_states(sessions), admitted=totals.admitted)

@@ -339,16 +339,7 @@ class SessionSupervisor(Supervisor):
         self._config_gen += 1
         if self._current is not None:
             self._abort(self._current, "the session's tools changed", stale=True)
-
-        def done(answer: Any) -> None:
-            if reply is not None:
-                reply.try_set(answer)
-
-        def failed(error: BaseException) -> None:
-            if reply is not None:
-                reply.try_set_exception(error)
-
-        self.ask_then(self._worker, message, then=done, on_error=failed, timeout=30.0)
+        self._relay_to_worker(message, reply, timeout=30.0)
 
     # -- suggestions ---------------------------------------------------------------------------
 
@@ -745,16 +736,7 @@ class SessionSupervisor(Supervisor):
         """What was suggested and speculated with the old model goes; the worker switches."""
         reply = self.defer_reply()
         self._invalidate("the session's model changed")
-
-        def done(answer: Any) -> None:
-            if reply is not None:
-                reply.try_set(answer)
-
-        def failed(error: BaseException) -> None:
-            if reply is not None:
-                reply.try_set_exception(error)
-
-        self.ask_then(self._worker, message, then=done, on_error=failed, timeout=30.0)
+        self._relay_to_worker(message, reply, timeout=30.0)
 
     def _abort(
         self, spec: _Speculation, reason: str, *, stale: bool = False, at: float | None = None
@@ -897,15 +879,22 @@ class SessionSupervisor(Supervisor):
         self._forward_submit(submit, reply)
 
     def _forward_submit(self, submit: Submit, reply: PooledFuture[Any] | None) -> None:
-        def done(result: TurnResult) -> None:
+        self._relay_to_worker(submit, reply, timeout=3600.0)
+
+    def _relay_to_worker(
+        self, message: Any, reply: PooledFuture[Any] | None, *, timeout: float
+    ) -> None:
+        """Ask the worker; its answer or its failure settles ``reply`` (when someone asked)."""
+
+        def done(answer: Any) -> None:
             if reply is not None:
-                reply.try_set(result)
+                reply.try_set(answer)
 
         def failed(error: BaseException) -> None:
             if reply is not None:
                 reply.try_set_exception(error)
 
-        self.ask_then(self._worker, submit, then=done, on_error=failed, timeout=3600.0)
+        self.ask_then(self._worker, message, then=done, on_error=failed, timeout=timeout)
 
     def _call_off(self, spec: _Speculation, reason: str, at: float | None = None) -> None:
         """Call off an accept still waiting for its speculation (see the section's notes).

@@ -35,9 +35,8 @@ What differs from OpenAI, and why it matters here:
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
@@ -53,31 +52,27 @@ from fore.actors.llm.anthropic_wire import (
     dumps,
     request_body,
 )
-from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits, BoundedDecoder, SseParser, read_body
-from fore.actors.llm.errors import (
-    LlmException,
-    error_from_status,
-    format_size,
-    llm_error,
-    provider_error_details,
+from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits
+from fore.actors.llm.chat_model import RetryPolicy, StreamResult, Timeouts
+from fore.actors.llm.errors import LlmException, llm_error
+from fore.actors.llm.http_stream import (
+    BACKGROUND_READ_INTERVAL_S,
+    BATCHED_PURPOSES,
+    Clock,
+    attempt,
+    env,
+    is_event_stream,
+    loads_body,
+    not_an_event_stream,
+    output_cap,
+    read_events,
+    read_interval,
+    read_whole,
+    settle,
 )
 from fore.actors.llm.meter import UsageMeter
-from fore.actors.llm.models import (
-    _BATCH_FULL_BYTES,
-    _BATCHED_PURPOSES,
-    BACKGROUND_READ_INTERVAL_S,
-    RetryPolicy,
-    StreamResult,
-    Timeouts,
-    _acyclic_stream,
-    _Clock,
-    _drain,
-    _env,
-    _pause,
-    connect_problem,
-)
 from fore.messages.conversation import AssistantMessage, UserMessage
-from fore.messages.llm import Deadline, LlmRequest, ToolChoice
+from fore.messages.llm import LlmRequest, ToolChoice
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
@@ -91,6 +86,11 @@ ForkToolChoice = Literal["match_main", "as_requested"]
 
 MAX_PAUSE_CONTINUATIONS = 3
 """How often a turn the API paused (``pause_turn``) is continued before it is an error."""
+
+_HINT_404 = "; check the base URL and the model name"
+
+_ENDING = "stop reason"
+"""What ends an answer on this wire, as a no-progress timeout names it."""
 
 _ONE_SHOT_PURPOSES = frozenset({"suggestion", "pipelined"})
 """Requests nothing extends: their final message gets no breakpoint (a cache write
@@ -147,33 +147,19 @@ class AnthropicModel:
         thinking_budget: int | None = None,
         fork_tool_choice: ForkToolChoice = "match_main",
     ) -> None:
-        self.base_url = (base_url or _env("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = (base_url or env("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        self.api_key = api_key if api_key is not None else _env("ANTHROPIC_API_KEY", "FORE_API_KEY")
-        self.name = model or _env("ANTHROPIC_MODEL", "FORE_MODEL") or DEFAULT_MODEL
+        self.api_key = api_key if api_key is not None else env("ANTHROPIC_API_KEY", "FORE_API_KEY")
+        self.name = model or env("ANTHROPIC_MODEL", "FORE_MODEL") or DEFAULT_MODEL
         self.headers = dict(headers or {})
         self.version = version
         self.timeouts = timeouts or Timeouts()
         self.retry = retry or RetryPolicy()
         self.stream_answers = stream
-        if max_output_tokens is None:
-            raw = _env("FORE_MAX_OUTPUT_TOKENS")
-            try:
-                max_output_tokens = int(raw) if raw else DEFAULT_MAX_OUTPUT_TOKENS
-            except ValueError:
-                raise ValueError(
-                    f"FORE_MAX_OUTPUT_TOKENS must be a whole number, got {raw!r}"
-                ) from None
-        if max_output_tokens < 1:
-            raise ValueError(f"max_output_tokens must be >= 1, got {max_output_tokens}")
-        self.max_output_tokens = max_output_tokens
+        self.max_output_tokens = output_cap(max_output_tokens, DEFAULT_MAX_OUTPUT_TOKENS)
         self.limits = limits or BodyLimits()
-        if not background_read_interval >= 0:
-            raise ValueError(
-                f"background_read_interval must be >= 0, got {background_read_interval!r}"
-            )
-        self.background_read_interval = background_read_interval
+        self.background_read_interval = read_interval(background_read_interval)
         if cache_ttl not in ("5m", "1h"):
             raise ValueError(f"cache_ttl must be '5m' or '1h', got {cache_ttl!r}")
         self.cache = cache
@@ -307,65 +293,27 @@ class AnthropicModel:
         whole = self.stream_answers is False and request.stream
         stream = request.stream and not whole
         payload = dumps(self.body(request, stream=stream, prefill=prefill)).encode()
-        t = self.timeouts
-        loop = asyncio.get_running_loop()
-        clock = _Clock(loop, t, stream=stream, start=loop.time())
-        read = max(t.first_byte, t.idle) if stream else t.total
-        timeout = httpx.Timeout(connect=t.connect, read=read, write=t.write, pool=t.connect)
-        try:
-            async with (
-                asyncio.timeout_at(clock.first) as guard,
-                _acyclic_stream(
-                    http,
-                    "POST",
-                    self.url,
-                    content=payload,
-                    headers=self._headers(request, stream),
-                    timeout=timeout,
-                ) as response,
-            ):
-                clock.arm(guard)
-                if response.status_code != 200:
-                    raise await self._status_error(response)
-                if not stream:
-                    raw = await read_body(
-                        response,
-                        self.limits.max_body_bytes,
-                        knob="max_body_bytes",
-                        what="the response body",
-                        truncate=False,
-                    )
-                    result = self._complete(request, response, raw)
-                    if whole and request.stream_deltas and result.message.text:
-                        emit(result.message.text)
-                else:
-                    result = await self._read_stream(request, response, emit, clock)
-        except LlmException:
-            raise
-        except (TimeoutError, httpx.ReadTimeout):
-            raise self._timeout_error(clock.expired()) from None
-        except httpx.ConnectTimeout:
-            raise llm_error(
-                "timeout", f"could not connect within {t.connect:g}s", deadline="connect"
-            ) from None
-        except httpx.WriteTimeout:
-            raise llm_error(
-                "timeout", f"could not send the request within {t.write:g}s", deadline="write"
-            ) from None
-        except httpx.PoolTimeout:
-            raise llm_error(
-                "timeout",
-                f"no free connection within {t.connect:g}s (pool exhausted)",
-                deadline="pool",
-            ) from None
-        except httpx.ConnectError as exc:
-            raise llm_error(
-                "connection", f"cannot connect to {self.base_url}: {connect_problem(exc)}"
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise llm_error("connection", f"connection broke mid-answer: {exc}") from None
-        except httpx.HTTPError as exc:
-            raise llm_error("connection", f"HTTP error: {exc!r}") from None
+        # A non-200 answer is a typed error: 529 ("overloaded") a retryable server
+        # error like any 5xx, and a 429's retry-after honoured by the loop's retry policy.
+        async with attempt(
+            http,
+            self.url,
+            content=payload,
+            headers=self._headers(request, stream),
+            stream=stream,
+            timeouts=self.timeouts,
+            limits=self.limits,
+            base_url=self.base_url,
+            hint_404=lambda: _HINT_404,
+            ending=_ENDING,
+        ) as (response, clock):
+            if not stream:
+                raw = await read_whole(response, self.limits)
+                result = self._complete(request, response, raw)
+                if whole and request.stream_deltas and result.message.text:
+                    emit(result.message.text)
+            else:
+                result = await self._read_stream(request, response, emit, clock)
         result = self._as_asked(request, result)
         self.meter.record(request.purpose, result.usage)
         return result
@@ -379,61 +327,14 @@ class AnthropicModel:
         return StreamResult(message, result.usage, reason)
 
     def _complete(self, request: LlmRequest, response: httpx.Response, raw: bytes) -> StreamResult:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            detail, _ = provider_error_details(raw[:4096])
-            content_type = response.headers.get("content-type") or "no content type"
-            raise llm_error(
-                "protocol",
-                f"response body is not JSON ({content_type})"
-                + (f": {detail[:200]}" if detail else ""),
-                retryable=True,
-                provider_message=detail,
-            ) from None
+        data = loads_body(response, raw, peek=4096)
         message, usage, reason = complete_from_message(
             request.request_id, data, max_tool_calls=self.limits.max_tool_calls
         )
         return StreamResult(message, usage, reason)
 
-    async def _status_error(self, response: httpx.Response) -> LlmException:
-        """A non-200 answer as a typed error (its body read only up to its cap).
-
-        529 ("overloaded") is a retryable server error like any 5xx, and a 429's
-        ``retry-after`` is honoured by the loop's retry policy.
-        """
-        body = await read_body(
-            response,
-            self.limits.max_error_body_bytes,
-            knob="max_error_body_bytes",
-            what="the error body",
-            truncate=True,
-        )
-        exc = error_from_status(response.status_code, body, response.headers)
-        if response.status_code == 404:
-            message = (
-                f"{exc.error.message} (POST {self.url}); check the base URL and the model name"
-            )
-            exc = LlmException(exc.error.model_copy(update={"message": message}))
-        return exc
-
-    def _timeout_error(self, deadline: Deadline) -> LlmException:
-        t = self.timeouts
-        messages = {
-            "first_byte": f"no first byte within {t.first_byte:g}s",
-            "idle": f"no data for {t.idle:g}s (idle timeout)",
-            "no_progress": (
-                f"no progress for {t.no_progress:g}s: the stream kept sending, but no text,"
-                " tool call or stop reason"
-            ),
-        }
-        message = messages.get(
-            deadline, f"no complete answer within {t.total:g}s (the overall deadline)"
-        )
-        return llm_error("timeout", message, deadline=deadline)
-
     async def _read_stream(
-        self, request: LlmRequest, response: httpx.Response, emit: Any, clock: _Clock
+        self, request: LlmRequest, response: httpx.Response, emit: Any, clock: Clock
     ) -> StreamResult:
         """Read the event stream within the limits (as the OpenAI client does).
 
@@ -441,9 +342,8 @@ class AnthropicModel:
         briefly so the connection can be reused. A request nobody watches
         (``speculation``, ``pipelined``) is read in batches.
         """
-        content_type = response.headers.get("content-type") or ""
-        if "text/event-stream" not in content_type.lower():
-            raise await self._not_an_event_stream(response)
+        if not is_event_stream(response):
+            raise await not_an_event_stream(response, self.limits, _error_in)
         limits = self.limits
         assembler = AnthropicAssembler(
             request.request_id,
@@ -452,42 +352,21 @@ class AnthropicModel:
             max_tool_calls=limits.max_tool_calls,
         )
         want_text = request.stream_deltas
-        pause = self.background_read_interval if request.purpose in _BATCHED_PURPOSES else 0.0
-        decoder = BoundedDecoder.for_response(response)
-        sse = SseParser(limits.max_line_bytes)
+        pause = self.background_read_interval if request.purpose in BATCHED_PURPOSES else 0.0
         raw = cast(AsyncGenerator[bytes, None], response.aiter_raw())
-        total = 0
-        ended = False
         try:
-            while not ended and not assembler.stopped:
-                try:
-                    chunk = await anext(raw)
-                except StopAsyncIteration:
-                    ended = True
-                    pieces: Iterable[bytes] = (b"",)
-                else:
-                    pieces = decoder.decode(chunk)
-                for piece in pieces:
-                    total += len(piece)
-                    if total > limits.max_stream_bytes:
-                        raise llm_error(
-                            "protocol",
-                            f"the event stream passed {format_size(limits.max_stream_bytes)}"
-                            " (the client's limit, BodyLimits.max_stream_bytes): refused",
-                            retryable=False,
-                        )
-                    events = sse.feed(piece) if piece else sse.close()
-                    if events:
-                        _feed(assembler, events, emit, want_text)
-                        if assembler.stopped:
-                            break
-                clock.data(assembler.progress)
-                if pause and not ended and not assembler.stopped and len(chunk) < _BATCH_FULL_BYTES:
-                    await _pause(response, pause)
+            stopped = await read_events(
+                response,
+                raw,
+                limits=limits,
+                clock=clock,
+                assembler=assembler,
+                pause=pause,
+                feed=lambda events: _feed(assembler, events, emit, want_text),
+            )
             message, usage, reason = assembler.finish()
-            if assembler.stopped:
-                clock.done()
-                await _drain(raw, min(self.timeouts.idle, self.timeouts.after_done))
+            if stopped:
+                await settle(clock, raw, self.timeouts)
         except BaseException:
             # Cancelled (an abort) or failed after message_start: the API bills the
             # prompt all the same, so the meter counts it (output as far as reported).
@@ -498,33 +377,17 @@ class AnthropicModel:
             await raw.aclose()
         return StreamResult(message, usage, reason)
 
-    async def _not_an_event_stream(self, response: httpx.Response) -> LlmException:
-        body = await read_body(
-            response,
-            self.limits.max_error_body_bytes,
-            knob="max_error_body_bytes",
-            what="the body",
-            truncate=True,
-        )
-        try:
-            data: Any = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, Mapping) and data.get("type") == "error":
-            return anthropic_error(data.get("error"), where="response body")
-        detail, _ = provider_error_details(body)
-        content_type = response.headers.get("content-type") or "no content type"
-        return llm_error(
-            "protocol",
-            f"expected an event stream, got {content_type}"
-            + (f": {detail[:200]}" if detail else ""),
-            retryable=True,
-            provider_message=detail,
-        )
+
+def _error_in(data: Any) -> LlmException | None:
+    """The error an Anthropic body carries (``{"type": "error", "error": ...}``), if any."""
+    if isinstance(data, Mapping) and data.get("type") == "error":
+        return anthropic_error(data.get("error"), where="response body")
+    return None
 
 
-def _feed(assembler: AnthropicAssembler, events: list[bytes], emit: Any, want_text: bool) -> None:
-    """Decode and feed events; new text is passed on before any tool event after it."""
+def _feed(assembler: AnthropicAssembler, events: list[bytes], emit: Any, want_text: bool) -> bool:
+    """Decode and feed events; new text is passed on before any tool event after it.
+    Whether the message is complete (``message_stop``)."""
     text = assembler.text
     seen = len(text)
     for data in events:
@@ -547,6 +410,7 @@ def _feed(assembler: AnthropicAssembler, events: list[bytes], emit: Any, want_te
             break
     if want_text and len(text) > seen:
         emit(text[seen] if len(text) == seen + 1 else "".join(text[seen:]))
+    return assembler.stopped
 
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_OUTPUT_TOKENS", "AnthropicModel"]

@@ -38,8 +38,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fore.actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
-from fore.actors.llm.wire import MAX_ANSWER_CHARS, MAX_TOOL_CALLS, tool_call
+from fore.actors.llm.errors import LlmException, error_from_payload, llm_error
+from fore.actors.llm.wire import (
+    MAX_ANSWER_CHARS,
+    MAX_TOOL_CALLS,
+    answer_too_large,
+    arrived_summary,
+    incomplete_stream,
+    too_many_calls,
+    tool_call,
+)
 from fore.messages.conversation import (
     AssistantMessage,
     Item,
@@ -479,12 +487,7 @@ class AnthropicAssembler:
     def _grow(self, chars: int) -> None:
         self.size += chars
         if self.size > self.max_answer_chars:
-            raise llm_error(
-                "protocol",
-                f"the answer passed {format_size(self.max_answer_chars)} of text and tool"
-                " input (the client's answer limit): refused",
-                retryable=False,
-            )
+            raise answer_too_large(self.max_answer_chars, tool_input="input")
 
     def _merge_usage(self, data: Any) -> None:
         # message_start carries the input counts, message_delta the (cumulative)
@@ -562,12 +565,7 @@ class AnthropicAssembler:
         if not isinstance(name, str) or not name:
             raise llm_error("protocol", f"tool_use block #{index} has no name", retryable=True)
         if len(self.calls) >= self.max_tool_calls:
-            raise llm_error(
-                "protocol",
-                f"the answer has more than {self.max_tool_calls} tool calls (the client's"
-                " limit): refused",
-                retryable=False,
-            )
+            raise too_many_calls(self.max_tool_calls)
         block.call_id = call_id if isinstance(call_id, str) and call_id else ""
         block.name = name
         block.call_index = len(self.calls)
@@ -626,16 +624,14 @@ class AnthropicAssembler:
         return []  # thinking, citations ...: not part of Fore's answer
 
     def arrived(self) -> str:
-        text = sum(len(t) for t in self.text)
-        parts = [f"{self.events} event{'s' if self.events != 1 else ''}"]
-        parts.append(f"{text} characters of text")
-        if self.calls:
-            args = sum(sum(len(p) for p in c.parts) for c in self.calls)
-            calls = len(self.calls)
-            parts.append(
-                f"{calls} tool call{'s' if calls != 1 else ''} ({args} characters of input)"
-            )
-        return ", ".join(parts)
+        return arrived_summary(
+            self.events,
+            "event",
+            text_chars=sum(len(t) for t in self.text),
+            calls=len(self.calls),
+            input_chars=sum(sum(len(p) for p in c.parts) for c in self.calls),
+            tool_input="input",
+        )
 
     @property
     def usage(self) -> Usage:
@@ -645,12 +641,7 @@ class AnthropicAssembler:
         """The complete answer; a stream without a stop reason is ``incomplete``."""
         if self.stop_reason is None:
             how = "sent message_stop" if self.stopped else "closed"
-            raise llm_error(
-                "incomplete",
-                f"stream ended before the answer was complete (it {how} without a"
-                f" stop_reason after {self.arrived()})",
-                retryable=True,
-            )
+            raise incomplete_stream(how, "stop_reason", self.arrived())
         reason = finish_reason(self.stop_reason)
         calls = _calls(
             [(c.call_id, c.name, "".join(c.parts)) for c in self.calls],
@@ -699,12 +690,7 @@ def complete_from_message(
             if not isinstance(name, str) or not name:
                 raise llm_error("protocol", f"tool_use block #{index} has no name", retryable=True)
             if len(raw_calls) >= max_tool_calls:
-                raise llm_error(
-                    "protocol",
-                    f"the answer has more than {max_tool_calls} tool calls (the client's"
-                    " limit): refused",
-                    retryable=False,
-                )
+                raise too_many_calls(max_tool_calls)
             tool_input = block.get("input")
             text = dumps(tool_input) if isinstance(tool_input, Mapping) else dumps(tool_input or {})
             call_id = block.get("id")

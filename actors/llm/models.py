@@ -12,31 +12,25 @@ Three kinds share one async interface, ``await model.stream(request, emit, http)
 * :class:`FunctionModel` -- ``fn(request)`` decides each reply, for tests that
   must react to what they are sent.
 
-This module is the OpenAI-compatible client: its configuration, the streaming read
-with its deadlines (:class:`_Clock`, shared with the Anthropic client) and the error
-mapping. The protocol with its shared configuration (``RetryPolicy``, ``Timeouts``)
-lives in :mod:`~fore.actors.llm.chat_model`, the two offline models in
-:mod:`~fore.actors.llm.offline`; their names stay importable from here.
+This module is the OpenAI-compatible client: its configuration, its events and
+its errors. The HTTP side of an attempt (deadlines, the bounded stream read, the
+mapping of transport errors) is :mod:`~fore.actors.llm.http_stream`, shared with
+the Anthropic client; the protocol with its shared configuration (``RetryPolicy``,
+``Timeouts``) lives in :mod:`~fore.actors.llm.chat_model`, the two offline models
+in :mod:`~fore.actors.llm.offline`; their names stay importable from here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import errno
 import json
-import os
 import re
-import socket
-import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
 
-from fore.actors.core.logs import get_logger
-from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits, BoundedDecoder, SseParser, read_body
+from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits
 from fore.actors.llm.chat_model import (
     ChatModel,
     Emit,
@@ -46,15 +40,24 @@ from fore.actors.llm.chat_model import (
     Timeouts,
     _structured_output,
 )
-from fore.actors.llm.errors import (
-    LlmException,
-    error_from_payload,
-    error_from_status,
-    format_size,
-    llm_error,
-    provider_error_details,
+from fore.actors.llm.errors import LlmException, error_from_payload, llm_error
+from fore.actors.llm.http_stream import (
+    BACKGROUND_READ_INTERVAL_S,
+    BATCHED_PURPOSES,
+    DRAIN_BYTES,
+    Clock,
+    attempt,
+    connect_problem,
+    env,
+    is_event_stream,
+    loads_body,
+    not_an_event_stream,
+    output_cap,
+    read_events,
+    read_interval,
+    read_whole,
+    settle,
 )
-from fore.actors.llm.netio import FLOW_EXTENSION
 from fore.actors.llm.offline import (
     FunctionModel,
     ReplyLike,
@@ -69,7 +72,7 @@ from fore.actors.llm.wire import (
     complete_from_body,
     request_payload,
 )
-from fore.messages.llm import Deadline, LlmRequest
+from fore.messages.llm import LlmRequest
 
 __all__ = [
     "BACKGROUND_READ_INTERVAL_S",
@@ -91,9 +94,6 @@ __all__ = [
 ]
 
 
-log = get_logger(__name__)
-
-
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 """The output cap a model is assumed to accept when none is configured.
 
@@ -103,119 +103,10 @@ never carries more than ``OpenAICompatible(max_output_tokens=...)``: 4,096 is
 what every current model accepts."""
 
 
-BACKGROUND_READ_INTERVAL_S = 0.1
-"""How often the stream of a request nobody watches is read (see ``OpenAICompatible``).
+_Clock = Clock  # the name it had here (tests import it)
 
-Also the most it can delay noticing that such an answer is complete: a
-speculation's end (what a Tab that arrived while it ran waits for) comes up
-to this late, so it is kept well under the time a person takes to read."""
-
-
-_BATCHED_PURPOSES = frozenset({"speculation", "pipelined"})
-"""Purposes whose streams are read in batches. A suggestion is not: it is short
-(``suggestion_max_tokens``) and the sooner it is complete, the sooner its
-speculation can start -- before the user has begun to type."""
-
-
-_BATCH_FULL_BYTES = 8 * 1024
-"""A raw read at least this large suggests more is already buffered: read on
-without the pause (so a fast server is not throttled by it)."""
-
-
-_DRAIN_BYTES = 64 * 1024
-"""What is read after ``[DONE]`` to find the end of the body, at most."""
-
-
-class _Clock:
-    """The one deadline that guards an attempt, moved along as the attempt progresses.
-
-    Every :class:`Timeouts` deadline is a point in time; the guard is set to
-    the earliest, and when it fires :meth:`expired` says which one passed.
-    Moving a deadline costs a timer per move; events of one burst arrive
-    within microseconds, so the guard moves only when it would move by more
-    than ``slack`` (it may then fire up to ``slack`` early, which no real
-    stream can tell from exact).
-    """
-
-    __slots__ = (
-        "_guard",
-        "_idle",
-        "_loop",
-        "_no_progress",
-        "_scheduled",
-        "_slack",
-        "got_data",
-        "idle_at",
-        "progress",
-        "progress_at",
-        "stream",
-        "total_at",
-    )
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, t: Timeouts, *, stream: bool, start: float
-    ) -> None:
-        self._loop = loop
-        self._guard: asyncio.Timeout | None = None
-        self._idle = t.idle
-        self._no_progress = t.no_progress
-        self._slack = min(0.05, t.idle / 20, t.no_progress / 20)
-        self.stream = stream
-        self.got_data = False
-        self.total_at = start + t.total
-        self.idle_at = min(start + t.first_byte, self.total_at) if stream else self.total_at
-        self.progress_at = self.total_at
-        self.progress = 0
-        self._scheduled = self.idle_at
-
-    @property
-    def first(self) -> float:
-        return self._scheduled
-
-    def arm(self, guard: asyncio.Timeout) -> None:
-        self._guard = guard
-
-    def data(self, progress: int) -> None:
-        """Data arrived; ``progress`` is the assembler's count of chunks that said something."""
-        now = self._loop.time()
-        if not self.got_data:
-            self.got_data = True
-            self.progress_at = min(now + self._no_progress, self.total_at)
-        if progress != self.progress:
-            self.progress = progress
-            self.progress_at = min(now + self._no_progress, self.total_at)
-        self.idle_at = now + self._idle
-        target = min(self.idle_at, self.progress_at)
-        # Later by more than the slack, or earlier at all (the first data can
-        # bring the no-progress deadline before the first-byte one).
-        moved = target - self._scheduled
-        if (moved > self._slack or moved < 0) and self._guard is not None:
-            self._scheduled = target
-            self._guard.reschedule(target)
-
-    def done(self) -> None:
-        """The answer is complete: only the after-``[DONE]`` drain (its own bound) is left."""
-        if self._guard is not None:
-            self._guard.reschedule(None)
-
-    def expired(self) -> Deadline:
-        """The deadline that passed (called when the guard fired)."""
-        if not self.stream:
-            return "total"
-        if not self.got_data:
-            return "total" if self.total_at <= self.idle_at else "first_byte"
-        soonest = min(self.idle_at, self.progress_at)
-        if self.total_at <= soonest:
-            return "total"
-        return "no_progress" if self.progress_at <= self.idle_at else "idle"
-
-
-def _env(*names: str) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
+_ENDING = "finish reason"
+"""What ends an answer on this wire, as a no-progress timeout names it."""
 
 
 class OpenAICompatible:
@@ -279,12 +170,12 @@ class OpenAICompatible:
         self.structured_output = _structured_output(structured_output)
         self.stream_answers = stream
         self.base_url = (
-            base_url or _env("FORE_BASE_URL", "OPENAI_BASE_URL") or "https://api.openai.com/v1"
+            base_url or env("FORE_BASE_URL", "OPENAI_BASE_URL") or "https://api.openai.com/v1"
         ).rstrip("/")
-        self.api_key = api_key if api_key is not None else _env("FORE_API_KEY", "OPENAI_API_KEY")
-        self.name = model or _env("FORE_MODEL", "OPENAI_MODEL") or "gpt-4o-mini"
+        self.api_key = api_key if api_key is not None else env("FORE_API_KEY", "OPENAI_API_KEY")
+        self.name = model or env("FORE_MODEL", "OPENAI_MODEL") or "gpt-4o-mini"
         extra: dict[str, str] = {}
-        raw_headers = _env("FORE_EXTRA_HEADERS")
+        raw_headers = env("FORE_EXTRA_HEADERS")
         if raw_headers:
             try:
                 parsed = json.loads(raw_headers)
@@ -297,18 +188,8 @@ class OpenAICompatible:
         self.headers = extra
         self.timeouts = timeouts or Timeouts()
         self.retry = retry or RetryPolicy()
-        if max_output_tokens is None:
-            raw_cap = _env("FORE_MAX_OUTPUT_TOKENS")
-            try:
-                max_output_tokens = int(raw_cap) if raw_cap else DEFAULT_MAX_OUTPUT_TOKENS
-            except ValueError:
-                raise ValueError(
-                    f"FORE_MAX_OUTPUT_TOKENS must be a whole number, got {raw_cap!r}"
-                ) from None
-        if max_output_tokens < 1:
-            raise ValueError(f"max_output_tokens must be >= 1, got {max_output_tokens}")
-        self.max_output_tokens = max_output_tokens
-        field_name = max_tokens_field or _env("FORE_MAX_TOKENS_FIELD") or "max_tokens"
+        self.max_output_tokens = output_cap(max_output_tokens, DEFAULT_MAX_OUTPUT_TOKENS)
+        field_name = max_tokens_field or env("FORE_MAX_TOKENS_FIELD") or "max_tokens"
         if field_name not in ("max_tokens", "max_completion_tokens"):
             raise ValueError(
                 "max_tokens_field must be 'max_tokens' or 'max_completion_tokens', "
@@ -316,11 +197,7 @@ class OpenAICompatible:
             )
         self.max_tokens_field: MaxTokensField = cast(MaxTokensField, field_name)
         self.limits = limits or BodyLimits()
-        if not background_read_interval >= 0:
-            raise ValueError(
-                f"background_read_interval must be >= 0, got {background_read_interval!r}"
-            )
-        self.background_read_interval = background_read_interval
+        self.background_read_interval = read_interval(background_read_interval)
 
     def __repr__(self) -> str:
         return f"OpenAICompatible(model={self.name!r}, base_url={self.base_url!r})"
@@ -360,107 +237,31 @@ class OpenAICompatible:
         payload = request_payload(
             request, request.model_name or self.name, max_tokens_field=self.max_tokens_field
         )
-        t = self.timeouts
-        loop = asyncio.get_running_loop()
-        clock = _Clock(loop, t, stream=request.stream, start=loop.time())
-        # One asyncio deadline guards the whole attempt and is moved along as
-        # it progresses (_Clock). httpx's own read timeout applies to every
-        # socket read -- waiting for the headers and for the first event
-        # included -- so it is only a backstop and must not be shorter than
-        # any of those deadlines.
-        read = max(t.first_byte, t.idle) if request.stream else t.total
-        timeout = httpx.Timeout(connect=t.connect, read=read, write=t.write, pool=t.connect)
-        try:
-            async with (
-                asyncio.timeout_at(clock.first) as guard,
-                _acyclic_stream(
-                    http,
-                    "POST",
-                    self.url,
-                    content=payload,
-                    headers=self._headers(request),
-                    timeout=timeout,
-                ) as response,
-            ):
-                clock.arm(guard)
-                if response.status_code != 200:
-                    raise await self._status_error(response)
-                if not request.stream:
-                    body = await read_body(
-                        response,
-                        self.limits.max_body_bytes,
-                        knob="max_body_bytes",
-                        what="the response body",
-                        truncate=False,
-                    )
-                    result = _complete(request, response, body)
-                    if whole and request.stream_deltas and result.message.text:
-                        emit(result.message.text)
-                    return result
-                return await self._read_stream(request, response, emit, clock)
-        except LlmException:
-            raise
-        except (TimeoutError, httpx.ReadTimeout):
-            raise self._timeout_error(clock.expired()) from None
-        except httpx.ConnectTimeout:
-            raise llm_error(
-                "timeout", f"could not connect within {t.connect:g}s", deadline="connect"
-            ) from None
-        except httpx.WriteTimeout:
-            raise llm_error(
-                "timeout", f"could not send the request within {t.write:g}s", deadline="write"
-            ) from None
-        except httpx.PoolTimeout:
-            raise llm_error(
-                "timeout",
-                f"no free connection within {t.connect:g}s (pool exhausted)",
-                deadline="pool",
-            ) from None
-        except httpx.ConnectError as exc:
-            raise llm_error(
-                "connection", f"cannot connect to {self.base_url}: {connect_problem(exc)}"
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise llm_error("connection", f"connection broke mid-answer: {exc}") from None
-        except httpx.HTTPError as exc:
-            raise llm_error("connection", f"HTTP error: {exc!r}") from None
-
-    async def _status_error(self, response: httpx.Response) -> LlmException:
-        """A non-200 answer as a typed error (its body read only up to its cap)."""
-        body = await read_body(
-            response,
-            self.limits.max_error_body_bytes,
-            knob="max_error_body_bytes",
-            what="the error body",
-            truncate=True,
-        )
-        exc = error_from_status(response.status_code, body, response.headers)
-        if response.status_code == 404:
-            message = f"{exc.error.message} (POST {self.url}){_hint_404(self.base_url)}"
-            exc = LlmException(exc.error.model_copy(update={"message": message}))
-        return exc
-
-    def _timeout_error(self, deadline: Deadline) -> LlmException:
-        t = self.timeouts
-        if deadline == "first_byte":
-            message = f"no first byte within {t.first_byte:g}s"
-        elif deadline == "idle":
-            message = f"no data for {t.idle:g}s (idle timeout)"
-        elif deadline == "no_progress":
-            message = (
-                f"no progress for {t.no_progress:g}s: the stream kept sending, but no text,"
-                " tool call or finish reason"
-            )
-        else:
-            message = f"no complete answer within {t.total:g}s (the overall deadline)"
-        return llm_error("timeout", message, deadline=deadline)
+        async with attempt(
+            http,
+            self.url,
+            content=payload,
+            headers=self._headers(request),
+            stream=request.stream,
+            timeouts=self.timeouts,
+            limits=self.limits,
+            base_url=self.base_url,
+            hint_404=lambda: _hint_404(self.base_url),
+            ending=_ENDING,
+        ) as (response, clock):
+            if not request.stream:
+                result = _complete(request, response, await read_whole(response, self.limits))
+                if whole and request.stream_deltas and result.message.text:
+                    emit(result.message.text)
+                return result
+            return await self._read_stream(request, response, emit, clock)
 
     async def _read_stream(
         self,
         request: LlmRequest,
         response: httpx.Response,
         emit: Emit,
-        clock: _Clock,
+        clock: Clock,
     ) -> StreamResult:
         """Read an event stream within the limits; see :mod:`actors.llm.body`.
 
@@ -469,9 +270,8 @@ class OpenAICompatible:
         while the server's events pile up in the socket buffer, then handles
         them together -- one JSON decode for the batch, one text event.
         """
-        content_type = response.headers.get("content-type") or ""
-        if "text/event-stream" not in content_type.lower():
-            raise await self._not_an_event_stream(response)
+        if not is_event_stream(response):
+            raise await not_an_event_stream(response, self.limits, _error_in)
         limits = self.limits
         # Text is passed on as plain strings: the gateway merges tokens before
         # building a message, so a message object per token would be waste.
@@ -483,87 +283,33 @@ class OpenAICompatible:
             max_tool_calls=limits.max_tool_calls,
         )
         want_text = request.stream_deltas
-        pause = self.background_read_interval if request.purpose in _BATCHED_PURPOSES else 0.0
-        decoder = BoundedDecoder.for_response(response)
-        sse = SseParser(limits.max_line_bytes)
+        pause = self.background_read_interval if request.purpose in BATCHED_PURPOSES else 0.0
         raw = cast(AsyncGenerator[bytes, None], response.aiter_raw())
         feed = _feed_batch if pause else _feed_each
-        total = 0
-        saw_done = False
-        ended = False
         try:
-            while not ended and not saw_done:
-                try:
-                    chunk = await anext(raw)
-                except StopAsyncIteration:
-                    ended = True
-                    pieces: Iterable[bytes] = (b"",)
-                else:
-                    pieces = decoder.decode(chunk)
-                # Events are handled per decoded piece (at most PIECE_BYTES), so what
-                # one raw chunk inflates to is never held as events all at once.
-                for piece in pieces:
-                    total += len(piece)
-                    if total > limits.max_stream_bytes:
-                        raise llm_error(
-                            "protocol",
-                            f"the event stream passed {format_size(limits.max_stream_bytes)}"
-                            " (the client's limit, BodyLimits.max_stream_bytes): refused",
-                            retryable=False,
-                        )
-                    events = sse.feed(piece) if piece else sse.close()
-                    if events and feed(assembler, events, emit, want_text):
-                        saw_done = True
-                        break
-                clock.data(assembler.progress)
-                if pause and not ended and not saw_done and len(chunk) < _BATCH_FULL_BYTES:
-                    await _pause(response, pause)
+            saw_done = await read_events(
+                response,
+                raw,
+                limits=limits,
+                clock=clock,
+                assembler=assembler,
+                pause=pause,
+                feed=lambda events: feed(assembler, events, emit, want_text),
+            )
             message, usage, reason = assembler.finish(saw_done=saw_done)
             answered_by = assembler.model
             if saw_done:
-                clock.done()
-                await _drain(raw, min(self.timeouts.idle, self.timeouts.after_done))
+                await settle(clock, raw, self.timeouts)
         finally:
             await raw.aclose()
         return StreamResult(message, usage, reason, answered_by)
 
-    async def _not_an_event_stream(self, response: httpx.Response) -> LlmException:
-        """A 200 that is not an event stream: type it from the start of its body."""
-        body = await read_body(
-            response,
-            self.limits.max_error_body_bytes,
-            knob="max_error_body_bytes",
-            what="the body",
-            truncate=True,
-        )
-        try:
-            data: Any = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, Mapping) and data.get("error") is not None:
-            return error_from_payload(data["error"], where="response body")
-        detail, _ = provider_error_details(body)
-        content_type = response.headers.get("content-type") or "no content type"
-        return llm_error(
-            "protocol",
-            f"expected an event stream, got {content_type}"
-            + (f": {detail[:200]}" if detail else ""),
-            retryable=True,
-            provider_message=detail,
-        )
 
-
-async def _pause(response: httpx.Response, seconds: float) -> None:
-    """Let a stream's events pile up for ``seconds``: in the kernel's socket buffer when
-    the transport can stop reading (:data:`~actors.llm.netio.FLOW_EXTENSION`), else in
-    the client's."""
-    flow: Any = response.extensions.get(FLOW_EXTENSION)
-    paused = flow is not None and bool(flow.pause_reading())
-    try:
-        await asyncio.sleep(seconds)
-    finally:
-        if paused:
-            flow.resume_reading()
+def _error_in(data: Any) -> LlmException | None:
+    """The error an OpenAI-style body carries (``{"error": ...}``), if any."""
+    if isinstance(data, Mapping) and data.get("error") is not None:
+        return error_from_payload(data["error"], where="response body")
+    return None
 
 
 def _loads(data: bytes) -> Any:
@@ -644,102 +390,16 @@ def _feed_batch(
     return done
 
 
-_CLOSED_BODY = httpx.ByteStream(b"")
-
-
-@contextlib.asynccontextmanager
-async def _acyclic_stream(
-    http: httpx.AsyncClient, method: str, url: str, **kwargs: Any
-) -> AsyncIterator[httpx.Response]:
-    """``http.stream(...)``, with httpx's response <-> body cycle broken once it is closed.
-
-    httpx wraps a streamed body in a stream that refers back to its response,
-    a reference cycle: every answer -- response, request, headers, the
-    transport's own response -- would wait for the cyclic garbage collector,
-    whose pauses stop every thread of the process (under load, the largest
-    source of cyclic garbage here). Once httpx has closed the response, its
-    body is swapped for an empty one and reference counting frees it all.
-    """
-    response: httpx.Response | None = None
-    try:
-        async with http.stream(method, url, **kwargs) as response:
-            yield response
-    finally:
-        if response is not None:
-            response.stream = _CLOSED_BODY
-
-
 def _complete(request: LlmRequest, response: httpx.Response, raw: bytes) -> StreamResult:
     """A non-streaming answer; an unexpected body is a typed error that keeps it."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        detail, _ = provider_error_details(raw[:_DRAIN_BYTES])
-        content_type = response.headers.get("content-type") or "no content type"
-        raise llm_error(
-            "protocol",
-            f"response body is not JSON ({content_type})" + (f": {detail[:200]}" if detail else ""),
-            retryable=True,
-            provider_message=detail,
-        ) from None
-    if isinstance(data, Mapping) and data.get("error") is not None:
-        raise error_from_payload(data["error"], where="response body")
+    data = loads_body(response, raw, peek=DRAIN_BYTES)
+    error = _error_in(data)
+    if error is not None:
+        raise error
     message, usage, reason = complete_from_body(request.request_id, data)
     answered_by = data.get("model") if isinstance(data, Mapping) else None
     model = answered_by[:200] if isinstance(answered_by, str) else None
     return StreamResult(message, usage, reason, model)
-
-
-async def _drain(raw: AsyncIterator[bytes], seconds: float) -> None:
-    """Read what follows ``[DONE]`` (normally just the end of the body), briefly and boundedly."""
-    read = 0
-    try:
-        async with asyncio.timeout(seconds):
-            async for chunk in raw:
-                read += len(chunk)
-                if read > _DRAIN_BYTES:
-                    break
-            else:
-                return
-    except (TimeoutError, httpx.HTTPError):
-        pass
-    # The answer is complete; the connection is closed instead of reused.
-    log.debug("llm_stream_not_closed_after_done", within_s=seconds, read=read)
-
-
-def connect_problem(exc: BaseException) -> str:
-    """Why a connection could not be made, in a few words (no transport internals).
-
-    aiohttp's own message reads ``Cannot connect to host 127.0.0.1:9
-    ssl:default [Connect call failed ('127.0.0.1', 9)]``; what the user needs
-    is the operating system's reason, found on the exception chain.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, ConnectionRefusedError) or (
-            isinstance(current, OSError) and current.errno == errno.ECONNREFUSED
-        ):
-            return "connection refused (is the server running and listening on that port?)"
-        if isinstance(current, socket.gaierror):
-            return f"cannot resolve the host name ({current.strerror or current})"
-        if isinstance(current, ssl.SSLCertVerificationError):
-            return f"the server's TLS certificate is not trusted ({current.verify_message})"
-        if isinstance(current, ssl.SSLError):
-            return f"the TLS handshake failed ({current.reason or current})"
-        if isinstance(current, OSError) and current.strerror:
-            return current.strerror[:1].lower() + current.strerror[1:]
-        os_error = getattr(current, "os_error", None)  # aiohttp's ClientConnectorError
-        if isinstance(os_error, BaseException) and id(os_error) not in seen:
-            current = os_error
-            continue
-        current = current.__cause__ or current.__context__
-    text = _AIOHTTP_DETAIL.sub("", str(exc)).strip()
-    return text or type(exc).__name__
-
-
-_AIOHTTP_DETAIL = re.compile(r"\s*ssl:\S+\s*\[[^\]]*\]")
 
 
 _VERSIONED_PATH = re.compile(r"/v\d+[a-z0-9]*(/|$)", re.IGNORECASE)

@@ -365,6 +365,54 @@ MAX_TOOL_CALLS = 16_384
 """Default cap on the tool calls of one answer (each distinct ``index`` is a call)."""
 
 
+# The limits' errors and the incomplete-answer error, worded once for both wires
+# (here and actors.llm.anthropic_wire): what differs is only what a wire calls
+# its units ("chunks" / "events"), tool input ("arguments" / "input") and its end.
+
+
+def answer_too_large(max_answer_chars: int, *, tool_input: str) -> LlmException:
+    """An answer past ``max_answer_chars`` of text and tool ``tool_input``: refused."""
+    return llm_error(
+        "protocol",
+        f"the answer passed {format_size(max_answer_chars)} of text and tool"
+        f" {tool_input} (the client's answer limit): refused",
+        retryable=False,
+    )
+
+
+def too_many_calls(max_tool_calls: int) -> LlmException:
+    """An answer with more than ``max_tool_calls`` tool calls: refused."""
+    return llm_error(
+        "protocol",
+        f"the answer has more than {max_tool_calls} tool calls (the client's limit): refused",
+        retryable=False,
+    )
+
+
+def arrived_summary(
+    units: int, unit: str, *, text_chars: int, calls: int, input_chars: int, tool_input: str
+) -> str:
+    """How much of an answer arrived, for an error message."""
+    parts = [f"{units} {unit}{'s' if units != 1 else ''}", f"{text_chars} characters of text"]
+    if calls:
+        parts.append(
+            f"{calls} tool call{'s' if calls != 1 else ''} ({input_chars} characters of"
+            f" {tool_input})"
+        )
+    return ", ".join(parts)
+
+
+def incomplete_stream(how: str, reason_field: str, arrived: str) -> LlmException:
+    """A stream that ended (``how``: "closed", "sent [DONE]", ...) without its
+    ``reason_field``: a retryable ``incomplete`` error saying how much had arrived."""
+    return llm_error(
+        "incomplete",
+        f"stream ended before the answer was complete (it {how} without a"
+        f" {reason_field} after {arrived})",
+        retryable=True,
+    )
+
+
 class StreamAssembler:
     """Feeds on decoded stream chunks; yields events; builds the final message.
 
@@ -404,12 +452,7 @@ class StreamAssembler:
     def _grow(self, chars: int) -> None:
         self.size += chars
         if self.size > self.max_answer_chars:
-            raise llm_error(
-                "protocol",
-                f"the answer passed {format_size(self.max_answer_chars)} of text and tool"
-                " arguments (the client's answer limit): refused",
-                retryable=False,
-            )
+            raise answer_too_large(self.max_answer_chars, tool_input="arguments")
 
     def feed(self, chunk: Any) -> list[LlmTextDelta | LlmToolCallDelta]:
         # Called once per streamed token: decoded JSON objects are dicts, so the
@@ -484,12 +527,7 @@ class StreamAssembler:
         partial = self.calls.get(index)
         if partial is None:
             if len(self.calls) >= self.max_tool_calls:
-                raise llm_error(
-                    "protocol",
-                    f"the answer has more than {self.max_tool_calls} tool calls"
-                    " (the client's limit): refused",
-                    retryable=False,
-                )
+                raise too_many_calls(self.max_tool_calls)
             partial = self.calls[index] = _PartialCall()
         if isinstance(call_id, str) and call_id:
             if partial.call_id != call_id:
@@ -531,16 +569,14 @@ class StreamAssembler:
 
     def arrived(self) -> str:
         """How much of the answer arrived, for an error message."""
-        text = sum(len(t) for t in self.text)
-        args = sum(sum(len(a) for a in c.arguments) for c in self.calls.values())
-        calls = len(self.calls)
-        parts = [f"{self.chunks} chunk{'s' if self.chunks != 1 else ''}"]
-        parts.append(f"{text} characters of text")
-        if calls:
-            parts.append(
-                f"{calls} tool call{'s' if calls != 1 else ''} ({args} characters of arguments)"
-            )
-        return ", ".join(parts)
+        return arrived_summary(
+            self.chunks,
+            "chunk",
+            text_chars=sum(len(t) for t in self.text),
+            calls=len(self.calls),
+            input_chars=sum(sum(len(a) for a in c.arguments) for c in self.calls.values()),
+            tool_input="arguments",
+        )
 
     def finish(self, *, saw_done: bool) -> tuple[AssistantMessage, Usage, str]:
         """The complete answer.
@@ -556,12 +592,7 @@ class StreamAssembler:
         """
         if self.finish_reason is None:
             how = "sent [DONE]" if saw_done else "closed"
-            raise llm_error(
-                "incomplete",
-                f"stream ended before the answer was complete (it {how} without a"
-                f" finish_reason after {self.arrived()})",
-                retryable=True,
-            )
+            raise incomplete_stream(how, "finish_reason", self.arrived())
         cut = self.finish_reason == "length"
         calls = []
         for index in sorted(self.calls):

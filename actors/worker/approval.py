@@ -242,23 +242,35 @@ def _visible(ch: str) -> str:
 _MAIN_ARGUMENT = ("path", "command", "pattern", "url", "query", "action")
 
 
-def summarize(name: str, arguments: Any, limit: int = MAX_SUMMARY) -> str:
-    """A call's arguments as one short line: its main argument when it has one."""
+def call_text(name: str, arguments: Any) -> str:
+    """What a one-line summary of a call shows, before it is made one line: its main
+    argument when it has one (the paths of a ``multi_edit``), else its first few
+    arguments, each clipped; ``""`` when the arguments are not a mapping.
+
+    Shared by the approval request's :func:`summarize` and the chat's own, shorter
+    summary (``supervision.chat.approval.short_arguments``), which bound and escape
+    it each their own way.
+    """
     if not isinstance(arguments, Mapping):
         return ""
     if name == "multi_edit":
         edits = arguments.get("edits")
         if isinstance(edits, list):
-            paths = sorted(
-                {str(e.get("path")) for e in edits[:100] if isinstance(e, Mapping)} - {"None"}
+            return ", ".join(
+                sorted(
+                    {str(e.get("path")) for e in edits[:100] if isinstance(e, Mapping)} - {"None"}
+                )
             )
-            return one_line(", ".join(paths), limit)
     for key in _MAIN_ARGUMENT:
         value = arguments.get(key)
         if isinstance(value, str) and value:
-            return one_line(value, limit)
-    parts = [f"{key}={value!r}"[:40] for key, value in list(arguments.items())[:4]]
-    return one_line(" ".join(parts), limit)
+            return value
+    return " ".join(f"{key}={value!r}"[:40] for key, value in list(arguments.items())[:4])
+
+
+def summarize(name: str, arguments: Any, limit: int = MAX_SUMMARY) -> str:
+    """A call's arguments as one short line: its main argument when it has one."""
+    return one_line(call_text(name, arguments), limit)
 
 
 # -- the live state ------------------------------------------------------------------------
@@ -407,6 +419,7 @@ __all__ = [
     "LiveApproval",
     "Verdict",
     "as_policy",
+    "call_text",
     "classify",
     "narrows_speculation",
     "refusal",

@@ -536,32 +536,20 @@ class RayRuntime:
             if timeout <= 0:
                 raise
             raise AskTimeout("the shard did not answer before the call's deadline") from None
-        except rex.RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, SessionNotHere):
-                raise _NotHere(str(cause)) from None
-            if isinstance(cause, Exception):
-                raise cause from None
-            raise
-        except (rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError) as exc:
-            restarting = isinstance(exc, rex.ActorUnavailableError)
-            raise _Died(_one_line(exc), restarting=restarting) from None
+        except _call_failures() as exc:
+            error = _call_error(exc)
+            if error is None:
+                raise
+            raise error from None
 
     async def _aresult(self, ref: Any) -> Any:
-        from ray import exceptions as rex
-
         try:
             return await ref
-        except rex.RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, SessionNotHere):
-                raise _NotHere(str(cause)) from None
-            if isinstance(cause, Exception):
-                raise cause from None
-            raise
-        except (rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError) as exc:
-            restarting = isinstance(exc, rex.ActorUnavailableError)
-            raise _Died(_one_line(exc), restarting=restarting) from None
+        except _call_failures() as exc:
+            error = _call_error(exc)
+            if error is None:
+                raise
+            raise error from None
 
     # -- forwarding events ---------------------------------------------------------------------
 
@@ -708,6 +696,35 @@ class RayRuntime:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         return clean
+
+
+def _call_failures() -> tuple[type[BaseException], ...]:
+    """The Ray errors of a call that :func:`_call_error` translates (Ray imported
+    only once a call has failed: the ``except`` clause evaluates this then)."""
+    from ray import exceptions as rex
+
+    return (rex.RayTaskError, rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError)
+
+
+def _call_error(exc: BaseException) -> Exception | None:
+    """A failed call's Ray error as what the caller sees (``None``: re-raise it as is).
+
+    The shard's own exception is raised as itself (``SessionNotHere`` as
+    ``_NotHere``: the session moved); a shard that died or whose result is lost
+    is ``_Died`` (``restarting`` when Ray says it is coming back). Shared by the
+    blocking and the async result paths.
+    """
+    from ray import exceptions as rex
+
+    if isinstance(exc, rex.RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, SessionNotHere):
+            return _NotHere(str(cause))
+        if isinstance(cause, Exception):
+            return cause
+        return None
+    restarting = isinstance(exc, rex.ActorUnavailableError)
+    return _Died(_one_line(exc), restarting=restarting)
 
 
 def _one_line(exc: BaseException) -> str:

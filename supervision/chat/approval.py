@@ -13,9 +13,9 @@ suggestion). What is left here is presentation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from fore.actors.worker.approval import call_text
 from fore.messages.gate import ApprovalMode
 from fore.supervision.chat.text import MAX_SUMMARY, one_line
 
@@ -40,25 +40,8 @@ def next_mode(mode: ApprovalMode) -> ApprovalMode:
     return MODE_CYCLE[(MODE_CYCLE.index(mode) + 1) % len(MODE_CYCLE)]
 
 
-_MAIN_ARGUMENT = ("path", "command", "pattern", "url", "query", "action")
-
-
 def short_arguments(name: str, arguments: Any, limit: int = MAX_SUMMARY) -> str:
-    """A call's arguments as one short line: its main argument when it has one."""
-    if not isinstance(arguments, Mapping):
-        return ""
-    if name == "multi_edit":
-        edits = arguments.get("edits")
-        if isinstance(edits, list):
-            paths = sorted(
-                {str(e.get("path")) for e in edits[:100] if isinstance(e, Mapping)} - {"None"}
-            )
-            return one_line(", ".join(paths), limit)
-    for key in _MAIN_ARGUMENT:
-        value = arguments.get(key)
-        if isinstance(value, str) and value:
-            return one_line(value, limit)
-    parts = []
-    for key, value in list(arguments.items())[:4]:
-        parts.append(f"{key}={value!r}"[:40])
-    return one_line(" ".join(parts), limit)
+    """A call's arguments as one short line: its main argument when it has one (the
+    worker's choice, :func:`~actors.worker.approval.call_text`), sanitized and clipped
+    the chat's way."""
+    return one_line(call_text(name, arguments), limit)

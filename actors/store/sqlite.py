@@ -106,6 +106,11 @@ class _Pool:
         self._closed = False
         self._cond = threading.Condition()
 
+    @property
+    def timeout(self) -> float:
+        """The busy timeout: how long a connection waits for another's lock."""
+        return self._timeout
+
     def connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
             str(self._target.path),
@@ -213,7 +218,28 @@ class SqliteSessionStore(SqlSessionStore):
             raise StoreUnavailable(f"{self.url}: {str(path)!r} is not a regular file")
 
     def _first_open(self) -> None:
-        """The checks that say "not a database" or "damaged" (reading only), then WAL on."""
+        """The checks that say "not a database" or "damaged" (reading only), then WAL on.
+
+        Several processes may open one new file at once (the shards of a
+        ``RayRuntime``, two ``fore run``): switching it to WAL takes a lock
+        SQLite does not wait for with its busy handler -- the switch answers
+        "database is locked" at once while another connection holds it. So
+        a busy answer here is retried, spaced out, until the store's own
+        busy timeout has passed; only then is it :class:`StoreBusy`.
+        """
+        deadline = time.monotonic() + self._pool.timeout
+        pause = 0.005
+        while True:
+            try:
+                self._first_open_once()
+                return
+            except StoreBusy:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+
+    def _first_open_once(self) -> None:
         try:
             conn = self._pool.connect()
         except sqlite3.Error as exc:

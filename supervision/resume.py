@@ -39,9 +39,11 @@ from fore.actors.store.codec import encode_config
 from fore.actors.store.errors import InvalidRecord
 from fore.actors.tools.base import Tool
 from fore.actors.tools.mcp.config import MCPServer
+from fore.actors.worker.approval import ApprovalPolicy, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor
 from fore.errors import ForeError
+from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Purpose
 from fore.messages.speculation import SpeculationConfig
 
@@ -91,7 +93,9 @@ class SessionArgs:
     speculation: SpeculationConfig | None = None
     fast_model: ChatModel | None = None
     approval: Any = None
-    """An ApprovalPolicy, ApprovalMode or mode name (issue 24); in-process, never stored."""
+    """An ApprovalPolicy, ApprovalMode or mode name (issue 24). Its policy is stored (mode,
+    timeout, tools allowed from the start) and restored on a resume that names none; the
+    approver, a callable, is given again."""
     approver: Any = None
     usage_limits: Any = None
     """The session's UsageLimits (issue 28); given again on a resume, not stored."""
@@ -238,6 +242,7 @@ def session_config(args: SessionArgs) -> tuple[dict[str, JsonValue], list[str]]:
         "speculation": None if speculation is None else speculation.model_dump(mode="json"),
         "tools": list(args.tool_names()),
         "mcp_servers": [_server_name(s) for s in args.mcp_servers],
+        "approval": stored_approval(args.approval, args.approver),
         "hooks": args.hooks is not None,
         "interceptor": args.interceptor is not None,
     }
@@ -253,6 +258,36 @@ def session_config(args: SessionArgs) -> tuple[dict[str, JsonValue], list[str]]:
         else:
             config = candidate
     return config, left_out
+
+
+def stored_approval(approval: Any, approver: Any) -> JsonValue:
+    """The approval policy as stored: ``None`` for a session that asks nothing.
+
+    A session opened with only an ``approver`` asks in the default mode, so
+    that is what is stored; the policy's ``always`` set is the one it was
+    opened with (answers of "always" given later are not stored).
+    """
+    if approval is None and approver is None:
+        return None
+    policy = as_policy(approval if approval is not None else ApprovalMode.DEFAULT)
+    dumped: JsonValue = policy.model_dump(mode="json")
+    return dumped
+
+
+def restored_approval(config: Mapping[str, JsonValue]) -> ApprovalPolicy | None:
+    """The stored policy; one that no longer validates is the strictest that still works.
+
+    A resume must never run unasked what the session asked about: a stored
+    policy this version cannot read becomes the default mode (every write
+    and every non-read-only command asks), never no policy at all.
+    """
+    stored = config.get("approval")
+    if stored is None:
+        return None
+    try:
+        return ApprovalPolicy.model_validate(stored)
+    except ValidationError:
+        return ApprovalPolicy()
 
 
 def _get(config: Mapping[str, JsonValue], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -324,7 +359,11 @@ def stored_args(
         file_ref_cap=pick("file_ref_cap", int, 16_384),
         speculation=speculation,
         fast_model=overrides.get("fast_model"),
-        approval=overrides.get("approval"),
+        approval=(
+            overrides["approval"]
+            if overrides.get("approval") is not None
+            else restored_approval(config)
+        ),
         approver=overrides.get("approver"),
         usage_limits=overrides.get("usage_limits"),
     )
@@ -357,6 +396,13 @@ def _missing(config: Mapping[str, JsonValue], args: SessionArgs) -> list[str]:
         )
     if config.get("hooks") is True and args.hooks is None:
         warnings.append("the session had hooks; they were not passed again (hooks=...)")
+    if isinstance(args.approval, ApprovalPolicy) and args.approver is None:
+        mode = args.approval.mode.value
+        if mode not in ("yolo",):
+            warnings.append(
+                f"the session's approval mode {mode!r} is kept, but no approver was passed "
+                "again: calls that would ask are refused (approver=...)"
+            )
     return warnings
 
 

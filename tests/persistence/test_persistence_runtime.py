@@ -41,6 +41,7 @@ from fore.actors.store import (
     migrations,
     open_store,
 )
+from fore.actors.worker.approval import ApprovalPolicy
 from fore.actors.worker.hooks import Continue, Hooks, Pause
 from fore.actors.worker.interceptor import Interceptor
 from fore.errors import ForeError
@@ -694,3 +695,40 @@ def test_any_history_round_trips_through_the_runtime(
         assert as_json(resumed.history) == as_json(history)
     finally:
         resumed.close()
+
+
+def test_a_resume_keeps_the_sessions_approval_policy(sqlite_url: str, tmp_path: Path) -> None:
+    """A session opened in ``plan`` mode is still in ``plan`` mode after a resume that names none.
+
+    The policy is stored (never the approver, a callable); without it a resume
+    would run unasked every write the session had been refusing.
+    """
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with Runtime(store=sqlite_url) as rt:
+        session = rt.open_session(
+            workspace=workspace, model=echo(), approval=ApprovalPolicy(mode="plan", timeout_s=9)
+        )
+        session.submit("first", timeout=WAIT)
+        sid = session.id
+    write = ScriptReply(
+        tool_calls=(ScriptToolCall(name="write_file", arguments={"path": "x.txt", "content": "x"}),)
+    )
+    with Runtime(store=sqlite_url) as rt:
+        resumed = rt.resume_session(sid, ScriptedModel([write, ScriptReply(text="done")]))
+        policy = resumed.approval
+        assert policy is not None
+        assert (policy.mode, policy.timeout_s) == ("plan", 9)
+        turn = resumed.submit("write x.txt", timeout=WAIT)
+        assert turn.status == "completed"
+        refused = [i for i in turn.items if isinstance(i, ToolResult)]
+        assert len(refused) == 1 and refused[0].output.startswith("Skipped")
+    assert not (workspace / "x.txt").exists()
+
+
+def test_a_session_without_approvals_resumes_without_them(sqlite_url: str) -> None:
+    with Runtime(store=sqlite_url) as rt:
+        session = rt.open_session(model=echo())
+        sid = session.id
+        session.close()
+        assert rt.resume_session(sid, echo()).approval is None

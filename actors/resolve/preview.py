@@ -53,7 +53,7 @@ class StalePreview(ToolError):
     retryable = False
 
 
-class ApplyFailed(ToolError):
+class PreviewApplyFailed(ToolError):
     """Writing the files failed; says whether the workspace was left unchanged."""
 
 
@@ -152,7 +152,7 @@ def apply_staged(ctx: ToolContext, staged: Sequence[StagedFile]) -> str:
             try:
                 fs.write_bytes(temp, data)
             except Exception as exc:
-                raise ApplyFailed(
+                raise PreviewApplyFailed(
                     f"Could not stage {item.path} ({exc}); no file was changed."
                 ) from exc
             temps.append(temp)
@@ -186,12 +186,12 @@ def _replace_all(
                     log.error("preview_rollback_failed", path=path, error=repr(undo))
                     not_restored.append(path)
             if not_restored:
-                raise ApplyFailed(
+                raise PreviewApplyFailed(
                     f"Writing {item.path} failed ({exc}) and restoring "
                     f"{', '.join(not_restored)} failed too: those files hold the new "
                     "content, the others are unchanged."
                 ) from exc
-            raise ApplyFailed(
+            raise PreviewApplyFailed(
                 f"Writing {item.path} failed ({exc}); the files written before it were "
                 "restored, so no file was changed."
             ) from exc

@@ -49,7 +49,7 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.actor import OverlayActor
-from fore.actors.overlay.apply import ApplyFailed
+from fore.actors.overlay.apply import OverlayApplyFailed
 from fore.actors.overlay.fs import OverlayClosed, OverlayFs
 from fore.actors.overlay.store import OverlayStore
 from fore.actors.resolve.pending import PendingActions
@@ -596,7 +596,7 @@ class Speculator(ForeActor):
         def failed(error: BaseException) -> None:
             self._apply_reply = None
             if reply is not None:
-                if isinstance(error, ApplyFailed | OverlayClosed):
+                if isinstance(error, OverlayApplyFailed | OverlayClosed):
                     # Rolled back in process (or never begun): ``applied`` names
                     # exactly the paths that stayed changed, normally none.
                     reply.try_set(

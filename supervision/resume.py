@@ -42,7 +42,7 @@ from fore.actors.tools.mcp.config import MCPServer
 from fore.actors.worker.approval import ApprovalPolicy, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor
-from fore.errors import ForeError
+from fore.errors import ModelNotRebuildable
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Purpose
 from fore.messages.speculation import SpeculationConfig
@@ -63,10 +63,6 @@ CONFIG_VERSION = 1
 
 OPENAI_COMPATIBLE = "openai-compatible"
 IN_PROCESS = "in-process"
-
-
-class ModelNotRebuildable(ForeError, ValueError):
-    """A resume without ``model=`` of a session whose model cannot be made from its settings."""
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ from fore.actors.overlay.journal import (
 )
 from fore.actors.overlay.recover import recover
 from fore.actors.tools.fsclock import Stamp, record_own
-from fore.actors.tools.paths import FsError
+from fore.errors import OverlayApplyFailed
 from fore.messages.overlay import ApplyResult, ConflictReport, OverlayConflict
 
 log = get_logger(__name__)
@@ -141,19 +141,6 @@ __all__ = [
     "apply_overlay",
     "recover",
 ]
-
-
-class OverlayApplyFailed(FsError):
-    """Apply could not complete for a reason other than a conflict.
-
-    ``applied`` names the real paths it did change before it stopped (only an
-    apply that failed after its commit point changes any; its journal stays,
-    and recovery finishes it at the next start).
-    """
-
-    def __init__(self, message: str, applied: Iterable[str] = ()) -> None:
-        super().__init__(message)
-        self.applied: tuple[str, ...] = tuple(applied)
 
 
 # -- apply ---------------------------------------------------------------------

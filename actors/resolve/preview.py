@@ -36,25 +36,14 @@ from fore.actors.core.logs import get_logger
 from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from fore.actors.tools.builtin.files import apply_edit, decode_text
 from fore.actors.tools.fs import FsView
+from fore.errors import PreviewApplyFailed, StalePreview
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["PreviewApplyFailed", "StalePreview"]
 
 DIFF_CAP = 12_000
 
 log = get_logger(__name__)
-
-
-class StalePreview(ToolError):
-    """A file changed between the preview and the apply.
-
-    Not ``retryable``: the staged content can never apply again, so the
-    ``resolve`` tool stops forcing the action (it stays pending so the model
-    can discard it and preview again).
-    """
-
-    retryable = False
-
-
-class PreviewApplyFailed(ToolError):
-    """Writing the files failed; says whether the workspace was left unchanged."""
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ from fore.actors.tools.fsclock import Instant
 from fore.actors.worker.hooks import HookEvent, HooksView
 from fore.actors.worker.state import SessionState, pairing_problems
 from fore.actors.worker.worker import Worker, WorkerConfig
-from fore.errors import ForeError
+from fore.errors import ApplyOutcomeUnknown
 from fore.messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
 from fore.messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from fore.messages.runtime import StopNow
@@ -91,12 +91,6 @@ from fore.messages.speculation import (
     Suggestion,
     TokenBudgetReached,
 )
-
-
-class ApplyOutcomeUnknown(ForeError, RuntimeError):
-    """An accept's apply ended in a way that does not say which files it changed
-    (the ask timed out, the speculator crashed): the suggestion must not be run
-    again on top of a tree that may be half-applied."""
 
 
 @dataclass

@@ -722,11 +722,11 @@ class ChatError(ForeError):
     """Cannot start: one line for the person, exit code 2."""
 
 
-class UsageError(Exception):
+class UsageError(ForeError):
     """A user mistake: reported as one line, exit code 2."""
 
 
-class BenchFailed(RuntimeError):
+class BenchFailed(ForeError, RuntimeError):
     """A measurement lost work or missed its deadline: its figures are not rates.
 
     Raised by a micro-benchmark's ``run`` (after printing what it could);
@@ -734,9 +734,9 @@ class BenchFailed(RuntimeError):
     """
 
 
-class BenchSetupError(RuntimeError):
+class BenchSetupError(ForeError, RuntimeError):
     """The benchmark could not start (the mock server, the temp directory ...)."""
 
 
-class ServerFailed(RuntimeError):
+class ServerFailed(ForeError, RuntimeError):
     """The server did not start (or died); the message ends with its log's tail."""

@@ -306,15 +306,18 @@ class ToolDefinitionError(ForeError, TypeError):
 
 
 class ToolLoopClosed(ForeError, RuntimeError):
-    """The tool loop is shut down: nothing new runs on it."""
+    """The tool loop (async tools' event loop) is shut down: nothing new runs on it."""
 
 
 class RunnerSaturated(ForeError, RuntimeError):
-    """No runner thread is free and the thread limit is reached."""
+    """No tool-runner thread is free and the thread limit is reached."""
 
 
 class TrackingUnavailable(ForeError, RuntimeError):
-    """The requested backend cannot work on this machine (the message says why)."""
+    """The requested process-tracking backend (``shell`` calls) cannot work on this machine.
+
+    The message says why.
+    """
 
 
 class PatternError(ForeError, ValueError):
@@ -474,7 +477,10 @@ class WorkerBusy(ForeError, RuntimeError):
 
 
 class PhaseError(ForeError, RuntimeError):
-    """A move between two phases that :data:`ALLOWED` does not list (a worker bug)."""
+    """A move between two run phases that the worker's ``run_state.ALLOWED`` does not list.
+
+    A worker bug, never a user's mistake.
+    """
 
 
 class HookError(ForeError):
@@ -642,7 +648,8 @@ class LeaseLost(StoreError):
 
 
 class PgClusterError(ForeError, RuntimeError):
-    """The cluster could not be created or started (the message says which step and why)."""
+    """A throwaway PostgreSQL cluster (tests, ``fore bench store``) could not be created or
+    started; the message says which step and why."""
 
 
 # -- Telemetry -----------------------------------------------------------------
@@ -739,4 +746,5 @@ class BenchSetupError(ForeError, RuntimeError):
 
 
 class ServerFailed(ForeError, RuntimeError):
-    """The server did not start (or died); the message ends with its log's tail."""
+    """The benchmark's llama.cpp server did not start (or died); the message ends with its
+    log's tail."""

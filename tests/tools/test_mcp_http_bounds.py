@@ -13,15 +13,10 @@ from __future__ import annotations
 import gzip
 import json
 import resource
-import socket
-import subprocess
-import sys
 import threading
-import time
 import zlib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -32,9 +27,8 @@ from hypothesis import strategies as st
 from fore.actors.tools.mcp import MCPServerHTTP
 from fore.actors.tools.mcp.http_bounds import BoundedTransport
 from fore.supervision import Runtime
-from tests.tools.test_mcp_client import WAIT, Caller, ask
+from tests.tools.test_mcp_client import Caller, ask
 
-DEMO = str(Path(__file__).with_name("mcp_demo_server.py"))
 LIMIT = 64 * 1024
 
 
@@ -128,50 +122,15 @@ def test_an_encoding_the_client_did_not_ask_for_is_refused() -> None:
 # -- end to end: the SDK's FastMCP server, and a hostile one ---------------------------------------
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="mcp-http-bounds")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=60)
-
-
-@pytest.fixture(scope="module")
-def demo_http() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, DEMO, "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert process.poll() is None, "the HTTP demo server exited"
-                assert time.monotonic() < deadline, "the HTTP demo server did not listen"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(timeout=30)
-
-
 def test_the_sdk_servers_answer_past_the_bound_fails_that_call_only(
-    runtime: Runtime, demo_http: str
+    runtime: Runtime, http_server: str
 ) -> None:
     caller = Caller(
         [("web__big", {"lines": 3})],
         [("web__big", {"lines": 20_000})],  # ~600 KB > 64 KiB
         [("web__echo", {"text": "still here"})],
     )
-    config = MCPServerHTTP(demo_http, name="web", max_message=LIMIT)
+    config = MCPServerHTTP(http_server, name="web", max_message=LIMIT)
     session = runtime.open_session(model=caller.model, mcp_servers=[config])
     try:
         (small,) = ask(session)

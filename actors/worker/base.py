@@ -168,6 +168,7 @@ class WorkerBase(ForeActor):
             start: int = 0,
             abort_chain: bool = False,
             specs: tuple[HookSpec, ...] | None = None,
+            give_errors: bool = False,
         ) -> None:
             raise NotImplementedError
 
@@ -206,11 +207,6 @@ class WorkerBase(ForeActor):
             raise NotImplementedError
 
         def _observe(self, run: Run, message: Submit | None) -> None:
-            raise NotImplementedError
-
-        def _on_outcome(
-            self, run: Run, then: Callable[[ChainState], None]
-        ) -> Callable[[ChainState], None]:
             raise NotImplementedError
 
         def _pause(

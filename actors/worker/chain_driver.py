@@ -32,7 +32,7 @@ from fore.actors.worker.hooks import (
     outcome_problem,
     raised_error,
 )
-from fore.actors.worker.run import ChainRun, Run, live
+from fore.actors.worker.run import ChainRun, Run
 from fore.messages.alerts import AlertLevel
 
 
@@ -49,8 +49,16 @@ class ChainDriver(WorkerBase):
         start: int = 0,
         abort_chain: bool = False,
         specs: tuple[HookSpec, ...] | None = None,
+        give_errors: bool = False,
     ) -> None:
         """Run ``event``'s hooks from index ``start``; ``done(state)`` gets the outcome.
+
+        ``done`` runs only if the run is still live when the chain ends, and a
+        hook that failed ends the run as a hook error instead (see
+        :meth:`_on_outcome`) -- the opening every continuation shares, kept
+        here once. ``give_errors``: ``done`` gets a failed chain's state too
+        (the approval job: a failure skips the call). ``abort_chain`` (on_abort,
+        which runs on an ending run): ``done`` always runs.
 
         ``specs``: run these instead of the session's hooks (the approval job).
 
@@ -60,29 +68,31 @@ class ChainDriver(WorkerBase):
         answers that arrive after a timeout or a cancel are ignored. An ending
         run starts no chain but its on_abort.
         """
-        if not abort_chain and not live(run):
+        if not abort_chain and not run.live:
             return
+        if not abort_chain:
+            done = self._on_outcome(run, done, give_errors=give_errors)
         chain = self.config.hooks.chain(event) if specs is None else specs
         state = ChainState(event, chain, ctx, index=start)
         self._chain_step(ChainRun(run, state, done, abort_chain))
 
     def _on_outcome(
-        self, run: Run, then: Callable[[ChainState], None]
+        self, run: Run, then: Callable[[ChainState], None], *, give_errors: bool = False
     ) -> Callable[[ChainState], None]:
         """``then`` as a chain's continuation: it runs only if the run is live and no hook failed.
 
         Every step after a chain of the run's own hooks opens the same way: a
         run that ended, or began its ending, while the hooks ran drops their
         outcome; a hook that failed ends the run as a hook error (a post hook's
-        result is withheld then, never committed raw). The approval chain
-        (a failure skips the call) and on_abort (runs on an ending run) take
-        their ``done`` as it is.
+        result is withheld then, never committed raw) -- unless ``give_errors``
+        (the approval chain: a failure skips the call). on_abort (runs on an
+        ending run) takes its ``done`` as it is.
         """
 
         def done(state: ChainState) -> None:
-            if not live(run):
+            if not run.live:
                 return
-            if state.error is not None:
+            if state.error is not None and not give_errors:
                 self._hook_failed(run, state.error)
                 return
             then(state)

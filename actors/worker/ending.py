@@ -19,8 +19,8 @@ from fore.actors.speculation.fork import snapshot_version
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hookrun import DetachedChain
 from fore.actors.worker.hooks import AbortContext, ChainState, HookError, HookEvent
-from fore.actors.worker.run import MAX_EARLY_CANCELS, Call, Run, fits, ignore_problem, live
-from fore.actors.worker.run_state import ALLOWED, Ending
+from fore.actors.worker.run import MAX_EARLY_CANCELS, Call, Run, fits, ignore_problem
+from fore.actors.worker.run_state import Ending
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import SystemMessage, ToolResult
 from fore.messages.llm import CancelLlmRequest
@@ -72,7 +72,7 @@ class EndingPhase(WorkerBase):
                 return True
         if current is None:
             return False
-        if current.aborted or current.end_save is not None:
+        if current.closing:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
             if (
@@ -177,7 +177,7 @@ class EndingPhase(WorkerBase):
         kind: ErrorKind = "worker",
         failure: HookFailure | None = None,
     ) -> None:
-        if not live(run):
+        if not run.live:
             # Ending already (a cancel came first): its status stands.
             self.log.info("failure_after_run_ending", run_id=run.run_id, error=error)
             return
@@ -191,7 +191,7 @@ class EndingPhase(WorkerBase):
     def _finish(self, run: Run, status: RunStatus, error: str | None, *, abort: bool) -> None:
         if run.ended:
             return
-        if not abort or run.aborted or run.end_save is not None:
+        if not abort or run.closing:
             self._complete(run, status, error)
             return
         if not run.started:
@@ -269,16 +269,12 @@ class EndingPhase(WorkerBase):
             return
         if run.end_save is None and self._save_then(run, functools.partial(self._saved, run)):
             # Write-ahead: reported once its items are in the session store. Until
-            # then the run is ending (a cancel finds nothing to cancel, a submit
-            # waits behind it), and this status is the one it ends with.
-            run.end_save = run.ending or Ending(status, error)
-            if "saving" in ALLOWED[run.phase]:  # preparing and on_abort stay as they are
-                run.phase = "saving"
+            # then the run is ending, and this status is the one it ends with.
+            run.save_end(run.ending or Ending(status, error))
             return
-        if run.end_save is not None:
-            status, error = run.end_save.status, run.end_save.error
-        elif run.ending is not None:  # the ending that began first decides how the run ended
-            status, error = run.ending.status, run.ending.error
+        final = run.final  # the ending that began first decides how the run ended
+        if final is not None:
+            status, error = final.status, final.error
         run.phase = "ended"
         self.state.stash = []  # a stash never outlives its submit
         self.state.output = None  # nor does a structured run's contract
@@ -362,10 +358,9 @@ class EndingPhase(WorkerBase):
         writer = self._writer
         if writer is None:
             return False
-        usage = None
-        if run is not None and not run.saving:
-            run.saving = True
-            usage = run.usage
+        # A run's end is saved once (_complete: then it is closing, or it ended),
+        # so its usage is handed to the store once.
+        usage = None if run is None else run.usage
         if self._stopping:
             # The session is closing under the run: its end is reported now, and
             # its items still go to the store (closing the session waits for it).
@@ -385,9 +380,9 @@ class EndingPhase(WorkerBase):
         """The run's end is in the store (or could not be written): report it now."""
         if run.ended:
             return
-        end = run.end_save or run.ending or Ending("completed", None)
+        end = run.final or Ending("completed", None)
         if problem is not None:
             end = Ending("error", self._store_failed(problem, "this turn"))
-            run.end_save = end
+            run.save_end(end)
             run.error_kind = "store"
         self._complete(run, end.status, end.error)

@@ -25,7 +25,7 @@ from fore.actors.worker.hooks import (
     final_outcome,
 )
 from fore.actors.worker.interceptor import RetryRequest
-from fore.actors.worker.run import Run, live, serials, wrap_up_choice
+from fore.actors.worker.run import Run, serials, wrap_up_choice
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, Item, SystemMessage
 from fore.messages.llm import (
@@ -53,7 +53,7 @@ class LlmTurnPhase(WorkerBase):
         against ``max_turns`` and passes the pre_llm_request hooks -- but the
         interceptor, which built it, does not see it again.
         """
-        if not live(run):
+        if not run.live:
             return
         answered = self.config.interceptor.turn_answered() if retry is None else None
         if answered is not None:  # e.g. structured output's final_answer was accepted
@@ -115,7 +115,7 @@ class LlmTurnPhase(WorkerBase):
                 return
             self._send(run, ctx, base, edited_by=state.ran[-1] if state.ran else None)
 
-        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, self._on_outcome(run, done))
+        self._chain(run, HookEvent.PRE_LLM_REQUEST, ctx, done)
 
     def _send(
         self,
@@ -331,7 +331,7 @@ class LlmTurnPhase(WorkerBase):
         crossed the limit is kept like a cut-off one: its text enters history,
         its tool calls are not run.
         """
-        if hit is None or not live(run):
+        if hit is None or not run.live:
             return False
         run.usage_limit = hit
         reason = hit.describe()

@@ -20,7 +20,7 @@ from fore.actors.worker.hooks import (
     ToolOutcome,
     final_outcome,
 )
-from fore.actors.worker.run import Call, Run, live, needs_store
+from fore.actors.worker.run import Call, Run, needs_store
 from fore.messages.alerts import AlertLevel
 from fore.messages.blob_store import StoredOutput, StoreToolOutput
 from fore.messages.blobs import Text
@@ -34,7 +34,7 @@ class OutputsPhase(WorkerBase):
         self._post_step(run)
 
     def _post_step(self, run: Run) -> None:
-        if not live(run):
+        if not run.live:
             return
         while run.index < len(run.calls):
             item = run.calls[run.index]
@@ -78,7 +78,7 @@ class OutputsPhase(WorkerBase):
                 run.index = index + 1
                 self._post_step(run)
 
-            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, self._on_outcome(run, done))
+            self._chain(run, HookEvent.POST_TOOL_CALL, ctx, done)
             return
         self._convert(run)
 
@@ -118,7 +118,7 @@ class OutputsPhase(WorkerBase):
 
         def one_done() -> None:
             remaining[0] -= 1
-            if remaining[0] == 0 and live(run):
+            if remaining[0] == 0 and run.live:
                 self._commit(run)
 
         for item in pending:
@@ -141,7 +141,7 @@ class OutputsPhase(WorkerBase):
     def _output_stored(
         self, run: Run, item: Call, one_done: Callable[[], None], stored: StoredOutput
     ) -> None:
-        if not live(run) or item.result is None:
+        if not run.live or item.result is None:
             return  # the run is ending: its calls were closed (and committed) already
         item.result = item.result.model_copy(update={"output": stored.history_text})
         item.pinned = True  # the store pinned every blob this text references
@@ -150,7 +150,7 @@ class OutputsPhase(WorkerBase):
     def _output_not_stored(
         self, run: Run, item: Call, one_done: Callable[[], None], error: BaseException
     ) -> None:
-        if not live(run) or item.result is None:
+        if not run.live or item.result is None:
             return
         self.alert(
             AlertLevel.WARN,
@@ -167,7 +167,7 @@ class OutputsPhase(WorkerBase):
         return truncated_fallback(Text(text=output), self.config.blob_limits, reason=reason)
 
     def _commit(self, run: Run) -> None:
-        if not live(run):
+        if not run.live:
             return
         for item in run.calls:
             if item.result is not None and not item.committed and item.status != "removed":

@@ -3,7 +3,7 @@
 :class:`Run` (a submit's run; its status is its phase alone, see
 :mod:`~actors.worker.run_state`), :class:`Call` (one tool call of an answer),
 :class:`ChainRun` (one hook chain in progress), and the small pure helpers the
-phases use on them: :func:`live`, the refusal texts, :func:`match_results`,
+phases use on them: the refusal texts, :func:`match_results`,
 the inline-or-stored test. No actor here: each is unit-testable on its own.
 """
 
@@ -21,7 +21,7 @@ from fore.actors.core.timer import TimerHandle
 from fore.actors.telemetry.limits import LimitGuard
 from fore.actors.worker.hookrun import HookJob
 from fore.actors.worker.hooks import ChainState, HookSpec, LlmRequestContext, ToolCallContext
-from fore.actors.worker.run_state import CallStatus, Ending, RunProgress
+from fore.actors.worker.run_state import CallStatus, RunProgress
 from fore.messages.blobs import Inline, Stored
 from fore.messages.conversation import (
     AssistantMessage,
@@ -71,11 +71,6 @@ def fits(text: str, threshold: int) -> bool:
 def wrap_up_choice(wrap_up: bool, turn: int, max_turns: int) -> ToolChoice:
     """The tool choice of LLM call ``turn`` of ``max_turns`` (see ``WorkerConfig.wrap_up``)."""
     return "none" if wrap_up and turn >= max_turns else "auto"
-
-
-def live(run: Run) -> bool:
-    """The run may go on: it has not ended, and its ending (on_abort) has not begun."""
-    return not run.ended and not run.aborted and run.end_save is None
 
 
 _BLOB_MARK = "[blob:"
@@ -200,11 +195,6 @@ class Run(RunProgress):
     """A submit that interrupted this paused run; it starts once this run has ended."""
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
-    saving: bool = False
-    """Its end is being written to the session store (reported once that is done)."""
-    end_save: Ending | None = None
-    """Set while its end is written to the session store (phase ``saving``): the status
-    and error it then ends with. Until then it is ending: nothing left to cancel."""
     # -- telemetry (issue 28) --
     span: Any = None
     """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""

@@ -23,7 +23,7 @@ from fore.actors.worker.hooks import (
     final_outcome,
 )
 from fore.actors.worker.interceptor import ContinueWith
-from fore.actors.worker.run import MAX_EARLY_CANCELS, Run, live
+from fore.actors.worker.run import MAX_EARLY_CANCELS, Run
 from fore.actors.worker.state import PreparedInput, prepare_plain, submit_segments
 from fore.messages.conversation import AssistantMessage, FileRef, UserMessage
 from fore.messages.session import RunStarted, RunStatus, Submit, TurnFinished
@@ -99,7 +99,7 @@ class SubmitPhase(WorkerBase):
                 self._store_failed(problem, "the accepted speculation's items")
             if reply is not None:
                 reply.try_set(run.run_id)
-            if live(run):  # from saving (or starting) it goes on as from starting
+            if run.live:  # from saving (or starting) it goes on as from starting
                 self._emit(
                     RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
                 )
@@ -118,7 +118,7 @@ class SubmitPhase(WorkerBase):
         early = self._early_cancels.pop(sid, None) if sid is not None else None
         current = self._run
         busy = current is not None and not current.ended
-        ending = current is not None and (current.aborted or current.end_save is not None)
+        ending = current is not None and (current.closing)
         queue_behind = busy and ending
         interrupt = busy and not ending
         if early is None and busy:
@@ -203,7 +203,7 @@ class SubmitPhase(WorkerBase):
             self.log.exception("interceptor_on_submit_cancelled_failed")
 
     def _prepared(self, run: Run, prepared: PreparedInput) -> None:
-        if not live(run):
+        if not run.live:
             return  # cancelled while its input was prepared
         for level, text, source in prepared.alerts:
             self.alert(level, text, source)
@@ -254,4 +254,4 @@ class SubmitPhase(WorkerBase):
                 self._append(run, item)
             self._llm_turn(run)
 
-        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, self._on_outcome(run, done))
+        self._chain(run, HookEvent.ON_PROMPT_SUBMIT, ctx, done)

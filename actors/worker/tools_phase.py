@@ -31,7 +31,6 @@ from fore.actors.worker.run import (
     Call,
     Run,
     bad_arguments_text,
-    live,
     match_results,
     over_cap_text,
     serials,
@@ -90,7 +89,7 @@ class ToolsPhase(WorkerBase):
 
     def _pre_tools(self, run: Run, resume_from: int | None) -> None:
         """Evaluate pre_tool_call (interceptor, then hooks) per call, in order."""
-        if not live(run):
+        if not run.live:
             return
         while run.index < len(run.calls):
             item = run.calls[run.index]
@@ -135,9 +134,7 @@ class ToolsPhase(WorkerBase):
         """The public ``pre_tool_call`` hooks of the current call, from hook ``start``."""
         run.phase = "pre_tool_call"
         done = functools.partial(self._after_pre_tool, run, item, run.index)
-        self._chain(
-            run, HookEvent.PRE_TOOL_CALL, item.ctx, self._on_outcome(run, done), start=start
-        )
+        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, start=start)
 
     def _after_pre_tool(self, run: Run, item: Call, index: int, state: ChainState) -> None:
         outcome = final_outcome(state)
@@ -208,8 +205,6 @@ class ToolsPhase(WorkerBase):
         index = run.index
 
         def done(state: ChainState) -> None:
-            if not live(run):
-                return
             outcome = final_outcome(state)
             if state.error is not None:
                 why = refusal(state.error, approval.timeout_s)
@@ -226,7 +221,9 @@ class ToolsPhase(WorkerBase):
             run.index = index + 1
             self._pre_tools(run, None)
 
-        self._chain(run, HookEvent.PRE_TOOL_CALL, item.ctx, done, specs=(approval.spec,))
+        self._chain(
+            run, HookEvent.PRE_TOOL_CALL, item.ctx, done, specs=(approval.spec,), give_errors=True
+        )
         return True
 
     @staticmethod

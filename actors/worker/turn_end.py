@@ -23,7 +23,7 @@ from fore.actors.worker.hooks import (
     final_outcome,
     messages_problem,
 )
-from fore.actors.worker.run import Run, live
+from fore.actors.worker.run import Run
 from fore.messages.conversation import AssistantMessage, Item
 from fore.messages.session import PauseRun, Resume, RunPaused
 
@@ -38,7 +38,7 @@ class TurnEndPhase(WorkerBase):
             self._append(run, item)
 
     def _turn_end(self, run: Run, assistant: AssistantMessage) -> None:
-        if not live(run):
+        if not run.live:
             return
         ctx = TurnEndContext(
             session_id=self.config.session_id,
@@ -71,10 +71,10 @@ class TurnEndPhase(WorkerBase):
             else:
                 self._complete(run, "completed", None)
 
-        self._chain(run, HookEvent.ON_TURN_END, ctx, self._on_outcome(run, done), start=start)
+        self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
 
     def _continue_with(self, run: Run, items: Sequence[Item]) -> None:
-        if not live(run):
+        if not run.live:
             return
         for item in items:
             self._append(run, item)
@@ -83,7 +83,7 @@ class TurnEndPhase(WorkerBase):
     @handles(PauseRun)
     def _on_pause(self, message: PauseRun) -> bool:
         run = self._run
-        if run is None or run.ended or not live(run) or run.phase == "paused":
+        if run is None or not run.live or run.phase == "paused":
             return False
         run.pause_requested = message.reason
         return True
@@ -140,7 +140,7 @@ class TurnEndPhase(WorkerBase):
     def _pause_saved(
         self, run: Run, reason: str, where: str, point: tuple[Any, ...], problem: str | None
     ) -> None:
-        if not live(run):
+        if not run.live:
             return  # cancelled while it was saved: its end reports
         if problem is not None:
             self._store_failed(problem, "the paused turn")

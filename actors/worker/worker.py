@@ -143,10 +143,9 @@ class Worker(
         if run is None or run.ended:
             return
         successor, run.successor = run.successor, None
-        if run.end_save is not None or run.ending is not None:
+        end = run.final
+        if end is not None:
             # Already ending: keep the status it is ending with.
-            end = run.end_save or run.ending
-            assert end is not None
             status, error = end.status, end.error
         else:
             status, error = "cancelled", "session closed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from fore.actors.telemetry.limits import SessionUsage
 from fore.actors.tools.base import ToolRegistry, ToolServices
@@ -17,9 +17,33 @@ from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor
 from fore.actors.worker.persistence import Persistence
 from fore.actors.worker.state import PreparedInput, SessionState
+from fore.messages.address import Address, Recipient
+from fore.messages.alerts import Alert
+from fore.messages.blob_store import ReferenceBlobs, StoreToolOutput
 from fore.messages.blobs import BlobLimits
-from fore.messages.llm import Purpose
+from fore.messages.llm import CancelLlmRequest, LlmRequest, Purpose
 from fore.messages.session import Submit
+from fore.messages.tools import CancelToolCalls, RunToolBatch
+
+if TYPE_CHECKING:
+    # Annotations only (never evaluated: ``from __future__ import annotations``).
+    from fore.actors.telemetry.tracing import Instrumentation
+    from fore.actors.tools.fs import FsView
+
+
+class WorkerModel(Protocol):
+    """What the worker needs of its model: only its name.
+
+    The worker hands the model to the gateway inside each ``LlmRequest``
+    (which calls it as an :class:`~actors.llm.chat_model.ChatModel`); it
+    reads nothing of it but the name a ``SetModel`` without one falls back
+    to. Read-only, so a wrapper that exposes ``name`` as a property (the
+    speculation's ``MeteredModel``) fits too.
+    """
+
+    @property
+    def name(self) -> str: ...
+
 
 DEFAULT_MAX_BATCH_CALLS = 128
 """Tool calls of one answer that may run (``WorkerConfig.max_batch_calls``)."""
@@ -35,10 +59,14 @@ class WorkerConfig:
     """Everything a worker needs; built by the Runtime for each session."""
 
     session_id: str
-    model: Any
-    gateway: Any
-    tool_pool: Any
-    fs: Any
+    model: WorkerModel
+    """The model provider its LLM requests name (``SetModel`` switches it between runs)."""
+    gateway: Recipient[LlmRequest | CancelLlmRequest]
+    """The LLM gateway: requests go there, their stream events come back as messages."""
+    tool_pool: Recipient[RunToolBatch | CancelToolCalls]
+    """The shared tool pool: batches go there, their results come back as messages."""
+    fs: FsView
+    """The view of the workspace the session's tool calls run against."""
     tools: ToolRegistry
     hooks: Hooks = field(default_factory=Hooks)
     interceptor: Interceptor = field(default_factory=Interceptor)
@@ -55,10 +83,12 @@ class WorkerConfig:
     """Any pre_tool_call result but Continue is a boundary (speculation)."""
     preparer: Callable[[Submit], PreparedInput] | None = None
     """Turns a submit into the user message (e.g. resolving ``@path`` references)."""
-    blob_store: Any = None
+    blob_store: Address[StoreToolOutput | ReferenceBlobs] | None = None
     """The blob-store actor: large outputs are stored there and summarised in history."""
     blob_limits: BlobLimits = field(default_factory=BlobLimits)
-    alert_sink: Any = None
+    alert_sink: Recipient[Alert] | None = None
+    """Where the worker's alerts go (the session's event stream gets them from there);
+    ``None``: straight to the subscribers as ``AlertRaised``."""
     stream: bool = True
     """Ask the model for a streamed answer (text shown as it arrives). A speculation's
     worker follows ``SpeculationConfig.stream_forks`` (on by default, so that an abort
@@ -81,7 +111,7 @@ class WorkerConfig:
     returned -- LangChain's ``early_stopping_method="generate"``. A hook or
     interceptor that sets its own ``tool_choice`` still wins."""
     # -- telemetry (issue 28) --
-    telemetry: Any = None
+    telemetry: Instrumentation | None = None
     """The runtime's :class:`~actors.telemetry.tracing.Instrumentation` (``None``: off)."""
     session_usage: SessionUsage | None = None
     """The session's usage limits and its main requests so far (kept across restarts)."""

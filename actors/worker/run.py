@@ -18,7 +18,9 @@ from typing import Any
 from fore.actors.blobs.summary import fits_utf8
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.timer import TimerHandle
+from fore.actors.output.contract import OutputRun
 from fore.actors.telemetry.limits import LimitGuard
+from fore.actors.telemetry.tracing import TurnSpan
 from fore.actors.worker.hookrun import HookJob
 from fore.actors.worker.hooks import ChainState, HookSpec, LlmRequestContext, ToolCallContext
 from fore.actors.worker.run_state import CallStatus, RunProgress
@@ -196,12 +198,12 @@ class Run(RunProgress):
     cancel_reason: str | None = None
     """Cancelled while queued behind an interrupted run: it ends without starting."""
     # -- telemetry (issue 28) --
-    span: Any = None
+    span: TurnSpan | None = None
     """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
     limits: LimitGuard | None = None
     """Its usage limits and the session's (main runs with limits only)."""
     usage_limit: UsageLimitHit | None = None
-    output: Any = None
+    output: OutputRun | None = None
     """Structured output: the run's ``OutputRun`` (actors.output), shared with the
     OutputInterceptor through ``SessionState.output`` while the run is current."""
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from pykka import ActorDeadError
-
 from fore.actors.core.pooled import handles
 from fore.actors.speculation.fork import snapshot_version
 from fore.actors.worker.base import WorkerBase
@@ -23,7 +21,6 @@ from fore.actors.worker.run import MAX_EARLY_CANCELS, Call, Run, fits, ignore_pr
 from fore.actors.worker.run_state import Ending
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import SystemMessage, ToolResult
-from fore.messages.llm import CancelLlmRequest
 from fore.messages.session import (
     CancelRun,
     ErrorKind,
@@ -34,7 +31,6 @@ from fore.messages.session import (
     TurnResult,
 )
 from fore.messages.speculation import ForkSnapshot, SnapshotTaken
-from fore.messages.tools import CancelToolCalls
 
 
 class EndingPhase(WorkerBase):
@@ -98,26 +94,12 @@ class EndingPhase(WorkerBase):
                 chain.job.cancel()
             if chain.wait_timer is not None:
                 chain.wait_timer.cancel()
-        if run.llm_request_id is not None:
-            try:
-                self.config.gateway.tell(
-                    CancelLlmRequest(
-                        request_id=run.llm_request_id, reason=reason, purpose=self.config.purpose
-                    )
-                )
-            except ActorDeadError:
-                pass
-            run.llm_request_id = None
-        if run.batch_id is not None:
-            try:
-                self.config.tool_pool.tell(
-                    CancelToolCalls(
-                        session_id=self.config.session_id, batch_id=run.batch_id, reason=reason
-                    )
-                )
-            except ActorDeadError:
-                pass
-            run.batch_id = None
+        # The LLM request and the tool batch carry the run's scope: cancelling it
+        # reaches them wherever they are -- running, or not arrived yet (then they
+        # never start).
+        run.scope.cancel(reason)
+        run.llm_request_id = None
+        run.batch_id = None
 
     def _close_call(self, item: Call, text: str) -> None:
         item.status = "done"
@@ -276,6 +258,7 @@ class EndingPhase(WorkerBase):
         if final is not None:
             status, error = final.status, final.error
         run.phase = "ended"
+        run.scope.close()  # nothing of it is out any more: its callbacks are dropped
         self.state.stash = []  # a stash never outlives its submit
         self.state.output = None  # nor does a structured run's contract
         try:

@@ -140,6 +140,7 @@ class LlmTurnPhase(WorkerBase):
             "stream": self.config.stream,
             "model": self.config.model,
             "reply_to": self.actor_ref,
+            "scope": run.scope,
             "trace": None if run.span is None else run.span.context,
         }
         if edited_by is None:

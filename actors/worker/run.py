@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fore.actors.blobs.summary import fits_utf8
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.timer import TimerHandle
 from fore.actors.output.contract import OutputRun
@@ -164,6 +165,9 @@ class Run(RunProgress):
     run_id: str
     start_len: int
     max_turns: int
+    scope: CancelScope = field(default_factory=CancelScope)
+    """What cancels the run's work wherever it is: its LLM requests and tool batches
+    carry it, so a cancel that overtakes them on their way stops them at arrival."""
     reply: PooledFuture[Any] | None = None
     submit_id: str | None = None
     started: bool = False

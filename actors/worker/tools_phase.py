@@ -275,6 +275,7 @@ class ToolsPhase(WorkerBase):
                 services=config.services,
                 reply_to=self.actor_ref,
                 trace=None if run.span is None else run.span.context,
+                scope=run.scope,
             )
         )
 

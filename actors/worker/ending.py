@@ -184,6 +184,7 @@ class EndingPhase(WorkerBase):
             self._complete(run, status, error)
             return
         run.begin_ending(status, error)
+        run.scope.cancel(error or status)  # whatever of it is still out is called off
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,

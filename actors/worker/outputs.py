@@ -113,12 +113,13 @@ class OutputsPhase(WorkerBase):
         if not pending:
             self._commit(run)
             return
+        assert store is not None  # pending only with a store
         run.phase = "storing outputs"
         remaining = [len(pending)]
 
         def one_done() -> None:
             remaining[0] -= 1
-            if remaining[0] == 0 and run.live:
+            if remaining[0] == 0:
                 self._commit(run)
 
         for item in pending:
@@ -130,28 +131,29 @@ class OutputsPhase(WorkerBase):
                 stored_summary=item.stored_summary,
                 tool_output=item.explicit,
             )
-            self.ask_then(
+            # Under the run's scope: an answer that arrives once the run's ending
+            # began (its calls closed and committed already) is dropped.
+            self.ask_typed(
                 store,
                 message,
-                then=functools.partial(self._output_stored, run, item, one_done),
-                on_error=functools.partial(self._output_not_stored, run, item, one_done),
+                then=functools.partial(self._output_stored, item, one_done),
+                on_error=functools.partial(self._output_not_stored, item, one_done),
                 timeout=120.0,
+                scope=run.scope,
             )
 
     def _output_stored(
-        self, run: Run, item: Call, one_done: Callable[[], None], stored: StoredOutput
+        self, item: Call, one_done: Callable[[], None], stored: StoredOutput
     ) -> None:
-        if not run.live or item.result is None:
-            return  # the run is ending: its calls were closed (and committed) already
+        assert item.result is not None
         item.result = item.result.model_copy(update={"output": stored.history_text})
         item.pinned = True  # the store pinned every blob this text references
         one_done()
 
     def _output_not_stored(
-        self, run: Run, item: Call, one_done: Callable[[], None], error: BaseException
+        self, item: Call, one_done: Callable[[], None], error: BaseException
     ) -> None:
-        if not run.live or item.result is None:
-            return
+        assert item.result is not None
         self.alert(
             AlertLevel.WARN,
             f"the blob store failed ({error}); the output of {item.call.name} went into "

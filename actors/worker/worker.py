@@ -30,8 +30,14 @@ hooks and steps follow each other, continuations run one after another
 A run that is ending stays ended: once a cancel, an abort or a failure has
 begun a run's ending (its on_abort chain), no continuation of work that was
 already under way -- a file-reference preparer, a blob-store answer, a hook
-answer -- may take the run further. Every continuation checks :func:`~actors.worker.run.live`
-first, and no new hook chain starts for an ending run except its on_abort.
+answer -- may take the run further. Each run has a
+:class:`~actors.core.cancel.CancelScope` that its LLM requests, tool batches
+and blob-store asks carry: the ending cancels it, which stops that work
+wherever it is (also before it arrived) and drops its late answers. The chain
+driver drops a chain's outcome for a run that is no longer ``live``
+(:attr:`~actors.worker.run_state.RunProgress.live`), the other continuations
+check it first, and no new hook chain starts for an ending run except its
+on_abort.
 
 The code is one module per phase, each a mixin over
 :class:`~actors.worker.base.WorkerBase` (why mixins: see that module):

@@ -1,29 +1,22 @@
-"""The file-reference interceptor: attaches resolved ``@path`` files after the prompt.
+"""Deprecated: the file-reference interceptor, now a neutral placeholder.
 
-The seed's wiring: references are resolved before the user item is pushed
-(the worker's preparer, on the blocking lane); the resolved items wait in the
-session's per-submit stash; this interceptor drains the stash in
-``on_prompt_submit`` and returns ``ContinueWith(items)``, so they land right
-after the user message. If a public hook then cancels the submit, the items
-are dropped and the stash is cleared: nothing can leak into the next submit.
-Public hooks cannot add items -- only this trusted interceptor can.
+Resolved ``@path`` files used to wait in a per-submit stash that this
+interceptor drained back into the worker (``ContinueWith``). The worker's
+submit phase now puts ``PreparedInput.items`` into history itself, right after
+the user message, so there is nothing left to drain: this class answers
+neutrally everywhere. It stays only because the Runtime's wiring and the
+speculation gate (``supervision/runtime.py``, ``actors/speculation/gate.py``)
+still name it; delete it, and its line in tests/project/layer_allowlist.txt,
+once they no longer do.
 """
 
 from __future__ import annotations
 
-from fore.actors.worker.hooks import Continue
-from fore.actors.worker.interceptor import ContinueWith, Interceptor
-from fore.actors.worker.state import SessionState
-from fore.messages.conversation import UserMessage
+from fore.actors.worker.interceptor import Interceptor
 
 
 class FileRefInterceptor(Interceptor):
-    def __init__(self, state: SessionState) -> None:
-        self.state = state
+    """Neutral at every decision point (see the module docs)."""
 
-    def on_prompt_submit(self, message: UserMessage) -> Continue | ContinueWith:
-        items, self.state.stash = self.state.stash, []
-        return ContinueWith(items) if items else Continue()
-
-    def on_submit_cancelled(self) -> None:
-        self.state.stash = []
+    def __init__(self, state: object = None) -> None:
+        del state  # the stash it drained is gone

@@ -62,10 +62,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fore.actors.filerefs.prepare import PreparedInput, submit_segments
 from fore.actors.filerefs.tokenizer import file_refs, render_user_text
 from fore.actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound
 from fore.actors.tools.paths import FsError, PathOutOfScope
-from fore.actors.worker.state import PreparedInput, submit_segments
 from fore.errors import ResolveError, ResolveErrorKind, alert_text
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import Item, Segment, SystemMessage
@@ -330,12 +330,12 @@ def resolve_input(
     second mention would only double the context it costs). "The same path"
     means the same workspace-relative path once normalised by the view, so
     ``@a``, ``@./a`` and ``@/abs/ws/a`` are one file: it is attached once,
-    under the spelling first typed. The stash holds one system message per
+    under the spelling first typed. ``items`` holds one system message per
     resolved reference, in that order; each unresolved reference yields one
     Warn alert and, in the user text, the ``[unresolved file ref: <path>]``
     placeholder (for every spelling) so the model is told too.
     """
-    stash: list[Item] = []
+    items: list[Item] = []
     alerts: list[tuple[AlertLevel, str, str]] = []
     unresolved: set[str] = set()
     outcome: dict[tuple[bool, str], bool] = {}  # normalised path -> resolved?
@@ -346,7 +346,7 @@ def resolve_input(
                 unresolved.add(path)  # same placeholder, no second alert
             continue
         try:
-            stash.append(
+            items.append(
                 resolve_file_ref(fs, path, cap=cap, dir_limit=dir_limit, scan_limit=scan_limit)
             )
             outcome[key] = True
@@ -357,7 +357,7 @@ def resolve_input(
     return PreparedInput(
         text=render_user_text(segments, unresolved=unresolved),
         segments=tuple(segments),
-        stash=tuple(stash),
+        items=tuple(items),
         alerts=tuple(alerts),
     )
 

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from fore.actors.filerefs.prepare import PreparedInput
 from fore.actors.telemetry.limits import SessionUsage
 from fore.actors.tools.base import ToolRegistry, ToolServices
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor
 from fore.actors.worker.persistence import Persistence
-from fore.actors.worker.state import PreparedInput, SessionState
+from fore.actors.worker.state import SessionState
 from fore.messages.address import Address, Recipient
 from fore.messages.alerts import Alert
 from fore.messages.blob_store import ReferenceBlobs, StoreToolOutput

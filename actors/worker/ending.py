@@ -260,8 +260,7 @@ class EndingPhase(WorkerBase):
             status, error = final.status, final.error
         run.phase = "ended"
         run.scope.close()  # nothing of it is out any more: its callbacks are dropped
-        self.state.stash = []  # a stash never outlives its submit
-        self.state.output = None  # nor does a structured run's contract
+        self.state.output = None  # a structured run's contract never outlives its run
         try:
             self.config.interceptor.on_run_end(status)
         except Exception:

@@ -1,4 +1,4 @@
-"""Session state that outlives a worker incarnation, and prepared user input.
+"""Session state that outlives a worker incarnation.
 
 The worker owns its session's history, but a worker can crash and be
 restarted by its supervisor. :class:`SessionState` is handed to each
@@ -14,11 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fore.actors.filerefs.tokenizer import parse_input, render_user_text
 from fore.actors.worker.hookrun import HookGate
-from fore.messages.alerts import Alert, AlertLevel
-from fore.messages.conversation import AssistantMessage, Item, Segment, ToolResult
-from fore.messages.session import Submit
+from fore.messages.alerts import Alert
+from fore.messages.conversation import AssistantMessage, Item, ToolResult
 
 if TYPE_CHECKING:
     from fore.actors.worker.approval import LiveApproval
@@ -33,8 +31,6 @@ class SessionState:
     history: list[Item] = field(default_factory=list)
     alerts: deque[Alert] = field(default_factory=lambda: deque(maxlen=MAX_ALERTS))
     subscribers: list[Any] = field(default_factory=list)
-    stash: list[Item] = field(default_factory=list)
-    """Items prepared for the current submit (resolved file references)."""
     output: Any = None
     """The current run's structured-output contract (``actors.output.OutputRun``), if any."""
     hook_gate: HookGate = field(default_factory=HookGate)
@@ -86,30 +82,3 @@ def pairing_problems(items: Iterable[Item]) -> list[str]:
         if count != 1:
             problems.append(f"call {call_id} ({name}) has {count} results")
     return problems
-
-
-@dataclass(frozen=True)
-class PreparedInput:
-    """A submit turned into the user message's text and segments.
-
-    ``stash`` holds items to insert after the user message (resolved file
-    references); ``alerts`` are ``(level, text, source)`` to raise.
-    """
-
-    text: str
-    segments: tuple[Segment, ...]
-    stash: tuple[Item, ...] = ()
-    alerts: tuple[tuple[AlertLevel, str, str], ...] = ()
-
-
-def submit_segments(submit: Submit) -> tuple[Segment, ...]:
-    """The segments of a submit: given, or parsed from text (``@path`` recognised)."""
-    if submit.segments is not None:
-        return submit.segments
-    return parse_input(submit.text or "")
-
-
-def prepare_plain(submit: Submit) -> PreparedInput:
-    """Prepare without resolving references (no file access)."""
-    segments = submit_segments(submit)
-    return PreparedInput(text=render_user_text(segments), segments=segments)

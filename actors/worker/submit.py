@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from fore.actors.core.pooled import handles
+from fore.actors.filerefs.prepare import PreparedInput, prepare_plain, submit_segments
 from fore.actors.output.interceptor import start_output
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hooks import (
@@ -24,7 +25,6 @@ from fore.actors.worker.hooks import (
 )
 from fore.actors.worker.interceptor import ContinueWith
 from fore.actors.worker.run import MAX_EARLY_CANCELS, Run
-from fore.actors.worker.state import PreparedInput, prepare_plain, submit_segments
 from fore.errors import WorkerBusy
 from fore.messages.conversation import AssistantMessage, FileRef, UserMessage
 from fore.messages.session import RunStarted, RunStatus, Submit, TurnFinished
@@ -188,7 +188,7 @@ class SubmitPhase(WorkerBase):
         """End a submit that never started (nothing of it in history, no hooks, no on_abort).
 
         It is not the worker's current run, so nothing of the current run --
-        the interceptor's state, the stash -- is touched.
+        the interceptor's state -- is touched.
         """
         run.phase = "ended"
         result = self._result(run, status, reason)
@@ -208,7 +208,6 @@ class SubmitPhase(WorkerBase):
             return  # cancelled while its input was prepared
         for level, text, source in prepared.alerts:
             self.alert(level, text, source)
-        self.state.stash = list(prepared.stash)  # drained by the file-ref interceptor
         self._emit(
             RunStarted(session_id=self.config.session_id, run_id=run.run_id, text=prepared.text)
         )
@@ -251,7 +250,10 @@ class SubmitPhase(WorkerBase):
                     return
             run.started = True
             self._append(run, final)
-            for item in extras:
+            # Right after the user message: the resolved ``@path`` files, then
+            # what the interceptor added. Held by this closure only, so a
+            # submit that is cancelled or rejected leaves nothing behind.
+            for item in (*prepared.items, *extras):
                 self._append(run, item)
             self._llm_turn(run)
 

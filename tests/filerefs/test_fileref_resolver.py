@@ -94,7 +94,7 @@ def run_bounded(fn: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 
 def texts(items: Iterable[Item]) -> list[str]:
-    """The texts of stashed items, which must all be system messages."""
+    """The texts of prepared items, which must all be system messages."""
     out = []
     for item in items:
         assert isinstance(item, SystemMessage)
@@ -497,7 +497,7 @@ def test_a_symlink_swapped_in_between_check_and_open_is_never_followed(
     # The swapped path really leads outside now: a naive open would have read it.
     assert SENTINEL in (ws / "d" / "secret.txt").read_text()
     prepared = resolve_input(fs, [FileRef(path=path)])  # and checked afresh it is refused
-    assert prepared.stash == () and len(prepared.alerts) == 1
+    assert prepared.items == () and len(prepared.alerts) == 1
 
 
 def test_a_racing_swap_never_leaks_outside_content(
@@ -708,7 +708,7 @@ def test_several_references_in_order(fs: WorkspaceFs, ws: Path) -> None:
     (ws / "docs").mkdir()
     segments = parse_input("see @b.txt, then @docs/ and @a.txt.")
     prepared = resolve_input(fs, segments)
-    assert texts(prepared.stash) == [
+    assert texts(prepared.items) == [
         "[File: b.txt]\nB",
         "[Dir: docs/]\n(empty directory)",
         "[File: a.txt]\nA",
@@ -721,7 +721,7 @@ def test_several_references_in_order(fs: WorkspaceFs, ws: Path) -> None:
 def test_the_same_path_twice_is_attached_once(fs: WorkspaceFs, ws: Path) -> None:
     (ws / "a.txt").write_text("A")
     prepared = resolve_input(fs, parse_input("@a.txt and again @a.txt"))
-    assert texts(prepared.stash) == ["[File: a.txt]\nA"]
+    assert texts(prepared.items) == ["[File: a.txt]\nA"]
     assert prepared.text == "@a.txt and again @a.txt"
 
 
@@ -732,14 +732,14 @@ def test_one_path_in_different_spellings_is_attached_once(fs: WorkspaceFs, ws: P
     text = f"@a.txt @./a.txt @src/b.txt @src/../a.txt @{ws}/a.txt @./src//b.txt"
     prepared = resolve_input(fs, parse_input(text))
     # one message per file, under the spelling typed first
-    assert texts(prepared.stash) == ["[File: a.txt]\nA", "[File: src/b.txt]\nB"]
+    assert texts(prepared.items) == ["[File: a.txt]\nA", "[File: src/b.txt]\nB"]
     assert prepared.text == text  # every spelling resolved: all stay references
     assert prepared.alerts == ()
 
 
 def test_a_missing_path_in_two_spellings_alerts_once(fs: WorkspaceFs, ws: Path) -> None:
     prepared = resolve_input(fs, parse_input("@gone.txt and @./gone.txt"))
-    assert prepared.stash == ()
+    assert prepared.items == ()
     assert prepared.text == (
         "[unresolved file ref: gone.txt] and [unresolved file ref: ./gone.txt]"
     )
@@ -755,7 +755,7 @@ def test_unresolved_references_alert_and_leave_a_placeholder(
     (ws / "bin").write_bytes(b"\x00\x01")
     text = "see @a.txt, @src/lib.rs and @../outside/secret.txt plus @bin; again @src/lib.rs"
     prepared = resolve_input(fs, parse_input(text))
-    assert texts(prepared.stash) == ["[File: a.txt]\nA"]
+    assert texts(prepared.items) == ["[File: a.txt]\nA"]
     assert prepared.text == (
         "see @a.txt, [unresolved file ref: src/lib.rs] and "
         "[unresolved file ref: ../outside/secret.txt] plus [unresolved file ref: bin]; "
@@ -770,13 +770,13 @@ def test_unresolved_references_alert_and_leave_a_placeholder(
         ),
         (AlertLevel.WARN, "file ref @bin could not be resolved: binary file", "file_ref"),
     )
-    assert all(SENTINEL not in text for text in texts(prepared.stash))
+    assert all(SENTINEL not in text for text in texts(prepared.items))
 
 
 def test_email_address_is_left_alone(fs: WorkspaceFs, ws: Path) -> None:
     (ws / "example.com").write_text("not to be attached")
     prepared = prepare_submit(fs, Submit(text="mail user@example.com about it"))
-    assert prepared.stash == ()
+    assert prepared.items == ()
     assert prepared.alerts == ()
     assert prepared.text == "mail user@example.com about it"
 
@@ -784,7 +784,7 @@ def test_email_address_is_left_alone(fs: WorkspaceFs, ws: Path) -> None:
 def test_quoted_path_with_spaces(fs: WorkspaceFs, ws: Path) -> None:
     (ws / "my notes.txt").write_text("remember")
     prepared = prepare_submit(fs, Submit(text='read @"my notes.txt" please'))
-    assert texts(prepared.stash) == ["[File: my notes.txt]\nremember"]
+    assert texts(prepared.items) == ["[File: my notes.txt]\nremember"]
     assert prepared.text == 'read @"my notes.txt" please'
     assert prepared.segments[1] == FileRef(path="my notes.txt")
 
@@ -793,7 +793,7 @@ def test_prepare_submit_with_text(fs: WorkspaceFs, ws: Path) -> None:
     (ws / "a.txt").write_text("A")
     prepared = prepare_submit(fs, Submit(text="look at @a.txt and @gone.txt"))
     assert prepared.segments == parse_input("look at @a.txt and @gone.txt")
-    assert texts(prepared.stash) == ["[File: a.txt]\nA"]
+    assert texts(prepared.items) == ["[File: a.txt]\nA"]
     assert prepared.text == "look at @a.txt and [unresolved file ref: gone.txt]"
     assert len(prepared.alerts) == 1
 
@@ -810,16 +810,16 @@ def test_prepare_submit_with_segments(fs: WorkspaceFs, ws: Path) -> None:
     )
     prepared = prepare_submit(fs, Submit(segments=segments), cap=1)
     assert prepared.segments == segments
-    assert texts(prepared.stash) == ["[File: b.txt]\nB", "[File: a.txt]\nA"]
+    assert texts(prepared.items) == ["[File: b.txt]\nB", "[File: a.txt]\nA"]
     assert prepared.text == "compare @b.txt with @a.txt\n@b.txt in a paste is just text\n"
     assert prepared.alerts == ()
 
 
 def test_prepare_submit_without_references(fs: WorkspaceFs) -> None:
     prepared = prepare_submit(fs, Submit(text="just words"))
-    assert (prepared.text, prepared.stash, prepared.alerts) == ("just words", (), ())
+    assert (prepared.text, prepared.items, prepared.alerts) == ("just words", (), ())
     empty = prepare_submit(fs, Submit())
-    assert (empty.text, empty.segments, empty.stash) == ("", (), ())
+    assert (empty.text, empty.segments, empty.items) == ("", (), ())
 
 
 # --------------------------------------------------------------------------- #
@@ -908,7 +908,7 @@ def test_scope_property_never_attaches_outside_content(
         assert message.text.startswith(f"[Dir: {path}]\n")
         assert target.is_dir()
     prepared = resolve_input(fs, [FileRef(path=path)])
-    assert [message.text] == texts(prepared.stash)
+    assert [message.text] == texts(prepared.items)
 
 
 @pytest.fixture(scope="module")

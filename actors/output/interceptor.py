@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fore.actors.output.contract import OutputRun, Strategy
-from fore.actors.resolve.interceptor import rejects_forced_choice
+from fore.actors.resolve.forcing import rejects_forced_choice
 from fore.actors.worker.hooks import (
     Continue,
     ContinueWithMessages,

@@ -1,184 +1,25 @@
-"""The resolve interceptor: forces ``resolve`` while a preview waits -- but never in a loop.
+"""Deprecated import path: the resolve interceptor lives in :mod:`fore.actors.worker.machinery`.
 
-Before each LLM request (on the worker's thread, inline):
-
-* while something is pending or a standing handler is installed, the hidden
-  ``resolve`` tool is offered and, while an action is pending, a reminder
-  system message is added to the request (never to history);
-* a one-shot directive forces ``tool_choice = resolve`` on the next request,
-  newest preview first.
-
-After the answer: if a forced turn did not call ``resolve``, that is a miss
-for the forced action and its directive is requeued. If it did call
-``resolve``, the turn is settled once its tools ran (at the next request or
-at the end of the run): the forced action is fine if a ``resolve`` consumed
-it (a failed apply is counted by the tool); if a ``resolve`` consumed another
-(newer) action instead, the forced action's directive goes back uncounted;
-if no ``resolve`` consumed anything (invalid arguments, skipped by a hook),
-it is a miss -- unless the run ended early (cancelled, aborted, ...) before
-the tools could run, which puts the directive back uncounted. Each action
-has its own budget of :data:`~actors.resolve.pending.MAX_FORCED_ATTEMPTS`
-misses (ignored forced turns and failed applies together, see
-:mod:`actors.resolve.pending`); then forcing stops for it, the action stays
-pending with its reminder, and one Warn alert tells the user. If the
-provider rejects a forced tool choice, the request is sent once more with
-``auto`` plus the reminder, and forcing is off for the session: the failing
-request is never replayed.
-
-A forced request that gets no answer at all -- a hook or the interceptor
-cancels it, the user cancels the run, the run ends otherwise, or the LLM
-fails for another reason than refusing the tool choice -- puts its directive
-back uncounted: the model never saw it, so the preview must still be forced
-on the next request.
+It is the worker's machinery, so it moved beside the worker; its texts and
+rules are in :mod:`fore.actors.resolve.forcing`. This module only re-exports
+them for the importers not switched yet (``actors/speculation/gate.py``); delete
+it, and its line in tests/project/layer_allowlist.txt, once none is left.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any
+from fore.actors.resolve.forcing import (
+    RESOLVE,
+    exhausted_text,
+    rejects_forced_choice,
+    reminder_text,
+)
+from fore.actors.worker.machinery import ResolveInterceptor
 
-from fore.actors.resolve.pending import PendingAction, PendingActions
-from fore.actors.worker.hooks import Continue, LlmRequestContext
-from fore.actors.worker.interceptor import Interceptor, RetryRequest
-from fore.messages.alerts import AlertLevel
-from fore.messages.conversation import AssistantMessage, SystemMessage
-from fore.messages.llm import LlmError, NamedToolChoice
-from fore.messages.tools import ToolDefinition
-
-RESOLVE = "resolve"
-
-
-def reminder_text(pending: list[PendingAction]) -> str:
-    newest = pending[0]
-    more = (
-        f" ({len(pending)} previews are pending; the newest comes first.)"
-        if len(pending) > 1
-        else ""
-    )
-    failed = (
-        f" Its last attempt failed: {newest.last_error}" if newest.last_error is not None else ""
-    )
-    return (
-        f"A staged preview is waiting for your decision: {newest.label!r} "
-        f"(from {newest.source_tool_name}). Call the resolve tool with action 'apply' or "
-        f"'discard' and a reason before continuing.{more}{failed}"
-    )
-
-
-def exhausted_text(action: PendingAction) -> str:
-    """The Warn alert when forcing stops for ``action`` (its budget of misses is spent)."""
-    if action.failures == 0:
-        cause = f"The model ignored {action.ignored} requests to resolve the preview"
-    else:
-        parts = []
-        if action.ignored:
-            parts.append(f"{action.ignored} forced turns were ignored")
-        parts.append(
-            f"{action.failures} attempt{'s' if action.failures != 1 else ''} to resolve it failed"
-        )
-        cause = f"{' and '.join(parts)} for the preview"
-    return (
-        f"{cause} {action.label!r}; it is no longer forced and stays pending until it is "
-        "applied or discarded."
-    )
-
-
-def rejects_forced_choice(error: LlmError) -> bool:
-    """Whether a provider error says it will not accept a forced tool choice."""
-    if error.kind != "bad_request":
-        return False
-    text = f"{error.message} {error.provider_message or ''}".lower()
-    return error.param == "tool_choice" or "tool_choice" in text or "tool choice" in text
-
-
-class ResolveInterceptor(Interceptor):
-    """Offers and forces ``resolve`` for one session (see module docs)."""
-
-    def __init__(self, store: PendingActions, definition: ToolDefinition) -> None:
-        self.store = store
-        self.definition = definition
-        self._alert: Callable[[AlertLevel, str, str], Any] | None = None
-        self._forced: tuple[LlmRequestContext, PendingAction] | None = None
-        """The forced request in flight and the action it forces."""
-        self._awaiting: tuple[PendingAction, int] | None = None
-        """A forced turn answered with ``resolve``: its action and the take mark before it."""
-
-    def attach(self, alert: Callable[[AlertLevel, str, str], Any]) -> None:
-        self._alert = alert
-
-    def _raise(self, level: AlertLevel, text: str) -> None:
-        if self._alert is not None:
-            self._alert(level, text, "resolve")
-
-    def _restore_forced(self) -> None:
-        forced, self._forced = self._forced, None
-        if forced is not None:
-            self.store.restore(forced[1])
-
-    def _settle(self, *, tools_ran: bool = True) -> None:
-        """Settle an answered forced turn once its tools ran; alert on spent budgets.
-
-        ``tools_ran=False`` (a run that ended early: cancelled, aborted...):
-        a ``resolve`` that consumed nothing may simply never have run, so
-        that is not held against the action.
-        """
-        awaiting, self._awaiting = self._awaiting, None
-        if awaiting is not None:
-            action, mark = awaiting
-            taken = self.store.taken_since(mark)
-            if action.id in taken:
-                pass  # resolved (a failed apply was counted by the tool)
-            elif taken or not tools_ran:
-                self.store.restore(action)  # a newer action used the directive
-            else:
-                self.store.ignored(action)  # resolve was called but consumed nothing
-        for action in self.store.drain_exhausted():
-            self._raise(AlertLevel.WARN, exhausted_text(action))
-
-    def pre_llm_request(self, ctx: LlmRequestContext) -> Continue:
-        self._restore_forced()  # a forced request that was never answered
-        self._settle()
-        if not self.store.offered():
-            return Continue()
-        if all(tool.name != RESOLVE for tool in ctx.tools):
-            ctx.tools.append(self.definition)
-        pending = self.store.pending()
-        if pending:
-            ctx.messages.append(SystemMessage(text=reminder_text(pending)))
-        directive = self.store.next_directive()
-        if directive is not None:
-            ctx.tool_choice = NamedToolChoice(name=RESOLVE)
-            self._forced = (ctx, directive)
-        return Continue()
-
-    def on_llm_response(self, ctx: LlmRequestContext, message: AssistantMessage) -> None:
-        forced, self._forced = self._forced, None
-        if forced is None or forced[0] is not ctx:
-            return
-        action = forced[1]
-        if any(call.name == RESOLVE for call in message.tool_calls):
-            # Which action the call consumes is known only after the tools ran.
-            self._awaiting = (action, self.store.takes)
-            return
-        self.store.ignored(action)
-        self._settle()
-
-    def on_llm_error(self, ctx: LlmRequestContext, error: LlmError) -> RetryRequest | None:
-        forced = self._forced
-        if forced is None or forced[0] is not ctx or not rejects_forced_choice(error):
-            self._restore_forced()  # the model never saw the forced request
-            return None
-        self._forced = None
-        self.store.forcing_supported = False
-        self._raise(
-            AlertLevel.INFO,
-            "The model provider refused a forced tool choice; pending previews are offered "
-            "with a reminder instead.",
-        )
-        return RetryRequest(dataclasses.replace(ctx, tool_choice="auto"))
-
-    def on_run_end(self, status: str) -> None:
-        """The run ended: restore an unanswered forced request, settle an answered one."""
-        self._restore_forced()
-        self._settle(tools_ran=status in ("completed", "max_turns"))
+__all__ = [
+    "RESOLVE",
+    "ResolveInterceptor",
+    "exhausted_text",
+    "rejects_forced_choice",
+    "reminder_text",
+]

@@ -2,8 +2,9 @@
 
 One interceptor per worker, called *before* the public hooks at each decision
 point, inline on the worker's thread -- so it must be quick and must not block
-(it is Fore's own code: the file-reference stash, the ``resolve`` tool-choice
-queue, the speculation gate). It can do what public hooks cannot:
+(it is Fore's own code -- the ``resolve`` tool-choice queue of
+:mod:`fore.actors.worker.machinery`, structured output, the speculation gate --
+followed by the session's own interceptor, if it brought one). It can do what public hooks cannot:
 
 * ``on_prompt_submit`` may return :class:`ContinueWith` items, which go into
   history right after the user message (public hooks stay read-only);

@@ -24,7 +24,7 @@ read.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
@@ -106,6 +106,11 @@ class StoreToolOutput(Ask[StoredOutput]):
     output: str
     stored_summary: str | None = None
     tool_output: ToolOutput | None = None
+    scope: Any = Field(default=None, exclude=True)
+    """The :class:`~fore.actors.core.cancel.CancelScope` of the run the output belongs
+    to, in-process like ``reply_to``: a request whose scope is cancelled before its
+    write starts is answered :class:`~fore.errors.Cancelled` and stores nothing (its
+    asker drops any answer by then). ``None``: always stored."""
 
 
 class ReferenceBlobs(Message):

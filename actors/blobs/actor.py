@@ -61,9 +61,11 @@ from fore.actors.blobs.summary import (
     referenced_blob_ids,
     to_tool_output,
 )
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import ForeActor, handles
+from fore.errors import Cancelled
 from fore.messages.blob_store import (
     BlobExists,
     BlobStoreStats,
@@ -308,6 +310,12 @@ class BlobStoreActor(ForeActor):
     @handles(StoreToolOutput)
     def _on_store(self, message: StoreToolOutput) -> None:
         reply = self.defer_reply()
+        scope: CancelScope | None = message.scope
+        if scope is not None and scope.cancel_called:
+            # Its run was called off: the worker drops any answer, so save the write.
+            self.log.debug("store_skipped", call_id=message.call_id, reason=scope.reason)
+            _fail(reply, Cancelled(scope.reason))
+            return
         session = message.session_id
         self._begin(session)
 
@@ -320,11 +328,15 @@ class BlobStoreActor(ForeActor):
 
         def failed(error: BaseException) -> None:
             self._end(session)
-            self.log.error("blob_store_failed", error=repr(error), call_id=message.call_id)
+            if isinstance(error, Cancelled):  # called off while it waited for the lane
+                self.log.debug("store_skipped", call_id=message.call_id, reason=str(error))
+            else:
+                self.log.error("blob_store_failed", error=repr(error), call_id=message.call_id)
             _fail(reply, error)
 
         self.run_blocking(
-            store_output,
+            _store_unless_called_off,
+            scope,
             self.store,
             message,
             self.limits,
@@ -431,6 +443,23 @@ def _collect(
         return store.collect((), pins=pins)
     # A failing store raises here: the collection fails and removes nothing.
     return store.collect(referenced(), pins=pins, confirm=referenced)
+
+
+def _store_unless_called_off(
+    scope: CancelScope | None,
+    store: FsBlobStore,
+    message: StoreToolOutput,
+    limits: BlobLimits,
+    pins: PinTable,
+) -> StoredOutput:
+    """:func:`store_output` on the lane, unless the run's scope was cancelled meanwhile.
+
+    Not ``run_blocking(scope=...)``: that would drop the outcome, and this
+    actor must still answer the ask and balance its per-session count.
+    """
+    if scope is not None:
+        scope.raise_if_cancelled()
+    return store_output(store, message, limits, pins)
 
 
 def _answer(reply: PooledFuture[Any] | None, value: Any) -> None:

@@ -353,6 +353,7 @@ class PooledActor(pykka.Actor):
         *args: Any,
         then: Callable[[T], Any] | None = None,
         on_error: Callable[[BaseException], Any] | None = None,
+        scope: CancelScope | None = None,
     ) -> ConcurrentFuture[T]:
         """Run ``fn(*args)`` on the blocking lane; deliver the outcome as a message.
 
@@ -362,10 +363,22 @@ class PooledActor(pykka.Actor):
         never silently lost (if the actor is gone by then, it is logged).
         Cancelled work (``future.cancel()``, or the lane shutting down) goes to
         ``on_error`` as :class:`ActorCrashed`; without ``on_error`` it is logged.
+
+        With ``scope`` the work belongs to it, as an ask under a scope does
+        (:meth:`ask_typed`): a job whose scope is cancelled before it starts
+        does not run (its future raises :class:`~fore.errors.Cancelled`), and
+        an outcome that finds the scope cancelled when it reaches this actor is
+        dropped -- neither ``then`` nor ``on_error`` runs. So a continuation
+        never acts for work that was called off while it waited on the lane.
         """
-        future = self._fore_system.blocking.submit(fn, *args)
+        job: Callable[..., T] = (
+            fn if scope is None else functools.partial(_unless_called_off, scope, fn)
+        )
+        future = self._fore_system.blocking.submit(job, *args)
         future.add_done_callback(
-            functools.partial(self._fore_blocking_settled, then=then, on_error=on_error)
+            functools.partial(
+                self._fore_blocking_settled, then=then, on_error=on_error, scope=scope
+            )
         )
         return future
 
@@ -375,13 +388,19 @@ class PooledActor(pykka.Actor):
         *,
         then: Callable[[Any], Any] | None,
         on_error: Callable[[BaseException], Any] | None,
+        scope: CancelScope | None = None,
     ) -> None:
         # Runs on the blocking-lane thread: hand the outcome to the actor,
-        # unless there is nothing to act on (a success nobody asked to see).
+        # unless there is nothing to act on (a success nobody asked to see, or
+        # work whose scope was cancelled: its outcome would be dropped there).
+        if scope is not None and scope.cancel_called:
+            self.log.debug("blocking_outcome_dropped", reason=scope.reason)
+            return
         error = None if future.cancelled() else future.exception()
         if then is None and on_error is None and error is None and not future.cancelled():
             return
-        if not self.post(self._fore_blocking_done, future, then, on_error) and error is not None:
+        posted = self.post(self._fore_blocking_done, future, then, on_error, scope)
+        if not posted and error is not None:
             self.log.warning("blocking_error_after_exit", error=repr(error))
 
     def _fore_blocking_done(
@@ -389,7 +408,12 @@ class PooledActor(pykka.Actor):
         future: ConcurrentFuture[Any],
         then: Callable[[Any], Any] | None,
         on_error: Callable[[BaseException], Any] | None,
+        scope: CancelScope | None = None,
     ) -> None:
+        if scope is not None and scope.cancel_called:
+            # Called off while the outcome was on its way here.
+            self.log.debug("blocking_outcome_dropped", reason=scope.reason)
+            return
         if future.cancelled():
             if on_error is None:
                 self.log.warning("blocking_work_cancelled")
@@ -820,6 +844,12 @@ class ForeActor(PooledActor):
 
     pykka_logging = False
     strict_messages = True
+
+
+def _unless_called_off(scope: CancelScope, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` unless ``scope`` was cancelled before the job started (lane side)."""
+    scope.raise_if_cancelled()
+    return fn(*args)
 
 
 def _settle_exception(future: Any, exc_info: Any) -> None:

@@ -130,9 +130,11 @@ class OutputsPhase(WorkerBase):
                 output=item.result.output,
                 stored_summary=item.stored_summary,
                 tool_output=item.explicit,
+                scope=run.scope,
             )
             # Under the run's scope: an answer that arrives once the run's ending
-            # began (its calls closed and committed already) is dropped.
+            # began (its calls closed and committed already) is dropped, and a
+            # request that reaches the blob actor after that stores nothing.
             self.ask_typed(
                 store,
                 message,

@@ -175,6 +175,9 @@ class SubmitPhase(WorkerBase):
             # Nothing to resolve: no file access, so no hop to the blocking lane.
             self._prepared(run, prepare_plain(message))
         else:
+            # Under the run's scope: a run cancelled while its input waits for
+            # the lane never reads its files, and one cancelled while they are
+            # read never hears back (its ending began; nothing may follow it).
             self.run_blocking(
                 preparer,
                 message,
@@ -182,6 +185,7 @@ class SubmitPhase(WorkerBase):
                 on_error=lambda exc: self._fail(
                     run, f"preparing the input failed: {exc!r}", kind="input"
                 ),
+                scope=run.scope,
             )
 
     def _answer_unstarted(self, run: Run, status: RunStatus, reason: str) -> None:
@@ -204,8 +208,8 @@ class SubmitPhase(WorkerBase):
             self.log.exception("interceptor_on_submit_cancelled_failed")
 
     def _prepared(self, run: Run, prepared: PreparedInput) -> None:
-        if not run.live:
-            return  # cancelled while its input was prepared
+        # Live: straight from _begin, or from the preparer under the run's scope,
+        # which any ending of a run that has not started cancels first.
         for level, text, source in prepared.alerts:
             self.alert(level, text, source)
         self._emit(

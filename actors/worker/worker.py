@@ -31,9 +31,10 @@ A run that is ending stays ended: once a cancel, an abort or a failure has
 begun a run's ending (its on_abort chain), no continuation of work that was
 already under way -- a file-reference preparer, a blob-store answer, a hook
 answer -- may take the run further. Each run has a
-:class:`~actors.core.cancel.CancelScope` that its LLM requests, tool batches
-and blob-store asks carry: the ending cancels it, which stops that work
-wherever it is (also before it arrived) and drops its late answers. The chain
+:class:`~actors.core.cancel.CancelScope` that its LLM requests, tool batches,
+blob-store asks and ``@path`` preparer (``run_blocking(scope=...)``) carry:
+the ending cancels it, which stops that work wherever it is (also before it
+arrived or started) and drops its late answers. The chain
 driver drops a chain's outcome for a run that is no longer ``live``
 (:attr:`~actors.worker.run_state.RunProgress.live`), the other continuations
 check it first, and no new hook chain starts for an ending run except its

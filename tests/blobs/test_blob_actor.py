@@ -20,8 +20,10 @@ from fore.actors.blobs.actor import BlobStoreActor
 from fore.actors.blobs.fs_store import BlobNotFound, FsBlobStore, InvalidBlobId
 from fore.actors.blobs.pins import PinTable
 from fore.actors.core import ActorSystem
+from fore.actors.core.cancel import CancelScope
 from fore.actors.llm import ScriptedModel
 from fore.actors.tools import FunctionTool
+from fore.errors import Cancelled
 from fore.messages.blob_store import (
     BlobExists,
     BlobStoreStats,
@@ -149,6 +151,49 @@ def test_an_explicit_tool_output_is_kept_as_the_tool_said(
     )
     assert len(old_way.history_text.encode()) <= 400 + len(f"[blob:{old_way.blob_id}] ")
     ref.stop(timeout=WAIT)
+
+
+def test_a_store_request_whose_scope_is_cancelled_stores_nothing(tmp_path: Path) -> None:
+    """The worker asks under its run's scope: once the run is called off, the blob
+    actor answers ``Cancelled`` without writing -- whether the cancel came before
+    the request arrived or while it waited for the blocking lane."""
+    system = ActorSystem(name="blob-scope", blocking_threads=1)
+    lane_busy = threading.Event()
+    try:
+        store = FsBlobStore(tmp_path, fsync=False)
+        writes: list[Any] = []
+        original = store.store
+
+        def counted(content: Any, **kwargs: Any) -> uuid.UUID:
+            writes.append(content)
+            return original(content, **kwargs)
+
+        store.store = counted  # type: ignore[method-assign]
+        ref = start(system, store)
+
+        def request(scope: CancelScope, call_id: str) -> StoreToolOutput:
+            return StoreToolOutput(session_id="s", call_id=call_id, output="y" * 5000, scope=scope)
+
+        queued = CancelScope()
+        system.blocking.submit(lane_busy.wait, WAIT)  # the one lane thread is busy
+        pending = ref.ask(request(queued, "c1"), block=False)
+        before = CancelScope()
+        before.cancel("user typed")
+        with pytest.raises(Cancelled, match="user typed"):  # answered at once, no lane
+            ref.ask(request(before, "c2"), timeout=WAIT)
+        queued.cancel("run ended")  # c1's handler ran first: its job waits on the lane
+        lane_busy.set()
+        with pytest.raises(Cancelled, match="run ended"):
+            pending.get(timeout=WAIT)
+        assert writes == []
+        stats = ref.ask(GetBlobStoreStats(), timeout=WAIT)
+        assert (stats.blobs, stats.stored, stats.pinned, stats.sessions) == (0, 0, 0, 0)
+        live = ref.ask(request(CancelScope(), "c3"), timeout=WAIT)  # a live scope: stored
+        assert live.blob_id is not None and len(writes) == 1
+        ref.stop(timeout=WAIT)
+    finally:
+        lane_busy.set()
+        assert system.shutdown(timeout=WAIT)
 
 
 # -- pins ----------------------------------------------------------------------------------

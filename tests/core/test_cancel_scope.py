@@ -822,3 +822,112 @@ def test_ask_typed_drops_the_continuation_of_a_cancelled_scope(
                 asker.ask(Sync(), timeout=WAIT)
     finally:
         assert system.shutdown(timeout=WAIT)
+
+
+# -- run_blocking under a scope ------------------------------------------------------------
+
+
+class Offload(Message):
+    fail: bool = False
+    with_on_error: bool = True
+
+
+class ScopedOffloader(ForeActor):
+    """Runs a job on the blocking lane under ``scope``; its outcome goes to ``out``."""
+
+    def __init__(
+        self, scope: CancelScope, out: queue.Queue[Any], ran: threading.Event, hold: threading.Event
+    ) -> None:
+        super().__init__()
+        self.scope = scope
+        self.out = out
+        self.ran = ran
+        self.hold = hold
+
+    def _work(self, fail: bool) -> int:
+        self.ran.set()
+        assert self.hold.wait(WAIT)
+        if fail:
+            raise ValueError("work failed")
+        return 42
+
+    @handles(Offload)
+    def _offload(self, message: Offload) -> None:
+        on_error = self.out.put if message.with_on_error else None
+        self.run_blocking(
+            self._work, message.fail, then=self.out.put, on_error=on_error, scope=self.scope
+        )
+
+    @handles(Sync)
+    def _sync(self, _message: Sync) -> str:
+        return "synced"
+
+
+def drain_lane(system: ActorSystem) -> None:
+    """Return once everything queued on the (one-thread) lane before now ran, callbacks too."""
+    system.blocking.submit(lambda: None).result(WAIT)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["answer", "error"])
+def test_run_blocking_skips_a_job_whose_scope_was_cancelled_before_it_started(
+    fail: bool,
+) -> None:
+    system = ActorSystem(name="scoped-blocking", blocking_threads=1)
+    lane_busy = threading.Event()
+    try:
+        out: queue.Queue[Any] = queue.Queue()
+        ran, hold = threading.Event(), threading.Event()
+        hold.set()
+        scope = CancelScope()
+        system.blocking.submit(lane_busy.wait, WAIT)  # the one lane thread is busy
+        with system.activated():
+            ref = ScopedOffloader.start(scope, out, ran, hold)
+        ref.tell(Offload(fail=fail))
+        assert ref.ask(Sync(), timeout=WAIT) == "synced"  # the job is queued on the lane
+        scope.cancel("keystroke")
+        lane_busy.set()
+        drain_lane(system)
+        assert ref.ask(Sync(), timeout=WAIT) == "synced"  # anything posted has been handled
+        assert not ran.is_set(), "a job of a cancelled scope ran"
+        assert out.empty(), "a cancelled scope's job reached its continuation"
+    finally:
+        lane_busy.set()
+        assert system.shutdown(timeout=WAIT)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["answer", "error"])
+@pytest.mark.parametrize("with_on_error", [True, False], ids=["on_error", "no_on_error"])
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "live"])
+def test_run_blocking_drops_the_outcome_of_a_scope_cancelled_while_it_ran(
+    cancel: bool, with_on_error: bool, fail: bool
+) -> None:
+    system = ActorSystem(name="scoped-blocking-running", blocking_threads=1)
+    out: queue.Queue[Any] = queue.Queue()
+    ran, hold = threading.Event(), threading.Event()
+    try:
+        scope = CancelScope()
+        with system.activated():
+            ref = ScopedOffloader.start(scope, out, ran, hold)
+        ref.tell(Offload(fail=fail, with_on_error=with_on_error))
+        assert ran.wait(WAIT)  # the job is running
+        if cancel:
+            scope.cancel("keystroke")
+        hold.set()
+        drain_lane(system)
+        if cancel or not fail or with_on_error:
+            assert ref.ask(Sync(), timeout=WAIT) == "synced"
+            if cancel:
+                assert out.empty(), "a cancelled scope's outcome reached its continuation"
+            else:
+                got = out.get(timeout=WAIT)
+                if fail:
+                    assert isinstance(got, ValueError) and str(got) == "work failed"
+                else:
+                    assert got == 42
+        else:
+            # Live, failed, no on_error: as without a scope, the error fails the actor.
+            with pytest.raises(ActorDeadError):
+                ref.ask(Sync(), timeout=WAIT)
+    finally:
+        hold.set()
+        assert system.shutdown(timeout=WAIT)

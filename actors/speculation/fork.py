@@ -23,23 +23,21 @@ prefix byte for byte. The cost: a fork carries between ``max_history - step
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 
+from fore.actors.worker.snapshot import snapshot_version
 from fore.messages.conversation import AssistantMessage, Item, SystemMessage, ToolResult
 from fore.messages.speculation import ForkSnapshot
-from fore.messages.tools import ToolDefinition
 
-
-def snapshot_version(system_prompt: str | None, tools: Sequence[ToolDefinition]) -> str:
-    """A digest of what makes a fork's prefix: the system prompt and the tools."""
-    canonical = json.dumps(
-        {"system": system_prompt, "tools": [t.model_dump(mode="json") for t in tools]},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+__all__ = [
+    "assistant_answers",
+    "extend",
+    "fork_prefix",
+    "last_answer",
+    "snapshot_version",  # the worker's (it stamps the snapshots it takes); re-exported
+    "trim_history",
+    "trim_start",
+]
 
 
 def trim_start(length: int, max_entries: int, step: int = 1) -> int:

@@ -13,12 +13,12 @@ import functools
 from collections.abc import Callable
 
 from fore.actors.core.pooled import handles
-from fore.actors.speculation.fork import snapshot_version
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hookrun import DetachedChain
 from fore.actors.worker.hooks import AbortContext, ChainState, HookError, HookEvent
 from fore.actors.worker.run import MAX_EARLY_CANCELS, Call, Run, fits, ignore_problem
 from fore.actors.worker.run_state import Ending
+from fore.actors.worker.snapshot import snapshot_version
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import SystemMessage, ToolResult
 from fore.messages.session import (

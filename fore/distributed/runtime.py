@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -60,7 +61,14 @@ from fore.actors.core.logs import get_logger
 from fore.actors.store import SessionSummary, open_store
 from fore.distributed.errors import NoShardAvailable, ShardLost
 from fore.distributed.local import start_local_ray
-from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad, choose_shard
+from fore.distributed.placement import (
+    DEFAULT_BAND_MS,
+    PRESSURE_WINDOW,
+    ShardInfo,
+    ShardLoad,
+    choose_shard,
+    sustained_pressure,
+)
 from fore.distributed.session import Placement, RemoteSession, _Died, _NotHere, new_session_id
 from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec, options_from_config
@@ -97,6 +105,19 @@ class _Shard:
     """Incarnations known to have died (their sessions must move)."""
     pending: Any = None
     """The load report asked for and not yet answered (one at a time)."""
+    pressures: deque[float] = field(default_factory=lambda: deque(maxlen=PRESSURE_WINDOW))
+    """The pressure of its last reports (placement weighs their lowest: placement.py)."""
+
+    def __post_init__(self) -> None:
+        self.pressures.append(self.load.pressure_ms)
+
+    def reported(self, load: ShardLoad) -> None:
+        self.load = load
+        self.pressures.append(load.pressure_ms)
+
+    def placement_load(self) -> ShardLoad:
+        """Its last report, with its sustained pressure (what placement weighs)."""
+        return self.load.model_copy(update={"pressure_ms": sustained_pressure(self.pressures)})
 
 
 class RayRuntime:
@@ -384,7 +405,7 @@ class RayRuntime:
             with self._lock:
                 live = [s for s in self._shards if s.alive]
                 chosen = choose_shard(
-                    [s.load for s in live],
+                    [s.placement_load() for s in live],
                     node=spec.node,
                     placed=self._placed_counts(),
                     band_ms=self.band_ms,
@@ -502,7 +523,8 @@ class RayRuntime:
                     # Restarted: the old incarnation's sessions are gone from it.
                     shard.dead.add(shard.info.incarnation)
                     shard.info = info
-                shard.load = load
+                    shard.pressures.clear()
+                shard.reported(load)
                 shard.alive = load.alive
                 shard.placed = 0
 

@@ -149,7 +149,7 @@ def test_a_spiking_shard_is_not_starved_by_placement_on_its_sustained_pressure()
                     index=i,
                     incarnation=f"i{i}",
                     node_id="n",
-                    pressure_ms=sustained_pressure(history[i]),
+                    pressure_ms=sustained_pressure(history[i], window),
                     threshold_ms=4.0,
                     sessions=reported[i],
                 )
@@ -162,7 +162,11 @@ def test_a_spiking_shard_is_not_starved_by_placement_on_its_sustained_pressure()
         return sessions
 
     assert sustained_pressure([]) == 0.0
-    assert sustained_pressure([float("nan"), 5.0, 2.0]) == 2.0
+    assert sustained_pressure([9.0] * (PRESSURE_WINDOW - 1)) == 0.0  # no evidence yet
+    assert sustained_pressure([float("nan"), 5.0, 2.0], window=3) == 2.0
+    assert sustained_pressure([1.0, 9.0, 8.0], window=2) == 8.0  # the last reports only
+    with pytest.raises(ValueError):
+        sustained_pressure([1.0], window=0)
     raw = [place(1, seed)[1] for seed in range(20)]
     assert min(raw) <= 80, raw  # one-report spikes skew a burst: 120/80 (seeds 6, 9, 10)
     sustained = [place(PRESSURE_WINDOW, seed)[1] for seed in range(20)]

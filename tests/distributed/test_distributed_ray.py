@@ -10,6 +10,7 @@ duration: every wait is a bounded poll.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
@@ -134,6 +135,31 @@ def test_sessions_spread_over_two_shard_processes_and_turns_run_there(
             assert getattr(turn.items[-1], "text", None) == f"echo: hello {i}"
         stored = {r.session_id for r in rt.list_sessions(limit=50)}
         assert {s.id for s in sessions} <= stored
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def test_a_burst_of_opens_splits_evenly_by_the_runtimes_own_counts(
+    rt: RayRuntime, ws: Path
+) -> None:
+    """Placement counts the sessions it placed (its directory and its opens in flight),
+    not the shards' reports, which lag a burst of opens: 12 quick opens split 6/6, and
+    the 6 after 6 of them closed go where the closed ones were."""
+    sessions = [
+        rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec()) for _ in range(12)
+    ]
+    try:
+        counts = [sum(1 for s in sessions if s.shard.index == i) for i in (0, 1)]
+        assert counts == [6, 6]
+        for s in [s for s in sessions if s.shard.index == 0][:6]:
+            s.close()
+        more = [
+            rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+            for _ in range(6)
+        ]
+        sessions += more
+        assert [s.shard.index for s in more] == [0] * 6
     finally:
         for s in sessions:
             s.close()
@@ -284,6 +310,62 @@ def test_a_keystroke_aborts_a_speculation_on_the_remote_shard(
         wait_until(lambda: s.speculation.state == "aborted")
         assert s.history == before
         assert (ws / "app.py").read_text() == "x = 1\n"
+
+
+def test_the_asyncio_api_awaits_the_shard_and_a_cancelled_asubmit_cancels_the_run(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    """``asubmit`` / ``aresume`` / ``aclose`` as the local session's; cancelling the task
+    awaiting an ``asubmit`` cancels the run on the shard (the session takes the next one)."""
+    asked = tmp_path / "asked"
+    gate = tmp_path / "release"
+
+    def held(request: LlmRequest) -> Any:
+        text = getattr(request.messages[-1], "text", "")
+        if "hold" not in text:
+            return f"echo: {text}"
+        asked.write_text("1")
+        deadline = time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "released"
+
+    session = rt.open_session(workspace=ws, model=FunctionModel(held), speculation=no_spec())
+
+    async def main() -> None:
+        turn = await session.asubmit("first", timeout=WAIT)
+        assert turn.status == "completed"
+        assert getattr(turn.items[-1], "text", None) == "echo: first"
+        # a deadline far past the wait below: only the cancel can end this run in time
+        task = asyncio.ensure_future(session.asubmit("hold this", timeout=5 * WAIT))
+        while not asked.exists():
+            assert not task.done(), task
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+        # cancelled on the shard: the worker is idle again while the model is still held
+        wait_until(lambda: session.run_state().status == "idle")
+        assert not gate.exists()
+        turn = session.submit("second", timeout=WAIT)
+        assert getattr(turn.items[-1], "text", None) == "echo: second"
+    finally:
+        gate.write_text("1")
+        assert asyncio.run(session.aclose(timeout=WAIT))
+
+
+def test_set_model_on_a_remote_session_answers_with_the_new_model(rt: RayRuntime, ws: Path) -> None:
+    def v2(request: LlmRequest) -> str:
+        return f"v2: {getattr(request.messages[-1], 'text', '')}"
+
+    with rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec()) as s:
+        assert getattr(s.submit("a", timeout=WAIT).items[-1], "text", None) == "echo: a"
+        s.set_model(FunctionModel(v2))
+        s.set_approval_mode("plan")
+        assert getattr(s.submit("b", timeout=WAIT).items[-1], "text", None) == "v2: b"
 
 
 # -- the README example and `fore bench --shards`, each in a fresh process (its own Ray) --------

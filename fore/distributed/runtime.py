@@ -69,7 +69,15 @@ from fore.distributed.placement import (
     choose_shard,
     sustained_pressure,
 )
-from fore.distributed.session import Placement, RemoteSession, _Died, _NotHere, new_session_id
+from fore.distributed.session import (
+    CONTROL_GROUP,
+    Placement,
+    RemoteSession,
+    _Died,
+    _method,
+    _NotHere,
+    new_session_id,
+)
 from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec, options_from_config
 from fore.supervision.resume import rebuild_model, workspace_of
@@ -77,6 +85,9 @@ from fore.supervision.resume import rebuild_model, workspace_of
 log = get_logger(__name__)
 
 __all__ = ["ANY_NODE", "RayRuntime"]
+
+CONTROL_CONCURRENCY = 1_000
+"""Control calls a shard runs at once (keystrokes, Tabs, cancels, load reports)."""
 
 ANY_NODE = "any"
 """``open_session(node=ANY_NODE)``: the workspace is on a filesystem every machine mounts."""
@@ -219,7 +230,9 @@ class RayRuntime:
                 lease_ttl=lease_ttl,
                 log_level=os.environ.get("FORE_LOG_LEVEL") or "warning",
             )
-            actor = ray.remote(ShardServer)
+            # The calls a user waits on with a key pressed run on a loop of their own
+            # (session.CONTROL_METHODS); everything else shares the default one.
+            actor = ray.remote(concurrency_groups={CONTROL_GROUP: CONTROL_CONCURRENCY})(ShardServer)
             handles = [
                 actor.options(
                     name=f"fore-shard-{self.id}-{i}",
@@ -534,7 +547,7 @@ class RayRuntime:
         now = time.monotonic()
         for shard in self._shards:
             if shard.pending is None:
-                shard.pending = shard.handle.status.remote()
+                shard.pending = _method(shard.handle, "status").remote()
                 shard.pending_since = now
         pending = [s.pending for s in self._shards]
         ray.wait(pending, num_returns=len(pending), timeout=max(0.05, self.health_interval))

@@ -74,6 +74,23 @@ GRACE_S = 10.0
 (the shard enforces the deadline; this only bounds a shard that stopped answering)."""
 
 
+CONTROL_GROUP = "control"
+"""The shard's Ray concurrency group of the calls a user waits on with a key pressed."""
+CONTROL_METHODS = frozenset({"keystroke", "cancel", "accept", "status"})
+"""Shard methods run in :data:`CONTROL_GROUP`: an event loop (and thread) of their own in
+the shard, so a keystroke, a Tab or a load report never waits behind the default loop's
+backlog of submits, asks and event batches. Ray does not order an async actor's calls
+anyway (not even one caller's), so nothing is lost by the second loop."""
+
+
+def _method(handle: Any, name: str) -> Any:
+    """``handle.<name>``, in the control group for :data:`CONTROL_METHODS`."""
+    method = getattr(handle, name)
+    if name in CONTROL_METHODS:
+        return method.options(concurrency_group=CONTROL_GROUP)
+    return method
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a session is: the shard's index, the incarnation that hosts it, its handle."""
@@ -176,7 +193,7 @@ class RemoteSession:
         self._check_open()
         for attempt in (1, 2):
             placement = self._runtime._ensure_placed(self)
-            ref = getattr(placement.handle, method).remote(self.id, *args)
+            ref = _method(placement.handle, method).remote(self.id, *args)
             try:
                 return self._runtime._result(ref, timeout + GRACE_S)
             except _NotHere:
@@ -194,7 +211,7 @@ class RemoteSession:
         self._check_open()
         future: PooledFuture[Any] = PooledFuture(time.monotonic() + timeout + GRACE_S)
         placement = self._runtime._ensure_placed(self)
-        ref = getattr(placement.handle, method).remote(self.id, *args)
+        ref = _method(placement.handle, method).remote(self.id, *args)
 
         def settle(_done: Any) -> None:
             try:
@@ -215,7 +232,7 @@ class RemoteSession:
         """A call nobody waits for (a keystroke, a cancel); its failure moves the session."""
         self._check_open()
         placement = self._runtime._ensure_placed(self)
-        ref = getattr(placement.handle, method).remote(self.id, *args)
+        ref = _method(placement.handle, method).remote(self.id, *args)
         self._tells.add(ref)
 
         def done(_done: Any) -> None:
@@ -323,7 +340,7 @@ class RemoteSession:
         self._check_open()
         for attempt in (1, 2):
             placement = await self._aplacement()
-            ref = getattr(placement.handle, method).remote(self.id, *args)
+            ref = _method(placement.handle, method).remote(self.id, *args)
             try:
                 return await asyncio.wait_for(self._runtime._aresult(ref), timeout + GRACE_S)
             except TimeoutError:

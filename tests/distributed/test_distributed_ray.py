@@ -368,6 +368,41 @@ def test_set_model_on_a_remote_session_answers_with_the_new_model(rt: RayRuntime
         assert getattr(s.submit("b", timeout=WAIT).items[-1], "text", None) == "v2: b"
 
 
+def test_control_calls_are_answered_while_the_shards_default_loop_is_stuck(
+    rt: RayRuntime, tmp_path: Path
+) -> None:
+    """Keystrokes, Tabs, cancels and load reports run on the shard's control loop
+    (``CONTROL_METHODS``): with the default loop stuck -- here in unpickling an argument
+    that waits for a file -- a load report through the control group is answered, and one
+    through the default loop is not, until the default loop is free again."""
+    gate = tmp_path / "unstick"
+
+    def stuck_until(path: str) -> str:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return path
+
+    class Stuck:
+        def __reduce__(self) -> Any:
+            return (stuck_until, (str(gate),))
+
+    handle = rt.shard_handle(0)
+    blocker = handle.ask.remote("no-such-session", "worker", Stuck())
+    try:
+        default = handle.status.remote()
+        control = handle.status.options(concurrency_group="control").remote()
+        info, load = ray.get(control, timeout=WAIT)
+        assert info.index == 0 and load.alive
+        ready, _ = ray.wait([default, blocker], num_returns=2, timeout=0.5)
+        assert not ready, "the default loop was stuck: only the control call could answer"
+    finally:
+        gate.write_text("1")
+    assert ray.get(default, timeout=WAIT)[0].index == 0
+    with pytest.raises(Exception, match="not open on shard"):
+        ray.get(blocker, timeout=WAIT)
+
+
 # -- the README example and `fore bench --shards`, each in a fresh process (its own Ray) --------
 
 

@@ -309,6 +309,26 @@ def test_a_wake_up_lingers_so_a_burst_travels_as_one_batch() -> None:
     assert sink.wakeups == 1
 
 
+def test_keystrokes_tabs_cancels_and_load_reports_go_to_the_control_group() -> None:
+    from fore.distributed.session import CONTROL_GROUP, _method
+
+    class Method:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def options(self, **options: Any) -> tuple[str, dict[str, Any]]:
+            return self.name, options
+
+    class Handle:
+        def __getattr__(self, name: str) -> Method:
+            return Method(name)
+
+    for name in ("keystroke", "accept", "cancel", "status"):
+        assert _method(Handle(), name) == (name, {"concurrency_group": CONTROL_GROUP})
+    for name in ("submit", "ask", "events", "open"):
+        assert isinstance(_method(Handle(), name), Method)
+
+
 # -- shipping ---------------------------------------------------------------------------------
 
 

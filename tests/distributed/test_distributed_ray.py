@@ -39,6 +39,7 @@ from fore.messages.speculation import SpeculationConfig, SpeculationFinished
 ray = __import__("ray") if os.environ.get("CI") else pytest.importorskip("ray")
 
 from fore.distributed import RayRuntime, ShardLost, start_local_ray  # noqa: E402
+from tests.store.pg_server import pg_cluster, pg_url  # noqa: E402, F401  (fixtures)
 
 pytestmark = pytest.mark.ray
 
@@ -401,6 +402,45 @@ def test_control_calls_are_answered_while_the_shards_default_loop_is_stuck(
     assert ray.get(default, timeout=WAIT)[0].index == 0
     with pytest.raises(Exception, match="not open on shard"):
         ray.get(blocker, timeout=WAIT)
+
+
+def test_shards_on_a_postgresql_store_keep_a_killed_shards_sessions(
+    ray_instance: None,
+    pg_url: str,  # noqa: F811
+    ws: Path,
+    tmp_path: Path,
+) -> None:
+    """The cluster configuration on one machine: a PostgreSQL store (what several machines
+    need). A completed turn survives kill -9 of its shard: the session is resumed from
+    PostgreSQL on a live shard (leased there), and its next turn follows its history."""
+    runtime = RayRuntime(
+        shards=2,
+        store=pg_url,
+        blob_dir=tmp_path / "blobs",
+        shard_cpus=0.0,  # the module's Ray instance has its CPUs taken by the rt fixture's
+        governor={"enabled": False},
+        tune_shards=False,
+        lease_ttl=5.0,
+        health_interval=0.2,
+        band_ms=1e9,
+    )
+    try:
+        session = runtime.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+        assert session.submit("first", timeout=WAIT).status == "completed"
+        victim = session.shard
+        os.kill(victim.pid, signal.SIGKILL)
+        wait_until(lambda: session.moves >= 1)  # the monitor resumed it from the store
+        turn = session.submit("second", timeout=WAIT)
+        assert getattr(turn.items[-1], "text", None) == "echo: second"
+        texts = [getattr(i, "text", None) for i in session.history]
+        assert texts == ["first", "echo: first", "second", "echo: second"]
+        assert session.shard.pid != victim.pid
+        stored = {r.session_id: r for r in runtime.list_sessions(limit=10)}
+        assert stored[session.id].turn_count == 2
+        session.close()
+    finally:
+        assert runtime.close(timeout=60)
+    assert all(value == 0 for report in runtime.shard_reports for value in report.values())
 
 
 # -- the README example and `fore bench --shards`, each in a fresh process (its own Ray) --------

@@ -49,7 +49,7 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.actor import OverlayActor
-from fore.actors.overlay.apply import ApplyFailed
+from fore.actors.overlay.apply import OverlayApplyFailed
 from fore.actors.overlay.fs import OverlayClosed, OverlayFs
 from fore.actors.overlay.store import OverlayStore
 from fore.actors.resolve.pending import PendingActions
@@ -60,11 +60,12 @@ from fore.actors.speculation.metered import MeteredModel
 from fore.actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
 from fore.actors.speculation.transcript import cancelled_calls, hand_over
 from fore.actors.tools.base import ToolRegistry, ToolServices
+from fore.actors.tools.fs import WorkspaceFs
 from fore.actors.tools.fsclock import Instant
 from fore.actors.worker.hooks import HookEvent, HooksView
 from fore.actors.worker.state import SessionState, pairing_problems
 from fore.actors.worker.worker import Worker, WorkerConfig
-from fore.errors import ForeError
+from fore.errors import ApplyOutcomeUnknown
 from fore.messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
 from fore.messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from fore.messages.runtime import StopNow
@@ -91,12 +92,6 @@ from fore.messages.speculation import (
     Suggestion,
     TokenBudgetReached,
 )
-
-
-class ApplyOutcomeUnknown(ForeError, RuntimeError):
-    """An accept's apply ended in a way that does not say which files it changed
-    (the ask timed out, the speculator crashed): the suggestion must not be run
-    again on top of a tree that may be half-applied."""
 
 
 @dataclass
@@ -186,8 +181,13 @@ class Speculator(ForeActor):
         # Created first and kept at once, so that whatever fails next, the
         # reaper (or the runtime's close) still knows of it; owned by the
         # session, so closing the session waits for its removal.
+        workspace = main.fs
+        if not isinstance(workspace, WorkspaceFs):  # a speculation needs a real workspace
+            raise TypeError(
+                f"a speculation needs the main session's WorkspaceFs, not {workspace!r}"
+            )
         self.overlay = setup.overlays.create(
-            main.fs,
+            workspace,
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
             owner=main.session_id,
@@ -596,7 +596,7 @@ class Speculator(ForeActor):
         def failed(error: BaseException) -> None:
             self._apply_reply = None
             if reply is not None:
-                if isinstance(error, ApplyFailed | OverlayClosed):
+                if isinstance(error, OverlayApplyFailed | OverlayClosed):
                     # Rolled back in process (or never begun): ``applied`` names
                     # exactly the paths that stayed changed, normally none.
                     reply.try_set(

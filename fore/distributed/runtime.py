@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -60,8 +61,23 @@ from fore.actors.core.logs import get_logger
 from fore.actors.store import SessionSummary, open_store
 from fore.distributed.errors import NoShardAvailable, ShardLost
 from fore.distributed.local import start_local_ray
-from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad, choose_shard
-from fore.distributed.session import Placement, RemoteSession, _Died, _NotHere, new_session_id
+from fore.distributed.placement import (
+    DEFAULT_BAND_MS,
+    PRESSURE_WINDOW,
+    ShardInfo,
+    ShardLoad,
+    choose_shard,
+    sustained_pressure,
+)
+from fore.distributed.session import (
+    CONTROL_GROUP,
+    Placement,
+    RemoteSession,
+    _Died,
+    _method,
+    _NotHere,
+    new_session_id,
+)
 from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec, options_from_config
 from fore.supervision.resume import rebuild_model, workspace_of
@@ -69,6 +85,9 @@ from fore.supervision.resume import rebuild_model, workspace_of
 log = get_logger(__name__)
 
 __all__ = ["ANY_NODE", "RayRuntime"]
+
+CONTROL_CONCURRENCY = 1_000
+"""Control calls a shard runs at once (keystrokes, Tabs, cancels, load reports)."""
 
 ANY_NODE = "any"
 """``open_session(node=ANY_NODE)``: the workspace is on a filesystem every machine mounts."""
@@ -92,11 +111,31 @@ class _Shard:
     load: ShardLoad
     alive: bool = True
     placed: int = 0
-    """Sessions placed here since its last load report."""
+    """Sessions opening here now (placed, not yet in the directory)."""
     dead: set[str] = field(default_factory=set)
     """Incarnations known to have died (their sessions must move)."""
     pending: Any = None
     """The load report asked for and not yet answered (one at a time)."""
+    pending_since: float = 0.0
+    """When the unanswered report was asked for."""
+    slow_polls: int = 0
+    """Load reports not answered within one poll (a busy shard: still placed on)."""
+    pressures: deque[float] = field(default_factory=lambda: deque(maxlen=PRESSURE_WINDOW))
+    """The pressure of its last reports (placement weighs their lowest: placement.py)."""
+
+    def __post_init__(self) -> None:
+        self.pressures.append(self.load.pressure_ms)
+
+    def reported(self, load: ShardLoad) -> None:
+        self.load = load
+        self.pressures.append(load.pressure_ms)
+
+    def placement_load(self, sessions: int) -> ShardLoad:
+        """What placement weighs: its sustained pressure and ``sessions`` (the runtime's
+        count, :meth:`RayRuntime._hosting`)."""
+        return self.load.model_copy(
+            update={"pressure_ms": sustained_pressure(self.pressures), "sessions": sessions}
+        )
 
 
 class RayRuntime:
@@ -110,7 +149,9 @@ class RayRuntime:
     for one machine only). ``blob_dir``: the shared blob directory (default:
     a temporary one, one machine only). ``governor``: ``LoadGovernor`` keywords
     for every shard's runtime. ``shard_cpus``: the CPUs Ray reserves per shard.
-    ``max_restarts``: how often Ray restarts a dead shard.
+    ``max_restarts``: how often Ray restarts a dead shard. ``unresponsive_s``: a shard
+    whose load report is that late takes no new sessions until it answers (a late
+    report is a busy shard, still placed on; a dead one fails its call at once).
     """
 
     def __init__(
@@ -130,6 +171,7 @@ class RayRuntime:
         runtime_options: dict[str, Any] | None = None,
         lease_ttl: float = 30.0,
         health_interval: float = 0.25,
+        unresponsive_s: float = 5.0,
         start_timeout: float = 120.0,
         relocate_timeout: float = 90.0,
         band_ms: float = DEFAULT_BAND_MS,
@@ -149,6 +191,7 @@ class RayRuntime:
         ray = _ray()
         self.id = uuid.uuid4().hex[:8]
         self.health_interval = health_interval
+        self.unresponsive_s = max(unresponsive_s, health_interval)
         self.relocate_timeout = relocate_timeout
         self.band_ms = band_ms
         self._owns_ray = False
@@ -187,7 +230,9 @@ class RayRuntime:
                 lease_ttl=lease_ttl,
                 log_level=os.environ.get("FORE_LOG_LEVEL") or "warning",
             )
-            actor = ray.remote(ShardServer)
+            # The calls a user waits on with a key pressed run on a loop of their own
+            # (session.CONTROL_METHODS); everything else shares the default one.
+            actor = ray.remote(concurrency_groups={CONTROL_GROUP: CONTROL_CONCURRENCY})(ShardServer)
             handles = [
                 actor.options(
                     name=f"fore-shard-{self.id}-{i}",
@@ -335,6 +380,7 @@ class RayRuntime:
         session = RemoteSession(self, spec, placement)
         with self._lock:
             self._sessions[spec.session_id] = session
+        self._opened(placement.index)
         return session
 
     def _adopt(self, spec: SessionSpec, session_id: str, info: ShardInfo) -> RemoteSession:
@@ -345,7 +391,6 @@ class RayRuntime:
         )
         session = RemoteSession(self, dataclasses.replace(spec, session_id=session_id), placement)
         with self._lock:
-            shard.placed += 1
             self._sessions[session_id] = session
         return session
 
@@ -382,11 +427,11 @@ class RayRuntime:
         """Open ``spec`` on the best live shard; wait for one (until ``deadline``) if none is."""
         while True:
             with self._lock:
+                hosting = self._hosting()
                 live = [s for s in self._shards if s.alive]
                 chosen = choose_shard(
-                    [s.load for s in live],
+                    [s.placement_load(hosting[s.index]) for s in live],
                     node=spec.node,
-                    placed=self._placed_counts(),
                     band_ms=self.band_ms,
                 )
                 shard = self._shards[chosen.index] if chosen is not None else None
@@ -403,7 +448,10 @@ class RayRuntime:
             ref = shard.handle.open.remote(spec, resume)
             try:
                 info: ShardInfo = self._result(ref, max(1.0, deadline - time.monotonic()) + 60.0)
-            except (_Died, _NotHere) as exc:
+            except BaseException as exc:
+                self._opened(shard.index)
+                if not isinstance(exc, _Died | _NotHere):
+                    raise
                 self._shard_died_index(shard.index)
                 if time.monotonic() >= deadline:
                     raise ShardLost(spec.session_id, shard.index, str(exc)) from None
@@ -412,8 +460,22 @@ class RayRuntime:
                 index=shard.index, incarnation=info.incarnation, handle=shard.handle, info=info
             )
 
-    def _placed_counts(self) -> list[int]:
-        return [s.placed for s in self._shards]
+    def _opened(self, index: int) -> None:
+        """An open on shard ``index`` ended (the session is in the directory, or failed)."""
+        with self._lock:
+            shard = self._shards[index]
+            shard.placed = max(0, shard.placed - 1)
+
+    def _hosting(self) -> list[int]:
+        """Each shard's sessions as placement counts them (called under the lock): those
+        of the directory there and the opens in flight. A shard's own report lags both
+        (made before the latest opens returned, or closes landed); this runtime placed
+        every session, so its directory is the count."""
+        hosted = [s.placed for s in self._shards]
+        for session in self._sessions.values():
+            if not session.closed:
+                hosted[session.placement.index] += 1
+        return hosted
 
     def _ensure_placed(self, session: RemoteSession) -> Placement:
         """The session's placement, after moving it if its shard died (module docs)."""
@@ -422,6 +484,11 @@ class RayRuntime:
         if session.lost is None and placement.incarnation not in shard.dead:
             return placement
         return self._relocate(session)
+
+    def _placed_here(self, session: RemoteSession, placement: Placement) -> bool:
+        """Whether ``placement`` still hosts ``session`` (no move needed: never blocks)."""
+        dead = self._shards[placement.index].dead
+        return session.lost is None and placement.incarnation not in dead
 
     def _relocate(self, session: RemoteSession) -> Placement:
         """Resume ``session`` from the store on a live shard (once, whoever asks first)."""
@@ -433,6 +500,7 @@ class RayRuntime:
             started = time.monotonic()
             new = self._place(session.spec, resume=True, deadline=started + self.relocate_timeout)
             session._moved(new)
+            self._opened(new.index)
             log.info(
                 "session_moved",
                 session=session.id,
@@ -476,17 +544,27 @@ class RayRuntime:
     def _poll(self) -> None:
         ray = _ray()
         self.polls += 1
+        now = time.monotonic()
         for shard in self._shards:
             if shard.pending is None:
-                shard.pending = shard.handle.status.remote()
+                shard.pending = _method(shard.handle, "status").remote()
+                shard.pending_since = now
         pending = [s.pending for s in self._shards]
         ray.wait(pending, num_returns=len(pending), timeout=max(0.05, self.health_interval))
+        now = time.monotonic()
         for shard in self._shards:
             ref = shard.pending
             ready, _ = ray.wait([ref], timeout=0)
             if not ready:
-                with self._lock:
-                    shard.alive = False  # busy or restarting: no new sessions for now
+                # Slow is not gone: a shard busy opening a session (or starved of a core
+                # for a moment) answers late, and counting it out for that moment sent
+                # every open meanwhile to the other shard (a lasting 129/71 skew). A dead
+                # process fails its call at once (below); one silent for unresponsive_s
+                # takes no new sessions until it answers again.
+                shard.slow_polls += 1
+                if now - shard.pending_since > self.unresponsive_s:
+                    with self._lock:
+                        shard.alive = False
                 continue
             shard.pending = None
             try:
@@ -502,9 +580,9 @@ class RayRuntime:
                     # Restarted: the old incarnation's sessions are gone from it.
                     shard.dead.add(shard.info.incarnation)
                     shard.info = info
-                shard.load = load
+                    shard.pressures.clear()
+                shard.reported(load)
                 shard.alive = load.alive
-                shard.placed = 0
 
     def _move_orphans(self) -> None:
         for session in list(self._sessions.values()):

@@ -35,11 +35,14 @@ from typing import TYPE_CHECKING, Any
 from fore.actors.core.errors import AskTimeout
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import get_logger
+from fore.actors.gate.tool_gate import parse_approval_mode
 from fore.actors.tools.base import Tool
+from fore.distributed import shipping
 from fore.distributed.errors import ShardLost
 from fore.distributed.placement import ShardInfo
 from fore.messages.alerts import Alert, GetAlerts
 from fore.messages.conversation import Item, Segment
+from fore.messages.gate import ApprovalMode
 from fore.messages.session import (
     AddTool,
     EventBase,
@@ -52,6 +55,7 @@ from fore.messages.session import (
 )
 from fore.messages.speculation import (
     AcceptResult,
+    CancelAccept,
     GetSpeculation,
     Keystroke,
     SpeculationStatus,
@@ -68,6 +72,23 @@ __all__ = ["RemoteHandle", "RemoteSession"]
 GRACE_S = 10.0
 """How much longer than a call's own deadline the caller waits for the shard's answer
 (the shard enforces the deadline; this only bounds a shard that stopped answering)."""
+
+
+CONTROL_GROUP = "control"
+"""The shard's Ray concurrency group of the calls a user waits on with a key pressed."""
+CONTROL_METHODS = frozenset({"keystroke", "cancel", "accept", "status"})
+"""Shard methods run in :data:`CONTROL_GROUP`: an event loop (and thread) of their own in
+the shard, so a keystroke, a Tab or a load report never waits behind the default loop's
+backlog of submits, asks and event batches. Ray does not order an async actor's calls
+anyway (not even one caller's), so nothing is lost by the second loop."""
+
+
+def _method(handle: Any, name: str) -> Any:
+    """``handle.<name>``, in the control group for :data:`CONTROL_METHODS`."""
+    method = getattr(handle, name)
+    if name in CONTROL_METHODS:
+        return method.options(concurrency_group=CONTROL_GROUP)
+    return method
 
 
 @dataclass(frozen=True)
@@ -172,7 +193,7 @@ class RemoteSession:
         self._check_open()
         for attempt in (1, 2):
             placement = self._runtime._ensure_placed(self)
-            ref = getattr(placement.handle, method).remote(self.id, *args)
+            ref = _method(placement.handle, method).remote(self.id, *args)
             try:
                 return self._runtime._result(ref, timeout + GRACE_S)
             except _NotHere:
@@ -190,7 +211,7 @@ class RemoteSession:
         self._check_open()
         future: PooledFuture[Any] = PooledFuture(time.monotonic() + timeout + GRACE_S)
         placement = self._runtime._ensure_placed(self)
-        ref = getattr(placement.handle, method).remote(self.id, *args)
+        ref = _method(placement.handle, method).remote(self.id, *args)
 
         def settle(_done: Any) -> None:
             try:
@@ -211,7 +232,7 @@ class RemoteSession:
         """A call nobody waits for (a keystroke, a cancel); its failure moves the session."""
         self._check_open()
         placement = self._runtime._ensure_placed(self)
-        ref = getattr(placement.handle, method).remote(self.id, *args)
+        ref = _method(placement.handle, method).remote(self.id, *args)
         self._tells.add(ref)
 
         def done(_done: Any) -> None:
@@ -286,6 +307,110 @@ class RemoteSession:
         """Offer one more tool (it is shipped to the shard and runs there)."""
         target = self.supervisor if self.spec.speculation else self.worker
         target.ask(AddTool(tool=tool), timeout=10)
+
+    def set_approval_mode(self, mode: ApprovalMode | str) -> None:
+        """As ``Session.set_approval_mode``, on the shard (normal turns and speculation);
+        returns once the shard has it."""
+        self._call("set_approval_mode", parse_approval_mode(mode), timeout=10.0)
+
+    def set_model(self, model: Any, *, model_name: str = "", timeout: float = 30.0) -> None:
+        """As ``Session.set_model`` (between turns only): ``model`` is shipped to the shard,
+        runs there from the next run on and is closed there with the session."""
+        spec = self.spec.with_model(model, model_name)  # shipped: NotShippable here if not
+        self._call(
+            "set_model", shipping.dumps(model, what="model"), model_name, timeout, timeout=timeout
+        )
+        self.spec = spec  # a move after this opens the session with the new model
+
+    # -- asyncio -----------------------------------------------------------------------------
+    #
+    # The same calls, awaited on the caller's event loop without a thread: a Ray
+    # object ref is awaitable. Cancelling the awaiting task does what cancelling a
+    # local ``asubmit`` / ``aaccept`` does (the run is cancelled, the Tab called off).
+
+    async def _aplacement(self) -> Placement:
+        placement = self._placement
+        if self._runtime._placed_here(self, placement):
+            return placement
+        return await asyncio.to_thread(self._runtime._ensure_placed, self)  # a move: blocking
+
+    async def _acall(self, method: str, *args: Any, timeout: float, on_cancel: Any = None) -> Any:
+        """:meth:`_call` for asyncio (the same failures; ``on_cancel`` runs if the awaiting
+        task is cancelled)."""
+        self._check_open()
+        for attempt in (1, 2):
+            placement = await self._aplacement()
+            ref = _method(placement.handle, method).remote(self.id, *args)
+            try:
+                return await asyncio.wait_for(self._runtime._aresult(ref), timeout + GRACE_S)
+            except TimeoutError:
+                raise AskTimeout("the shard did not answer before the call's deadline") from None
+            except asyncio.CancelledError:
+                if on_cancel is not None:
+                    on_cancel()
+                raise
+            except _NotHere:
+                self._runtime._session_lost(self, placement, "its shard was restarted")
+                if attempt == 2:
+                    raise ShardLost(self.id, placement.index, "restarted") from None
+            except _Died as exc:
+                self._runtime._shard_died(placement)
+                raise ShardLost(self.id, placement.index, exc.detail) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _tell_quietly(self, method: str, *args: Any) -> None:
+        try:
+            self._tell(method, *args)
+        except Exception as exc:  # closed, or no shard to tell: nothing left to call off
+            log.warning("remote_tell_failed", session=self.id, error=repr(exc))
+
+    async def asubmit(
+        self,
+        text: str | None = None,
+        *,
+        segments: Sequence[Segment] | None = None,
+        timeout: float = 60.0,
+        max_turns: int | None = None,
+    ) -> TurnResult:
+        """:meth:`submit` for asyncio. Cancelling the awaiting task cancels the run on the
+        shard, as a timed-out submit does."""
+        frozen = tuple(segments) if segments is not None else None
+        result: TurnResult = await self._acall(
+            "submit",
+            text,
+            frozen,
+            timeout,
+            max_turns,
+            timeout=timeout,
+            on_cancel=lambda: self._tell_quietly("cancel", "the submit was cancelled"),
+        )
+        return result
+
+    async def aaccept(
+        self, *, timeout: float = 60.0, wait_continuation: bool = True
+    ) -> AcceptResult:
+        """:meth:`accept` (Tab) for asyncio. Cancelling the awaiting task calls the accept
+        off: a speculation still running is aborted and nothing is applied."""
+        result: AcceptResult = await self._acall(
+            "accept",
+            timeout,
+            wait_continuation,
+            timeout=timeout,
+            on_cancel=lambda: self._tell_quietly(
+                "tell", "supervisor", CancelAccept(reason="the accept was cancelled")
+            ),
+        )
+        return result
+
+    async def aresume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
+        """:meth:`resume` for asyncio."""
+        message = Resume(messages=tuple(messages))
+        result: TurnResult = await self._acall("ask", "worker", message, timeout, timeout=timeout)
+        return result
+
+    async def aclose(self, timeout: float = 30.0) -> bool:
+        """:meth:`close` for asyncio (on a thread: a close may wait for a move)."""
+        return await asyncio.to_thread(self.close, timeout)
 
     # -- reading --------------------------------------------------------------------------------
 

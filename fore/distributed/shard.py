@@ -50,6 +50,7 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import configure_logging, get_logger
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.store import SessionLeased, SessionStore, StoreError, open_store
+from fore.distributed import shipping
 from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import AlertForwarder, EventSink
 from fore.distributed.placement import ShardInfo, ShardLoad
@@ -57,6 +58,7 @@ from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec
 from fore.errors import ForeError, SessionNotHere
 from fore.messages.alerts import SubscribeAlerts, UnsubscribeAlerts
 from fore.messages.conversation import Segment
+from fore.messages.gate import ApprovalMode
 from fore.messages.session import (
     CancelRun,
     Submit,
@@ -393,6 +395,23 @@ class ShardServer:
         hosted = self._get(session_id)
         stamp = time.monotonic() if at is None else at
         hosted.session.supervisor.tell(Keystroke(text=text, at=stamp))
+
+    async def set_approval_mode(self, session_id: str, mode: ApprovalMode) -> None:
+        """``Session.set_approval_mode`` here (never waits)."""
+        self._get(session_id).session.set_approval_mode(mode)
+
+    async def set_model(
+        self, session_id: str, payload: bytes, model_name: str = "", timeout: float = 30.0
+    ) -> None:
+        """``Session.set_model`` here (between turns only), the model shipped by value
+        (:mod:`fore.distributed.shipping`); the shard's copy is closed with the session,
+        as the ones it was opened with."""
+        hosted = self._get(session_id)
+        model = shipping.loads(payload)
+        await asyncio.to_thread(
+            hosted.session.set_model, model, model_name=model_name, timeout=timeout
+        )
+        hosted.models = (*hosted.models, model)
 
     async def cancel(self, session_id: str, reason: str = "cancelled by user") -> None:
         """Cancel the running run, or the submits of this shard still on their way to it."""

@@ -16,6 +16,7 @@ a session a previous process left.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,15 @@ class SessionSpec:
             payload=shipping.dumps(objects, what="model, tools and hooks"),
             options=plain,
             speculation=enabled and workspace is not None,
+        )
+
+    def with_model(self, model: Any, model_name: str = "") -> SessionSpec:
+        """This spec with another model (``set_model``: a move opens it with that one)."""
+        objects = {**self.objects(), "model": model}
+        return dataclasses.replace(
+            self,
+            model_name=str(model_name or getattr(model, "name", "")),
+            payload=shipping.dumps(objects, what="model, tools and hooks"),
         )
 
     def objects(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ duration: every wait is a bounded poll.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import os
@@ -38,6 +39,7 @@ from fore.messages.speculation import SpeculationConfig, SpeculationFinished
 ray = __import__("ray") if os.environ.get("CI") else pytest.importorskip("ray")
 
 from fore.distributed import RayRuntime, ShardLost, start_local_ray  # noqa: E402
+from tests.store.pg_server import pg_cluster, pg_url  # noqa: E402, F401  (fixtures)
 
 pytestmark = pytest.mark.ray
 
@@ -134,6 +136,31 @@ def test_sessions_spread_over_two_shard_processes_and_turns_run_there(
             assert getattr(turn.items[-1], "text", None) == f"echo: hello {i}"
         stored = {r.session_id for r in rt.list_sessions(limit=50)}
         assert {s.id for s in sessions} <= stored
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def test_a_burst_of_opens_splits_evenly_by_the_runtimes_own_counts(
+    rt: RayRuntime, ws: Path
+) -> None:
+    """Placement counts the sessions it placed (its directory and its opens in flight),
+    not the shards' reports, which lag a burst of opens: 12 quick opens split 6/6, and
+    the 6 after 6 of them closed go where the closed ones were."""
+    sessions = [
+        rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec()) for _ in range(12)
+    ]
+    try:
+        counts = [sum(1 for s in sessions if s.shard.index == i) for i in (0, 1)]
+        assert counts == [6, 6]
+        for s in [s for s in sessions if s.shard.index == 0][:6]:
+            s.close()
+        more = [
+            rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+            for _ in range(6)
+        ]
+        sessions += more
+        assert [s.shard.index for s in more] == [0] * 6
     finally:
         for s in sessions:
             s.close()
@@ -284,6 +311,136 @@ def test_a_keystroke_aborts_a_speculation_on_the_remote_shard(
         wait_until(lambda: s.speculation.state == "aborted")
         assert s.history == before
         assert (ws / "app.py").read_text() == "x = 1\n"
+
+
+def test_the_asyncio_api_awaits_the_shard_and_a_cancelled_asubmit_cancels_the_run(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    """``asubmit`` / ``aresume`` / ``aclose`` as the local session's; cancelling the task
+    awaiting an ``asubmit`` cancels the run on the shard (the session takes the next one)."""
+    asked = tmp_path / "asked"
+    gate = tmp_path / "release"
+
+    def held(request: LlmRequest) -> Any:
+        text = getattr(request.messages[-1], "text", "")
+        if "hold" not in text:
+            return f"echo: {text}"
+        asked.write_text("1")
+        deadline = time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return "released"
+
+    session = rt.open_session(workspace=ws, model=FunctionModel(held), speculation=no_spec())
+
+    async def main() -> None:
+        turn = await session.asubmit("first", timeout=WAIT)
+        assert turn.status == "completed"
+        assert getattr(turn.items[-1], "text", None) == "echo: first"
+        # a deadline far past the wait below: only the cancel can end this run in time
+        task = asyncio.ensure_future(session.asubmit("hold this", timeout=5 * WAIT))
+        while not asked.exists():
+            assert not task.done(), task
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+        # cancelled on the shard: the worker is idle again while the model is still held
+        wait_until(lambda: session.run_state().status == "idle")
+        assert not gate.exists()
+        turn = session.submit("second", timeout=WAIT)
+        assert getattr(turn.items[-1], "text", None) == "echo: second"
+    finally:
+        gate.write_text("1")
+        assert asyncio.run(session.aclose(timeout=WAIT))
+
+
+def test_set_model_on_a_remote_session_answers_with_the_new_model(rt: RayRuntime, ws: Path) -> None:
+    def v2(request: LlmRequest) -> str:
+        return f"v2: {getattr(request.messages[-1], 'text', '')}"
+
+    with rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec()) as s:
+        assert getattr(s.submit("a", timeout=WAIT).items[-1], "text", None) == "echo: a"
+        s.set_model(FunctionModel(v2))
+        s.set_approval_mode("plan")
+        assert getattr(s.submit("b", timeout=WAIT).items[-1], "text", None) == "v2: b"
+
+
+def test_control_calls_are_answered_while_the_shards_default_loop_is_stuck(
+    rt: RayRuntime, tmp_path: Path
+) -> None:
+    """Keystrokes, Tabs, cancels and load reports run on the shard's control loop
+    (``CONTROL_METHODS``): with the default loop stuck -- here in unpickling an argument
+    that waits for a file -- a load report through the control group is answered, and one
+    through the default loop is not, until the default loop is free again."""
+    gate = tmp_path / "unstick"
+
+    def stuck_until(path: str) -> str:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return path
+
+    class Stuck:
+        def __reduce__(self) -> Any:
+            return (stuck_until, (str(gate),))
+
+    handle = rt.shard_handle(0)
+    blocker = handle.ask.remote("no-such-session", "worker", Stuck())
+    try:
+        default = handle.status.remote()
+        control = handle.status.options(concurrency_group="control").remote()
+        info, load = ray.get(control, timeout=WAIT)
+        assert info.index == 0 and load.alive
+        ready, _ = ray.wait([default, blocker], num_returns=2, timeout=0.5)
+        assert not ready, "the default loop was stuck: only the control call could answer"
+    finally:
+        gate.write_text("1")
+    assert ray.get(default, timeout=WAIT)[0].index == 0
+    with pytest.raises(Exception, match="not open on shard"):
+        ray.get(blocker, timeout=WAIT)
+
+
+def test_shards_on_a_postgresql_store_keep_a_killed_shards_sessions(
+    ray_instance: None,
+    pg_url: str,  # noqa: F811
+    ws: Path,
+    tmp_path: Path,
+) -> None:
+    """The cluster configuration on one machine: a PostgreSQL store (what several machines
+    need). A completed turn survives kill -9 of its shard: the session is resumed from
+    PostgreSQL on a live shard (leased there), and its next turn follows its history."""
+    runtime = RayRuntime(
+        shards=2,
+        store=pg_url,
+        blob_dir=tmp_path / "blobs",
+        shard_cpus=0.0,  # the module's Ray instance has its CPUs taken by the rt fixture's
+        governor={"enabled": False},
+        tune_shards=False,
+        lease_ttl=5.0,
+        health_interval=0.2,
+        band_ms=1e9,
+    )
+    try:
+        session = runtime.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+        assert session.submit("first", timeout=WAIT).status == "completed"
+        victim = session.shard
+        os.kill(victim.pid, signal.SIGKILL)
+        wait_until(lambda: session.moves >= 1)  # the monitor resumed it from the store
+        turn = session.submit("second", timeout=WAIT)
+        assert getattr(turn.items[-1], "text", None) == "echo: second"
+        texts = [getattr(i, "text", None) for i in session.history]
+        assert texts == ["first", "echo: first", "second", "echo: second"]
+        assert session.shard.pid != victim.pid
+        stored = {r.session_id: r for r in runtime.list_sessions(limit=10)}
+        assert stored[session.id].turn_count == 2
+        session.close()
+    finally:
+        assert runtime.close(timeout=60)
+    assert all(value == 0 for report in runtime.shard_reports for value in report.values())
 
 
 # -- the README example and `fore bench --shards`, each in a fresh process (its own Ray) --------

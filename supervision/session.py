@@ -200,8 +200,16 @@ class Session:
         return self._worker
 
     @property
+    def controller(self) -> Any:
+        """The speculation controller's handle: the session's front door.
+
+        (SubmitPrompt, Keystroke, AcceptSuggestion, GetSpeculation, AddTool ...)
+        """
+        return self._supervisor
+
+    @property
     def supervisor(self) -> Any:
-        """The session supervisor's handle (SubmitPrompt, Keystroke, AcceptSuggestion ...)."""
+        """The front door's older name (:attr:`controller`), kept for its callers."""
         return self._supervisor
 
     def __enter__(self) -> Session:

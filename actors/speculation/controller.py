@@ -1,0 +1,1466 @@
+"""The speculation controller: a session's suggestions, speculations and accepts.
+
+It is the session's front door (``Session`` sends every prompt, keystroke,
+Tab, tool change and status query here) and a permanent child of the
+session's :class:`~supervision.session_supervisor.SessionSupervisor`, beside
+the worker. The supervisor only supervises; everything about speculation
+lives here, all of it per session -- nothing is process-global. It starts
+one :class:`~actors.speculation.speculator.Speculator` per speculation and
+watches its exit itself (a speculator is never restarted, so it needs no
+supervisor: its reaper finishes the cleanup even after this actor stopped).
+What must outlive a restart of this actor -- the session's subscribers and
+the last status sent -- is kept in a :class:`SpeculationBook` the supervisor
+owns.
+
+* it subscribes to its worker's events; after each completed main turn the
+  worker's :class:`~messages.speculation.SnapshotTaken` becomes the session's
+  fork snapshot, and (from the second answer on, not in plan mode) one model
+  call predicts the next input -- unless the last answer says "type X to ...";
+* the suggestion is shown (a :class:`SuggestionReady` event, and only then
+  ``s.suggestion``) after the display delay, and a
+  :class:`~actors.speculation.speculator.Speculator` starts at once;
+* a :class:`Keystroke` that is not a prefix of the suggestion, a different
+  submit, or closing the session aborts the speculation (control lane) and
+  cancels a suggestion request still in flight;
+* Tab (:class:`AcceptSuggestion`, or submitting exactly the suggestion) takes
+  the accept path: overlay applied first, then the items inserted into the
+  worker's history, then the pipelined suggestion becomes current. Files are
+  never applied without their history: a different submit while Tab waits
+  for a running speculation calls the accept off (the speculation is aborted,
+  nothing applied, the accept answers ``aborted``) and reaches the worker only
+  after the accept's items would have; so does an accept whose caller stopped
+  waiting (its ask's deadline passed) -- it is aborted, not applied later;
+* a crashing speculator fails only its speculation (info alert);
+* with speculation off it is a plain relay: submits are forwarded to the
+  worker, Tab answers ``no_suggestion`` and keystrokes change nothing;
+* telemetry: one :class:`SpeculationFinished` per speculation; an abort is
+  timed from the user's keystroke (or submit) to the reaper's confirmed
+  cancellations and the overlay's removal, and says whether the speculation
+  was still running (a finished one had nothing to cancel).
+
+**Versions, not counters.** Three numbers keep late answers from doing harm:
+
+* ``_epoch`` changes whenever the user's input context changes (a main turn
+  ended, the user typed or submitted, an accept began). A suggestion request
+  remembers its epoch and is cancelled when the epoch moves, so a late reply is
+  never shown; a pipelined suggestion that arrives after its accept becomes
+  current only if nothing happened since that accept. A suggestion made *during*
+  an accept (a normal run's answer says "type yes ...") belongs to the newest
+  epoch and is kept.
+* ``_config_gen`` changes when the session's tools change (``AddTool`` comes
+  through here). A speculation records it when it starts; a fork snapshot
+  records it when it is taken. A snapshot older than the tools is stale: no
+  speculation starts on it, a running one is aborted as ``stale``, and an
+  accept checks both the generation and the snapshot version before using a
+  speculation's work.
+* each speculation detaches from ``_current`` the moment its accept begins,
+  so typing while Tab waits can no longer abort what is being accepted, and
+  each speculation reports exactly one :class:`SpeculationFinished`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pykka import ActorDeadError, ActorRef
+
+from fore.actors.core.future import PooledFuture
+from fore.actors.core.pooled import (
+    ActorExit,
+    ForeActor,
+    PooledActor,
+    handles,
+    stop_now,
+    tell_quietly,
+)
+from fore.actors.core.timer import TimerHandle
+from fore.actors.overlay.store import OverlayStore
+from fore.actors.speculation.fork import assistant_answers, extend, last_answer
+from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.speculation.speculator import (
+    ApplyOutcomeUnknown,
+    SpeculationSetup,
+    Speculator,
+    new_speculation_id,
+)
+from fore.actors.speculation.status import StatusEvents
+from fore.actors.speculation.suggest import suggestion_from_reply, suggestion_request
+from fore.actors.speculation.suggestion_filter import filter_suggestion
+from fore.actors.speculation.suggestion_prompt import extract_type_hint
+from fore.actors.telemetry.context import trace_context_of
+from fore.actors.tools.base import ToolRegistry
+from fore.actors.worker.approval import narrows_speculation
+from fore.actors.worker.worker import WorkerConfig
+from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.conversation import AssistantMessage, Item, UserMessage
+from fore.messages.gate import ApprovalMode
+from fore.messages.llm import (
+    CancelLlmRequest,
+    LlmCancelled,
+    LlmCompleted,
+    LlmFailed,
+    LlmRetrying,
+    Purpose,
+)
+from fore.messages.runtime import GetChild
+from fore.messages.session import (
+    AddTool,
+    CancelRun,
+    EventBase,
+    SetModel,
+    Submit,
+    Subscribe,
+    TurnFinished,
+    TurnResult,
+    Unsubscribe,
+)
+from fore.messages.speculation import (
+    AbortSpeculation,
+    AcceptResult,
+    AcceptSpeculation,
+    AcceptSuggestion,
+    CancelAccept,
+    ForkSnapshot,
+    GetSpeculation,
+    InsertItems,
+    Keystroke,
+    OverlayRemoved,
+    SetApprovalMode,
+    SnapshotTaken,
+    SpeculationConfig,
+    SpeculationDone,
+    SpeculationFinished,
+    SpeculationOutcome,
+    SpeculationProgress,
+    SpeculationResult,
+    SpeculationSkipped,
+    SpeculationState,
+    SpeculationStatus,
+    SubmitPrompt,
+    Suggestion,
+    SuggestionReady,
+    SuggestionSource,
+)
+
+_seq = itertools.count(1)
+
+Phase = Literal["offered", "accepting", "aborting", "accepted", "ended"]
+"""Where a speculation is in the supervisor's eyes.
+
+``offered``: its suggestion is current (typing aborts it); ``accepting``: Tab
+was pressed (detached: nothing aborts it any more); ``aborting``: the abort is
+under way (telemetry follows once its overlay is gone); ``accepted`` /
+``ended``: nothing left to do but forget it.
+"""
+
+
+@dataclass(eq=False)
+class _Speculation:
+    id: str
+    child_id: str
+    suggestion: Suggestion
+    snapshot: ForkSnapshot
+    config_gen: int
+    started_at: float
+    handle: ActorRef[Any]
+    """Its speculator (started and watched by the controller, never restarted)."""
+    state: SpeculationState = "running"
+    phase: Phase = "offered"
+    result: SpeculationResult | None = None
+    accept_epoch: int | None = None
+    accepted_snapshot: ForkSnapshot | None = None
+    abort_requested: float | None = None
+    """When the user did what aborts it (``time.monotonic()``; the keystroke's own time)."""
+    abort_reason: str | None = None
+    removal: OverlayRemoved | None = None
+    """The reaper's report (its steps time the abort), once the overlay is gone."""
+    accept_cancelled: str | None = None
+    """Why an accept waiting for it was called off (a different submit, the caller gave up)."""
+    give_up_timer: TimerHandle | None = None
+    reason: str | None = None
+    next_suggestion: str | None = None
+    pipelined_request: str | None = None
+    reported: bool = False
+    exited: bool = False
+    overlay_removed: bool = False
+    holds_slot: bool = False
+    """It holds one of the governor's slots until its run ends."""
+    span: Any = None
+    """Its :class:`~actors.telemetry.tracing.SpeculationSpan` (telemetry on; issue 28)."""
+    live_tool_calls: int = 0
+    live_files: int = 0
+    """Its progress while it runs (``SpeculationProgress``), for the status events."""
+
+
+@dataclass(frozen=True)
+class _SuggestionRequest:
+    request_id: str
+    epoch: int
+    snapshot: ForkSnapshot
+
+
+Answer = Callable[[AcceptResult], None]
+
+
+@dataclass(eq=False)
+class SpeculationBook:
+    """What a session keeps across a restart of its controller (owned by its supervisor).
+
+    The session's subscribers (``Session`` subscribes once, when it opens) and
+    the status events' memory of what was last sent, so a restarted controller
+    goes on emitting to the same front ends without repeating itself. Like the
+    alert sink's state: built by the supervisor, handed to every incarnation.
+    """
+
+    session_id: str
+    subscribers: list[Any] = field(default_factory=list)
+    status_events: StatusEvents | None = None
+
+    def emit(self, event: Any) -> None:
+        """Tell every subscriber; one that is gone is dropped."""
+        for subscriber in list(self.subscribers):
+            if not tell_quietly(subscriber, event):
+                self.subscribers.remove(subscriber)
+
+    def __post_init__(self) -> None:
+        if self.status_events is None:
+            self.status_events = StatusEvents(self.session_id, self.emit)
+
+
+class SpeculationController(ForeActor):
+    """A session's front door and speculation controller (see module docs)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        session_id: str,
+        worker: Any,
+        worker_config: WorkerConfig,
+        speculation: SpeculationConfig,
+        overlays: OverlayStore,
+        workspace: Path,
+        book: SpeculationBook,
+        fast_model: Any = None,
+        governor: LoadGovernor | None = None,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        """The session supervisor's id: alerts name it, as they did when this was the supervisor."""
+        self.session_id = session_id
+        self.worker_config = worker_config
+        self.spec_config = speculation
+        self.overlays = overlays
+        self.workspace = workspace
+        self.fast_model = fast_model
+        self.governor = governor
+        """Runtime-wide admission control: speculate only with headroom (None: always)."""
+        self.book = book
+        self._tools: ToolRegistry = worker_config.tools
+        """The session's tools as this controller last forwarded them (speculations run these)."""
+        self._fork: ForkSnapshot | None = None
+        self._fork_gen = 0
+        self._config_gen = 0
+        self._epoch = 0
+        self._suggestion: Suggestion | None = None
+        self._shown = False
+        self._show_timer: TimerHandle | None = None
+        self._suggestion_request: _SuggestionRequest | None = None
+        self._current: _Speculation | None = None
+        self._specs: dict[str, _Speculation] = {}
+        self._status_spec: _Speculation | None = None
+        self._last_status = SpeculationStatus()
+        self._continuations: dict[str, Callable[[TurnResult], None]] = {}
+        self._last_accept = float("-inf")
+        self._accepting: _Speculation | None = None
+        """The speculation whose accept has not yet handed its items to the worker."""
+        self._held: list[tuple[Submit, PooledFuture[Any] | None]] = []
+        """Submits that wait for that accept (they must reach the worker after it)."""
+        self._worker = worker
+        self._closing = False
+        """Set when this actor stops: its speculators are being stopped, aborts report at once."""
+        # -- issue 24: calling off a Tab, approval mode, model ----------
+        self._accept_submits: set[str] = set()
+        """Submit ids of the normal runs accepts started (``CancelAccept`` cancels them)."""
+
+    @property
+    def _subscribers(self) -> list[Any]:
+        return self.book.subscribers
+
+    @property
+    def _status_events(self) -> StatusEvents:
+        events = self.book.status_events
+        assert events is not None  # set by the book's __post_init__
+        return events
+
+    def on_start(self) -> None:
+        self._worker.tell(Subscribe(address=self.actor_ref))  # kept until the worker runs
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self.on_stop()  # a crash takes its speculations down, as a stop does
+
+    def on_stop(self) -> None:
+        # Speculators go first (as when the supervisor stopped them before
+        # itself): each one's reaper removes its overlay; an abort that
+        # reaches one now has nobody to wait for and reports at once.
+        self._closing = True
+        for spec in self._specs.values():
+            if not spec.exited:
+                stop_now(spec.handle, block=False)
+        self._invalidate("session closed")
+        for spec in list(self._specs.values()):
+            self._cancel_pipelined(spec, "session closed")
+        held, self._held = self._held, []
+        for _submit, reply in held:
+            if reply is not None:
+                reply.try_set_exception(ActorDeadError("the session closed"))
+        for spec in self._specs.values():  # no SpeculationFinished will come: end their spans
+            if spec.span is not None and not spec.reported:
+                spec.span.closed("session closed")
+
+    def _alert(self, level: AlertLevel, text: str) -> None:
+        sink = self.system.alert_sink
+        if sink is None:
+            return
+        tell_quietly(
+            sink,
+            Alert(
+                level=level,
+                text=f"{self.name}: {text}",
+                session=self.session_id,
+                source="supervisor",
+            ),
+        )
+
+    # -- subscribers (the session's event stream) -------------------------------------
+
+    @handles(Subscribe)
+    def _on_subscribe(self, message: Subscribe) -> None:
+        self._subscribers.append(message.address)
+
+    @handles(Unsubscribe)
+    def _on_unsubscribe(self, message: Unsubscribe) -> None:
+        if message.address in self._subscribers:
+            self._subscribers.remove(message.address)
+
+    def _emit(self, event: Any) -> None:
+        self.book.emit(event)
+
+    @handles(GetChild)
+    def _on_get_child(self, message: GetChild) -> ActorRef[Any] | None:
+        """A live speculator by its child id (``speculator:<speculation id>``), for tests."""
+        for spec in self._specs.values():
+            if spec.child_id == message.child_id and not spec.exited:
+                return spec.handle
+        return None
+
+    # -- the fork model ---------------------------------------------------------------------
+
+    def _fork_model(self) -> tuple[Any, str]:
+        """The provider object and wire name of suggestion, speculation and pipelined requests.
+
+        The fast model when configured -- its object and its name (a provider
+        sends ``request.model_name`` when set, so the name matters as much as
+        the object); otherwise the main model, under the main request's name.
+        """
+        fast = self.fast_model
+        name = self.spec_config.fast_model_name
+        if not name and fast is not None:
+            name = str(getattr(fast, "name", "") or "")
+        return (fast if fast is not None else self.worker_config.model), name
+
+    # -- events from the worker -----------------------------------------------------------
+
+    @handles(EventBase)
+    def _on_worker_event(self, _event: EventBase) -> None:
+        """Only snapshots and turn ends matter here (the session subscribes to the rest)."""
+
+    @handles(SnapshotTaken)
+    def _on_snapshot(self, event: SnapshotTaken) -> None:
+        snapshot = event.snapshot
+        self._fork = snapshot
+        self._fork_gen = self._config_gen
+        current = self._current
+        if current is not None:
+            stale = current.snapshot.version != snapshot.version
+            reason = (
+                "the session's system prompt or tools changed"
+                if stale
+                else "superseded by a new main turn"
+            )
+            self._abort(current, reason, stale=stale)
+        self._invalidate("a new main turn ended")
+        if not self.spec_config.enabled or self.spec_config.approval_mode is ApprovalMode.PLAN:
+            return
+        if assistant_answers(snapshot.history) < 2:
+            return  # suggestions start from the second answer
+        self._suggest(snapshot)
+
+    @handles(TurnFinished)
+    def _on_turn_finished(self, event: TurnFinished) -> None:
+        """The end of a continuation after a boundary accept (other turns need nothing here)."""
+        waiting = self._continuations.pop(event.result.run_id, None)
+        if waiting is not None:
+            waiting(event.result)
+
+    # -- tools -------------------------------------------------------------------------------
+
+    @handles(AddTool)
+    def _on_add_tool(self, message: AddTool) -> None:
+        """A tool change makes every older snapshot stale; the worker gets the tool after."""
+        reply = self.defer_reply()
+        self._tools = self._tools.with_tool(message.tool)  # a duplicate name fails the ask here
+        self._config_gen += 1
+        if self._current is not None:
+            self._abort(self._current, "the session's tools changed", stale=True)
+        self._relay_to_worker(message, reply, timeout=30.0)
+
+    # -- suggestions ---------------------------------------------------------------------------
+
+    def _invalidate(self, reason: str, at: float | None = None) -> None:
+        """The input context changed: what was offered for the old one goes (see module docs).
+
+        ``at``: when the user did what changed it (abort latency starts there).
+        """
+        self._epoch += 1
+        request = self._suggestion_request
+        if request is not None:
+            self._suggestion_request = None
+            self._cancel_request(request.request_id, reason, "suggestion")
+        self._clear_suggestion()
+        if self._current is not None:
+            self._abort(self._current, reason, at=at)
+
+    def _clear_suggestion(self) -> None:
+        self._suggestion = None
+        self._shown = False
+        if self._show_timer is not None:
+            self._show_timer.cancel()
+            self._show_timer = None
+
+    def _cancel_request(self, request_id: str, reason: str, purpose: Purpose) -> None:
+        tell_quietly(
+            self.worker_config.gateway,
+            CancelLlmRequest(request_id=request_id, reason=reason, purpose=purpose),
+        )
+
+    def _suggest(self, snapshot: ForkSnapshot) -> None:
+        hint = extract_type_hint(last_answer(snapshot.history))
+        if hint:
+            verdict = filter_suggestion(hint)
+            if verdict.accepted:
+                self._set_suggestion(verdict.text, "hint", snapshot)
+                return
+        request_id = f"{self.session_id}-suggest-{next(_seq)}"
+        self._suggestion_request = _SuggestionRequest(request_id, self._epoch, snapshot)
+        self._ask_for_suggestion(snapshot, request_id, "suggestion")
+
+    def _ask_for_suggestion(
+        self, snapshot: ForkSnapshot, request_id: str, purpose: Purpose
+    ) -> None:
+        """One suggestion request on the fork's prefix (the fast model when configured)."""
+        model, model_name = self._fork_model()
+        request = suggestion_request(
+            snapshot,
+            max_history=self.spec_config.max_history,
+            trim_step=self.spec_config.history_trim_step,
+            request_id=request_id,
+            purpose=purpose,
+            model=model,
+            model_name=model_name,
+            reply_to=self.actor_ref,
+            stream=self.spec_config.stream_forks,
+            max_tokens=self.spec_config.suggestion_max_tokens,
+        )
+        self.worker_config.gateway.tell(request)
+
+    @handles(LlmCompleted)
+    def _on_llm_completed(self, message: LlmCompleted) -> None:
+        request = self._suggestion_request
+        if request is not None and message.request_id == request.request_id:
+            self._suggestion_request = None
+            if request.epoch != self._epoch:
+                return
+            verdict = suggestion_from_reply(message.message.text)
+            if not verdict.accepted:
+                self.log.debug("suggestion_rejected", reason=str(verdict.reason), text=verdict.text)
+                return
+            self._set_suggestion(verdict.text, "model", request.snapshot)
+            return
+        spec = self._pipelined_owner(message.request_id)
+        if spec is not None:
+            self._on_pipelined(spec, message)
+        # Anything else is a late reply to a request we cancelled: ignored.
+
+    @handles(LlmFailed)
+    def _on_llm_failed(self, message: LlmFailed) -> None:
+        self._request_ended(message.request_id, message.error.message)
+
+    @handles(LlmCancelled)
+    def _on_llm_cancelled(self, message: LlmCancelled) -> None:
+        self._request_ended(message.request_id, message.reason)
+
+    @handles(LlmRetrying)
+    def _on_llm_retrying(self, message: LlmRetrying) -> None:
+        """A suggestion request is retried by the gateway; nothing to do until it ends."""
+
+    def _request_ended(self, request_id: str, why: str) -> None:
+        request = self._suggestion_request
+        if request is not None and request.request_id == request_id:
+            self._suggestion_request = None
+            self.log.info("suggestion_failed", error=why)
+            return
+        spec = self._pipelined_owner(request_id)
+        if spec is not None:
+            spec.pipelined_request = None
+            self.log.info("pipelined_suggestion_failed", speculation=spec.id, error=why)
+            self._forget(spec)
+
+    def _set_suggestion(
+        self,
+        text: str,
+        source: SuggestionSource,
+        snapshot: ForkSnapshot,
+        *,
+        show_now: bool = False,
+    ) -> None:
+        self._clear_suggestion()
+        suggestion = Suggestion(
+            id=f"sug-{next(_seq)}", text=text, source=source, snapshot_version=snapshot.version
+        )
+        self._suggestion = suggestion
+        delay = self.spec_config.suggestion_delay_ms / 1000.0
+        if show_now or delay <= 0:
+            self._show(suggestion)
+        else:
+            self._show_timer = self.call_after(delay, self._show, suggestion)
+        if self.spec_config.speculate:
+            self._start_speculation(suggestion, snapshot)
+
+    def _show(self, suggestion: Suggestion) -> None:
+        if self._suggestion is suggestion and not self._shown:
+            self._shown = True
+            self._show_timer = None
+            self._emit(SuggestionReady(session_id=self.session_id or "", suggestion=suggestion))
+
+    # -- speculation ------------------------------------------------------------------------
+
+    def _stale_reason(self, snapshot: ForkSnapshot, config_gen: int) -> str | None:
+        """Why work forked from ``snapshot`` no longer matches the main request, if it does not."""
+        if config_gen != self._config_gen:
+            return "the session's tools changed after the snapshot"
+        fork = self._fork
+        if fork is not None and fork.version != snapshot.version:
+            return "the session's system prompt or tools changed"
+        return None
+
+    def _start_speculation(self, suggestion: Suggestion, snapshot: ForkSnapshot) -> None:
+        if self._current is not None:
+            self._abort(self._current, "superseded by a new suggestion")
+        stale = self._stale_reason(snapshot, self._fork_gen)
+        if stale is not None:
+            self.log.info("speculation_not_started", reason=stale, suggestion=suggestion.text)
+            self._status_spec = None
+            self._last_status = SpeculationStatus(
+                state="stale", suggestion=suggestion.text, reason=stale
+            )
+            return
+        refused = self.governor.try_admit() if self.governor is not None else None
+        if refused is not None:
+            self.log.info("speculation_skipped", reason=refused, suggestion=suggestion.text)
+            if self.worker_config.telemetry is not None:
+                self.worker_config.telemetry.skipped(refused)
+            self._status_spec = None
+            self._last_status = SpeculationStatus(
+                state="skipped", suggestion=suggestion.text, reason=refused
+            )
+            self._emit(
+                SpeculationSkipped(
+                    session_id=self.session_id or "", suggestion=suggestion.text, reason=refused
+                )
+            )
+            return
+        spec_id = new_speculation_id()
+        child_id = f"speculator:{spec_id}"
+        model, model_name = self._fork_model()
+        telemetry = self.worker_config.telemetry
+        span = (
+            None
+            if telemetry is None
+            else telemetry.speculation(
+                session_id=self.session_id or "", speculation_id=spec_id, suggestion=suggestion.text
+            )
+        )
+        setup = SpeculationSetup(
+            speculation_id=spec_id,
+            suggestion=suggestion,
+            snapshot=snapshot,
+            config=self.spec_config,
+            main=self.worker_config,
+            tools=self._tools,
+            overlays=self.overlays,
+            supervisor=self.actor_ref,
+            model=model,
+            model_name=model_name,
+            workspace=self.workspace,
+            governor=self.governor,
+            trace=None if span is None else span.context,
+        )
+        ref = self._start_speculator(setup)
+        if ref is None:
+            if span is not None:
+                span.span.end()
+            if self.governor is not None:
+                self.governor.release()  # its slot, admitted above
+            self._alert(AlertLevel.INFO, f"speculation {spec_id} failed to start")
+            return
+        spec = _Speculation(
+            id=spec_id,
+            child_id=child_id,
+            suggestion=suggestion,
+            snapshot=snapshot,
+            config_gen=self._config_gen,
+            started_at=time.time(),
+            handle=ref,
+            holds_slot=self.governor is not None,
+            span=span,
+        )
+        self._specs[spec_id] = spec
+        self._current = spec
+        self._status_spec = spec
+
+    @handles(SpeculationProgress)
+    def _on_progress(self, event: SpeculationProgress) -> None:
+        spec = self._specs.get(event.speculation_id)
+        if spec is not None:
+            spec.live_tool_calls = max(spec.live_tool_calls, event.tool_calls)
+            spec.live_files = max(spec.live_files, event.files_written)
+        self._emit(event)
+
+    def _release_slot(self, spec: _Speculation) -> None:
+        """Its run is over (done, aborted or gone): the governor's slot is free."""
+        if spec.holds_slot and self.governor is not None:
+            spec.holds_slot = False
+            self.governor.release()
+
+    @handles(SpeculationDone)
+    def _on_done(self, message: SpeculationDone) -> None:
+        result = message.result
+        spec = self._specs.get(result.speculation_id)
+        if spec is None:
+            return
+        self._release_slot(spec)
+        spec.result = result
+        if spec.phase == "aborting":
+            return  # reported once its overlay is gone (with the abort's timings)
+        if spec.phase not in ("offered", "accepting"):
+            return
+        spec.state = result.state
+        if result.state == "failed":
+            spec.reason = result.error
+            self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {result.error}")
+            if spec.phase == "offered":  # an accepting one is reported by its accept
+                if spec is self._current:
+                    self._current = None
+                spec.phase = "ended"
+                self._report(spec, "failed", reason=result.error)
+        elif result.state == "empty":
+            # Nothing to accept: not offered as finished; Tab runs the prompt normally.
+            if spec.phase == "offered":  # an accepting one is reported by its accept
+                if spec is self._current:
+                    self._current = None
+                spec.phase = "ended"
+                self._report(spec, "empty", result=result)
+        elif result.state == "completed":
+            self._ask_pipelined(spec)
+
+    @handles(OverlayRemoved)
+    def _on_overlay_removed(self, message: OverlayRemoved) -> None:
+        spec = self._specs.get(message.speculation_id)
+        if spec is None:
+            return
+        spec.overlay_removed = True
+        spec.removal = message
+        self._release_slot(spec)
+        if spec.phase == "aborting":
+            self._report_abort(spec)
+        self._forget(spec)
+
+    def _report_abort(self, spec: _Speculation) -> None:
+        """An aborted speculation's telemetry, timed from the user's keystroke.
+
+        ``cancel_latency``: keystroke -> LLM stream closed *and* tool calls
+        cancelled (the reaper's confirmations), only for a speculation that was
+        still running when the abort reached it; ``cleanup_latency``:
+        keystroke -> overlay removed, for every abort.
+        """
+        spec.phase = "ended"
+        removal = spec.removal
+        steps = tuple(removal.steps) if removal is not None else ()
+        at: dict[str, float] = {}
+        for name, when in steps:
+            at.setdefault(name, when)
+        start = spec.abort_requested
+        if start is not None:
+            steps = (("keystroke", start), *steps)
+        was_running = "abort_requested" in at and "already_finished" not in at
+        cancel = None
+        if was_running and start is not None and {"llm_cancelled", "tools_cancelled"} <= set(at):
+            cancel = max(at["llm_cancelled"], at["tools_cancelled"]) - start
+        removed = at.get("overlay_removed")
+        self._report(
+            spec,
+            "stale" if spec.state == "stale" else "aborted",
+            reason=spec.abort_reason,
+            cancel_latency=cancel,
+            cleanup_latency=None if start is None or removed is None else removed - start,
+            steps=steps,
+            was_running=was_running if "abort_requested" in at else None,
+            tokens=None if removal is None else removal.tokens,
+            estimated_tokens=None if removal is None else removal.estimated_tokens,
+        )
+
+    def _forget(self, spec: _Speculation) -> None:
+        """Drop a speculation that has nothing left to report or deliver.
+
+        Its pipelined suggestion may still be on the way after its speculator
+        and overlay are long gone (Tab came first): it is kept until that ends.
+        """
+        if spec.exited and spec.overlay_removed and spec.pipelined_request is None:
+            self._specs.pop(spec.id, None)
+
+    def _start_speculator(self, setup: SpeculationSetup) -> ActorRef[Any] | None:
+        """Start its speculator and watch its exit; None if it did not start.
+
+        A speculator is never restarted, so it needs no supervisor: this actor
+        watches it (the exit comes back as a call in this actor's context) and
+        stops it when the session closes; its reaper finishes the cleanup.
+        """
+        try:
+            with self.system.activated():
+                ref: ActorRef[Any] = Speculator.start(setup)
+        except BaseException as exc:
+            self.log.error(
+                "speculator_start_failed", speculation=setup.speculation_id, error=repr(exc)
+            )
+            return None
+        actor = ref._actor_weakref()
+        if not isinstance(actor, PooledActor):
+            return None
+
+        def watcher(record: ActorExit) -> None:
+            error = record.error
+            self.post(
+                self._on_speculator_exit,
+                setup.speculation_id,
+                record.failed,
+                None if error is None else f"{type(error).__name__}: {error}",
+            )
+
+        if not actor.add_exit_watcher(watcher):
+            self.log.error(
+                "speculator_start_failed", speculation=setup.speculation_id, error="exited at once"
+            )
+            return None
+        return ref
+
+    def _on_speculator_exit(self, speculation_id: str, failed: bool, error: str | None) -> None:
+        """A speculator exited (it is never restarted; its reaper removes the overlay)."""
+        spec = self._specs.get(speculation_id)
+        if spec is None:
+            return
+        spec.exited = True
+        self._release_slot(spec)
+        if failed:
+            self.log.warning("speculator_failed", speculation=spec.id, error=error)
+            self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {error}")
+            if spec is self._current:
+                self._current = None
+            if spec.phase in ("offered", "accepting"):
+                spec.phase = "ended"
+                spec.state = "failed"
+                spec.reason = error
+                self._report(spec, "failed", reason=error)
+        self._forget(spec)
+
+    @handles(Keystroke)
+    def _on_keystroke(self, message: Keystroke) -> None:
+        suggestion = self._suggestion
+        if message.text and suggestion is not None and suggestion.text.startswith(message.text):
+            return  # still typing the suggestion itself
+        self._invalidate("user typed", at=message.at)
+
+    @handles(AbortSpeculation)
+    def _on_abort(self, message: AbortSpeculation) -> None:
+        self._invalidate(message.reason, at=message.at)
+
+    # -- issue 24: calling off a waiting Tab, the approval mode, the model ------------------
+
+    @handles(CancelAccept)
+    def _on_cancel_accept(self, message: CancelAccept) -> None:
+        """``Session.cancel()``: a Tab still waiting for its speculation is called off
+        (it answers ``aborted``, nothing applied); a normal run an accept started is
+        cancelled like any run."""
+        if self._accepting is not None:
+            self._call_off(self._accepting, message.reason)
+        for submit_id in sorted(self._accept_submits):
+            tell_quietly(self._worker, CancelRun(reason=message.reason, submit_id=submit_id))
+
+    @handles(SetApprovalMode)
+    def _on_set_approval_mode(self, message: SetApprovalMode) -> None:
+        """New speculations run under the new mode; see :class:`SetApprovalMode`."""
+        old, new = self.spec_config.approval_mode, message.mode
+        if new is old:
+            return
+        self.spec_config = self.spec_config.model_copy(update={"approval_mode": new})
+        if not narrows_speculation(new, old):
+            return
+        reason = f"the approval mode changed to {new.value}"
+        if self._accepting is not None:
+            self._call_off(self._accepting, reason)
+        if new is ApprovalMode.PLAN:
+            self._invalidate(reason)  # no suggestions in plan mode
+            return
+        current = self._current
+        if current is None:
+            return
+        self._abort(current, reason)
+        suggestion = self._suggestion
+        if suggestion is current.suggestion and self.spec_config.speculate:
+            self._start_speculation(suggestion, current.snapshot)  # again, under the new mode
+
+    @handles(SetModel)
+    def _on_set_model(self, message: SetModel) -> None:
+        """What was suggested and speculated with the old model goes; the worker switches."""
+        reply = self.defer_reply()
+        self._invalidate("the session's model changed")
+        self._relay_to_worker(message, reply, timeout=30.0)
+
+    def _abort(
+        self, spec: _Speculation, reason: str, *, stale: bool = False, at: float | None = None
+    ) -> None:
+        """Abort an offered speculation; telemetry follows once its overlay is gone."""
+        if spec is self._current:
+            self._current = None
+        if spec.phase != "offered":
+            return  # being accepted (detached), or already ending
+        spec.phase = "aborting"
+        spec.state = "stale" if stale else "aborted"
+        spec.reason = reason
+        spec.abort_reason = reason
+        spec.abort_requested = time.monotonic() if at is None else at
+        self._cancel_pipelined(spec, reason)
+        told = not self._closing and tell_quietly(
+            spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested)
+        )
+        if not told:
+            spec.phase = "ended"
+            self._report(spec, "stale" if stale else "aborted", reason=reason)
+
+    # -- the pipelined suggestion ---------------------------------------------------------------
+
+    def _ask_pipelined(self, spec: _Speculation) -> None:
+        """After a completed speculation: predict the input after that (Tab-Tab-Tab).
+
+        Asked here, not by the speculator, so that the speculation is complete
+        -- and Tab applies it -- without waiting for this reply; it is
+        delivered whenever it comes (see :meth:`_on_pipelined`).
+        """
+        result = spec.result
+        if result is None or spec.pipelined_request is not None:
+            return
+        user = UserMessage(text=spec.suggestion.text)
+        snapshot = extend(
+            spec.snapshot, [user, *[i for i in result.items if not isinstance(i, UserMessage)]]
+        )
+        request_id = f"{spec.id}-pipelined"
+        spec.pipelined_request = request_id
+        self._ask_for_suggestion(snapshot, request_id, "pipelined")
+
+    def _pipelined_owner(self, request_id: str) -> _Speculation | None:
+        for spec in self._specs.values():
+            if spec.pipelined_request == request_id:
+                return spec
+        return None
+
+    def _cancel_pipelined(self, spec: _Speculation, reason: str) -> None:
+        if spec.pipelined_request is not None:
+            self._cancel_request(spec.pipelined_request, reason, "pipelined")
+            spec.pipelined_request = None
+            self._forget(spec)
+
+    def _on_pipelined(self, spec: _Speculation, message: LlmCompleted) -> None:
+        spec.pipelined_request = None
+        self._forget(spec)
+        verdict = suggestion_from_reply(message.message.text)
+        if not verdict.accepted:
+            self.log.debug("pipelined_rejected", reason=str(verdict.reason), text=verdict.text)
+            return
+        spec.next_suggestion = verdict.text
+        # Tab came first: the pipelined suggestion becomes current now -- unless
+        # the user has done anything since (typed, submitted, a turn ended).
+        if (
+            spec.phase == "accepted"
+            and spec.accepted_snapshot is not None
+            and spec.accept_epoch == self._epoch
+            and self._suggestion is None
+        ):
+            self._set_suggestion(verdict.text, "pipelined", spec.accepted_snapshot)
+
+    # -- accept ----------------------------------------------------------------------------
+    #
+    # An accept's critical section runs from Tab to the moment its items are
+    # handed to the worker (InsertItems sent): while it lasts, a different
+    # submit must not reach the worker first -- the speculator would apply the
+    # overlay and the insert would then find the worker busy (files changed,
+    # no history). So a different submit during it (a) calls the accept off if
+    # the speculation has not been applied yet (the user moved on: it is
+    # aborted, nothing is written, the accept answers ``aborted``), and (b)
+    # waits in ``_held`` until the accept has sent its items, so it always
+    # reaches the worker after them. The same call-off happens when the
+    # accept's own caller stops waiting (its ask's deadline), instead of the
+    # files being written later with nobody looking.
+
+    @handles(AcceptSuggestion)
+    def _on_accept(self, message: AcceptSuggestion) -> None:
+        reply = self.defer_reply()
+        now = time.monotonic()
+        if now - self._last_accept < self.spec_config.accept_debounce_ms / 1000.0:
+            _answer(reply, AcceptResult(outcome="debounced"))
+            return
+        suggestion = self._suggestion if self._shown else None
+        if suggestion is None:  # nothing is shown: there is nothing to Tab into
+            _answer(reply, AcceptResult(outcome="no_suggestion"))
+            return
+        self._last_accept = now
+        self._accept(
+            suggestion,
+            lambda result: _answer(reply, result),
+            message.wait_continuation,
+            deadline=None if reply is None else reply.deadline,
+        )
+
+    @handles(SubmitPrompt)
+    def _on_submit_prompt(self, message: SubmitPrompt) -> None:
+        reply = self.defer_reply()
+        suggestion = self._suggestion
+        plain = message.segments is None and message.output is None  # structured: a new run
+        if suggestion is not None and plain and message.text == suggestion.text:
+            # Typing the suggestion and pressing Enter is an explicit request, not a
+            # double press: it is never debounced, and its answer is a turn.
+            self._last_accept = time.monotonic()
+            session_id = self.session_id or ""
+
+            def as_turn(result: AcceptResult) -> None:
+                if reply is not None:
+                    reply.try_set(result.turn or _as_turn(session_id, result))
+
+            self._accept(
+                suggestion,
+                as_turn,
+                True,
+                deadline=None if reply is None else reply.deadline,
+            )
+            return
+        self._invalidate("the user submitted something else", at=message.at)
+        submit = Submit(
+            text=message.text,
+            segments=message.segments,
+            max_turns=message.max_turns,
+            usage_limits=message.usage_limits,
+            trace=message.trace,
+            submit_id=message.submit_id,  # Session.cancel() names it, even while held
+            output=message.output,
+        )
+        accepting = self._accepting
+        if accepting is not None:
+            self._call_off(accepting, "the user submitted something else", message.at)
+            self._held.append((submit, reply))
+            return
+        self._forward_submit(submit, reply)
+
+    def _forward_submit(self, submit: Submit, reply: PooledFuture[Any] | None) -> None:
+        self._relay_to_worker(submit, reply, timeout=3600.0)
+
+    def _relay_to_worker(
+        self, message: Any, reply: PooledFuture[Any] | None, *, timeout: float
+    ) -> None:
+        """Ask the worker; its answer or its failure settles ``reply`` (when someone asked)."""
+
+        def done(answer: Any) -> None:
+            if reply is not None:
+                reply.try_set(answer)
+
+        def failed(error: BaseException) -> None:
+            if reply is not None:
+                reply.try_set_exception(error)
+
+        self.ask_then(self._worker, message, then=done, on_error=failed, timeout=timeout)
+
+    def _call_off(self, spec: _Speculation, reason: str, at: float | None = None) -> None:
+        """Call off an accept still waiting for its speculation (see the section's notes).
+
+        The speculator decides: a speculation not yet being applied is aborted
+        (the accept then answers ``aborted``); one already being applied is
+        too late to stop, and its accept completes as usual.
+        """
+        if spec.phase != "accepting" or spec.accept_cancelled is not None:
+            return
+        if spec.result is not None and (spec.result.applied or spec.result.conflicts):
+            return  # the apply already happened: nothing left to call off
+        spec.accept_cancelled = reason
+        spec.abort_reason = reason
+        spec.abort_requested = time.monotonic() if at is None else at
+        self.log.info("speculation_accept_called_off", speculation=spec.id, reason=reason)
+        tell_quietly(spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested))
+
+    def _accept_given_up(self, spec: _Speculation) -> None:
+        spec.give_up_timer = None
+        if spec.phase == "accepting":
+            self._call_off(spec, "the accept's caller stopped waiting")
+
+    def _accept_done(self, spec: _Speculation | None) -> None:
+        """The accept's critical section is over: held submits may go to the worker now."""
+        if spec is not None and spec.give_up_timer is not None:
+            spec.give_up_timer.cancel()
+            spec.give_up_timer = None
+        if spec is None or self._accepting is spec:
+            self._accepting = None
+        held, self._held = self._held, []
+        for submit, reply in held:
+            self._forward_submit(submit, reply)
+
+    def _accept(
+        self,
+        suggestion: Suggestion,
+        answer: Answer,
+        wait: bool,
+        *,
+        deadline: float | None = None,
+    ) -> None:
+        tab_at = time.time()
+        started = time.monotonic()
+        telemetry = self.worker_config.telemetry
+        if telemetry is not None:  # the accept's span ends with its answer
+            answer = telemetry.accept(
+                session_id=self.session_id or "", suggestion=suggestion.text
+            ).wrap(answer)
+        current = self._current
+        spec = current if current is not None and current.suggestion is suggestion else None
+        # Detach first: from now on a keystroke cannot abort what is being accepted.
+        self._current = None
+        self._invalidate("the suggestion was accepted")
+        if spec is None:  # nothing was speculated for it: Tab is a normal turn
+            self._submit_normally(suggestion, answer, "submitted")
+            return
+        stale = self._stale_reason(spec.snapshot, spec.config_gen)
+        if stale is not None:
+            self._abort(spec, stale, stale=True)
+            self._submit_normally(suggestion, answer, "stale")
+            return
+        spec.phase = "accepting"
+        spec.accept_epoch = self._epoch
+        self._status_spec = spec
+        self._accepting = spec
+        if deadline is not None:
+            spec.give_up_timer = self.call_after(
+                max(0.0, deadline - time.monotonic()), self._accept_given_up, spec
+            )
+
+        def called_off() -> None:
+            """Nothing was applied and the user moved on: answer, and let the abort report."""
+            spec.phase = "aborting"
+            spec.state = "aborted"
+            spec.reason = spec.accept_cancelled
+            answer(
+                AcceptResult(
+                    outcome="aborted",
+                    suggestion=suggestion.text,
+                    waited_s=time.monotonic() - started,
+                )
+            )
+            if spec.overlay_removed:
+                self._report_abort(spec)
+            self._accept_done(spec)
+
+        def speculated(result: SpeculationResult) -> None:
+            spec.result = result
+            cancelled = spec.accept_cancelled is not None
+            if result.conflicts:
+                spec.phase = "ended"
+                self._alert(AlertLevel.WARN, result.conflict_summary or "the speculation conflicts")
+                self._report(spec, "conflict", reason=", ".join(result.conflicts))
+                if cancelled:  # the user has moved on: no normal run of the suggestion
+                    answer(
+                        AcceptResult(
+                            outcome="conflict",
+                            suggestion=suggestion.text,
+                            conflicts=result.conflicts,
+                        )
+                    )
+                    self._accept_done(spec)
+                    return
+                self._submit_normally(suggestion, answer, "conflict", conflicts=result.conflicts)
+                self._accept_done(spec)
+                return
+            if result.state == "empty":  # nothing to accept: the prompt runs normally
+                if cancelled:
+                    called_off()
+                    return
+                spec.phase = "ended"
+                self._report(spec, "empty", result=result)
+                self._submit_normally(suggestion, answer, "submitted")
+                self._accept_done(spec)
+                return
+            if result.state not in ("completed", "boundary") or not (
+                result.applied or result.apply_started is not None
+            ):
+                if cancelled and not result.applied:
+                    called_off()
+                    return
+                self._accept_failed(
+                    spec,
+                    suggestion,
+                    answer,
+                    result.error or result.state,
+                    result.applied,
+                    # Not when the user moved on, and never on a half-applied tree
+                    # (a failed apply rolls back; ``applied`` names what it could not).
+                    run_normally=not cancelled and not result.applied,
+                )
+                self._accept_done(spec)
+                return
+            # Applied (too late to call off, if that was tried): the items go in now.
+            spec.accept_cancelled = None
+            self._insert(
+                spec,
+                suggestion=suggestion,
+                result=result,
+                tab_at=tab_at,
+                started=started,
+                wait=wait,
+                answer=answer,
+            )
+            self._accept_done(spec)
+
+        def failed(error: BaseException) -> None:
+            if isinstance(error, ApplyOutcomeUnknown):
+                # Files may have changed: say so, and do not run the suggestion on them.
+                self._alert(
+                    AlertLevel.ERROR,
+                    f"accepting the speculation failed and may have changed files ({error})",
+                )
+                self._accept_failed(spec, suggestion, answer, repr(error), (), run_normally=False)
+                self._accept_done(spec)
+                return
+            if spec.accept_cancelled is not None:
+                called_off()  # the abort overtook the accept and stopped the speculator
+                return
+            self._accept_failed(spec, suggestion, answer, repr(error), ())
+            self._accept_done(spec)
+
+        budget = self.spec_config.time_budget_s or 600.0
+        self.ask_then(
+            spec.handle,
+            AcceptSpeculation(),
+            then=speculated,
+            on_error=failed,
+            timeout=budget + 120.0,
+        )
+
+    def _accept_failed(
+        self,
+        spec: _Speculation,
+        suggestion: Suggestion,
+        answer: Answer,
+        reason: str,
+        applied: Sequence[str],
+        *,
+        run_normally: bool = True,
+    ) -> None:
+        spec.phase = "ended"
+        spec.state = "failed"
+        spec.reason = reason
+        if applied:
+            self._alert(
+                AlertLevel.ERROR,
+                f"accepting the speculation failed after it changed {', '.join(applied)} "
+                f"({reason})",
+            )
+        self._report(spec, "failed", reason=reason)
+        if not run_normally:
+            answer(
+                AcceptResult(
+                    outcome="failed", suggestion=suggestion.text, files_applied=tuple(applied)
+                )
+            )
+            return
+        self._submit_normally(suggestion, answer, "failed", files_applied=applied)
+
+    def _insert(
+        self,
+        spec: _Speculation,
+        *,
+        suggestion: Suggestion,
+        result: SpeculationResult,
+        tab_at: float,
+        started: float,
+        wait: bool,
+        answer: Answer,
+    ) -> None:
+        """Insert the accepted transcript (the overlay is already applied)."""
+        items = (UserMessage(text=suggestion.text), *result.items[1:]) if result.items else ()
+        boundary = result.state == "boundary"
+        continue_calls = result.boundary_calls if boundary else ()
+        # A budget or the turn limit stopped it between turns (its transcript
+        # ends with tool results, or with no answer at all): the real worker
+        # picks the turn up where it stopped, through the normal flow.
+        continue_turn = boundary and not continue_calls and not _ends_with_answer(items)
+        completed = result.completed_at or time.time()
+        saved = max(0.0, min(completed, tab_at) - result.started_at)
+        if spec.span is not None:
+            spec.span.saved(saved)
+        outcome: Literal["accepted", "boundary"] = "boundary" if boundary else "accepted"
+        # Tab pressed while the speculation still ran: the accept itself starts
+        # when the speculator could apply; the wait is reported separately.
+        begin = max(started, result.apply_started or started)
+        waited = begin - started
+
+        def report(latency: float, turn: TurnResult | None) -> None:
+            answer(
+                AcceptResult(
+                    outcome=outcome,
+                    suggestion=suggestion.text,
+                    files_applied=result.applied,
+                    items_inserted=len(items),
+                    items=tuple(items),
+                    boundary_tool=result.boundary_tool,
+                    boundary_reason=result.boundary_reason,
+                    time_saved_s=saved,
+                    accept_latency_s=latency,
+                    waited_s=waited,
+                    next_suggestion=spec.next_suggestion,
+                    turn=turn,
+                )
+            )
+
+        def inserted(run_id: str | None) -> None:
+            latency = time.monotonic() - begin  # files applied and history inserted
+            spec.phase = "accepted"
+            spec.state = "accepted"
+            self._report(spec, outcome, result=result)
+            if not boundary:
+                accepted = extend(spec.snapshot, items)
+                spec.accepted_snapshot = accepted
+                if self._fork is not None and self._fork.version == accepted.version:
+                    self._fork = accepted  # the worker's history now ends like this
+                nxt = spec.next_suggestion
+                if nxt and spec.accept_epoch == self._epoch and self._suggestion is None:
+                    self._set_suggestion(nxt, "pipelined", accepted, show_now=True)
+            if run_id is not None and wait:
+                self._continuations[run_id] = lambda turn: report(latency, turn)
+            else:
+                report(latency, None)
+
+        def failed(error: BaseException) -> None:
+            applied = ", ".join(result.applied) or "no files"
+            self._alert(
+                AlertLevel.ERROR,
+                f"inserting the accepted speculation failed ({applied} already applied): {error}",
+            )
+            spec.phase = "ended"
+            self._report(spec, "failed", reason=f"insert failed: {error!r}")
+            answer(
+                AcceptResult(
+                    outcome="failed", suggestion=suggestion.text, files_applied=result.applied
+                )
+            )
+
+        self.ask_then(
+            self._worker,
+            InsertItems(
+                items=tuple(items), continue_calls=continue_calls, continue_turn=continue_turn
+            ),
+            then=inserted,
+            on_error=failed,
+            timeout=60.0,
+        )
+
+    def _submit_normally(
+        self,
+        suggestion: Suggestion,
+        answer: Answer,
+        outcome: Literal["submitted", "conflict", "stale", "failed"],
+        *,
+        conflicts: Sequence[str] = (),
+        files_applied: Sequence[str] = (),
+    ) -> None:
+        """Run the suggestion as an ordinary prompt on the current files."""
+
+        submit_id = f"{self.session_id}-accept-{next(_seq)}"
+        self._accept_submits.add(submit_id)
+
+        def done(turn: TurnResult) -> None:
+            self._accept_submits.discard(submit_id)
+            answer(
+                AcceptResult(
+                    outcome=outcome,
+                    suggestion=suggestion.text,
+                    conflicts=tuple(conflicts),
+                    files_applied=tuple(files_applied),
+                    items=turn.items,
+                    items_inserted=len(turn.items),
+                    turn=turn,
+                )
+            )
+
+        def failed(error: BaseException) -> None:
+            self._accept_submits.discard(submit_id)
+            answer(
+                AcceptResult(
+                    outcome="failed",
+                    suggestion=suggestion.text,
+                    files_applied=tuple(files_applied),
+                )
+            )
+
+        self.ask_then(
+            self._worker,
+            Submit(text=suggestion.text, submit_id=submit_id, trace=trace_context_of(answer)),
+            then=done,
+            on_error=failed,
+            timeout=3600.0,
+        )
+
+    # -- status and telemetry ---------------------------------------------------------------
+
+    @handles(GetSpeculation)
+    def _on_get(self, _message: GetSpeculation) -> tuple[SpeculationStatus, str | None]:
+        return self._status_now()
+
+    def _status_now(self) -> tuple[SpeculationStatus, str | None]:
+        """The current speculation's status and the suggestion on offer."""
+        spec = self._status_spec
+        status = self._status_of(spec) if spec is not None else self._last_status
+        shown = self._suggestion if self._shown else None
+        return status, (shown.text if shown is not None else None)
+
+    def _handle_receive(self, message: Any) -> Any:
+        """Every message, then a status event if it changed the status (issue 24)."""
+        answer = super()._handle_receive(message)
+        if not self.has_exited and self._subscribers:
+            self._status_events.publish(*self._status_now())
+        return answer
+
+    def _status_of(self, spec: _Speculation) -> SpeculationStatus:
+        result = spec.result
+        # Built unvalidated: every field is this actor's own, already typed.
+        return SpeculationStatus.model_construct(
+            speculation_id=spec.id,
+            state=spec.state,
+            suggestion=spec.suggestion.text,
+            turns=result.turns if result else 0,
+            tool_calls=result.tool_calls if result else spec.live_tool_calls,
+            files_written=result.files_written if result else spec.live_files,
+            tokens=result.tokens if result else 0,
+            started_at=result.started_at if result else spec.started_at,
+            completed_at=result.completed_at if result else None,
+            boundary_tool=result.boundary_tool if result else None,
+            boundary_reason=result.boundary_reason if result else None,
+            next_suggestion=spec.next_suggestion,
+            accepting=spec.phase == "accepting",
+            reason=spec.reason,
+        )
+
+    def _report(
+        self,
+        spec: _Speculation,
+        outcome: SpeculationOutcome,
+        *,
+        result: SpeculationResult | None = None,
+        reason: str | None = None,
+        cancel_latency: float | None = None,
+        cleanup_latency: float | None = None,
+        steps: tuple[tuple[str, float], ...] = (),
+        was_running: bool | None = None,
+        tokens: int | None = None,
+        estimated_tokens: int | None = None,
+    ) -> None:
+        """The speculation's one telemetry event (typed event and structlog).
+
+        ``duration_s`` is the run's own duration (start to its end), never the
+        time the user then spent reading before Tab or typing.
+        """
+        if spec.reported:
+            return
+        spec.reported = True
+        result = result or spec.result
+        if result is not None and result.completed_at is not None:
+            duration = max(0.0, result.completed_at - result.started_at)
+        else:
+            duration = time.time() - spec.started_at
+        spent = result.tokens if result else 0
+        estimated = result.estimated_tokens if result else 0
+        if tokens is not None and tokens >= spent:
+            spent, estimated = tokens, estimated_tokens or 0
+        event = SpeculationFinished(
+            session_id=self.session_id or "",
+            speculation_id=spec.id,
+            outcome=outcome,
+            state=(result.state if result is not None else "running"),
+            suggestion=spec.suggestion.text,
+            turns=result.turns if result else 0,
+            tool_calls=result.tool_calls if result else 0,
+            files_written=result.files_written if result else 0,
+            tokens=spent,
+            estimated_tokens=estimated,
+            duration_s=duration,
+            boundary_tool=result.boundary_tool if result else None,
+            boundary_reason=result.boundary_reason if result else None,
+            reason=reason,
+            was_running=was_running,
+            cancel_latency_s=cancel_latency,
+            cleanup_latency_s=cleanup_latency,
+            abort_steps=steps,
+        )
+        if spec.span is not None:
+            spec.span.end(event)
+        self.log.info(
+            "speculation_finished",
+            speculation=spec.id,
+            outcome=outcome,
+            turns=event.turns,
+            tool_calls=event.tool_calls,
+            files_written=event.files_written,
+            tokens=event.tokens,
+            duration_s=round(event.duration_s, 4),
+            boundary_tool=event.boundary_tool,
+            reason=reason,
+        )
+        self._emit(event)
+
+
+def _answer(reply: PooledFuture[Any] | None, result: AcceptResult) -> None:
+    if reply is not None:
+        reply.try_set(result)
+
+
+def _ends_with_answer(items: Sequence[Item]) -> bool:
+    """Whether a transcript ends with a final assistant answer (text, no calls)."""
+    last = items[-1] if items else None
+    return isinstance(last, AssistantMessage) and not last.tool_calls
+
+
+def _as_turn(session_id: str, result: AcceptResult) -> TurnResult:
+    return TurnResult(
+        run_id=f"accept-{next(_seq)}",
+        session_id=session_id,
+        status="completed" if result.outcome in ("accepted", "boundary") else "error",
+        items=result.items,
+        error=None if result.outcome in ("accepted", "boundary") else result.outcome,
+    )

@@ -702,8 +702,7 @@ class Runtime:
             state=state,
             alert_sink=self.alert_sink,
             pending_actions=pending,
-            supervisor=controller,
-            speculation=spec_config.enabled,
+            front=controller,
             workspace=fs.root if isinstance(fs, WorkspaceFs) else None,
         )
         self._sessions[sid] = session

@@ -112,6 +112,10 @@ from fore.messages.session import (
     AddTool,
     CancelRun,
     EventBase,
+    GetHistory,
+    GetRunState,
+    PauseRun,
+    Resume,
     SetModel,
     Submit,
     Subscribe,
@@ -947,10 +951,10 @@ class SpeculationController(ForeActor):
 
     @handles(SubmitPrompt)
     def _on_submit_prompt(self, message: SubmitPrompt) -> None:
-        reply = self.defer_reply()
         suggestion = self._suggestion
         plain = message.segments is None and message.output is None  # structured: a new run
         if suggestion is not None and plain and message.text == suggestion.text:
+            reply = self.defer_reply()  # this actor answers it (a crash answers it too)
             # Typing the suggestion and pressing Enter is an explicit request, not a
             # double press: it is never debounced, and its answer is a turn.
             self._last_accept = time.monotonic()
@@ -967,6 +971,10 @@ class SpeculationController(ForeActor):
                 deadline=None if reply is None else reply.deadline,
             )
             return
+        # Forwarded (now or after an accept): the worker answers it, so it is not
+        # this actor's to answer -- closing the session stops this actor first,
+        # and the worker's "cancelled" must still reach the asker.
+        reply = self._take_reply()
         self._invalidate("the user submitted something else", at=message.at)
         submit = Submit(
             text=message.text,
@@ -985,7 +993,35 @@ class SpeculationController(ForeActor):
         self._forward_submit(submit, reply)
 
     def _forward_submit(self, submit: Submit, reply: PooledFuture[Any] | None) -> None:
-        self._relay_to_worker(submit, reply, timeout=3600.0)
+        self._forward(submit, reply)
+
+    # -- the front door: commands for the worker alone ---------------------------------
+
+    @handles(Resume, PauseRun, GetHistory, GetRunState, CancelRun)
+    def _on_worker_command(self, message: Any) -> None:
+        """Forwarded with the asker's own reply: the worker answers it directly.
+
+        ``CancelRun`` arrives and leaves on the control lane, so a cancel still
+        overtakes the submit it names on its way (the worker's early cancels).
+        """
+        self._forward(message, self._take_reply())
+
+    def _take_reply(self) -> PooledFuture[Any] | None:
+        """The current ask's reply, to hand on: unlike ``defer_reply`` it is not this actor's
+        to answer when it exits (held submits are failed by ``on_stop`` explicitly)."""
+        envelope = self._fore_current
+        if envelope is None or not isinstance(envelope.reply_to, PooledFuture):
+            return None
+        reply = envelope.reply_to
+        envelope.reply_to = None  # answered by the worker, not by this handler
+        return reply
+
+    def _forward(self, message: Any, reply: PooledFuture[Any] | None) -> None:
+        """Hand ``message`` to the worker with the original asker's reply (no hop back)."""
+        try:
+            self._worker.forward(message, reply)
+        except ActorDeadError:  # a tell to a worker gone for good: nobody waits for it
+            self.log.debug("worker_gone", message=type(message).__name__)
 
     def _relay_to_worker(
         self, message: Any, reply: PooledFuture[Any] | None, *, timeout: float

@@ -88,6 +88,12 @@ from fore.actors.speculation.speculator import (
     Speculator,
     new_speculation_id,
 )
+from fore.actors.speculation.states import (
+    SpecPhase,
+    Speculation,
+    accepting,
+    offered,
+)
 from fore.actors.speculation.status import StatusEvents
 from fore.actors.speculation.suggest import suggestion_from_reply, suggestion_request
 from fore.actors.speculation.suggestion_filter import filter_suggestion
@@ -143,7 +149,6 @@ from fore.messages.speculation import (
     SpeculationProgress,
     SpeculationResult,
     SpeculationSkipped,
-    SpeculationState,
     SpeculationStatus,
     SubmitPrompt,
     Suggestion,
@@ -153,52 +158,8 @@ from fore.messages.speculation import (
 
 _seq = itertools.count(1)
 
-Phase = Literal["offered", "accepting", "aborting", "accepted", "ended"]
-"""Where a speculation is in the supervisor's eyes.
-
-``offered``: its suggestion is current (typing aborts it); ``accepting``: Tab
-was pressed (detached: nothing aborts it any more); ``aborting``: the abort is
-under way (telemetry follows once its overlay is gone); ``accepted`` /
-``ended``: nothing left to do but forget it.
-"""
-
-
-@dataclass(eq=False)
-class _Speculation:
-    id: str
-    child_id: str
-    suggestion: Suggestion
-    snapshot: ForkSnapshot
-    config_gen: int
-    started_at: float
-    handle: ActorRef[Any]
-    """Its speculator (started and watched by the controller, never restarted)."""
-    state: SpeculationState = "running"
-    phase: Phase = "offered"
-    result: SpeculationResult | None = None
-    accept_epoch: int | None = None
-    accepted_snapshot: ForkSnapshot | None = None
-    abort_requested: float | None = None
-    """When the user did what aborts it (``time.monotonic()``; the keystroke's own time)."""
-    abort_reason: str | None = None
-    removal: OverlayRemoved | None = None
-    """The reaper's report (its steps time the abort), once the overlay is gone."""
-    accept_cancelled: str | None = None
-    """Why an accept waiting for it was called off (a different submit, the caller gave up)."""
-    give_up_timer: TimerHandle | None = None
-    reason: str | None = None
-    next_suggestion: str | None = None
-    pipelined_request: str | None = None
-    reported: bool = False
-    exited: bool = False
-    overlay_removed: bool = False
-    holds_slot: bool = False
-    """It holds one of the governor's slots until its run ends."""
-    span: Any = None
-    """Its :class:`~actors.telemetry.tracing.SpeculationSpan` (telemetry on; issue 28)."""
-    live_tool_calls: int = 0
-    live_files: int = 0
-    """Its progress while it runs (``SpeculationProgress``), for the status events."""
+_UNDER_WAY = (SpecPhase.OFFERED, SpecPhase.ACCEPTING, SpecPhase.INSERTING)
+"""Phases in which a speculation's own end (done, crash) still matters to the controller."""
 
 
 @dataclass(frozen=True)
@@ -275,14 +236,11 @@ class SpeculationController(ForeActor):
         self._shown = False
         self._show_timer: TimerHandle | None = None
         self._suggestion_request: _SuggestionRequest | None = None
-        self._current: _Speculation | None = None
-        self._specs: dict[str, _Speculation] = {}
-        self._status_spec: _Speculation | None = None
+        self._specs: dict[str, Speculation] = {}
+        self._status_spec: Speculation | None = None
         self._last_status = SpeculationStatus()
         self._continuations: dict[str, Callable[[TurnResult], None]] = {}
         self._last_accept = float("-inf")
-        self._accepting: _Speculation | None = None
-        """The speculation whose accept has not yet handed its items to the worker."""
         self._held: list[tuple[Submit, PooledFuture[Any] | None]] = []
         """Submits that wait for that accept (they must reach the worker after it)."""
         self._worker = worker
@@ -291,6 +249,16 @@ class SpeculationController(ForeActor):
         # -- issue 24: calling off a Tab, approval mode, model ----------
         self._accept_submits: set[str] = set()
         """Submit ids of the normal runs accepts started (``CancelAccept`` cancels them)."""
+
+    @property
+    def _current(self) -> Speculation | None:
+        """The speculation behind the current suggestion (typing aborts it), if any."""
+        return offered(self._specs.values())
+
+    @property
+    def _accepting(self) -> Speculation | None:
+        """The speculation whose accept has not yet handed its items to the worker."""
+        return accepting(self._specs.values())
 
     @property
     def _subscribers(self) -> list[Any]:
@@ -623,7 +591,7 @@ class SpeculationController(ForeActor):
                 self.governor.release()  # its slot, admitted above
             self._alert(AlertLevel.INFO, f"speculation {spec_id} failed to start")
             return
-        spec = _Speculation(
+        spec = Speculation(
             id=spec_id,
             child_id=child_id,
             suggestion=suggestion,
@@ -634,8 +602,7 @@ class SpeculationController(ForeActor):
             holds_slot=self.governor is not None,
             span=span,
         )
-        self._specs[spec_id] = spec
-        self._current = spec
+        self._specs[spec_id] = spec  # offered: it is the current one now
         self._status_spec = spec
 
     @handles(SpeculationProgress)
@@ -646,7 +613,7 @@ class SpeculationController(ForeActor):
             spec.live_files = max(spec.live_files, event.files_written)
         self._emit(event)
 
-    def _release_slot(self, spec: _Speculation) -> None:
+    def _release_slot(self, spec: Speculation) -> None:
         """Its run is over (done, aborted or gone): the governor's slot is free."""
         if spec.holds_slot and self.governor is not None:
             spec.holds_slot = False
@@ -660,25 +627,21 @@ class SpeculationController(ForeActor):
             return
         self._release_slot(spec)
         spec.result = result
-        if spec.phase == "aborting":
+        if spec.phase is SpecPhase.ABORTING:
             return  # reported once its overlay is gone (with the abort's timings)
-        if spec.phase not in ("offered", "accepting"):
+        if spec.phase not in _UNDER_WAY:
             return
         spec.state = result.state
         if result.state == "failed":
             spec.reason = result.error
             self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {result.error}")
-            if spec.phase == "offered":  # an accepting one is reported by its accept
-                if spec is self._current:
-                    self._current = None
-                spec.phase = "ended"
+            if spec.phase is SpecPhase.OFFERED:  # an accepting one is reported by its accept
+                spec.move(SpecPhase.ENDED)
                 self._report(spec, "failed", reason=result.error)
         elif result.state == "empty":
             # Nothing to accept: not offered as finished; Tab runs the prompt normally.
-            if spec.phase == "offered":  # an accepting one is reported by its accept
-                if spec is self._current:
-                    self._current = None
-                spec.phase = "ended"
+            if spec.phase is SpecPhase.OFFERED:  # an accepting one is reported by its accept
+                spec.move(SpecPhase.ENDED)
                 self._report(spec, "empty", result=result)
         elif result.state == "completed":
             self._ask_pipelined(spec)
@@ -691,11 +654,11 @@ class SpeculationController(ForeActor):
         spec.overlay_removed = True
         spec.removal = message
         self._release_slot(spec)
-        if spec.phase == "aborting":
+        if spec.phase is SpecPhase.ABORTING:
             self._report_abort(spec)
         self._forget(spec)
 
-    def _report_abort(self, spec: _Speculation) -> None:
+    def _report_abort(self, spec: Speculation) -> None:
         """An aborted speculation's telemetry, timed from the user's keystroke.
 
         ``cancel_latency``: keystroke -> LLM stream closed *and* tool calls
@@ -703,7 +666,7 @@ class SpeculationController(ForeActor):
         still running when the abort reached it; ``cleanup_latency``:
         keystroke -> overlay removed, for every abort.
         """
-        spec.phase = "ended"
+        spec.move(SpecPhase.ENDED)
         removal = spec.removal
         steps = tuple(removal.steps) if removal is not None else ()
         at: dict[str, float] = {}
@@ -729,7 +692,7 @@ class SpeculationController(ForeActor):
             estimated_tokens=None if removal is None else removal.estimated_tokens,
         )
 
-    def _forget(self, spec: _Speculation) -> None:
+    def _forget(self, spec: Speculation) -> None:
         """Drop a speculation that has nothing left to report or deliver.
 
         Its pipelined suggestion may still be on the way after its speculator
@@ -783,11 +746,11 @@ class SpeculationController(ForeActor):
         if failed:
             self.log.warning("speculator_failed", speculation=spec.id, error=error)
             self._alert(AlertLevel.INFO, f"speculation {spec.id} failed: {error}")
-            if spec is self._current:
-                self._current = None
-            if spec.phase in ("offered", "accepting"):
-                spec.phase = "ended"
-                spec.state = "failed"
+            if spec.phase in _UNDER_WAY:
+                if spec.phase is SpecPhase.OFFERED:
+                    spec.move(SpecPhase.ENDED, state="failed")
+                else:  # its accept ends it: the accept's ask fails now (or inserts)
+                    spec.state = "failed"
                 spec.reason = error
                 self._report(spec, "failed", reason=error)
         self._forget(spec)
@@ -846,15 +809,12 @@ class SpeculationController(ForeActor):
         self._relay_to_worker(message, reply, timeout=30.0)
 
     def _abort(
-        self, spec: _Speculation, reason: str, *, stale: bool = False, at: float | None = None
+        self, spec: Speculation, reason: str, *, stale: bool = False, at: float | None = None
     ) -> None:
         """Abort an offered speculation; telemetry follows once its overlay is gone."""
-        if spec is self._current:
-            self._current = None
-        if spec.phase != "offered":
+        if spec.phase is not SpecPhase.OFFERED:
             return  # being accepted (detached), or already ending
-        spec.phase = "aborting"
-        spec.state = "stale" if stale else "aborted"
+        spec.move(SpecPhase.ABORTING, state="stale" if stale else "aborted")
         spec.reason = reason
         spec.abort_reason = reason
         spec.abort_requested = time.monotonic() if at is None else at
@@ -863,12 +823,12 @@ class SpeculationController(ForeActor):
             spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested)
         )
         if not told:
-            spec.phase = "ended"
+            spec.move(SpecPhase.ENDED)
             self._report(spec, "stale" if stale else "aborted", reason=reason)
 
     # -- the pipelined suggestion ---------------------------------------------------------------
 
-    def _ask_pipelined(self, spec: _Speculation) -> None:
+    def _ask_pipelined(self, spec: Speculation) -> None:
         """After a completed speculation: predict the input after that (Tab-Tab-Tab).
 
         Asked here, not by the speculator, so that the speculation is complete
@@ -886,19 +846,19 @@ class SpeculationController(ForeActor):
         spec.pipelined_request = request_id
         self._ask_for_suggestion(snapshot, request_id, "pipelined")
 
-    def _pipelined_owner(self, request_id: str) -> _Speculation | None:
+    def _pipelined_owner(self, request_id: str) -> Speculation | None:
         for spec in self._specs.values():
             if spec.pipelined_request == request_id:
                 return spec
         return None
 
-    def _cancel_pipelined(self, spec: _Speculation, reason: str) -> None:
+    def _cancel_pipelined(self, spec: Speculation, reason: str) -> None:
         if spec.pipelined_request is not None:
             self._cancel_request(spec.pipelined_request, reason, "pipelined")
             spec.pipelined_request = None
             self._forget(spec)
 
-    def _on_pipelined(self, spec: _Speculation, message: LlmCompleted) -> None:
+    def _on_pipelined(self, spec: Speculation, message: LlmCompleted) -> None:
         spec.pipelined_request = None
         self._forget(spec)
         verdict = suggestion_from_reply(message.message.text)
@@ -909,7 +869,7 @@ class SpeculationController(ForeActor):
         # Tab came first: the pipelined suggestion becomes current now -- unless
         # the user has done anything since (typed, submitted, a turn ended).
         if (
-            spec.phase == "accepted"
+            spec.phase is SpecPhase.ACCEPTED
             and spec.accepted_snapshot is not None
             and spec.accept_epoch == self._epoch
             and self._suggestion is None
@@ -1038,15 +998,17 @@ class SpeculationController(ForeActor):
 
         self.ask_then(self._worker, message, then=done, on_error=failed, timeout=timeout)
 
-    def _call_off(self, spec: _Speculation, reason: str, at: float | None = None) -> None:
+    def _call_off(self, spec: Speculation, reason: str, at: float | None = None) -> None:
         """Call off an accept still waiting for its speculation (see the section's notes).
 
         The speculator decides: a speculation not yet being applied is aborted
         (the accept then answers ``aborted``); one already being applied is
         too late to stop, and its accept completes as usual.
         """
-        if spec.phase != "accepting" or spec.accept_cancelled is not None:
+        if spec.phase is not SpecPhase.ACCEPTING or spec.accept_cancelled is not None:
             return
+        if spec.reported:
+            return  # its speculator crashed: the accept is ending anyway
         if spec.result is not None and (spec.result.applied or spec.result.conflicts):
             return  # the apply already happened: nothing left to call off
         spec.accept_cancelled = reason
@@ -1055,18 +1017,16 @@ class SpeculationController(ForeActor):
         self.log.info("speculation_accept_called_off", speculation=spec.id, reason=reason)
         tell_quietly(spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested))
 
-    def _accept_given_up(self, spec: _Speculation) -> None:
+    def _accept_given_up(self, spec: Speculation) -> None:
         spec.give_up_timer = None
-        if spec.phase == "accepting":
+        if spec.phase is SpecPhase.ACCEPTING:
             self._call_off(spec, "the accept's caller stopped waiting")
 
-    def _accept_done(self, spec: _Speculation | None) -> None:
+    def _accept_done(self, spec: Speculation | None) -> None:
         """The accept's critical section is over: held submits may go to the worker now."""
         if spec is not None and spec.give_up_timer is not None:
             spec.give_up_timer.cancel()
             spec.give_up_timer = None
-        if spec is None or self._accepting is spec:
-            self._accepting = None
         held, self._held = self._held, []
         for submit, reply in held:
             self._forward_submit(submit, reply)
@@ -1088,21 +1048,21 @@ class SpeculationController(ForeActor):
             ).wrap(answer)
         current = self._current
         spec = current if current is not None and current.suggestion is suggestion else None
-        # Detach first: from now on a keystroke cannot abort what is being accepted.
-        self._current = None
+        stale = None if spec is None else self._stale_reason(spec.snapshot, spec.config_gen)
+        if spec is not None and stale is not None:
+            self._abort(spec, stale, stale=True)
+        elif spec is not None:
+            # Detach first: from now on a keystroke cannot abort what is being accepted.
+            spec.move(SpecPhase.ACCEPTING)
         self._invalidate("the suggestion was accepted")
         if spec is None:  # nothing was speculated for it: Tab is a normal turn
             self._submit_normally(suggestion, answer, "submitted")
             return
-        stale = self._stale_reason(spec.snapshot, spec.config_gen)
         if stale is not None:
-            self._abort(spec, stale, stale=True)
             self._submit_normally(suggestion, answer, "stale")
             return
-        spec.phase = "accepting"
         spec.accept_epoch = self._epoch
         self._status_spec = spec
-        self._accepting = spec
         if deadline is not None:
             spec.give_up_timer = self.call_after(
                 max(0.0, deadline - time.monotonic()), self._accept_given_up, spec
@@ -1110,8 +1070,7 @@ class SpeculationController(ForeActor):
 
         def called_off() -> None:
             """Nothing was applied and the user moved on: answer, and let the abort report."""
-            spec.phase = "aborting"
-            spec.state = "aborted"
+            spec.move(SpecPhase.ABORTING, state="aborted")
             spec.reason = spec.accept_cancelled
             answer(
                 AcceptResult(
@@ -1128,7 +1087,7 @@ class SpeculationController(ForeActor):
             spec.result = result
             cancelled = spec.accept_cancelled is not None
             if result.conflicts:
-                spec.phase = "ended"
+                spec.move(SpecPhase.ENDED)
                 self._alert(AlertLevel.WARN, result.conflict_summary or "the speculation conflicts")
                 self._report(spec, "conflict", reason=", ".join(result.conflicts))
                 if cancelled:  # the user has moved on: no normal run of the suggestion
@@ -1148,7 +1107,7 @@ class SpeculationController(ForeActor):
                 if cancelled:
                     called_off()
                     return
-                spec.phase = "ended"
+                spec.move(SpecPhase.ENDED)
                 self._report(spec, "empty", result=result)
                 self._submit_normally(suggestion, answer, "submitted")
                 self._accept_done(spec)
@@ -1211,7 +1170,7 @@ class SpeculationController(ForeActor):
 
     def _accept_failed(
         self,
-        spec: _Speculation,
+        spec: Speculation,
         suggestion: Suggestion,
         answer: Answer,
         reason: str,
@@ -1219,8 +1178,7 @@ class SpeculationController(ForeActor):
         *,
         run_normally: bool = True,
     ) -> None:
-        spec.phase = "ended"
-        spec.state = "failed"
+        spec.move(SpecPhase.ENDED, state="failed")
         spec.reason = reason
         if applied:
             self._alert(
@@ -1240,7 +1198,7 @@ class SpeculationController(ForeActor):
 
     def _insert(
         self,
-        spec: _Speculation,
+        spec: Speculation,
         *,
         suggestion: Suggestion,
         result: SpeculationResult,
@@ -1250,6 +1208,7 @@ class SpeculationController(ForeActor):
         answer: Answer,
     ) -> None:
         """Insert the accepted transcript (the overlay is already applied)."""
+        spec.move(SpecPhase.INSERTING)  # held submits may follow the items now
         items = (UserMessage(text=suggestion.text), *result.items[1:]) if result.items else ()
         boundary = result.state == "boundary"
         continue_calls = result.boundary_calls if boundary else ()
@@ -1287,8 +1246,7 @@ class SpeculationController(ForeActor):
 
         def inserted(run_id: str | None) -> None:
             latency = time.monotonic() - begin  # files applied and history inserted
-            spec.phase = "accepted"
-            spec.state = "accepted"
+            spec.move(SpecPhase.ACCEPTED, state="accepted")
             self._report(spec, outcome, result=result)
             if not boundary:
                 accepted = extend(spec.snapshot, items)
@@ -1309,7 +1267,7 @@ class SpeculationController(ForeActor):
                 AlertLevel.ERROR,
                 f"inserting the accepted speculation failed ({applied} already applied): {error}",
             )
-            spec.phase = "ended"
+            spec.move(SpecPhase.ENDED)
             self._report(spec, "failed", reason=f"insert failed: {error!r}")
             answer(
                 AcceptResult(
@@ -1393,7 +1351,7 @@ class SpeculationController(ForeActor):
             self._status_events.publish(*self._status_now())
         return answer
 
-    def _status_of(self, spec: _Speculation) -> SpeculationStatus:
+    def _status_of(self, spec: Speculation) -> SpeculationStatus:
         result = spec.result
         # Built unvalidated: every field is this actor's own, already typed.
         return SpeculationStatus.model_construct(
@@ -1409,13 +1367,13 @@ class SpeculationController(ForeActor):
             boundary_tool=result.boundary_tool if result else None,
             boundary_reason=result.boundary_reason if result else None,
             next_suggestion=spec.next_suggestion,
-            accepting=spec.phase == "accepting",
+            accepting=spec.phase in (SpecPhase.ACCEPTING, SpecPhase.INSERTING),
             reason=spec.reason,
         )
 
     def _report(
         self,
-        spec: _Speculation,
+        spec: Speculation,
         outcome: SpeculationOutcome,
         *,
         result: SpeculationResult | None = None,

@@ -30,6 +30,11 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from fore.errors import BenchFailed
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["BenchFailed"]
+
 
 # Piped output (CI logs, tests, ``| tee``) gets 120 columns rather than rich's
 # 80, so the result tables keep one row per line.
@@ -44,14 +49,6 @@ def _width() -> int | None:
 
 
 console = Console(highlight=False, width=_width())
-
-
-class BenchFailed(RuntimeError):
-    """A measurement lost work or missed its deadline: its figures are not rates.
-
-    Raised by a micro-benchmark's ``run`` (after printing what it could);
-    ``fore bench <name>`` reports it as one line and exits non-zero.
-    """
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -43,6 +43,11 @@ from typing import IO
 
 import httpx
 
+from fore.errors import ServerFailed
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["ServerFailed"]
+
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
 """The model name the server answers to (and reports in ``/v1/models``)."""
@@ -180,10 +185,6 @@ class ServerLog:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
-
-
-class ServerFailed(RuntimeError):
-    """The server did not start (or died); the message ends with its log's tail."""
 
 
 class LlamaServer:

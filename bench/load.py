@@ -85,6 +85,7 @@ from fore.bench._common import console, percentile
 from fore.bench.report_accounting import Accounting, Ledger
 from fore.bench.report_cache import cache_summary
 from fore.bench.workload import USER_PROMPTS, make_workspace, script
+from fore.errors import BenchSetupError
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import EventBase, Subscribe, TurnResult
 from fore.messages.speculation import (
@@ -102,6 +103,9 @@ from fore.messages.speculation import (
 from fore.messages.usage import ModelPrice, UsageSummary
 from fore.supervision import Runtime
 
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["BenchSetupError"]
+
 THINK_DISTS = ("exp", "lognormal", "uniform", "fixed")
 """Think-time distributions, each with mean ``think_ms`` (see :func:`think_time`)."""
 
@@ -114,10 +118,6 @@ hundred ms here, so most of these keystrokes find it running."""
 TIMELINE_POINTS = 2_000
 """The timeline keeps at most this many samples (every other one is dropped
 when it fills: a long run is sampled more coarsely, never unboundedly)."""
-
-
-class BenchSetupError(RuntimeError):
-    """The benchmark could not start (the mock server, the temp directory ...)."""
 
 
 _LONGEST = {"fixed": 1.0, "uniform": 2.0, "lognormal": 5.0, "exp": 5.0}

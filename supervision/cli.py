@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from fore.errors import UsageError
+
 PROG = "fore"
 MICRO = (
     "actors",
@@ -62,10 +64,6 @@ _RUN_EXIT = {
     "usage_limit": 4,
     "cancelled": 130,
 }
-
-
-class UsageError(Exception):
-    """A user mistake: reported as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):

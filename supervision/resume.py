@@ -12,7 +12,9 @@ what this module covers is the rest of a session -- how it was opened -- so that
   credential (:func:`model_settings`): for an OpenAI-compatible endpoint, its
   base URL, model name and request options -- enough for
   :func:`rebuild_model` to make it again, the API key coming from the
-  environment as usual. An in-process model (``ScriptedModel``,
+  environment as usual; likewise for an
+  :class:`~actors.llm.anthropic.AnthropicModel` (its base URL, model, version
+  and prompt-cache settings). An in-process model (``ScriptedModel``,
   ``FunctionModel``) cannot be rebuilt: a resume passes it again.
 * Things that live only in the process -- tools given as objects, hooks, an
   interceptor, MCP server configurations -- are passed again to
@@ -34,6 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue, ValidationError
 
+from fore.actors.llm.anthropic import AnthropicModel
+from fore.actors.llm.anthropic_wire import ANTHROPIC_VERSION
 from fore.actors.llm.models import ChatModel, OpenAICompatible
 from fore.actors.store.codec import encode_config
 from fore.actors.store.errors import InvalidRecord
@@ -42,7 +46,7 @@ from fore.actors.tools.mcp.config import MCPServer
 from fore.actors.worker.approval import ApprovalPolicy, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor
-from fore.errors import ForeError
+from fore.errors import ModelNotRebuildable
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import Purpose
 from fore.messages.speculation import SpeculationConfig
@@ -62,11 +66,8 @@ CONFIG_VERSION = 1
 """The layout of the stored ``session_config`` (a newer one is read as far as it is known)."""
 
 OPENAI_COMPATIBLE = "openai-compatible"
+ANTHROPIC = "anthropic"
 IN_PROCESS = "in-process"
-
-
-class ModelNotRebuildable(ForeError, ValueError):
-    """A resume without ``model=`` of a session whose model cannot be made from its settings."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,22 @@ def model_settings(model: object) -> dict[str, JsonValue]:
         if base_url is not None:
             settings["base_url"] = base_url
         return settings
+    if isinstance(model, AnthropicModel):
+        settings = {
+            "provider": ANTHROPIC,
+            "model": model.name,
+            "stream": model.stream_answers,
+            "max_output_tokens": model.max_output_tokens,
+            "version": model.version,
+            "cache": model.cache,
+            "cache_ttl": model.cache_ttl,
+            "thinking_budget": model.thinking.budget_tokens if model.thinking is not None else None,
+            "fork_tool_choice": model.fork_tool_choice,
+        }
+        base_url = _without_password(model.base_url)
+        if base_url is not None:
+            settings["base_url"] = base_url
+        return settings
     return {
         "provider": IN_PROCESS,
         "class": type(model).__name__,
@@ -203,7 +220,9 @@ def rebuild_model(settings: Mapping[str, JsonValue], session_id: str) -> ChatMod
             raise ModelNotRebuildable(
                 f"session {session_id!r}: its model cannot be rebuilt ({exc}); pass model=..."
             ) from None
-    if provider == OPENAI_COMPATIBLE:
+    if provider == ANTHROPIC and isinstance(settings.get("base_url"), str):
+        return _rebuild_anthropic(settings, session_id)
+    if provider in (OPENAI_COMPATIBLE, ANTHROPIC):
         why = "its endpoint's URL held a password, which is never stored"
     elif provider == IN_PROCESS:
         why = f"it ran an in-process model ({settings.get('class') or 'unknown'})"
@@ -212,6 +231,33 @@ def rebuild_model(settings: Mapping[str, JsonValue], session_id: str) -> ChatMod
     raise ModelNotRebuildable(
         f"session {session_id!r} cannot rebuild its model: {why}; pass model=... to resume it"
     )
+
+
+def _rebuild_anthropic(settings: Mapping[str, JsonValue], session_id: str) -> AnthropicModel:
+    """An :class:`AnthropicModel` from its settings; the key comes from ``ANTHROPIC_API_KEY``."""
+    stream = settings.get("stream")
+    cap = settings.get("max_output_tokens")
+    version = settings.get("version")
+    cache = settings.get("cache")
+    ttl = settings.get("cache_ttl")
+    thinking = settings.get("thinking_budget")
+    fork = settings.get("fork_tool_choice")
+    try:
+        return AnthropicModel(
+            model=str(settings.get("model") or "") or None,
+            base_url=str(settings["base_url"]),
+            stream=stream if isinstance(stream, bool) else None,
+            max_output_tokens=cap if isinstance(cap, int) and cap > 0 else None,
+            version=version if isinstance(version, str) and version else ANTHROPIC_VERSION,
+            cache=cache if isinstance(cache, bool) else True,
+            cache_ttl="1h" if ttl == "1h" else "5m",
+            thinking_budget=thinking if isinstance(thinking, int) and thinking > 0 else None,
+            fork_tool_choice="as_requested" if fork == "as_requested" else "match_main",
+        )
+    except ValueError as exc:
+        raise ModelNotRebuildable(
+            f"session {session_id!r}: its model cannot be rebuilt ({exc}); pass model=..."
+        ) from None
 
 
 # -- the session's configuration ------------------------------------------------------------------

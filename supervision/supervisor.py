@@ -45,7 +45,7 @@ from pykka.messages import _ActorStop
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
-from fore.errors import ForeError
+from fore.errors import ChildRejectedError, SupervisorIntensityError
 from fore.messages.alerts import Alert, AlertLevel
 from fore.messages.runtime import (
     ChildExited,
@@ -65,6 +65,9 @@ from fore.messages.runtime import (
 from fore.supervision.handle import SUPERVISOR_STOP, SUPERVISOR_STOP_NOW, Handle
 from fore.supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
 
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["ChildRejectedError", "SupervisorIntensityError"]
+
 Done = Callable[[], None]
 SupervisorStatus = Literal["running", "shutting_down", "stopped", "failed"]
 Operation = Callable[[Done], None]
@@ -77,19 +80,6 @@ def _ignore_error(
     got: Callable[[str, TreeSnapshot | None], None], child_id: str, _error: BaseException
 ) -> None:
     got(child_id, None)
-
-
-class SupervisorIntensityError(ForeError, RuntimeError):
-    """A supervisor gave up: its children restarted too often."""
-
-
-class ChildRejectedError(ForeError, TypeError):
-    """A child spec's ``start`` did not return the ``ActorRef`` of a pooled actor.
-
-    Only :class:`~actors.core.pooled.PooledActor`\\ s report their exits to a
-    supervisor; whatever else ``start`` returned is stopped at once and the
-    child is not retried (it would fail the same way every time).
-    """
 
 
 @dataclass(eq=False)

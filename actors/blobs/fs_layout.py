@@ -17,8 +17,11 @@ import uuid
 
 import uuid_utils
 
-from fore.errors import ForeError
+from fore.errors import BlobKindError, BlobNotFound, BlobStoreError, InvalidBlobId
 from fore.messages.blobs import BlobKind, Content, Structured, Text
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["BlobKindError", "BlobNotFound", "BlobStoreError", "InvalidBlobId"]
 
 TEXT_SUFFIX = ".txt"
 JSON_SUFFIX = ".json"
@@ -34,22 +37,6 @@ ENCODING_ERRORS = "surrogatepass"
 """Lone surrogates (e.g. from ``os.fsdecode`` of odd file names) survive a round trip."""
 
 _KINDS: tuple[BlobKind, ...] = ("text", "structured")
-
-
-class BlobStoreError(ForeError):
-    """Base of every blob-store failure (I/O errors, corrupt blobs, ...)."""
-
-
-class InvalidBlobId(BlobStoreError, ValueError):
-    """A blob id that is not a UUID (or not a ``uuid.UUID``/``str`` at all)."""
-
-
-class BlobNotFound(BlobStoreError, LookupError):
-    """No blob with this id (never stored, or removed by retention)."""
-
-
-class BlobKindError(BlobStoreError, TypeError):
-    """A text-only operation (line access) on a structured blob."""
 
 
 def parse_blob_id(value: object) -> uuid.UUID:

@@ -58,7 +58,7 @@ from types import MappingProxyType, TracebackType
 from typing import Final, Literal, TypeVar, get_args
 
 from fore.actors.core.logs import get_logger
-from fore.errors import ForeError
+from fore.errors import Cancelled
 
 __all__ = [
     "KINDS",
@@ -79,10 +79,6 @@ KINDS: Final[tuple[LeaseKind, ...]] = get_args(LeaseKind)
 
 _keys = itertools.count()
 """Registration keys; ``next()`` on a count is atomic under the GIL."""
-
-
-class Cancelled(ForeError):
-    """Raised by :meth:`CancelScope.raise_if_cancelled` inside cancelled work."""
 
 
 class Registration:

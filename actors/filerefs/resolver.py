@@ -61,13 +61,12 @@ can ask a tool for them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 
 from fore.actors.filerefs.tokenizer import file_refs, render_user_text
 from fore.actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound
 from fore.actors.tools.paths import FsError, PathOutOfScope
 from fore.actors.worker.state import PreparedInput, submit_segments
-from fore.errors import ForeError
+from fore.errors import ResolveError, ResolveErrorKind, alert_text
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import Item, Segment, SystemMessage
 from fore.messages.session import Submit
@@ -104,42 +103,6 @@ __all__ = [
     "resolve_file_ref",
     "resolve_input",
 ]
-
-
-class ResolveErrorKind(StrEnum):
-    """Why a reference did not resolve."""
-
-    OUT_OF_SCOPE = "out_of_scope"
-    NOT_FOUND = "not_found"
-    BINARY = "binary"
-    IO = "io"
-
-
-_REASONS = {
-    ResolveErrorKind.OUT_OF_SCOPE: "outside the workspace",
-    ResolveErrorKind.NOT_FOUND: "not found",
-    ResolveErrorKind.BINARY: "binary file",
-}
-
-
-class ResolveError(ForeError):
-    """A reference that cannot be attached.
-
-    ``path`` is the path as the user typed it; ``reason`` is a short phrase
-    for the alert ("not found", "outside the workspace", "binary file",
-    "I/O error: ...").
-    """
-
-    def __init__(self, kind: ResolveErrorKind, path: str, reason: str | None = None) -> None:
-        self.kind = kind
-        self.path = path
-        self.reason = reason if reason is not None else _REASONS.get(kind, "I/O error")
-        super().__init__(alert_text(path, self.reason))
-
-
-def alert_text(path: str, reason: str) -> str:
-    """The one sentence the user sees for an unresolved reference."""
-    return f"file ref @{path} could not be resolved: {reason}"
 
 
 # --------------------------------------------------------------------------- #

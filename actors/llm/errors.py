@@ -8,16 +8,11 @@ from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from fore.errors import ForeError
+from fore.errors import LlmException
 from fore.messages.llm import Deadline, LlmError, LlmErrorKind
 
-
-class LlmException(ForeError):
-    """Carries an :class:`LlmError` through the provider code."""
-
-    def __init__(self, error: LlmError) -> None:
-        super().__init__(f"{error.kind}: {error.message}")
-        self.error = error
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["LlmException"]
 
 
 def llm_error(

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue, ValidationError
 
-from fore.errors import ForeError
+from fore.errors import ScriptError
 from fore.messages.base import Message
 
 __all__ = [
@@ -75,15 +75,6 @@ MAX_TOKEN_CHARS = 12
 Without a cap a long word (a path, a URL, minified JSON) would arrive in one
 chunk, which hides client bugs that only show when a token is split.
 """
-
-
-class ScriptError(ForeError, ValueError):
-    """A script file that cannot be read, parsed or validated.
-
-    The message names the file and either the JSON position (syntax errors)
-    or the pydantic field path (validation errors), so whoever wrote the
-    script can fix it without reading a traceback.
-    """
 
 
 class ScriptWhen(Message):

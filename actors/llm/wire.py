@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from fore.actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
-from fore.errors import ForeError
+from fore.errors import ArgumentsInvalid
 from fore.messages.conversation import (
     AssistantMessage,
     Item,
@@ -285,17 +285,6 @@ def _finite_float(token: str) -> float:
     if not math.isfinite(value):  # 1e400 overflows to inf
         raise ValueError(f"{token} is out of the range of a finite number")
     return value
-
-
-class ArgumentsInvalid(ForeError, ValueError):
-    """A call's arguments text is not a JSON object: why, and where (char offset)."""
-
-    def __init__(self, reason: str, position: int | None = None) -> None:
-        # (json's "Unterminated string starting at" already ends with the "at")
-        at = reason if position is None else f"{reason.removesuffix(' at')} at char {position}"
-        super().__init__(at)
-        self.reason = reason
-        self.position = position
 
 
 def _json_kind(value: Any) -> str:

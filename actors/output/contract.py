@@ -24,9 +24,9 @@ from fore.actors.output.schema import (
     wire_schema,
     wrapper_model,
 )
-from fore.errors import ForeError
+from fore.errors import ForeError, OutputValidationError
 from fore.messages.llm import ResponseSchema
-from fore.messages.session import OutputRequest, RunStatus, TurnResult
+from fore.messages.session import OutputRequest, RunStatus
 from fore.messages.tools import ToolDefinition
 
 __all__ = [
@@ -56,21 +56,6 @@ MAX_ERRORS_SHOWN = 8
 
 MAX_ERROR_CHARS = 2000
 """The validation-error text given to the model and kept in ``output_error``, at most."""
-
-
-class OutputValidationError(ForeError, ValueError):
-    """A structured turn gave no valid output (``Session.ask``).
-
-    Either every answer failed validation until the re-asks ran out
-    (``result.status`` is ``completed`` and ``result.output_error`` names the
-    last errors), or the run ended another way first (cancelled, an error, the
-    turn budget): ``result.status`` says how. ``result`` is the whole
-    :class:`~messages.session.TurnResult`.
-    """
-
-    def __init__(self, message: str, result: TurnResult[Any]) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 def output_request(

@@ -58,7 +58,7 @@ from fore.actors.worker.interceptor import (
     InterceptorToolResult,
     RetryRequest,
 )
-from fore.errors import ForeError
+from fore.errors import StructuredOutputUnavailable
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, SystemMessage, UserMessage
 from fore.messages.llm import LlmError
@@ -72,10 +72,6 @@ __all__ = [
     "rejects_response_format",
     "start_output",
 ]
-
-
-class StructuredOutputUnavailable(ForeError, RuntimeError):
-    """A structured submit reached a worker whose interceptors cannot handle it."""
 
 
 def model_strategy(model: Any) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, create_model
 from pydantic.errors import PydanticUserError
 
-from fore.errors import ForeError
+from fore.errors import OutputTypeError
 
 __all__ = [
     "RESULT_KEY",
@@ -45,10 +45,6 @@ RESULT_KEY = "result"
 """The property a non-object output is wrapped in."""
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-class OutputTypeError(ForeError, TypeError):
-    """An ``output_type`` that pydantic cannot validate or describe as a JSON schema."""
 
 
 def schema_name(output_type: Any) -> str:

@@ -10,7 +10,7 @@
 """
 
 from fore.actors.overlay.actor import OverlayActor
-from fore.actors.overlay.apply import ApplyFailed, FaultHook, apply_overlay, recover
+from fore.actors.overlay.apply import FaultHook, OverlayApplyFailed, apply_overlay, recover
 from fore.actors.overlay.fs import (
     DEFAULT_MAX_BYTES,
     OverlayClosed,
@@ -28,9 +28,9 @@ from fore.actors.overlay.store import (
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
-    "ApplyFailed",
     "FaultHook",
     "OverlayActor",
+    "OverlayApplyFailed",
     "OverlayClosed",
     "OverlayFs",
     "OverlayFull",

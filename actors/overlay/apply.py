@@ -45,7 +45,7 @@ the user made while the speculation ran. Apply here is a small transaction:
    exact version apply put there: a user's edit made meanwhile stays), new
    files and directories go, removed directories come back -- removes every
    staged temp and kept link, discards the journal and raises
-   :class:`ApplyFailed` whose ``applied`` names exactly the paths that could
+   :class:`OverlayApplyFailed` whose ``applied`` names exactly the paths that could
    not be restored (normally none), before the Tab returns.
 
 :func:`recover` (run at start for journals of dead processes, see
@@ -116,7 +116,7 @@ from fore.actors.overlay.journal import (
 )
 from fore.actors.overlay.recover import recover
 from fore.actors.tools.fsclock import Stamp, record_own
-from fore.actors.tools.paths import FsError
+from fore.errors import OverlayApplyFailed
 from fore.messages.overlay import ApplyResult, ConflictReport, OverlayConflict
 
 log = get_logger(__name__)
@@ -135,25 +135,12 @@ _COPY_CHUNK = 1024 * 1024
 __all__ = [
     "JOURNAL_SUFFIX",
     "SYSCALL_FAULT",
-    "ApplyFailed",
     "FaultHook",
+    "OverlayApplyFailed",
     "SysFault",
     "apply_overlay",
     "recover",
 ]
-
-
-class ApplyFailed(FsError):
-    """Apply could not complete for a reason other than a conflict.
-
-    ``applied`` names the real paths it did change before it stopped (only an
-    apply that failed after its commit point changes any; its journal stays,
-    and recovery finishes it at the next start).
-    """
-
-    def __init__(self, message: str, applied: Iterable[str] = ()) -> None:
-        super().__init__(message)
-        self.applied: tuple[str, ...] = tuple(applied)
 
 
 # -- apply ---------------------------------------------------------------------
@@ -173,15 +160,15 @@ def apply_overlay(
     The overlay is closed first (no new writes; in-flight ones are waited for
     up to ``close_timeout`` seconds). Returns the real paths changed, or a
     :class:`ConflictReport` when any touched path moved on since its base (then
-    nothing was written). Raises :class:`ApplyFailed` for other failures
+    nothing was written). Raises :class:`OverlayApplyFailed` for other failures
     (messages are workspace-relative); an apply that fails after its commit
-    point is rolled back first, and ``ApplyFailed.applied`` names exactly the
+    point is rolled back first, and ``OverlayApplyFailed.applied`` names exactly the
     paths that could not be restored (normally none). ``sys_fault`` (default:
     :data:`SYSCALL_FAULT`) is the test seam for failing changes to the real tree.
     """
     started = time.perf_counter()
     if not overlay.close(close_timeout):
-        raise ApplyFailed("tool calls are still writing into the speculation overlay")
+        raise OverlayApplyFailed("tool calls are still writing into the speculation overlay")
     if overlay.removed:
         raise OverlayClosed("the speculation overlay was discarded")
     overlay_id = overlay.overlay_id
@@ -279,7 +266,7 @@ def _displaces(op: _Op) -> bool:
 
 def _rolled_back(
     failure: _Failure, changed: list[str], problems: list[str], overlay_id: str
-) -> ApplyFailed:
+) -> OverlayApplyFailed:
     reason = _describe(failure.error, failure.op.path)
     if changed:
         message = (
@@ -290,7 +277,7 @@ def _rolled_back(
     else:
         message = f"apply failed ({reason}); it was rolled back: no file changed"
         log.warning("overlay_apply_rolled_back", overlay=overlay_id, reason=reason)
-    return ApplyFailed(message, changed)
+    return OverlayApplyFailed(message, changed)
 
 
 @dataclass(slots=True)
@@ -345,7 +332,7 @@ class _Transaction:
         """Stage, re-check, keep what will be displaced, reach the commit point.
 
         Returns late conflicts (then everything is undone and the journal
-        discarded); raises :class:`ApplyFailed` when staging fails (likewise).
+        discarded); raises :class:`OverlayApplyFailed` when staging fails (likewise).
         """
         cache = self.cache
         uppers = {e.rel: e.upper for e in entries if e.upper is not None}
@@ -714,8 +701,8 @@ def _unstage(cache: DirCache, staged: Iterable[_Op]) -> None:
             pass
 
 
-def _failure(exc: BaseException, phase: str) -> ApplyFailed:
+def _failure(exc: BaseException, phase: str) -> OverlayApplyFailed:
     if isinstance(exc, PathChanged):
-        return ApplyFailed(f"apply stopped while {phase}: {exc.rel}: {exc.detail}")
+        return OverlayApplyFailed(f"apply stopped while {phase}: {exc.rel}: {exc.detail}")
     strerror = exc.strerror if isinstance(exc, OSError) else None
-    return ApplyFailed(f"apply stopped while {phase}: {strerror or type(exc).__name__}")
+    return OverlayApplyFailed(f"apply stopped while {phase}: {strerror or type(exc).__name__}")

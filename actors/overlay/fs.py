@@ -141,6 +141,7 @@ from fore.actors.tools.fs import (
 )
 from fore.actors.tools.fsclock import Instant, changed_since, multigrain
 from fore.actors.tools.paths import FsError, PathOutOfScope, normalize
+from fore.errors import OverlayClosed, OverlayFull
 from fore.messages.overlay import FileBase, OverlayChange
 
 log = get_logger(__name__)
@@ -158,14 +159,6 @@ __all__ = [
     "OverlayFull",
     "PlannedEntry",
 ]
-
-
-class OverlayFull(FsError):
-    """A write would grow the overlay's upper layer past its size bound."""
-
-
-class OverlayClosed(FsError):
-    """The overlay was closed (applied or discarded); it accepts no more changes."""
 
 
 class OverlayFs(UnionListing):

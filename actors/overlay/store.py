@@ -47,7 +47,7 @@ from fore.actors.overlay.apply import recover
 from fore.actors.overlay.fs import DEFAULT_MAX_BYTES, OverlayFs
 from fore.actors.tools.fs import WorkspaceFs
 from fore.actors.tools.fsclock import Instant
-from fore.errors import ForeError
+from fore.errors import OverlayStoreError
 from fore.messages.overlay import RecoveryRecord, SweepReport
 
 log = get_logger(__name__)
@@ -65,10 +65,6 @@ __all__ = [
     "process_marker",
     "sweep_dead",
 ]
-
-
-class OverlayStoreError(ForeError, OSError):
-    """The overlay root is unusable (not a directory, or owned by another user)."""
 
 
 def default_root() -> Path:

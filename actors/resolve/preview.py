@@ -36,25 +36,14 @@ from fore.actors.core.logs import get_logger
 from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from fore.actors.tools.builtin.files import apply_edit, decode_text
 from fore.actors.tools.fs import FsView
+from fore.errors import PreviewApplyFailed, StalePreview
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["PreviewApplyFailed", "StalePreview"]
 
 DIFF_CAP = 12_000
 
 log = get_logger(__name__)
-
-
-class StalePreview(ToolError):
-    """A file changed between the preview and the apply.
-
-    Not ``retryable``: the staged content can never apply again, so the
-    ``resolve`` tool stops forcing the action (it stays pending so the model
-    can discard it and preview again).
-    """
-
-    retryable = False
-
-
-class ApplyFailed(ToolError):
-    """Writing the files failed; says whether the workspace was left unchanged."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +141,7 @@ def apply_staged(ctx: ToolContext, staged: Sequence[StagedFile]) -> str:
             try:
                 fs.write_bytes(temp, data)
             except Exception as exc:
-                raise ApplyFailed(
+                raise PreviewApplyFailed(
                     f"Could not stage {item.path} ({exc}); no file was changed."
                 ) from exc
             temps.append(temp)
@@ -186,12 +175,12 @@ def _replace_all(
                     log.error("preview_rollback_failed", path=path, error=repr(undo))
                     not_restored.append(path)
             if not_restored:
-                raise ApplyFailed(
+                raise PreviewApplyFailed(
                     f"Writing {item.path} failed ({exc}) and restoring "
                     f"{', '.join(not_restored)} failed too: those files hold the new "
                     "content, the others are unchanged."
                 ) from exc
-            raise ApplyFailed(
+            raise PreviewApplyFailed(
                 f"Writing {item.path} failed ({exc}); the files written before it were "
                 "restored, so no file was changed."
             ) from exc

@@ -49,7 +49,7 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.actor import OverlayActor
-from fore.actors.overlay.apply import ApplyFailed
+from fore.actors.overlay.apply import OverlayApplyFailed
 from fore.actors.overlay.fs import OverlayClosed, OverlayFs
 from fore.actors.overlay.store import OverlayStore
 from fore.actors.resolve.pending import PendingActions
@@ -64,7 +64,7 @@ from fore.actors.tools.fsclock import Instant
 from fore.actors.worker.hooks import HookEvent, HooksView
 from fore.actors.worker.state import SessionState, pairing_problems
 from fore.actors.worker.worker import Worker, WorkerConfig
-from fore.errors import ForeError
+from fore.errors import ApplyOutcomeUnknown
 from fore.messages.conversation import AssistantMessage, Item, ToolCall, UserMessage
 from fore.messages.overlay import ApplyOverlay, ApplyResult, ConflictReport
 from fore.messages.runtime import StopNow
@@ -91,12 +91,6 @@ from fore.messages.speculation import (
     Suggestion,
     TokenBudgetReached,
 )
-
-
-class ApplyOutcomeUnknown(ForeError, RuntimeError):
-    """An accept's apply ended in a way that does not say which files it changed
-    (the ask timed out, the speculator crashed): the suggestion must not be run
-    again on top of a tree that may be half-applied."""
 
 
 @dataclass
@@ -596,7 +590,7 @@ class Speculator(ForeActor):
         def failed(error: BaseException) -> None:
             self._apply_reply = None
             if reply is not None:
-                if isinstance(error, ApplyFailed | OverlayClosed):
+                if isinstance(error, OverlayApplyFailed | OverlayClosed):
                     # Rolled back in process (or never begun): ``applied`` names
                     # exactly the paths that stayed changed, normally none.
                     reply.try_set(

@@ -23,13 +23,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fore.errors import ForeError
+from fore.errors import PgClusterError
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["PgClusterError"]
 
 BINDIR_ENV = "FORE_PG_BINDIR"
-
-
-class PgClusterError(ForeError, RuntimeError):
-    """The cluster could not be created or started (the message says which step and why)."""
 
 
 def find_bindir() -> Path | None:

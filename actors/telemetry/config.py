@@ -19,14 +19,13 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fore.errors import ForeError
+from fore.errors import TelemetryUnavailable
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["TelemetryUnavailable"]
 
 if TYPE_CHECKING:
     from fore.actors.telemetry.tracing import Instrumentation
-
-
-class TelemetryUnavailable(ForeError, ImportError):
-    """``Telemetry`` was asked for but the OpenTelemetry API is not installed."""
 
 
 @dataclass(frozen=True)

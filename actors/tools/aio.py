@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from fore.actors.core.logs import get_logger
 from fore.actors.tools.cancel import CancelToken
-from fore.errors import ForeError
+from fore.errors import ToolLoopClosed
 
 log = get_logger(__name__)
 
@@ -44,10 +44,6 @@ T = TypeVar("T")
 
 OnDone = Callable[[Any, BaseException | None], None]
 _Job = tuple[Callable[[], Coroutine[Any, Any, Any]], OnDone, CancelToken | None]
-
-
-class ToolLoopClosed(ForeError, RuntimeError):
-    """The tool loop is shut down: nothing new runs on it."""
 
 
 class ToolLoop:

@@ -25,10 +25,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fore.actors.tools.cancel import CancelToken, ToolCancelled
 from fore.actors.tools.paths import FsError
-from fore.errors import ForeError
+from fore.errors import ToolError
 from fore.messages.blobs import Inline, Stored
 from fore.messages.conversation import ToolCall
 from fore.messages.tools import Outcome, ToolDefinition
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["ToolError"]
 
 if TYPE_CHECKING:
     from fore.actors.tools.fs import FsView
@@ -36,10 +39,6 @@ if TYPE_CHECKING:
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 
 PENDING_STORE_UNAVAILABLE = "Pending action store unavailable for custom tools in this runtime."
-
-
-class ToolError(ForeError):
-    """An expected failure; its message is the error result the model sees."""
 
 
 class ToolArgs(BaseModel):

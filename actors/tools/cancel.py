@@ -12,13 +12,12 @@ import threading
 from collections.abc import Callable
 
 from fore.actors.core.logs import get_logger
-from fore.errors import ForeError
+from fore.errors import ToolCancelled
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["ToolCancelled"]
 
 log = get_logger(__name__)
-
-
-class ToolCancelled(ForeError):
-    """Raised inside a tool when its call was cancelled."""
 
 
 class CancelToken:

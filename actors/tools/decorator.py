@@ -48,17 +48,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
 from fore.actors.tools.base import Tool, ToolContext, ToolReturn
-from fore.errors import ForeError
+from fore.errors import ToolDefinitionError
 from fore.messages.blobs import Inline, Stored
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """What providers accept as a tool name (OpenAI's rule, the strictest common one)."""
-
-
-class ToolDefinitionError(ForeError, TypeError):
-    """A function that cannot become a tool; the message names the function and the parameter."""
 
 
 class _Args(BaseModel):

@@ -42,6 +42,7 @@ from fore.actors.tools.paths import (
     normalize,
     resolve_in_workspace,
 )
+from fore.errors import IsADirectory, NotADirectory, NotFound
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -63,18 +64,6 @@ SKIP_DIRS = frozenset(
     }
 )
 """Directories ``glob`` and ``grep`` do not descend into (``list_directory`` shows them)."""
-
-
-class NotFound(FsError):
-    """The path does not exist."""
-
-
-class IsADirectory(FsError):
-    """A file was expected."""
-
-
-class NotADirectory(FsError):
-    """A directory was expected."""
 
 
 __all__ = [

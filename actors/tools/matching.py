@@ -43,7 +43,7 @@ from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 from wcmatch import _wcparse
 from wcmatch import glob as wcglob
 
-from fore.errors import ForeError
+from fore.errors import PatternError
 
 _regex: Any = importlib.import_module("regex")
 """The ``regex`` package (untyped): matches wcmatch's translation with a timeout."""
@@ -68,10 +68,6 @@ EXCLUDE_FILE = ".git/info/exclude"
 
 _re2: Any = importlib.import_module("re2") if importlib.util.find_spec("re2") else None
 """google-re2 (untyped): linear-time matching of ignore rules the model may have written."""
-
-
-class PatternError(ForeError, ValueError):
-    """A glob the tool cannot use; the message is meant for the model."""
 
 
 # -- globs ---------------------------------------------------------------------------

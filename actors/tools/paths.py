@@ -29,15 +29,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from fore.errors import ForeError
+from fore.errors import FsError, PathOutOfScope
 
-
-class FsError(ForeError):
-    """A filesystem operation failed; the message is meant for the model."""
-
-
-class PathOutOfScope(FsError, ValueError):
-    """The path leads outside the workspace."""
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["FsError", "PathOutOfScope"]
 
 
 def normalize(path: str, root: str, *, strip: bool = True) -> str:

@@ -87,7 +87,10 @@ from pathlib import Path
 from typing import Literal
 
 from fore.actors.core.logs import get_logger
-from fore.errors import ForeError
+from fore.errors import TrackingUnavailable
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["TrackingUnavailable"]
 
 log = get_logger(__name__)
 
@@ -104,10 +107,6 @@ BASH = "/bin/bash"
 _SWEEP_ROUNDS = 5
 _SWEEP_MARGIN_S = 2.0
 """Processes created this long before the call started are still checked (clock slack)."""
-
-
-class TrackingUnavailable(ForeError, RuntimeError):
-    """The requested backend cannot work on this machine (the message says why)."""
 
 
 class TrackedCall(ABC):

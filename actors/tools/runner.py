@@ -32,15 +32,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fore.actors.core.logs import get_logger
-from fore.errors import ForeError
+from fore.errors import RunnerSaturated
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["RunnerSaturated"]
 
 log = get_logger(__name__)
 
 Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
-
-
-class RunnerSaturated(ForeError, RuntimeError):
-    """No runner thread is free and the thread limit is reached."""
 
 
 class ThreadRunner:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from fore.errors import ForeError
+from fore.errors import ConditionError, HookError, HookTimeout
 from fore.messages.conversation import Item
-from fore.messages.session import HookFailure, HookFailureKind
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["ConditionError", "HookError", "HookTimeout"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,38 +110,3 @@ NEUTRAL: dict[HookEvent, Any] = {
     HookEvent.ON_TURN_END: Finish(),
     HookEvent.ON_ABORT: None,
 }
-
-
-# -- errors ------------------------------------------------------------------------
-
-
-class HookError(ForeError):
-    """A hook failed; names the event, the hook and how (``kind``)."""
-
-    kind: HookFailureKind = "raised"
-
-    def __init__(
-        self, event: HookEvent, hook: str, message: str, *, kind: HookFailureKind | None = None
-    ) -> None:
-        super().__init__(f"{event.value} hook {hook!r}: {message}")
-        self.event = event
-        self.hook = hook
-        self.message = message
-        if kind is not None:
-            self.kind = kind
-
-    def failure(self) -> HookFailure:
-        """The typed form a ``TurnResult`` carries (callers branch on it, not on text)."""
-        return HookFailure(
-            event=self.event.value, hook=self.hook, kind=self.kind, message=self.message
-        )
-
-
-class HookTimeout(HookError):
-    """A hook (or its ``when`` condition) ran longer than its timeout."""
-
-    kind: HookFailureKind = "timeout"
-
-
-class ConditionError(ForeError):
-    """A hook's ``when`` condition raised (raised by :func:`run_hook`)."""

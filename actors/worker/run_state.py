@@ -19,8 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from fore.errors import ForeError
+from fore.errors import PhaseError
 from fore.messages.session import RunStatus
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["PhaseError"]
 
 RunPhase = Literal[
     "starting",
@@ -98,10 +101,6 @@ ALLOWED: dict[RunPhase, frozenset[RunPhase]] = {
     "saving": _phases("pre_tool_call", "approval", "storing outputs") | _NEXT_LLM | _ENDS,
     "ended": _phases(),
 }
-
-
-class PhaseError(ForeError, RuntimeError):
-    """A move between two phases that :data:`ALLOWED` does not list (a worker bug)."""
 
 
 def check_move(old: RunPhase, new: RunPhase) -> None:

@@ -103,7 +103,7 @@ from fore.actors.worker.interceptor import (
 from fore.actors.worker.persistence import Persistence, TurnWriter
 from fore.actors.worker.run_state import ALLOWED, CallStatus, Ending, RunProgress
 from fore.actors.worker.state import PreparedInput, SessionState, prepare_plain, submit_segments
-from fore.errors import ForeError
+from fore.errors import WorkerBusy
 from fore.messages.alerts import Alert, AlertLevel
 from fore.messages.blob_store import ReferenceBlobs, StoredOutput, StoreToolOutput
 from fore.messages.blobs import BlobLimits, Inline, Stored, Text
@@ -165,6 +165,9 @@ from fore.messages.tools import (
     ToolCallStarted,
 )
 from fore.messages.usage import UsageLimitHit
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["WorkerBusy"]
 
 _ids = itertools.count()
 
@@ -271,10 +274,6 @@ DEFAULT_MAX_BATCH_CALLS = 128
 DEFAULT_MAX_ARGUMENT_RETRIES = 3
 """Answers with unusable tool arguments a run hands back to the model
 (``WorkerConfig.max_argument_retries``)."""
-
-
-class WorkerBusy(ForeError, RuntimeError):
-    """A submit arrived while a run is in progress."""
 
 
 @dataclass

@@ -54,7 +54,7 @@ from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import AlertForwarder, EventSink
 from fore.distributed.placement import ShardInfo, ShardLoad
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec
-from fore.errors import ForeError
+from fore.errors import ForeError, SessionNotHere
 from fore.messages.alerts import SubscribeAlerts, UnsubscribeAlerts
 from fore.messages.conversation import Segment
 from fore.messages.session import (
@@ -81,15 +81,6 @@ __all__ = ["SessionNotHere", "ShardConfig", "ShardServer"]
 TARGETS = ("worker", "supervisor", "alerts")
 """What a remote ask or tell can address: the session's worker, its supervisor, or
 the runtime's alert sink."""
-
-
-class SessionNotHere(ForeError, LookupError):
-    """This shard does not host the session (never did, or it was restarted since)."""
-
-    def __init__(self, session_id: str, shard: int) -> None:
-        super().__init__(f"session {session_id!r} is not open on shard #{shard}")
-        self.session_id = session_id
-        self.shard = shard
 
 
 @dataclass(frozen=True)

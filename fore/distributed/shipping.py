@@ -26,16 +26,12 @@ import pickle
 import threading
 from typing import Any
 
-from fore.errors import ForeError
+from fore.errors import NotShippable
 
 __all__ = ["NotShippable", "dumps", "loads"]
 
 _LOCK = type(threading.Lock())
 _RLOCK = type(threading.RLock())
-
-
-class NotShippable(ForeError, TypeError):
-    """An object a session needs cannot be sent to a shard (it cannot be pickled)."""
 
 
 def _fresh_lock() -> Any:

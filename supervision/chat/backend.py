@@ -43,17 +43,13 @@ from typing import Any, Protocol
 from fore.actors.llm.models import OpenAICompatible
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.worker.approval import ApprovalPolicy, Approver
-from fore.errors import ForeError
+from fore.errors import ModelSwitchError
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnResult
 from fore.messages.speculation import AcceptResult, SpeculationConfig
 from fore.messages.usage import UsageSummary
 from fore.supervision.runtime import Runtime
 from fore.supervision.session import Session
-
-
-class ModelSwitchError(ForeError, ValueError):
-    """``/model NAME`` cannot switch this session's model (one line for the person)."""
 
 
 class ChatBackend(Protocol):

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
-from fore.errors import ForeError
+from fore.errors import UnknownCommand
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["UnknownCommand"]
 
 COMMANDS: dict[str, str] = {
     "help": "keys and commands",
@@ -49,10 +52,6 @@ KEYS: tuple[tuple[str, str], ...] = (
 class Command:
     name: str
     argument: str = ""
-
-
-class UnknownCommand(ForeError, ValueError):
-    pass
 
 
 def parse_command(line: str) -> Command | None:

@@ -17,13 +17,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fore.actors.worker.approval import ApprovalDecision, ApprovalRequest
-from fore.errors import ForeError
+from fore.errors import ChatError
 from fore.messages.gate import ApprovalMode
 from fore.supervision.chat.app import ChatApp
 from fore.supervision.chat.backend import BackendConfig, SessionBackend, chat_runtime
 from fore.supervision.chat.demo import OPENING, DemoModel, demo_banner, make_workspace
 from fore.supervision.chat.picker import pick_session, resumed_banner
 from fore.supervision.chat.trace import Trace
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["ChatError"]
 
 MIN_COLUMNS = 40
 MIN_ROWS = 8
@@ -48,10 +51,6 @@ class ChatOptions:
     """A stored session to continue: its id, or ``""`` to pick one (``None``: a new one)."""
     price: Any = None
     """The model's :class:`~messages.usage.ModelPrice` (``--price``), for ``/cost``."""
-
-
-class ChatError(ForeError):
-    """Cannot start: one line for the person, exit code 2."""
 
 
 def terminal_problem(stdin: TextIO, stdout: TextIO) -> str | None:

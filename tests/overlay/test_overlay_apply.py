@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fore.actors.overlay import (
-    ApplyFailed,
+    OverlayApplyFailed,
     OverlayClosed,
     OverlayFs,
     OverlayStore,
@@ -342,7 +342,7 @@ def test_symlink_swapped_in_during_staging_cannot_redirect_a_write(
             (ws / "zdir").rename(tmp_path / "zdir-moved")
             (ws / "zdir").symlink_to(outside)
 
-    with pytest.raises(ApplyFailed) as info:
+    with pytest.raises(OverlayApplyFailed) as info:
         apply_overlay(ov, store.journal_dir, fault=swap)
     assert str(tmp_path) not in str(info.value)
     assert os.listdir(outside) == []
@@ -383,7 +383,7 @@ def test_an_operation_failing_after_the_commit_point_is_rolled_back(
             (staged,) = [p for p in leftovers(ws) if p.startswith(".b.txt")]
             (ws / staged).unlink()
 
-    with pytest.raises(ApplyFailed) as info:
+    with pytest.raises(OverlayApplyFailed) as info:
         apply_overlay(ov, store.journal_dir, fault=lose_b)
     assert info.value.applied == ()
     assert "rolled back" in str(info.value)
@@ -657,7 +657,7 @@ def test_an_unusable_journal_fails_cleanly_and_writes_nothing(
     blocker.write_text("a file where the journal directory should be")
     ov.write_bytes("a.txt", b"never applied")
     before = snapshot(ws)
-    with pytest.raises(ApplyFailed) as info:
+    with pytest.raises(OverlayApplyFailed) as info:
         apply_overlay(ov, blocker / "journal")
     assert "journal" in str(info.value) and str(tmp_path) not in str(info.value)
     assert snapshot(ws) == before

@@ -9,7 +9,7 @@ tmpfs, mounted when the test may -- checks the same without any seam.
 
 After every failure: the tree is exactly as before (contents, kinds, modes), no
 staged or kept file is left in it, no journal is left for recovery to redo, and
-``ApplyFailed.applied`` is empty -- or, when the undo itself was made to fail,
+``OverlayApplyFailed.applied`` is empty -- or, when the undo itself was made to fail,
 names exactly the paths that kept the speculation's version.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from fore.actors.overlay import ApplyFailed, OverlayFs, OverlayStore, apply_overlay
+from fore.actors.overlay import OverlayApplyFailed, OverlayFs, OverlayStore, apply_overlay
 from fore.actors.tools.fsclock import wait_for_tick
 from fore.messages.overlay import ApplyResult
 
@@ -143,7 +143,7 @@ def test_every_post_commit_failure_is_rolled_back(
     for index, point in enumerate(points):
         ws, ov = prepare(tmp_path / f"run{index}", keep, monkeypatch)
         before = tree(ws)
-        with pytest.raises(ApplyFailed) as info:
+        with pytest.raises(OverlayApplyFailed) as info:
             apply_overlay(ov, journal_dir(ov), sys_fault=failing_at(point))
         assert info.value.applied == (), point
         assert "rolled back" in str(info.value)
@@ -162,7 +162,7 @@ def test_every_pre_commit_failure_changes_nothing(
     for index, point in enumerate(points):
         ws, ov = prepare(tmp_path / f"run{index}", keep, monkeypatch)
         before = tree(ws)
-        with pytest.raises(ApplyFailed) as info:
+        with pytest.raises(OverlayApplyFailed) as info:
             apply_overlay(ov, journal_dir(ov), sys_fault=failing_at(point))
         assert info.value.applied == ()
         assert tree(ws) == before, point
@@ -179,7 +179,7 @@ def test_a_failed_undo_names_exactly_what_kept_the_new_version(
     assert last_replace != "replace:a.txt"
     ws, ov = prepare(tmp_path / "run", keep, monkeypatch)
     before = tree(ws)
-    with pytest.raises(ApplyFailed) as info:
+    with pytest.raises(OverlayApplyFailed) as info:
         apply_overlay(ov, journal_dir(ov), sys_fault=failing_at(last_replace, "restore:a.txt"))
     assert info.value.applied == ("a.txt",)
     assert "a.txt" in str(info.value)
@@ -207,7 +207,7 @@ def test_a_user_edit_during_the_apply_is_kept_by_the_undo(
         if syscall == "replace":
             replaced.append(rel)
 
-    with pytest.raises(ApplyFailed) as info:
+    with pytest.raises(OverlayApplyFailed) as info:
         apply_overlay(ov, journal_dir(ov), sys_fault=fault)
     assert (ws / "a.txt").read_text() == "the user's version\n"
     assert info.value.applied == ("a.txt",)
@@ -270,7 +270,7 @@ def test_running_out_of_inodes_after_the_commit_point_rolls_back(
         (ws / f".filler{filler}").write_bytes(b"")
         filler += 1
     before = tree(ws)
-    with pytest.raises(ApplyFailed) as info:
+    with pytest.raises(OverlayApplyFailed) as info:
         apply_overlay(ov, store.journal_dir)
     assert info.value.applied == ()
     assert "rolled back" in str(info.value) and "No space left" in str(info.value)
@@ -302,7 +302,7 @@ def test_the_undo_never_writes_outside_the_workspace(tmp_path: Path) -> None:
             (ws / "zdir").symlink_to(outside)
             raise OSError(errno.EIO, "Input/output error")
 
-    with pytest.raises(ApplyFailed):
+    with pytest.raises(OverlayApplyFailed):
         apply_overlay(ov, journal_dir(ov), sys_fault=swap_then_fail)
     assert os.listdir(outside) == []
     assert (ws / "a.txt").read_text() == "alpha\n"  # the delete was undone

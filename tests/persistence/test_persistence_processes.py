@@ -9,12 +9,7 @@ are bounded and fail with a message.
 from __future__ import annotations
 
 import json
-import os
-import queue
 import random
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +22,7 @@ from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
 from fore.supervision import Runtime
 from tests.persistence.persist_child import lookup, prompt, script
 from tests.store.pg_server import pg_cluster, pg_url, store_url  # noqa: F401  (fixtures)
-from tests.store.test_store_processes import DEADLINE, ROOT, Child
+from tests.store.test_store_processes import Child
 
 TAGS = [f"s{i}" for i in range(4)]
 TURNS_IN_SCRIPT = 60
@@ -43,42 +38,7 @@ def server() -> Any:
 class PersistChild(Child):
     """A ``tests.persistence.persist_child`` process, read like the store tests' children."""
 
-    def __init__(self, command: str, **args: Any) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.persistence.persist_child", command, json.dumps(args)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "FORE_LOG_LEVEL": "error"},
-        )
-        self.pid = self.proc.pid
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def expect_any(self, events: tuple[str, ...]) -> dict[str, Any]:
-        """The next event of one of ``events`` (others are skipped), within the deadline."""
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"child {self.pid} never said any of {events}"
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                self.lines.put(None)
-                self.proc.wait(timeout=DEADLINE)
-                err = self.proc.stderr.read() if self.proc.stderr else ""
-                raise AssertionError(f"child {self.pid} ended before {events}: {err[-3000:]}")
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict) and message.get("child") in events:
-                return message
+    MODULE = "tests.persistence.persist_child"
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.llm import OpenAICompatible, ScriptedModel
+from fore.actors.llm.anthropic import AnthropicModel
 from fore.actors.store import InvalidRecord, TurnBatch
 from fore.actors.store.codec import MAX_BATCH_ITEMS
 from fore.actors.worker.persistence import (
@@ -225,6 +226,46 @@ def test_an_openai_compatible_model_is_stored_without_credentials_and_rebuilt() 
         "m1",
         99,
     )
+
+
+def test_an_anthropic_model_is_stored_without_credentials_and_rebuilt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = AnthropicModel(
+        base_url="http://127.0.0.1:9",
+        model="claude-x",
+        api_key="sk-ant-secret",
+        max_output_tokens=512,
+        cache_ttl="1h",
+        thinking_budget=2048,
+        fork_tool_choice="as_requested",
+        stream=False,
+    )
+    settings_ = model_settings(model)
+    assert "sk-ant-secret" not in str(settings_)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    again = rebuild_model(settings_, "s")
+    assert isinstance(again, AnthropicModel)
+    assert again.api_key == "sk-ant-from-env"  # the key comes from the environment
+    assert model_settings(again) == settings_
+    assert (again.base_url, again.name, again.max_output_tokens) == (
+        "http://127.0.0.1:9",
+        "claude-x",
+        512,
+    )
+    assert (again.cache_ttl, again.fork_tool_choice, again.stream_answers) == (
+        "1h",
+        "as_requested",
+        False,
+    )
+
+
+def test_an_anthropic_base_url_with_a_password_is_never_stored() -> None:
+    model = AnthropicModel(base_url="http://u:pw@127.0.0.1:9", api_key="k")
+    settings_ = model_settings(model)
+    assert "pw" not in str(settings_) and "base_url" not in settings_
+    with pytest.raises(ModelNotRebuildable, match="password"):
+        rebuild_model(settings_, "s")
 
 
 def test_a_base_url_with_a_password_is_never_stored() -> None:

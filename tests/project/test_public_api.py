@@ -86,9 +86,11 @@ def test_every_public_error_is_a_fore_error() -> None:
     import fore.actors.core.errors
     import fore.actors.llm.errors
     import fore.actors.tools.paths
+    import fore.errors
     import fore.supervision.supervisor
 
     for module in (
+        fore.errors,  # where they are all defined now (tests/project/test_errors.py)
         fore.actors.core.errors,
         fore.actors.blobs.fs_layout,
         fore.actors.blobs.fs_store,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from fore.actors.llm import FunctionModel, ScriptedModel, llm_error
-from fore.actors.resolve.preview import ApplyFailed, EditSpec, apply_staged, stage
+from fore.actors.resolve.preview import EditSpec, PreviewApplyFailed, apply_staged, stage
 from fore.actors.tools import CancelToken, FunctionTool, ToolContext, WorkspaceFs
 from fore.actors.worker.hooks import Cancel, Continue, Hooks, LlmRequestContext
 from fore.messages.llm import LlmRequest, NamedToolChoice
@@ -324,7 +324,7 @@ def test_a_failure_while_staging_changes_no_file(tmp_path: Path) -> None:
     staged, ctx = two_file_preview(tmp_path, lambda path, n: n == 1)
     fs = ctx.fs
     assert isinstance(fs, ReshapingFs)
-    with pytest.raises(ApplyFailed, match=r"Could not stage b/y.txt .*no file was changed"):
+    with pytest.raises(PreviewApplyFailed, match=r"Could not stage b/y.txt .*no file was changed"):
         apply_staged(ctx, staged)
     assert (tmp_path / "a" / "x.txt").read_text() == "old_name = 1\n"
     assert hidden_leftovers(tmp_path / "a") == []  # the staged temp was removed
@@ -340,7 +340,7 @@ def test_a_failure_midway_through_the_replaces_is_rolled_back(tmp_path: Path) ->
     staged, ctx = two_file_preview(tmp_path, lambda path, n: path == "a/x.txt")
     fs = ctx.fs
     assert isinstance(fs, ReshapingFs)
-    with pytest.raises(ApplyFailed, match=r"Writing b/y.txt failed .*restored"):
+    with pytest.raises(PreviewApplyFailed, match=r"Writing b/y.txt failed .*restored"):
         apply_staged(ctx, staged)
     assert "a/x.txt" in fs.writes  # the first target really was replaced, then restored
     assert (tmp_path / "a" / "x.txt").read_text() == "old_name = 1\n"

@@ -38,9 +38,12 @@ class Child:
     that arrived together with the previous one (already in the reader's buffer).
     """
 
+    MODULE = "tests.store.store_child"
+    """The child's program (``python -m MODULE COMMAND ARGS``); tests/persistence uses its own."""
+
     def __init__(self, command: str, **args: Any) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.store_child", command, json.dumps(args)],
+            [sys.executable, "-m", self.MODULE, command, json.dumps(args)],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -60,10 +63,14 @@ class Child:
         self.lines.put(None)  # end of output
 
     def expect(self, event: str, timeout: float = DEADLINE) -> dict[str, Any]:
+        return self.expect_any((event,), timeout)
+
+    def expect_any(self, events: tuple[str, ...], timeout: float = DEADLINE) -> dict[str, Any]:
+        """The next event of one of ``events`` (others and log lines are skipped)."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            assert left > 0, f"child {self.pid} never said {event!r}"
+            assert left > 0, f"child {self.pid} never said any of {events}"
             try:
                 line = self.lines.get(timeout=left)
             except queue.Empty:
@@ -72,12 +79,12 @@ class Child:
                 self.lines.put(None)
                 self.proc.wait(timeout=DEADLINE)
                 err = self.proc.stderr.read() if self.proc.stderr else ""
-                raise AssertionError(f"child {self.pid} ended before {event!r}: {err[-3000:]}")
+                raise AssertionError(f"child {self.pid} ended before {events}: {err[-3000:]}")
             try:
                 message = json.loads(line)
             except ValueError:
                 continue  # a log line
-            if isinstance(message, dict) and message.get("child") == event:
+            if isinstance(message, dict) and message.get("child") in events:
                 return message
 
     def finish(self) -> None:

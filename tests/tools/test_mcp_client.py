@@ -13,10 +13,8 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -229,32 +227,6 @@ def test_a_call_from_another_loop_runs_on_the_connections_loop(runtime: Runtime)
 
 
 # -- over streamable HTTP --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def http_server() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, DEMO, "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert process.poll() is None, "the HTTP demo server exited"
-                assert time.monotonic() < deadline, "the HTTP demo server did not listen"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(timeout=30)
 
 
 def test_a_server_over_streamable_http(runtime: Runtime, http_server: str) -> None:

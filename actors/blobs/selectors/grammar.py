@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from fore.errors import ForeError
+from fore.errors import InspectError
+
+# Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
+__all__ = ["InspectError"]
 
 SELECTOR_HELP = (
     "lines:N-M or lines:N- (text, 1-based, inclusive), bytes:N..M or bytes:N.. (text, "
@@ -34,14 +37,6 @@ MAX_POINTER_DEPTH = 1024
 _ECHO_CHARS = 100
 """Characters of a selector, key or token quoted back in an error message."""
 _BAD_ESCAPE_RE = re.compile(r"~(?![01])")
-
-
-class InspectError(ForeError):
-    """Any ``inspect`` failure; ``message`` is what the model sees (one line)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -135,11 +135,20 @@ class MCPServerStdio(MCPServer):
 
 
 class MCPServerHTTP(MCPServer):
-    """A server Fore connects to over streamable HTTP, e.g. ``http://127.0.0.1:8000/mcp``."""
+    """A server Fore connects to over streamable HTTP, e.g. ``http://127.0.0.1:8000/mcp``.
+
+    Each answer (a JSON response, or one event of a stream) is read up to
+    ``max_message`` bytes after decoding (32 Mi by default).
+    """
 
     kind: Literal["http"] = "http"
     url: str = Field(min_length=1)
     headers: dict[str, str] | None = None
+    max_message: int = Field(default=DEFAULT_MAX_LINE, ge=1024)
+    """The largest answer (one JSON-RPC message, in bytes after decoding) read from the
+    server: a JSON response or one event of a stream. A larger one fails the call in
+    flight; the connection stays up. The SDK alone reads a JSON response whole
+    (actors/tools/mcp/http_bounds.py)."""
 
     def __init__(self, url: str | None = None, **data: Any) -> None:
         if url is not None:
@@ -156,7 +165,7 @@ class MCPServerHTTP(MCPServer):
 
     def connection_key(self) -> tuple[Any, ...]:
         headers = tuple(sorted((self.headers or {}).items()))
-        return ("http", self.url, headers)
+        return ("http", self.url, headers, self.max_message)
 
     def default_name(self) -> str:
         parts = urlsplit(self.url)

@@ -209,7 +209,7 @@ class MCPConnection:
         except ImportError:  # pragma: no cover - anyio comes with the SDK
             return False
         closed = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
-        return isinstance(exc, closed | ConnectionError)
+        return isinstance(exc, (*closed, ConnectionError))
 
     def _connection_lost(self, lost: asyncio.Event | None, reason: str) -> None:
         if lost is not None and not lost.is_set():
@@ -322,19 +322,17 @@ class MCPConnection:
         elif isinstance(config, MCPServerHTTP):
             from mcp.client.streamable_http import streamable_http_client
 
-            http_client = None
-            if config.headers:
-                # the SDK's own factory (its timeouts); private, so with a fallback
-                try:
-                    from mcp.shared._httpx_utils import create_mcp_http_client
-                except ImportError:  # pragma: no cover - moved in a later SDK
-                    import httpx2
+            from fore.actors.tools.mcp.http_bounds import bounded_http_client
 
-                    http_client = httpx2.AsyncClient(headers=dict(config.headers))
-                else:
-                    http_client = create_mcp_http_client(headers=dict(config.headers))
-                stack.push_async_callback(http_client.aclose)
-            transport = streamable_http_client(config.url, http_client=http_client)
+            # The SDK's client settings over a transport that bounds each answer
+            # (http_bounds.py); the SDK bounds each event of a stream itself.
+            http_client = bounded_http_client(
+                dict(config.headers) if config.headers else None, config.max_message
+            )
+            stack.push_async_callback(http_client.aclose)
+            transport = streamable_http_client(
+                config.url, http_client=http_client, max_sse_event_size=config.max_message
+            )
         else:  # pragma: no cover - the config types are closed
             raise ToolError(f"unknown MCP server configuration {type(config).__name__}")
         client = mcp.Client(

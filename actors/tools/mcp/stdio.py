@@ -15,8 +15,8 @@ bounded flush and the process-tree shutdown -- is the SDK's own code, reused
 a later SDK moves them, :func:`bounded_stdio_client` falls back to the SDK's
 unbounded ``stdio_client`` and logs that once.
 
-Streamable HTTP is not bounded here: the SDK reads each response body or SSE
-event whole through its own HTTP client.
+Streamable HTTP is bounded in http_bounds.py (a transport under the SDK's
+HTTP client).
 """
 
 from __future__ import annotations

@@ -27,4 +27,8 @@ class BadAsker(Asker):
         queue: Address[Note] = EventQueue()  # E: assignment
         # The future carries the declared answer type.
         wrong: PooledFuture[str] = self.ask_typed(target, Ping(), print)  # E: arg-type
+        # ask_then checks the same: a mistyped ask falls to its deprecated, untyped overload,
+        self.ask_then(target, Ping(), self.got_str)  # E: deprecated
+        # and so does a message that declares no answer.
+        self.ask_then(target, Note(), self.got_any_answer)  # E: deprecated
         assert queue and wrong

@@ -41,7 +41,10 @@ class GoodAsker(Asker):
         self.ask_typed(anything, Pause(), lambda paused: print(paused is True))
         # A continuation may take a wider type than the answer.
         self.ask_typed(target, Ping(), self.got_any_answer, on_error=print)
+        # ask_then is typed the same way (its untyped overload is deprecated).
+        doubled: PooledFuture[int] = self.ask_then(target, Ping(n=2), self.got_int)
+        self.ask_then(handle, Name(), self.got_str, on_error=print, timeout=5.0)
         told: bool = tell_quietly(events, Note(text="hi"))
-        assert answer and name and told
+        assert answer and name and doubled and told
         tell_quietly(target, Note())
         self.post_urgent(self.got_int, 1)

@@ -1,0 +1,41 @@
+"""Fixtures shared by the tools tests: the MCP demo server over streamable HTTP."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+DEMO = str(Path(__file__).with_name("mcp_demo_server.py"))
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, DEMO, "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert process.poll() is None, "the HTTP demo server exited"
+                assert time.monotonic() < deadline, "the HTTP demo server did not listen"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait(timeout=30)

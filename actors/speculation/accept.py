@@ -30,10 +30,10 @@ from typing import Any, Literal
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.speculation.fork import extend
-from fore.actors.speculation.speculator import ApplyOutcomeUnknown
 from fore.actors.speculation.states import SpecPhase, Speculation
 from fore.actors.telemetry.context import trace_context_of
 from fore.actors.worker.worker import WorkerConfig
+from fore.errors import ApplyOutcomeUnknown
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, Item, UserMessage
 from fore.messages.session import Submit, TurnResult

@@ -31,7 +31,7 @@ from typing import Any
 from pykka import ActorRef
 
 from fore.actors.core.timer import TimerHandle
-from fore.errors import ForeError
+from fore.errors import SpeculationPhaseError
 from fore.messages.speculation import (
     ForkSnapshot,
     OverlayRemoved,
@@ -71,9 +71,15 @@ ALLOWED: dict[SpecPhase, frozenset[SpecPhase]] = {
 
 TERMINAL = frozenset(phase for phase, moves in ALLOWED.items() if not moves)
 
-
-class SpeculationPhaseError(ForeError, RuntimeError):
-    """A speculation was moved between phases the controller's state machine does not allow."""
+__all__ = [
+    "ALLOWED",
+    "TERMINAL",
+    "SpecPhase",
+    "Speculation",
+    "SpeculationPhaseError",
+    "accepting",
+    "offered",
+]
 
 
 @dataclass(eq=False)

@@ -21,11 +21,10 @@ from fore.actors.speculation.states import (
     TERMINAL,
     SpecPhase,
     Speculation,
-    SpeculationPhaseError,
     accepting,
     offered,
 )
-from fore.errors import ForeError
+from fore.errors import ForeError, SpeculationPhaseError
 from fore.messages.speculation import ForkSnapshot, Suggestion
 
 

@@ -159,6 +159,16 @@ _UNDER_WAY = (SpecPhase.OFFERED, SpecPhase.ACCEPTING, SpecPhase.INSERTING)
 """Phases in which a speculation's own end (done, crash) still matters to the controller."""
 
 
+SPECULATOR_STOP_TIMEOUT = 15.0
+"""Seconds a speculator has to stop when its session closes before it is killed."""
+
+
+def _kill_if_alive(ref: ActorRef[Any]) -> None:
+    actor = ref._actor_weakref()
+    if isinstance(actor, PooledActor) and not actor.has_exited:
+        actor.kill()
+
+
 @dataclass(frozen=True)
 class _SuggestionRequest:
     request_id: str
@@ -276,8 +286,10 @@ class SpeculationController(AcceptProtocol):
         # reaches one now has nobody to wait for and reports at once.
         self._closing = True
         for spec in self._specs.values():
-            if not spec.exited:
-                stop_now(spec.handle, block=False)
+            if not spec.exited and stop_now(spec.handle, block=False):
+                # As the supervisor's stop escalated: killed if still there at its
+                # shutdown timeout (the runtime's timer outlives this actor).
+                self.system.timer.call_later(SPECULATOR_STOP_TIMEOUT, _kill_if_alive, spec.handle)
         self._invalidate("session closed")
         for spec in list(self._specs.values()):
             self._cancel_pipelined(spec, "session closed")

@@ -28,6 +28,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
+from fore.messages.address import Ask
 from fore.messages.base import Message
 from fore.messages.blobs import Content, ToolOutput
 
@@ -80,7 +81,15 @@ class BlobExists(Message):
     session_id: str | None = None
 
 
-class StoreToolOutput(Message):
+class StoredOutput(Message):
+    """What history keeps for one output: inline text, or ``[blob:<id>] summary``."""
+
+    history_text: str
+    blob_id: str | None = None
+    bytes_stored: int = 0
+
+
+class StoreToolOutput(Ask[StoredOutput]):
     """Turn one tool output into what history keeps (a summary if it is large).
 
     ``output`` is the output as text. ``tool_output`` is an explicit
@@ -97,14 +106,6 @@ class StoreToolOutput(Message):
     output: str
     stored_summary: str | None = None
     tool_output: ToolOutput | None = None
-
-
-class StoredOutput(Message):
-    """What history keeps for one output: inline text, or ``[blob:<id>] summary``."""
-
-    history_text: str
-    blob_id: str | None = None
-    bytes_stored: int = 0
 
 
 class ReferenceBlobs(Message):

@@ -122,6 +122,11 @@ class LlmRequest(Message):
     over ``json_response``)."""
     model: Any = Field(default=None, exclude=True)
     reply_to: Any = Field(default=None, exclude=True)
+    scope: Any = Field(default=None, exclude=True)
+    """The :class:`~actors.core.cancel.CancelScope` of the work this request belongs to
+    (the worker's run), in-process like ``reply_to``: cancelling it cancels the request,
+    and a request whose scope was cancelled before it arrived is answered
+    ``LlmCancelled`` and never sent. ``None``: cancelled by ``CancelLlmRequest`` only."""
     # -- telemetry (issue 28) --
     trace: Any = Field(default=None, exclude=True)
     """The OpenTelemetry context of the span this request belongs to (the turn's),

@@ -51,6 +51,15 @@ class RunToolBatch(Message):
         exclude=True,
         description="the OpenTelemetry context of the turn's span: parent of the call spans",
     )
+    scope: Any = Field(
+        default=None,
+        exclude=True,
+        description=(
+            "the CancelScope of the run the batch belongs to: cancelling it cancels the "
+            "batch's calls, and a batch whose scope was cancelled before it arrived runs "
+            "nothing (every call reported cancelled)"
+        ),
+    )
 
 
 class ToolCallStarted(Message):

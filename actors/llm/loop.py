@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from fore.actors.core.cancel import CancelScope, Lease, Registration
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import tell_quietly
 from fore.actors.llm import evloop
@@ -105,6 +106,19 @@ class _Running:
     request: LlmRequest
     task: asyncio.Task[None]
     cancel_reason: str | None = None
+    lease: Lease | None = None
+    """Held while the request runs under its scope (released when it has ended)."""
+    registration: Registration | None = None
+    """Its scope's cancel callback (removed when it has ended: no reference cycle)."""
+
+    def ended(self) -> None:
+        """The request has ended: let go of its scope."""
+        if self.registration is not None:
+            self.registration.remove()
+            self.registration = None
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
 
 _RECENT_IDS = 4096
@@ -284,18 +298,33 @@ class LlmLoop:
             return
         self.started += 1
         early = self._early.pop(rid, None)
+        scope: CancelScope | None = request.scope
+        lease = None if scope is None else scope.lease("llm")  # first the lease, then the check
+        if scope is not None and scope.cancel_called:
+            early = (scope.reason or "cancelled", self._loop.time())
         if self._closed or (
             early is not None and self._loop.time() - early[1] <= _EARLY_CANCEL_TTL_S
         ):
             # Its cancel came first (or the loop is closing): answer, never send.
+            if lease is not None:
+                lease.release()
             self.cancelled += 1
             self._remember_ended(rid)
             reason = early[0] if early is not None else "runtime shutting down"
             _tell(request.reply_to, LlmCancelled(request_id=rid, reason=reason))
             return
         task = self._loop.create_task(self._run(request))
-        self._tasks[rid] = _Running(request, task)
+        running = self._tasks[rid] = _Running(request, task, lease=lease)
         task.add_done_callback(functools.partial(self._on_task_done, rid))
+        if scope is not None:
+            running.registration = scope.on_cancel(functools.partial(self._scope_cancelled, rid))
+
+    def _scope_cancelled(self, request_id: str, reason: str) -> None:
+        """The request's scope was cancelled (on the canceller's thread): cancel it here."""
+        try:
+            self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
+        except RuntimeError:
+            pass  # the loop is closed: the request ended with it
 
     def _cancel(self, request_id: str, reason: str) -> None:
         running = self._tasks.get(request_id)
@@ -326,6 +355,7 @@ class LlmLoop:
         if running is None or running.task is not task:
             return  # _run answered and cleaned up itself
         del self._tasks[rid]
+        running.ended()
         self._remember_ended(rid)
         if task.cancelled():
             self.cancelled += 1
@@ -441,7 +471,9 @@ class LlmLoop:
                 span.failed(crash)
             _tell(reply_to, LlmFailed(request_id=rid, error=crash, attempts=attempt))
         finally:
-            self._tasks.pop(rid, None)
+            running = self._tasks.pop(rid, None)
+            if running is not None:
+                running.ended()
             self._remember_ended(rid)
 
     def _observe_completed(

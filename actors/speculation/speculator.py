@@ -60,6 +60,7 @@ from fore.actors.speculation.metered import MeteredModel
 from fore.actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
 from fore.actors.speculation.transcript import cancelled_calls, hand_over
 from fore.actors.tools.base import ToolRegistry, ToolServices
+from fore.actors.tools.fs import WorkspaceFs
 from fore.actors.tools.fsclock import Instant
 from fore.actors.worker.hooks import HookEvent, HooksView
 from fore.actors.worker.state import SessionState, pairing_problems
@@ -180,8 +181,13 @@ class Speculator(ForeActor):
         # Created first and kept at once, so that whatever fails next, the
         # reaper (or the runtime's close) still knows of it; owned by the
         # session, so closing the session waits for its removal.
+        workspace = main.fs
+        if not isinstance(workspace, WorkspaceFs):  # a speculation needs a real workspace
+            raise TypeError(
+                f"a speculation needs the main session's WorkspaceFs, not {workspace!r}"
+            )
         self.overlay = setup.overlays.create(
-            main.fs,
+            workspace,
             overlay_id=setup.speculation_id,
             max_bytes=config.overlay_max_bytes,
             owner=main.session_id,

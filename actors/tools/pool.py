@@ -69,6 +69,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from fore.actors.core.cancel import CancelScope, Lease, Registration
 from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
@@ -148,6 +149,10 @@ class _Batch:
     plan_timer: TimerHandle | None = None
     plan_stuck: bool = False
     """Planning timed out and its thread has not returned yet (a planning zombie)."""
+    lease: Lease | None = None
+    """Held under the request's scope until every call is reported."""
+    registration: Registration | None = None
+    """The scope's cancel callback (removed once the batch is reported)."""
 
     @property
     def session(self) -> str:
@@ -265,6 +270,16 @@ class ToolPool(ForeActor):
         if not batch.calls:
             self._complete(batch)
             return
+        scope: CancelScope | None = request.scope
+        if scope is not None:
+            batch.lease = scope.lease("tools")  # first the lease, then the check
+            if scope.cancel_called:
+                # Its run was cancelled before the batch arrived: nothing of it runs.
+                self._cancel_batch(batch.session, request.batch_id, scope.reason or "cancelled")
+                return
+            batch.registration = scope.on_cancel(
+                functools.partial(self._scope_cancelled, batch.session, request.batch_id)
+            )
         refusal = self._zombie_refusal(batch.session) or self._planning_refusal(batch.session)
         if refusal is not None:
             self._fail_planning(batch, Invocation("error", refusal, True))
@@ -394,6 +409,13 @@ class ToolPool(ForeActor):
             if not item.reported:
                 self._report(item, invocation)
                 self._release(item)
+
+    def _scope_cancelled(self, session_id: str, batch_id: str, reason: str) -> None:
+        """A batch's scope was cancelled (on the canceller's thread): cancel it here, urgently."""
+        self.post_urgent(self._cancel_batch, session_id, batch_id, reason)
+
+    def _cancel_batch(self, session_id: str, batch_id: str, reason: str) -> None:
+        self._on_cancel(CancelToolCalls(session_id=session_id, batch_id=batch_id, reason=reason))
 
     @handles(CancelToolCalls)
     def _on_cancel(self, message: CancelToolCalls) -> int:
@@ -714,6 +736,12 @@ class ToolPool(ForeActor):
 
     def _complete(self, batch: _Batch) -> None:
         request = batch.request
+        if batch.registration is not None:
+            batch.registration.remove()
+            batch.registration = None
+        if batch.lease is not None:
+            batch.lease.release()  # every call is reported
+            batch.lease = None
         if batch.plan_timer is not None:
             batch.plan_timer.cancel()
             batch.plan_timer = None

@@ -123,14 +123,18 @@ class Ending:
 
 @dataclass
 class RunProgress:
-    """The run's phase -- the one record of its status -- and its :class:`Ending`.
+    """The run's phase -- the one record of its status -- and how it ends.
 
     ``phase`` is checked on every assignment; ``on_abort`` is entered only
-    through :meth:`begin_ending`, so a run in it always has its ending.
+    through :meth:`begin_ending`, so a run in it always has its ending. The
+    end being written to the session store is :meth:`save_end`'s record, and
+    :attr:`live` -- the one test every continuation used to copy -- is read
+    from these, never kept beside them.
     """
 
     _phase: RunPhase = field(default="starting", init=False)
     _ending: Ending | None = field(default=None, init=False, repr=False)
+    _end_save: Ending | None = field(default=None, init=False, repr=False)
 
     @property
     def phase(self) -> RunPhase:
@@ -152,6 +156,38 @@ class RunProgress:
     def aborted(self) -> bool:
         """Its ending has begun (on_abort runs) and has not finished yet."""
         return self._phase == "on_abort"
+
+    @property
+    def closing(self) -> bool:
+        """Its ending has begun -- on_abort runs, or its end is being saved -- and is not over."""
+        return self._phase == "on_abort" or (self._end_save is not None and self._phase != "ended")
+
+    @property
+    def live(self) -> bool:
+        """The run may go on: it has not ended, and its ending has not begun."""
+        return self._phase != "ended" and not self.closing
+
+    @property
+    def end_save(self) -> Ending | None:
+        """The end being written to the session store (set by :meth:`save_end`), else None."""
+        return self._end_save
+
+    @property
+    def final(self) -> Ending | None:
+        """How the run ends, once that is decided: the end being saved, else its early ending."""
+        return self._end_save or self._ending
+
+    def save_end(self, end: Ending) -> None:
+        """Its end (``end``) is being written to the session store: it reports once that is done.
+
+        Until then it is ending (a cancel finds nothing to cancel, a submit
+        waits behind it). The phase moves to ``saving`` where :data:`ALLOWED`
+        lists it; ``preparing`` and ``on_abort`` stay as they are. Called again
+        (the save failed), it replaces the status the run ends with.
+        """
+        self._end_save = end
+        if self._phase != "saving" and "saving" in ALLOWED[self._phase]:
+            self.phase = "saving"
 
     @property
     def ending(self) -> Ending | None:

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from fore.actors.core import ActorSystem
+from fore.actors.core.cancel import CancelScope
 from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy, StreamResult
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.messages.conversation import AssistantMessage, UserMessage
@@ -226,3 +227,51 @@ def test_request_submitted_while_closing_still_gets_a_terminal_event(server: Moc
         assert all(len(events) == 1 for events in seen.values())
     finally:
         system.shutdown()
+
+
+# -- the request's cancel scope (issue 22: a scope travels with the work) -----------------
+
+
+def scoped(rig: Rig, model: Any, rid: str, scope: CancelScope) -> LlmRequest:
+    return rig.request(model, rid, session_id=rid).model_copy(update={"scope": scope})
+
+
+def test_a_request_whose_scope_was_cancelled_first_is_never_sent(
+    rig: Rig, server: MockLlmServer
+) -> None:
+    """No early-cancel table involved: the scope is the record of the cancel."""
+    model = never_answers(server)
+    scopes = {f"s{next(_ids)}": CancelScope() for _ in range(20)}
+    for rid, scope in scopes.items():
+        scope.cancel("run cancelled")
+        rig.gateway.tell(scoped(rig, model, rid, scope))
+    seen = rig.terminals(set(scopes))
+    assert_one_cancelled_each(seen, "run cancelled")
+    rig.settle()
+    assert rig.loop.stats().in_flight == 0
+    assert not {r.request_id for r in server.requests()} & set(scopes)  # never sent
+    assert all(scope.settled for scope in scopes.values())  # no lease left behind
+
+
+def test_cancelling_a_requests_scope_cancels_it_wherever_it_is(
+    rig: Rig, server: MockLlmServer
+) -> None:
+    """Queued behind a held loop or already streaming: one LlmCancelled each, lease released."""
+    hold = HoldTheLoop()
+    rig.loop.submit(rig.request(hold, "holder-scope"))
+    assert hold.entered.wait(WAIT)
+    model = never_answers(server)
+    scopes = {f"t{next(_ids)}": CancelScope() for _ in range(20)}
+    for rid, scope in scopes.items():  # all queued behind the held loop
+        rig.loop.submit(scoped(rig, model, rid, scope))
+    hold.release.set()
+    for scope in scopes.values():
+        scope.cancel("user typed")
+    seen = rig.terminals(set(scopes))
+    assert_one_cancelled_each(seen, "user typed")
+    rig.settle()
+    assert rig.loop.stats().in_flight == 0
+    deadline = time.monotonic() + WAIT
+    while not all(s.settled for s in scopes.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(scope.settled for scope in scopes.values())

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 import fore.testing
 from fore.actors.core import PooledActor, handles
+from fore.actors.core.cancel import CancelScope
 from fore.actors.tools import (
     FunctionTool,
     ThreadRunner,
@@ -928,3 +929,47 @@ def test_an_explicit_tool_output_is_carried_to_the_requester(
     assert plain.explicit is None and plain.result.output == "just text"
     for finished in result.results:  # and it survives serialisation
         assert ToolCallFinished.model_validate_json(finished.model_dump_json()) == finished
+
+
+# -- the run's cancel scope (issue 22: a scope travels with the batch) ---------------------
+
+
+def test_a_batch_whose_scope_was_cancelled_before_it_arrived_runs_nothing(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    """A cancel that overtakes its batch is not lost: the scope is its record."""
+    q, collector = inbox
+    probe = Probe()
+    registry = ToolRegistry([quick_tool(probe)])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    scope = CancelScope()
+    scope.cancel("the run was cancelled")
+    batch = submit(
+        pool, collector, WorkspaceFs(tmp_path), registry, calls("quick", ["a", "b"]), scope=scope
+    )
+    result = reports.batch(batch)
+    assert [r.outcome for r in result.results] == ["cancelled", "cancelled"]
+    assert all("the run was cancelled" in r.result.output for r in result.results)
+    assert probe.events == []  # nothing ran
+    assert scope.settled  # its lease went with the batch's report
+
+
+def test_cancelling_a_batchs_scope_cancels_its_calls_and_only_them(
+    runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
+    q, collector = inbox
+    probe = Probe()
+    registry = ToolRegistry([gate_tool(probe)])
+    pool = start_pool(runtime)
+    reports = Reports(q)
+    fs = WorkspaceFs(tmp_path)
+    scope = CancelScope()
+    first = submit(pool, collector, fs, registry, calls("gate", ["a", "b"]), scope=scope)
+    second = submit(pool, collector, fs, registry, calls("gate", ["c"]))
+    wait_until(lambda: stats(pool).running == 3)
+    scope.cancel("stop")
+    assert [r.outcome for r in reports.batch(first).results] == ["cancelled", "cancelled"]
+    probe.release.set()
+    assert reports.batch(second).results[0].outcome == "ok"
+    assert scope.settled

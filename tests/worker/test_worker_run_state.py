@@ -143,6 +143,45 @@ def test_run_progress_accepts_exactly_the_tables_moves(steps: list[tuple[str, st
         assert not (run.ended and run.aborted)
 
 
+_SAVE_STEP = st.one_of(
+    _STEP,
+    st.tuples(st.just("save_end"), _STATUS),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SAVE_STEP, max_size=30))
+def test_liveness_and_the_final_ending_are_read_from_the_record(
+    steps: list[tuple[str, str]],
+) -> None:
+    """``live``, ``closing`` and ``final`` are derived, never kept beside the phase."""
+    run = RunProgress()
+    saved: Ending | None = None
+    for kind, value in steps:
+        before = run.phase
+        try:
+            if kind == "phase":
+                run.phase = value  # type: ignore[assignment]
+            elif kind == "begin_ending":
+                run.begin_ending(value, value)  # type: ignore[arg-type]
+            else:
+                run.save_end(Ending(value, value))  # type: ignore[arg-type]
+                saved = Ending(value, value)  # type: ignore[arg-type]
+                # Its end is being saved: to saving where the table allows it.
+                if before != "saving" and "saving" in ALLOWED[before]:
+                    assert run.phase == "saving"
+                else:
+                    assert run.phase == before
+        except PhaseError:
+            continue
+        ended = run.phase == "ended"
+        closing = not ended and (run.phase == "on_abort" or saved is not None)
+        assert run.end_save == saved
+        assert run.closing == closing
+        assert run.live == (not ended and not closing)
+        assert run.final == (saved or run.ending)
+
+
 # -- the worker's moves -------------------------------------------------------------------
 
 

@@ -275,7 +275,10 @@ class SpeculationController(AcceptProtocol):
         return events
 
     def on_start(self) -> None:
-        self._worker.tell(Subscribe(address=self.actor_ref))  # kept until the worker runs
+        # Only snapshots and turn ends matter here, and only with speculation on:
+        # a session without it does not pay a mailbox hop per worker event.
+        if self.spec_config.enabled:
+            self._worker.tell(Subscribe(address=self.actor_ref))  # kept until the worker runs
 
     def on_failure(self, *_exc_info: Any) -> None:
         self.on_stop()  # a crash takes its speculations down, as a stop does

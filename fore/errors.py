@@ -65,6 +65,7 @@ the package that raises it)::
     ├── StructuredOutputUnavailable (+RuntimeError)
     │   # speculation (fore.actors.speculation)
     ├── ApplyOutcomeUnknown (+RuntimeError)
+    ├── SpeculationPhaseError (+RuntimeError)
     │   # the session store (fore.actors.store)
     ├── StoreError
     │   ├── StoreUrlError (+ValueError)
@@ -182,6 +183,7 @@ __all__ = [
     "SessionNotHere",
     "ShardLost",
     "ShardUnavailable",
+    "SpeculationPhaseError",
     "StalePreview",
     "StoreBusy",
     "StoreClosed",
@@ -552,6 +554,11 @@ class ApplyOutcomeUnknown(ForeError, RuntimeError):
     """An accept's apply ended in a way that does not say which files it changed
     (the ask timed out, the speculator crashed): the suggestion must not be run
     again on top of a tree that may be half-applied."""
+
+
+class SpeculationPhaseError(ForeError, RuntimeError):
+    """A speculation was moved between phases the controller's state machine does not
+    allow (``fore.actors.speculation.states.ALLOWED``): a bug in the controller."""
 
 
 # -- The session store ---------------------------------------------------------

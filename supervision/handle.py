@@ -138,6 +138,17 @@ class Handle(Generic[A]):
         self._send(Envelope(message, reply_to=future))
         return future.get(timeout=timeout) if block else future
 
+    def forward(self, message: Any, reply_to: PooledFuture[Any] | None) -> None:
+        """Send ``message`` on behalf of someone else's ask: ``reply_to`` gets the answer.
+
+        For a front door that relays a request (the speculation controller
+        handing a submit to the worker): the worker answers the original asker
+        directly, so the relay adds no hop on the way back. Without
+        ``reply_to`` it is :meth:`tell`; a gone child answers ``reply_to``
+        with :class:`ActorDeadError` (as an ask would).
+        """
+        self._send(Envelope(message, reply_to=reply_to))
+
     def proxy(self) -> ActorProxy[A]:
         """A pykka proxy whose calls always reach the current incarnation.
 

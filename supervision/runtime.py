@@ -13,8 +13,9 @@ every runtime thread, so nothing outlives it::
     ├── llm_gateway      LlmGateway    (threads: two LlmLoops, main and background)
     └── sessions         Supervisor    (one_for_one)
         └── session:<id> SessionSupervisor (one_for_one)
-            ├── worker   Worker
-            └── speculator:<id> Speculator (one per speculation, temporary)
+            ├── worker       Worker
+            └── speculation  SpeculationController (the session's front door; it
+                             starts and watches one Speculator per speculation)
 
 **Close order.** The sessions go first, and the close then waits -- with
 everything their speculations' reapers need still running (tool pool, LLM
@@ -109,7 +110,7 @@ from fore.supervision.resume import (
     workspace_of,
 )
 from fore.supervision.session import Session
-from fore.supervision.session_supervisor import SessionSupervisor
+from fore.supervision.session_supervisor import CONTROLLER, SessionSupervisor
 from fore.supervision.supervisor import Supervisor
 
 log = get_logger(__name__)
@@ -692,6 +693,7 @@ class Runtime:
             timeout=30,
         )
         worker = self._wait_child(session_sup, "worker")
+        controller = self._wait_child(session_sup, CONTROLLER)
         session = Session(
             self,
             sid,
@@ -700,8 +702,7 @@ class Runtime:
             state=state,
             alert_sink=self.alert_sink,
             pending_actions=pending,
-            supervisor=session_sup,
-            speculation=spec_config.enabled,
+            front=controller,
             workspace=fs.root if isinstance(fs, WorkspaceFs) else None,
         )
         self._sessions[sid] = session

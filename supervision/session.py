@@ -50,7 +50,6 @@ from fore.messages.session import (
     Resume,
     RunState,
     SetModel,
-    Submit,
     Subscribe,
     TurnResult,
     Unsubscribe,
@@ -157,15 +156,15 @@ class Session:
         state: Any,
         alert_sink: Any = None,
         pending_actions: Any = None,
-        supervisor: Any = None,
-        speculation: bool = False,
+        front: Any,
         workspace: Path | None = None,
     ) -> None:
         self.runtime = runtime
         self.workspace = workspace
         """The session's workspace (``None``: a session that touches no files)."""
-        self._supervisor = supervisor
-        self._speculation = speculation
+        self._front = front
+        """The session's one address (its speculation controller), speculation on or off:
+        every command goes there; only the subscriptions go to each source of events."""
         self.pending_actions = pending_actions
         """This session's staged previews (``queue_resolve_handler``, standing handler)."""
         self.id = session_id
@@ -184,8 +183,7 @@ class Session:
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
         self._events.on_close.append(self._close_streams)
         worker.ask(Subscribe(address=self._events), timeout=30)
-        if supervisor is not None:
-            supervisor.ask(Subscribe(address=self._events), timeout=30)
+        front.ask(Subscribe(address=self._events), timeout=30)
         if alert_sink is not None:
             alert_sink.ask(
                 SubscribeAlerts(address=self._alert_events, session=session_id), timeout=30
@@ -196,13 +194,21 @@ class Session:
 
     @property
     def worker(self) -> Handle[Any]:
-        """The worker's stable handle (Submit, Resume, CancelRun, Subscribe ...)."""
+        """The worker's stable handle (low level: ``Session`` itself sends it only Subscribe)."""
         return self._worker
 
     @property
+    def controller(self) -> Any:
+        """The speculation controller's handle: the session's front door.
+
+        (SubmitPrompt, Keystroke, AcceptSuggestion, GetSpeculation, AddTool ...)
+        """
+        return self._front
+
+    @property
     def supervisor(self) -> Any:
-        """The session supervisor's handle (SubmitPrompt, Keystroke, AcceptSuggestion ...)."""
-        return self._supervisor
+        """The front door's older name (:attr:`controller`), kept for its callers."""
+        return self._front
 
     def __enter__(self) -> Session:
         return self
@@ -321,32 +327,19 @@ class Session:
         with self._pending_lock:
             self._pending_submits.add(submit_id)
         try:
-            if self._speculation and self._supervisor is not None:
-                # Through the session supervisor: submitting exactly the suggestion
-                # takes the accept path; anything else aborts the speculation first.
-                prompt = SubmitPrompt(
-                    text=text,
-                    segments=frozen,
-                    max_turns=max_turns,
-                    submit_id=submit_id,
-                    output=output,
-                    usage_limits=usage_limits,
-                    trace=trace,
-                )
-                future: PooledFuture[Any] = self._supervisor.ask(
-                    prompt, block=False, timeout=timeout
-                )
-            else:
-                message = Submit(
-                    text=text,
-                    segments=frozen,
-                    max_turns=max_turns,
-                    submit_id=submit_id,
-                    output=output,
-                    usage_limits=usage_limits,
-                    trace=trace,
-                )
-                future = self._worker.ask(message, block=False, timeout=timeout)
+            # Through the front door, speculation on or off: submitting exactly the
+            # suggestion takes the accept path; anything else aborts the speculation
+            # first; the worker's answer comes straight back (forwarded reply).
+            prompt = SubmitPrompt(
+                text=text,
+                segments=frozen,
+                max_turns=max_turns,
+                submit_id=submit_id,
+                output=output,
+                usage_limits=usage_limits,
+                trace=trace,
+            )
+            future: PooledFuture[Any] = self._front.ask(prompt, block=False, timeout=timeout)
         except BaseException:
             with self._pending_lock:
                 self._pending_submits.discard(submit_id)
@@ -408,21 +401,18 @@ class Session:
         return result.output
 
     def _cancel_quietly(self, message: CancelRun) -> None:
-        tell_quietly(self._worker, message)  # the session is closing: nothing left to cancel
+        tell_quietly(self._front, message)  # the session is closing: nothing left to cancel
 
     # -- suggestions and speculation ------------------------------------------------
 
     def keystroke(self, text: str = "") -> None:
         """The user is typing ``text``: anything but a prefix of the suggestion aborts it."""
-        if self._supervisor is not None:
-            self._supervisor.tell(Keystroke(text=text))
+        self._front.tell(Keystroke(text=text))
 
     def accept(self, *, timeout: float = 60.0, wait_continuation: bool = True) -> AcceptResult:
         """Tab: accept the current suggestion (apply its speculation, or run it)."""
-        if self._supervisor is None:
-            return AcceptResult(outcome="no_suggestion")
         message = AcceptSuggestion(wait_continuation=wait_continuation)
-        result: AcceptResult = self._supervisor.ask(message, timeout=timeout)
+        result: AcceptResult = self._front.ask(message, timeout=timeout)
         return result
 
     @property
@@ -433,27 +423,23 @@ class Session:
         event): what the user cannot see yet is not on offer, and Tab before
         then answers ``no_suggestion``.
         """
-        if self._supervisor is None:
-            return None
-        _status, text = self._supervisor.ask(GetSpeculation(), timeout=10)
+        _status, text = self._front.ask(GetSpeculation(), timeout=10)
         return text  # type: ignore[no-any-return]
 
     @property
     def speculation(self) -> SpeculationStatus:
         """A status snapshot of the current (or last) speculation."""
-        if self._supervisor is None:
-            return SpeculationStatus()
-        status, _text = self._supervisor.ask(GetSpeculation(), timeout=10)
+        status, _text = self._front.ask(GetSpeculation(), timeout=10)
         return status  # type: ignore[no-any-return]
 
     def resume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
         """Continue a paused run; blocks until it ends or pauses again."""
-        result: TurnResult = self._worker.ask(Resume(messages=tuple(messages)), timeout=timeout)
+        result: TurnResult = self._front.ask(Resume(messages=tuple(messages)), timeout=timeout)
         return result
 
     def pause(self, reason: str = "paused by request") -> bool:
         """Pause the running run before its next LLM request."""
-        paused: bool = self._worker.ask(PauseRun(reason=reason), timeout=10)
+        paused: bool = self._front.ask(PauseRun(reason=reason), timeout=10)
         return paused
 
     def cancel(self, reason: str = "cancelled by user") -> None:
@@ -466,22 +452,21 @@ class Session:
         A Tab (:meth:`accept`) still waiting for a running speculation is called
         off: it answers ``aborted`` and nothing is applied. Never waits.
         """
-        if self._supervisor is not None:
-            # A Tab still waiting for its speculation is called off (nothing applied).
-            self._supervisor.tell(CancelAccept(reason=reason))
+        # A Tab still waiting for its speculation is called off (nothing applied).
+        self._front.tell(CancelAccept(reason=reason))
         with self._pending_lock:
             pending = sorted(self._pending_submits)
         if not pending:
-            self._worker.tell(CancelRun(reason=reason))
+            self._front.tell(CancelRun(reason=reason))
             return
         for submit_id in pending:
-            self._worker.tell(CancelRun(reason=reason, submit_id=submit_id))
+            self._front.tell(CancelRun(reason=reason, submit_id=submit_id))
 
     # -- reading ----------------------------------------------------------------
 
     @property
     def history(self) -> tuple[Item, ...]:
-        items: tuple[Item, ...] = self._worker.ask(GetHistory(), timeout=10)
+        items: tuple[Item, ...] = self._front.ask(GetHistory(), timeout=10)
         return items
 
     @property
@@ -502,7 +487,7 @@ class Session:
         return self.runtime.usage_ledger.session(self.id)
 
     def run_state(self) -> RunState:
-        state: RunState = self._worker.ask(GetRunState(), timeout=10)
+        state: RunState = self._front.ask(GetRunState(), timeout=10)
         return state
 
     def events(self, timeout: float | None = None) -> Iterator[EventBase]:
@@ -533,7 +518,7 @@ class Session:
         current speculation stale (it is aborted) before the worker gets it.
         """
         made = as_tool(tool)
-        target = self._supervisor if self._supervisor is not None else self._worker
+        target = self._front
         target.ask(AddTool(tool=made), timeout=10)
 
     # -- forking (the session store, issue 25) -------------------------------------
@@ -577,8 +562,7 @@ class Session:
             )
         else:
             live.set_mode(new)
-        if self._supervisor is not None:
-            self._supervisor.tell(SetApprovalMode(mode=new))
+        self._front.tell(SetApprovalMode(mode=new))
 
     def set_model(self, model: Any, *, model_name: str = "", timeout: float = 30.0) -> None:
         """Talk to ``model`` from the next run on (``/model`` in ``fore chat``).
@@ -589,7 +573,7 @@ class Session:
         (unless the session has a ``fast_model``, which stays). ``model_name``
         is the wire name to send (default: ``model.name``).
         """
-        target = self._supervisor if self._supervisor is not None else self._worker
+        target = self._front
         target.ask(SetModel(model=model, model_name=model_name), timeout=timeout)
         self.runtime._session_model_added(self.id, model)
 
@@ -615,7 +599,7 @@ class Session:
         def unsubscribe(sink: Any) -> None:
             for target, message in (
                 (self._worker, Unsubscribe(address=sink)),
-                (self._supervisor, Unsubscribe(address=sink)),
+                (self._front, Unsubscribe(address=sink)),
                 (self._alert_sink, UnsubscribeAlerts(address=alerts)),
             ):
                 if target is not None:
@@ -626,8 +610,7 @@ class Session:
         # Tells, not asks: the loop never waits, and anything sent to these
         # actors after this call (a submit, an accept) reaches them after it.
         self._worker.tell(Subscribe(address=stream.sink))
-        if self._supervisor is not None:
-            self._supervisor.tell(Subscribe(address=stream.sink))
+        self._front.tell(Subscribe(address=stream.sink))
         if self._alert_sink is not None:
             self._alert_sink.tell(SubscribeAlerts(address=alerts, session=self.id))
         return stream
@@ -679,20 +662,18 @@ class Session:
         Cancelling the awaiting task calls the accept off: a speculation still
         running is aborted and nothing is applied (as :meth:`cancel` does).
         """
-        if self._supervisor is None:
-            return AcceptResult(outcome="no_suggestion")
         message = AcceptSuggestion(wait_continuation=wait_continuation)
-        future: PooledFuture[Any] = self._supervisor.ask(message, block=False, timeout=timeout)
+        future: PooledFuture[Any] = self._front.ask(message, block=False, timeout=timeout)
         try:
             result: AcceptResult = await wait_answer(future, timeout)
         except asyncio.CancelledError:
-            self._supervisor.tell(CancelAccept(reason="the accept was cancelled"))
+            self._front.tell(CancelAccept(reason="the accept was cancelled"))
             raise
         return result
 
     async def aresume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:
         """:meth:`resume` for asyncio."""
-        future = self._worker.ask(Resume(messages=tuple(messages)), block=False, timeout=timeout)
+        future = self._front.ask(Resume(messages=tuple(messages)), block=False, timeout=timeout)
         result: TurnResult = await wait_answer(future, timeout)
         return result
 
@@ -717,9 +698,8 @@ class Session:
             return True
         self._closed = True
         try:
-            if self._supervisor is not None:
-                self._supervisor.tell(AbortSpeculation(reason="session closed"))
-                self._supervisor.tell(Unsubscribe(address=self._events))
+            self._front.tell(AbortSpeculation(reason="session closed"))
+            self._front.tell(Unsubscribe(address=self._events))
             self._worker.ask(Unsubscribe(address=self._events), timeout=5)
             if self._alert_sink is not None:
                 self._alert_sink.tell(UnsubscribeAlerts(address=self._alert_events))

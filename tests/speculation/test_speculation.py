@@ -29,6 +29,7 @@ from fore.actors.worker.state import pairing_problems
 from fore.messages.conversation import AssistantMessage, SystemMessage, ToolResult, UserMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import LlmRequest
+from fore.messages.runtime import GetChild
 from fore.messages.session import EventBase, ItemAdded, Subscribe
 from fore.messages.speculation import SpeculationConfig, SpeculationFinished, SuggestionReady
 from fore.supervision import Runtime
@@ -685,7 +686,7 @@ def test_no_real_file_changes_before_tab_even_with_many_writes(runtime: Runtime,
     assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()} == before
 
 
-def test_the_tree_shows_a_session_supervisor_with_its_worker_and_speculator(
+def test_the_tree_shows_a_session_supervisor_with_its_worker_and_controller(
     runtime: Runtime, ws: Path
 ) -> None:
     script = [
@@ -701,5 +702,10 @@ def test_the_tree_shows_a_session_supervisor_with_its_worker_and_speculator(
         node = next(c for c in sessions.children if c.id == f"session:{s.id}")
         assert node.actor_class == "SessionSupervisor"
         kinds = {c.id.split(":")[0]: c.actor_class for c in node.children}
-        assert kinds == {"worker": "Worker", "speculator": "Speculator"}
+        assert kinds == {"worker": "Worker", "speculation": "SpeculationController"}
+        # The running speculation's Speculator is the controller's (not supervised).
+        child = f"speculator:{s.speculation.speculation_id}"
+        speculator = s.controller.ask(GetChild(child_id=child), timeout=WAIT)
+        assert speculator is not None
+        assert type(speculator._actor_weakref()).__name__ == "Speculator"
         s.keystroke("stop")

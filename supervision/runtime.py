@@ -49,14 +49,13 @@ from fore.actors.blobs.inspect_tool import Inspect
 from fore.actors.core import tuning
 from fore.actors.core.logs import get_logger
 from fore.actors.core.system import ActorSystem
-from fore.actors.filerefs.interceptor import FileRefInterceptor
 from fore.actors.filerefs.resolver import prepare_submit
 from fore.actors.llm.gateway import LlmGateway
 from fore.actors.llm.loop import LlmLoop
 from fore.actors.llm.models import ChatModel
 from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
-from fore.actors.resolve import MultiEdit, PendingActions, Resolve, ResolveInterceptor
+from fore.actors.resolve import MultiEdit, PendingActions, Resolve
 from fore.actors.speculation.governor import LoadGovernor, LoadProbe
 from fore.actors.store import SessionSnapshot, SessionStore, SessionSummary
 from fore.actors.telemetry.config import Telemetry, instrumentation
@@ -76,6 +75,7 @@ from fore.actors.tools.selection import builtin_argument, choose_builtins
 from fore.actors.worker.approval import ApprovalPolicy, Approver, LiveApproval, as_policy
 from fore.actors.worker.hooks import Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
+from fore.actors.worker.machinery import ResolveInterceptor
 from fore.actors.worker.persistence import Persistence
 from fore.actors.worker.state import SessionState
 from fore.actors.worker.worker import (
@@ -629,7 +629,6 @@ class Runtime:
         pending = PendingActions()
         trusted: list[Interceptor] = [
             OutputInterceptor(state, model),  # structured output (submit(output_type=...))
-            FileRefInterceptor(state),
             ResolveInterceptor(pending, resolve_tool.definition()),
         ]
         if interceptor is not None:
@@ -643,6 +642,7 @@ class Runtime:
             tools=registry,
             hooks=hooks,
             interceptor=Interceptors(trusted),
+            policy=interceptor,
             preparer=(
                 None
                 if workspace is None

@@ -44,13 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fore.actors.filerefs.interceptor import FileRefInterceptor
 from fore.actors.gate.tool_gate import (
     declared_read_only,
     evaluate_tool_call,
 )
-from fore.actors.output.interceptor import OutputInterceptor
-from fore.actors.resolve.interceptor import ResolveInterceptor
 from fore.actors.worker.approval import LiveApproval
 from fore.actors.worker.hooks import (
     Abort,
@@ -68,7 +65,6 @@ from fore.actors.worker.hooks import (
 from fore.actors.worker.interceptor import (
     Boundary,
     Interceptor,
-    Interceptors,
     InterceptorSubmitResult,
     RetryRequest,
 )
@@ -79,28 +75,6 @@ from fore.messages.llm import LlmError
 from fore.messages.tools import ToolDefinition
 
 OVERLAY_FULL = "the speculation's overlay is full"
-
-_INTERNAL = (FileRefInterceptor, ResolveInterceptor, OutputInterceptor)
-"""Fore's own interceptors of a main worker: machinery, not the session's policy."""
-
-
-def session_policy(interceptor: Interceptor | None) -> Interceptor | None:
-    """The session's own interceptor(s) inside a main worker's chain, if any.
-
-    A main worker's interceptor is Fore's machinery (file references, the
-    ``resolve`` queue) followed by whatever ``open_session(interceptor=...)``
-    added; only the latter is policy the speculation must honour.
-    """
-    if interceptor is None or isinstance(interceptor, _INTERNAL):
-        return None
-    if isinstance(interceptor, Interceptors):
-        parts = [p for p in interceptor.parts if not isinstance(p, _INTERNAL)]
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else Interceptors(parts)
-    if type(interceptor) is Interceptor:  # the neutral default
-        return None
-    return interceptor
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,5 +267,4 @@ __all__ = [
     "LateBoundary",
     "SpeculationGate",
     "declared_read_only",
-    "session_policy",
 ]

@@ -54,7 +54,7 @@ from fore.actors.overlay.fs import OverlayClosed, OverlayFs
 from fore.actors.overlay.store import OverlayStore
 from fore.actors.resolve.pending import PendingActions
 from fore.actors.speculation.fork import fork_prefix, trim_history
-from fore.actors.speculation.gate import SpeculationGate, session_policy
+from fore.actors.speculation.gate import SpeculationGate
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.speculation.metered import MeteredModel
 from fore.actors.speculation.reaper import ReapOrder, SpeculationReaper, Steps
@@ -206,7 +206,7 @@ class Speculator(ForeActor):
             self.overlay,
             setup.workspace,
             tools=snapshot.tools,
-            policy=session_policy(main.interceptor),
+            policy=main.policy,
             approval=main.state.approval,
         )
         worker_config = WorkerConfig(

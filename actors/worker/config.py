@@ -71,6 +71,11 @@ class WorkerConfig:
     tools: ToolRegistry
     hooks: Hooks = field(default_factory=Hooks)
     interceptor: Interceptor = field(default_factory=Interceptor)
+    """The trusted chain the worker runs: Fore's machinery (structured output, the
+    ``resolve`` queue), then :attr:`policy`."""
+    policy: Interceptor | None = None
+    """The session's own interceptor (``open_session(interceptor=...)``), kept apart from
+    the machinery: a speculation's gate takes this one alone, never picking the chain apart."""
     state: SessionState = field(default_factory=SessionState)
     services: ToolServices = field(default_factory=ToolServices)
     model_name: str = ""

@@ -13,7 +13,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fore.actors.blobs.summary import fits_utf8
 from fore.actors.core.cancel import CancelScope
@@ -21,7 +21,6 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.timer import TimerHandle
 from fore.actors.output.contract import OutputRun
 from fore.actors.telemetry.limits import LimitGuard
-from fore.actors.telemetry.tracing import TurnSpan
 from fore.actors.worker.hookrun import HookJob
 from fore.actors.worker.hooks import ChainState, HookSpec, LlmRequestContext, ToolCallContext
 from fore.actors.worker.run_state import CallStatus, RunProgress
@@ -38,6 +37,9 @@ from fore.messages.llm import ToolChoice, Usage
 from fore.messages.session import ErrorKind, HookFailure, Submit
 from fore.messages.tools import ToolCallFinished
 from fore.messages.usage import UsageLimitHit
+
+if TYPE_CHECKING:  # tracing imports opentelemetry, an optional extra: never at import time
+    from fore.actors.telemetry.tracing import TurnSpan
 
 serials = itertools.count()
 

@@ -42,7 +42,6 @@ from fore.actors.output import (
     wire_schema,
 )
 from fore.actors.output.contract import MAX_ERROR_CHARS
-from fore.actors.speculation.gate import session_policy
 from fore.actors.worker.hooks import Continue, Hooks
 from fore.actors.worker.interceptor import Interceptor, Interceptors
 from fore.actors.worker.state import SessionState
@@ -795,15 +794,34 @@ def test_a_worker_without_the_output_interceptor_refuses_a_structured_submit() -
     assert start_output(None, Interceptor()) is None
 
 
-def test_a_speculation_never_runs_the_main_sessions_output_interceptor() -> None:
+def test_a_speculation_never_runs_the_main_sessions_output_interceptor(runtime: Runtime) -> None:
     """The OutputInterceptor is Fore's machinery, bound to the main session's state:
-    a speculation's gate must not treat it as the session's policy and call it."""
+    a speculation's gate must not treat it as the session's policy and call it. The
+    session's policy is carried apart from the machinery (``WorkerConfig.policy``),
+    so the gate gets exactly what ``open_session(interceptor=...)`` was given."""
 
     class Policy(Interceptor):
         pass
 
     policy = Policy()
-    main = Interceptors([OutputInterceptor(SessionState()), policy])
-    assert session_policy(main) is policy
-    assert session_policy(Interceptors([OutputInterceptor(SessionState())])) is None
-    assert session_policy(OutputInterceptor(SessionState())) is None
+    with_policy = runtime.open_session(model=ScriptedModel([]), interceptor=policy)
+    without = runtime.open_session(model=ScriptedModel([]))
+    try:
+        for session, expected in ((with_policy, policy), (without, None)):
+            ref = session.worker.ref
+            assert ref is not None
+            worker = ref._actor_weakref()
+            assert worker is not None
+            config = worker.config
+            assert config.policy is expected
+            chain = config.interceptor
+            assert isinstance(chain, Interceptors)
+            assert any(isinstance(part, OutputInterceptor) for part in chain.parts)
+            # the worker still runs the policy, after the machinery
+            assert [p for p in chain.parts if isinstance(p, Policy)] == (
+                [policy] if expected is not None else []
+            )
+            assert expected is None or chain.parts[-1] is policy
+    finally:
+        with_policy.close()
+        without.close()

@@ -21,6 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from fore.messages.address import Ask
 from fore.messages.base import Message
 
 FileKind = Literal["absent", "file", "dir", "other"]
@@ -203,7 +204,7 @@ class SweepReport(Message):
 # -- the overlay actor ---------------------------------------------------------
 
 
-class ApplyOverlay(Message):
+class ApplyOverlay(Ask[ApplyResult | ConflictReport]):
     """Apply the overlay to the real tree (accept). Answered with ``ApplyResult``
     or ``ConflictReport``; an unexpected failure is raised to the asker.
 
@@ -215,19 +216,19 @@ class ApplyOverlay(Message):
     durable: bool = False
 
 
-class DiscardOverlay(Message):
-    """Throw the overlay away (abort). Waits up to ``timeout`` seconds for tool
-    calls still writing; removal then happens when the last one finishes.
-    Idempotent. Answered with :class:`OverlayDiscarded`."""
-
-    timeout: float = Field(default=10.0, ge=0)
-
-
 class OverlayDiscarded(Message):
     overlay_id: str
     removed: bool
     """False when writes were still in flight at the deadline (removal is then
     done by the last of them)."""
+
+
+class DiscardOverlay(Ask[OverlayDiscarded]):
+    """Throw the overlay away (abort). Waits up to ``timeout`` seconds for tool
+    calls still writing; removal then happens when the last one finishes.
+    Idempotent. Answered with :class:`OverlayDiscarded`."""
+
+    timeout: float = Field(default=10.0, ge=0)
 
 
 class GetOverlayStatus(Message):

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from fore.messages.address import Ask
 from fore.messages.base import ControlMessage, Message
 
 
@@ -72,7 +73,7 @@ class TreeSnapshot(Message):
     children: tuple[ChildSnapshot, ...] = Field(default=())
 
 
-class WhichChildren(Message):
+class WhichChildren(Ask[TreeSnapshot | None]):
     """Ask a supervisor for its :class:`TreeSnapshot`."""
 
 

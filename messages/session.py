@@ -15,6 +15,7 @@ from pydantic import Field, JsonValue, field_serializer
 from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
+from fore.messages.address import Ask
 from fore.messages.alerts import Alert
 from fore.messages.base import ControlMessage, Message
 from fore.messages.conversation import Item, Segment
@@ -109,29 +110,6 @@ class OutputRequest(Message):
     max_retries: int = Field(default=2, ge=0, le=20)
 
 
-class Submit(Message):
-    """Start a run with user input: plain text (``@path`` recognised) or segments.
-
-    ``submit_id`` (chosen by the sender, unique; ``Session.submit`` generates
-    one) lets a :class:`CancelRun` name this submit even if the cancel
-    overtakes it on the control lane: the worker remembers such early
-    cancels (a small bounded table) and answers the submit ``cancelled``
-    without starting it.
-    """
-
-    text: str | None = None
-    segments: tuple[Segment, ...] | None = None
-    max_turns: int | None = Field(default=None, ge=1)
-    submit_id: str | None = Field(default=None, min_length=1, max_length=200)
-    # -- telemetry (issue 28) --
-    usage_limits: UsageLimits | None = None
-    """Limits of this turn's main requests (:class:`~messages.usage.UsageLimits`)."""
-    trace: Any = Field(default=None, exclude=True)
-    """The OpenTelemetry context the turn's span is a child of (in-process)."""
-    output: OutputRequest | None = None
-    """Structured output: the run ends with a validated value (``TurnResult.output``)."""
-
-
 class Resume(Message):
     """Continue a paused run, optionally adding ``messages`` to history.
 
@@ -144,27 +122,6 @@ class Resume(Message):
     """
 
     messages: tuple[Item, ...] = ()
-
-
-class PauseRun(Message):
-    """Pause the running run at its next safe point (before its next LLM request)."""
-
-    reason: str = "paused by request"
-
-
-class CancelRun(ControlMessage):
-    """Cancel a run: LLM stream and tools are cancelled, calls get results.
-
-    Without ``submit_id`` it cancels the current run (and a submit queued
-    behind an ending one). With ``submit_id`` it cancels that submit's run
-    only -- the current one, the one queued behind it, or, when the cancel
-    overtook its submit on the control lane, the submit when it arrives
-    (answered ``cancelled`` without starting). Answered (when asked) with
-    whether anything was cancelled or remembered.
-    """
-
-    reason: str = "cancelled by user"
-    submit_id: str | None = None
 
 
 class Subscribe(Message):
@@ -247,6 +204,50 @@ class TurnResult(Message, Generic[OutputT]):
         # The value is whatever the caller's type validated to (a model, a
         # dataclass, a plain value): JSON-able where pydantic knows how, else its str.
         return to_jsonable_python(value, fallback=str)
+
+
+class Submit(Ask[TurnResult[Any]]):
+    """Start a run with user input: plain text (``@path`` recognised) or segments.
+
+    ``submit_id`` (chosen by the sender, unique; ``Session.submit`` generates
+    one) lets a :class:`CancelRun` name this submit even if the cancel
+    overtakes it on the control lane: the worker remembers such early
+    cancels (a small bounded table) and answers the submit ``cancelled``
+    without starting it.
+    """
+
+    text: str | None = None
+    segments: tuple[Segment, ...] | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+    submit_id: str | None = Field(default=None, min_length=1, max_length=200)
+    # -- telemetry (issue 28) --
+    usage_limits: UsageLimits | None = None
+    """Limits of this turn's main requests (:class:`~messages.usage.UsageLimits`)."""
+    trace: Any = Field(default=None, exclude=True)
+    """The OpenTelemetry context the turn's span is a child of (in-process)."""
+    output: OutputRequest | None = None
+    """Structured output: the run ends with a validated value (``TurnResult.output``)."""
+
+
+class PauseRun(Ask[bool]):
+    """Pause the running run at its next safe point (before its next LLM request)."""
+
+    reason: str = "paused by request"
+
+
+class CancelRun(ControlMessage, Ask[bool]):
+    """Cancel a run: LLM stream and tools are cancelled, calls get results.
+
+    Without ``submit_id`` it cancels the current run (and a submit queued
+    behind an ending one). With ``submit_id`` it cancels that submit's run
+    only -- the current one, the one queued behind it, or, when the cancel
+    overtook its submit on the control lane, the submit when it arrives
+    (answered ``cancelled`` without starting). Answered (when asked) with
+    whether anything was cancelled or remembered.
+    """
+
+    reason: str = "cancelled by user"
+    submit_id: str | None = None
 
 
 # -- events ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from fore.messages.address import Ask
 from fore.messages.base import ControlMessage, Message
 from fore.messages.conversation import Item, Segment, ToolCall
 from fore.messages.gate import ApprovalMode
@@ -306,35 +307,6 @@ class SetApprovalMode(Message):
     mode: ApprovalMode
 
 
-class AcceptSuggestion(Message):
-    """Tab: accept the current suggestion (answered with :class:`AcceptResult`)."""
-
-    wait_continuation: bool = True
-
-
-class SubmitPrompt(Message):
-    """A submit through the session supervisor.
-
-    It takes the accept path when the text equals the current suggestion.
-    """
-
-    text: str | None = None
-    segments: tuple[Segment, ...] | None = None
-    max_turns: int | None = Field(default=None, ge=1)
-    output: OutputRequest | None = None
-    """Structured output: never the accept path (the speculation was not asked for
-    the value), always a new run -- the speculation is aborted like for other text."""
-    at: float = Field(default_factory=time.monotonic)
-    """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
-    submit_id: str | None = Field(default=None, min_length=1, max_length=200)
-    """Passed on to the worker's ``Submit`` (a ``CancelRun`` naming it reaches it)."""
-    # -- telemetry (issue 28) --
-    usage_limits: UsageLimits | None = None
-    """Limits of this turn's main requests (passed on to its ``Submit``)."""
-    trace: Any = Field(default=None, exclude=True)
-    """The OpenTelemetry context the turn's span is a child of (in-process)."""
-
-
 class GetSpeculation(Message):
     """Ask for the current :class:`SpeculationStatus` and suggestion."""
 
@@ -381,11 +353,36 @@ class AcceptResult(Message):
     """
 
 
+class AcceptSuggestion(Ask[AcceptResult]):
+    """Tab: accept the current suggestion (answered with :class:`AcceptResult`)."""
+
+    wait_continuation: bool = True
+
+
+class SubmitPrompt(Ask[TurnResult[Any]]):
+    """A submit through the session supervisor.
+
+    It takes the accept path when the text equals the current suggestion.
+    """
+
+    text: str | None = None
+    segments: tuple[Segment, ...] | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+    output: OutputRequest | None = None
+    """Structured output: never the accept path (the speculation was not asked for
+    the value), always a new run -- the speculation is aborted like for other text."""
+    at: float = Field(default_factory=time.monotonic)
+    """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
+    submit_id: str | None = Field(default=None, min_length=1, max_length=200)
+    """Passed on to the worker's ``Submit`` (a ``CancelRun`` naming it reaches it)."""
+    # -- telemetry (issue 28) --
+    usage_limits: UsageLimits | None = None
+    """Limits of this turn's main requests (passed on to its ``Submit``)."""
+    trace: Any = Field(default=None, exclude=True)
+    """The OpenTelemetry context the turn's span is a child of (in-process)."""
+
+
 # -- between the session supervisor, the speculator and the worker ---------------------
-
-
-class AcceptSpeculation(Message):
-    """Apply the overlay and hand over the transcript (waits while still running)."""
 
 
 class SpeculationResult(Message):
@@ -414,6 +411,10 @@ class SpeculationResult(Message):
     """``time.monotonic()`` when the speculator began applying (same process)."""
 
 
+class AcceptSpeculation(Ask[SpeculationResult]):
+    """Apply the overlay and hand over the transcript (waits while still running)."""
+
+
 class SpeculationDone(Message):
     """A speculator tells its session supervisor it has finished (any state)."""
 
@@ -433,7 +434,7 @@ class OverlayRemoved(Message):
     """Of ``tokens``: estimated from characters (no usage arrived)."""
 
 
-class InsertItems(Message):
+class InsertItems(Ask[str | None]):
     """Append accepted speculation items to the main worker's history.
 
     With ``continue_calls``, the last assistant message of ``items`` gets these

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue, model_validator
 
+from fore.messages.address import Ask
 from fore.messages.base import ControlMessage, Message
 from fore.messages.blobs import ToolOutput
 from fore.messages.conversation import ToolCall, ToolResult
@@ -166,5 +167,5 @@ class PoolStats(Message):
     per_session_zombies: dict[str, int] = Field(default_factory=dict)
 
 
-class GetPoolStats(Message):
+class GetPoolStats(Ask[PoolStats]):
     """Ask the tool pool for a :class:`PoolStats`."""

@@ -235,7 +235,7 @@ class Runtime:
         self.system.alert_sink = self.alert_sink
         for alert in recovery_alerts:
             self.alert_sink.tell(alert)
-        self.blob_store: Handle[Any] | None = None
+        self.blob_store: Handle[BlobStoreActor] | None = None
         if self.blob_fs is not None:
             blob_fs = self.blob_fs
             # Retention keeps what stored (not only live) sessions quote.

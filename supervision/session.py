@@ -69,6 +69,7 @@ from fore.messages.usage import UsageLimits, UsageSummary
 from fore.supervision.session_async import DEFAULT_STREAM_MAXLEN, EventStream, wait_answer
 
 if TYPE_CHECKING:
+    from fore.actors.worker.worker import Worker
     from fore.supervision.handle import Handle
     from fore.supervision.runtime import Runtime
 
@@ -151,7 +152,7 @@ class Session:
         runtime: Runtime,
         session_id: str,
         *,
-        worker: Handle[Any],
+        worker: Handle[Worker],
         hooks: Hooks,
         state: Any,
         alert_sink: Any = None,
@@ -193,7 +194,7 @@ class Session:
         return f"<Session {self.id}>"
 
     @property
-    def worker(self) -> Handle[Any]:
+    def worker(self) -> Handle[Worker]:
         """The worker's stable handle (low level: ``Session`` itself sends it only Subscribe)."""
         return self._worker
 

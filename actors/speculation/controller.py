@@ -698,7 +698,7 @@ class SpeculationController(AcceptProtocol):
         if spec.exited and spec.overlay_removed and spec.pipelined_request is None:
             self._specs.pop(spec.id, None)
 
-    def _start_speculator(self, setup: SpeculationSetup) -> ActorRef[Any] | None:
+    def _start_speculator(self, setup: SpeculationSetup) -> ActorRef[Speculator] | None:
         """Start its speculator and watch its exit; None if it did not start.
 
         A speculator is never restarted, so it needs no supervisor: this actor
@@ -707,7 +707,7 @@ class SpeculationController(AcceptProtocol):
         """
         try:
             with self.system.activated():
-                ref: ActorRef[Any] = Speculator.start(setup)
+                ref: ActorRef[Speculator] = Speculator.start(setup)
         except BaseException as exc:
             self.log.error(
                 "speculator_start_failed", speculation=setup.speculation_id, error=repr(exc)

@@ -26,12 +26,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pykka import ActorRef
 
 from fore.actors.core.timer import TimerHandle
 from fore.errors import SpeculationPhaseError
+
+if TYPE_CHECKING:  # the speculator imports this module
+    from fore.actors.speculation.speculator import Speculator
+
 from fore.messages.speculation import (
     ForkSnapshot,
     OverlayRemoved,
@@ -92,7 +96,7 @@ class Speculation:
     snapshot: ForkSnapshot
     config_gen: int
     started_at: float
-    handle: ActorRef[Any]
+    handle: ActorRef[Speculator]
     """Its speculator (started and watched by the controller, never restarted)."""
     state: SpeculationState = "running"
     phase: SpecPhase = SpecPhase.OFFERED

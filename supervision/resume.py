@@ -158,33 +158,22 @@ def _without_password(url: str) -> str | None:
 def model_settings(model: object) -> dict[str, JsonValue]:
     """What the store keeps of ``model``: enough to rebuild it, and no credential."""
     if isinstance(model, OpenAICompatible):
-        settings: dict[str, JsonValue] = {
-            "provider": OPENAI_COMPATIBLE,
-            "model": model.name,
-            "stream": model.stream_answers,
-            "max_output_tokens": model.max_output_tokens,
-            "max_tokens_field": model.max_tokens_field,
-        }
-        base_url = _without_password(model.base_url)
-        if base_url is not None:
-            settings["base_url"] = base_url
-        return settings
+        return _endpoint_settings(
+            OPENAI_COMPATIBLE, model, {"max_tokens_field": model.max_tokens_field}
+        )
     if isinstance(model, AnthropicModel):
-        settings = {
-            "provider": ANTHROPIC,
-            "model": model.name,
-            "stream": model.stream_answers,
-            "max_output_tokens": model.max_output_tokens,
-            "version": model.version,
-            "cache": model.cache,
-            "cache_ttl": model.cache_ttl,
-            "thinking_budget": model.thinking.budget_tokens if model.thinking is not None else None,
-            "fork_tool_choice": model.fork_tool_choice,
-        }
-        base_url = _without_password(model.base_url)
-        if base_url is not None:
-            settings["base_url"] = base_url
-        return settings
+        thinking = model.thinking
+        return _endpoint_settings(
+            ANTHROPIC,
+            model,
+            {
+                "version": model.version,
+                "cache": model.cache,
+                "cache_ttl": model.cache_ttl,
+                "thinking_budget": thinking.budget_tokens if thinking is not None else None,
+                "fork_tool_choice": model.fork_tool_choice,
+            },
+        )
     return {
         "provider": IN_PROCESS,
         "class": type(model).__name__,
@@ -192,24 +181,48 @@ def model_settings(model: object) -> dict[str, JsonValue]:
     }
 
 
+def _endpoint_settings(
+    provider: str, model: OpenAICompatible | AnthropicModel, own: dict[str, JsonValue]
+) -> dict[str, JsonValue]:
+    """An HTTP model's settings: what every provider has, then its ``own``; the base URL
+    only without a password (a credential is never stored)."""
+    settings: dict[str, JsonValue] = {
+        "provider": provider,
+        "model": model.name,
+        "stream": model.stream_answers,
+        "max_output_tokens": model.max_output_tokens,
+        **own,
+    }
+    base_url = _without_password(model.base_url)
+    if base_url is not None:
+        settings["base_url"] = base_url
+    return settings
+
+
 def rebuild_model(settings: Mapping[str, JsonValue], session_id: str) -> ChatModel:
     """The model a session was opened with, from its stored settings.
 
     The API key comes from the environment (``FORE_API_KEY`` /
-    ``OPENAI_API_KEY``), as for any ``OpenAICompatible()``; so do extra
-    headers. :class:`ModelNotRebuildable` says what to pass instead.
+    ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``), as for a model made anew; so do
+    extra headers. :class:`ModelNotRebuildable` says what to pass instead.
     """
     provider = settings.get("provider")
-    if provider == OPENAI_COMPATIBLE and isinstance(settings.get("base_url"), str):
+    base_url = settings.get("base_url")
+    if provider in (OPENAI_COMPATIBLE, ANTHROPIC) and isinstance(base_url, str):
         stream = settings.get("stream")
         cap = settings.get("max_output_tokens")
-        field_name = settings.get("max_tokens_field")
+        common: dict[str, Any] = {
+            "model": str(settings.get("model") or "") or None,
+            "base_url": base_url,
+            "stream": stream if isinstance(stream, bool) else None,
+            "max_output_tokens": cap if isinstance(cap, int) and cap > 0 else None,
+        }
         try:
+            if provider == ANTHROPIC:
+                return AnthropicModel(**common, **_anthropic_options(settings))
+            field_name = settings.get("max_tokens_field")
             return OpenAICompatible(
-                model=str(settings.get("model") or "") or None,
-                base_url=str(settings["base_url"]),
-                stream=stream if isinstance(stream, bool) else None,
-                max_output_tokens=cap if isinstance(cap, int) and cap > 0 else None,
+                **common,
                 max_tokens_field=(
                     field_name  # type: ignore[arg-type]
                     if field_name in ("max_tokens", "max_completion_tokens")
@@ -220,8 +233,6 @@ def rebuild_model(settings: Mapping[str, JsonValue], session_id: str) -> ChatMod
             raise ModelNotRebuildable(
                 f"session {session_id!r}: its model cannot be rebuilt ({exc}); pass model=..."
             ) from None
-    if provider == ANTHROPIC and isinstance(settings.get("base_url"), str):
-        return _rebuild_anthropic(settings, session_id)
     if provider in (OPENAI_COMPATIBLE, ANTHROPIC):
         why = "its endpoint's URL held a password, which is never stored"
     elif provider == IN_PROCESS:
@@ -233,31 +244,20 @@ def rebuild_model(settings: Mapping[str, JsonValue], session_id: str) -> ChatMod
     )
 
 
-def _rebuild_anthropic(settings: Mapping[str, JsonValue], session_id: str) -> AnthropicModel:
-    """An :class:`AnthropicModel` from its settings; the key comes from ``ANTHROPIC_API_KEY``."""
-    stream = settings.get("stream")
-    cap = settings.get("max_output_tokens")
+def _anthropic_options(settings: Mapping[str, JsonValue]) -> dict[str, Any]:
+    """An AnthropicModel's own options from its settings (anything malformed: the default)."""
     version = settings.get("version")
     cache = settings.get("cache")
-    ttl = settings.get("cache_ttl")
     thinking = settings.get("thinking_budget")
-    fork = settings.get("fork_tool_choice")
-    try:
-        return AnthropicModel(
-            model=str(settings.get("model") or "") or None,
-            base_url=str(settings["base_url"]),
-            stream=stream if isinstance(stream, bool) else None,
-            max_output_tokens=cap if isinstance(cap, int) and cap > 0 else None,
-            version=version if isinstance(version, str) and version else ANTHROPIC_VERSION,
-            cache=cache if isinstance(cache, bool) else True,
-            cache_ttl="1h" if ttl == "1h" else "5m",
-            thinking_budget=thinking if isinstance(thinking, int) and thinking > 0 else None,
-            fork_tool_choice="as_requested" if fork == "as_requested" else "match_main",
-        )
-    except ValueError as exc:
-        raise ModelNotRebuildable(
-            f"session {session_id!r}: its model cannot be rebuilt ({exc}); pass model=..."
-        ) from None
+    return {
+        "version": version if isinstance(version, str) and version else ANTHROPIC_VERSION,
+        "cache": cache if isinstance(cache, bool) else True,
+        "cache_ttl": "1h" if settings.get("cache_ttl") == "1h" else "5m",
+        "thinking_budget": thinking if isinstance(thinking, int) and thinking > 0 else None,
+        "fork_tool_choice": (
+            "as_requested" if settings.get("fork_tool_choice") == "as_requested" else "match_main"
+        ),
+    }
 
 
 # -- the session's configuration ------------------------------------------------------------------

@@ -518,9 +518,7 @@ class Session:
         part of every fork's cache-safe prefix, so a tool change makes the
         current speculation stale (it is aborted) before the worker gets it.
         """
-        made = as_tool(tool)
-        target = self._front
-        target.ask(AddTool(tool=made), timeout=10)
+        self._front.ask(AddTool(tool=as_tool(tool)), timeout=10)
 
     # -- forking (the session store, issue 25) -------------------------------------
 

@@ -61,7 +61,7 @@ from fore.actors.blobs.summary import (
     referenced_blob_ids,
     to_tool_output,
 )
-from fore.actors.core.cancel import CancelScope
+from fore.actors.core.cancel import CancelScope, unless_cancelled
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import ForeActor, handles
@@ -335,8 +335,9 @@ class BlobStoreActor(ForeActor):
             _fail(reply, error)
 
         self.run_blocking(
-            _store_unless_called_off,
+            unless_cancelled,
             scope,
+            store_output,
             self.store,
             message,
             self.limits,
@@ -443,23 +444,6 @@ def _collect(
         return store.collect((), pins=pins)
     # A failing store raises here: the collection fails and removes nothing.
     return store.collect(referenced(), pins=pins, confirm=referenced)
-
-
-def _store_unless_called_off(
-    scope: CancelScope | None,
-    store: FsBlobStore,
-    message: StoreToolOutput,
-    limits: BlobLimits,
-    pins: PinTable,
-) -> StoredOutput:
-    """:func:`store_output` on the lane, unless the run's scope was cancelled meanwhile.
-
-    Not ``run_blocking(scope=...)``: that would drop the outcome, and this
-    actor must still answer the ask and balance its per-session count.
-    """
-    if scope is not None:
-        scope.raise_if_cancelled()
-    return store_output(store, message, limits, pins)
 
 
 def _answer(reply: PooledFuture[Any] | None, value: Any) -> None:

@@ -55,7 +55,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, TracebackType
-from typing import Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from fore.actors.core.logs import get_logger
 from fore.errors import Cancelled
@@ -67,6 +67,7 @@ __all__ = [
     "Lease",
     "LeaseKind",
     "Registration",
+    "unless_cancelled",
 ]
 
 log = get_logger(__name__)
@@ -468,6 +469,17 @@ class CancelScope:
             parent_registration.remove()
         if settled is not None:
             _fire_settled(*settled)
+
+
+def unless_cancelled(scope: CancelScope | None, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, unless ``scope`` is already cancelled (then :class:`Cancelled`).
+
+    The guard of work queued under a scope, checked when the work starts (on
+    the thread that runs it): a job called off while it waited never runs.
+    """
+    if scope is not None:
+        scope.raise_if_cancelled()
+    return fn(*args)
 
 
 def _run(callback: Callable[[T], object], arg: T) -> None:

@@ -66,6 +66,7 @@ from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 from typing_extensions import deprecated
 
+from fore.actors.core.cancel import unless_cancelled
 from fore.actors.core.errors import ActorCrashed, UnhandledMessageError
 from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.logs import get_logger
@@ -372,7 +373,7 @@ class PooledActor(pykka.Actor):
         never acts for work that was called off while it waited on the lane.
         """
         job: Callable[..., T] = (
-            fn if scope is None else functools.partial(_unless_called_off, scope, fn)
+            fn if scope is None else functools.partial(unless_cancelled, scope, fn)
         )
         future = self._fore_system.blocking.submit(job, *args)
         future.add_done_callback(
@@ -474,10 +475,9 @@ class PooledActor(pykka.Actor):
         :class:`~fore.messages.address.Ask` ``[R]`` that ``target`` accepts,
         ``then`` takes its ``R``, and the future carries it. The second,
         untyped overload is kept for the askers whose messages do not declare
-        their answer yet; it is marked deprecated, and mypy reports every call
-        that falls to it (a mistyped typed ask included) except in the modules
-        ``pyproject.toml`` still exempts -- each deletes its line when its
-        messages declare their answers.
+        their answer yet (a host's own actors); it is marked deprecated, and
+        mypy reports every call that falls to it, a mistyped typed ask
+        included. Every Fore request message declares its answer.
         """
         if timeout is not None:
             timeout = check_ask_timeout(timeout, "ask_then(timeout=...)")
@@ -844,12 +844,6 @@ class ForeActor(PooledActor):
 
     pykka_logging = False
     strict_messages = True
-
-
-def _unless_called_off(scope: CancelScope, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` unless ``scope`` was cancelled before the job started (lane side)."""
-    scope.raise_if_cancelled()
-    return fn(*args)
 
 
 def _settle_exception(future: Any, exc_info: Any) -> None:

@@ -10,6 +10,7 @@ refused answer fails only its call: the next call on the same connection works.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import resource
@@ -74,8 +75,6 @@ async def _read(body: bytes, encoding: str, chunk: int, limit: int) -> bytes:
 def test_an_answer_within_the_bound_is_read_exactly_and_one_past_it_is_refused(
     body: bytes, encoding: str, chunk: int, limit: int
 ) -> None:
-    import asyncio
-
     if len(body) <= limit:
         assert asyncio.run(_read(body, encoding, chunk, limit)) == body
     else:
@@ -84,8 +83,6 @@ def test_an_answer_within_the_bound_is_read_exactly_and_one_past_it_is_refused(
 
 
 def test_a_gzip_bomb_is_refused_without_being_inflated() -> None:
-    import asyncio
-
     squeeze = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     zeros = b"\0" * (1024 * 1024)
     bomb = b"".join(squeeze.compress(zeros) for _ in range(1024)) + squeeze.flush()  # 1 GiB
@@ -113,8 +110,6 @@ async def _read_raw(raw: bytes, encoding: str, limit: int) -> bytes:
 
 
 def test_an_encoding_the_client_did_not_ask_for_is_refused() -> None:
-    import asyncio
-
     with pytest.raises(httpx2.StreamError, match="Content-Encoding 'br'"):
         asyncio.run(_read_raw(b"\x1b\x00", "br", LIMIT))
 

@@ -13,9 +13,9 @@ gzip answer inflating to 2 GiB was read whole). The SDK takes an
   client's decoder), removing ``Content-Encoding`` so httpx2 does not inflate
   it again; an encoding it did not ask for is an error;
 * counts the decoded bytes of every response that is not an event stream and
-  stops at ``max_message`` bytes with :class:`_MessageTooLarge`.
+  stops at ``max_message`` bytes, both with :class:`_AnswerRefused`.
 
-:class:`_MessageTooLarge` is an ``httpx2.StreamError``, the error the SDK's
+:class:`_AnswerRefused` is an ``httpx2.StreamError``, the error the SDK's
 JSON reader already answers: the call in flight fails with a JSON-RPC
 ``PARSE_ERROR`` whose message names the bound (``MCPServerHTTP(max_message=…)``),
 and the connection stays up for the next call. Event streams are bounded per
@@ -34,8 +34,8 @@ from fore.actors.llm.errors import LlmException, format_size
 __all__ = ["BoundedTransport", "bounded_http_client"]
 
 
-class _MessageTooLarge(httpx2.StreamError):
-    """A response passed the bound (or was compressed in a way not asked for).
+class _AnswerRefused(httpx2.StreamError):
+    """A response passed the bound, or came compressed in a way not asked for.
 
     Private: the SDK turns it into the failed call's JSON-RPC error, which is
     what the caller sees.
@@ -68,12 +68,12 @@ class _BoundedBody(httpx2.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._decoder is None:  # refused before the first byte (reading it fails the call)
-            raise _MessageTooLarge(self._refused)
+            raise _AnswerRefused(self._refused)
         async for chunk in self._raw:
             try:
                 pieces = list(self._pieces(chunk))
             except LlmException as exc:  # the decoder's own refusal (corrupt, unasked)
-                raise _MessageTooLarge(f"fore: {exc}") from None
+                raise _AnswerRefused(f"fore: {exc}") from None
             for piece in pieces:
                 yield piece
 
@@ -82,7 +82,7 @@ class _BoundedBody(httpx2.AsyncByteStream):
         for piece in self._decoder.decode(chunk):
             self.read += len(piece)
             if self._limit is not None and self.read > self._limit:
-                raise _MessageTooLarge(_too_large_text(self._limit))
+                raise _AnswerRefused(_too_large_text(self._limit))
             yield piece
 
     async def aclose(self) -> None:

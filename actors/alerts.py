@@ -36,12 +36,21 @@ from fore.messages.alerts import (
     UnsubscribeAlerts,
 )
 
-__all__ = ["DEFAULT_PER_SESSION", "AlertSink", "AlertSinkState"]
+__all__ = ["DEFAULT_PER_SESSION", "AlertSink", "AlertSinkState", "send_alert"]
 
 _LOG_LEVEL = {AlertLevel.INFO: "info", AlertLevel.WARN: "warning", AlertLevel.ERROR: "error"}
 
 DEFAULT_PER_SESSION = 200
 """Alerts kept per session (and for the runtime-wide ``None`` session)."""
+
+
+def send_alert(
+    sink: Any, level: AlertLevel, text: str, *, session: str | None, source: str
+) -> None:
+    """Tell the runtime's alert ``sink`` an :class:`Alert`; nothing if there is none
+    (a bare actor system) or it is gone (the runtime is closing)."""
+    if sink is not None:
+        tell_quietly(sink, Alert(level=level, text=text, session=session, source=source))
 
 
 class AlertSinkState:

@@ -42,11 +42,12 @@ from typing import Any, Literal
 from pykka import ActorDeadError, ActorRef
 from pykka.messages import _ActorStop
 
+from fore.actors.alerts import send_alert
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.errors import ChildRejectedError, SupervisorIntensityError
-from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.alerts import AlertLevel
 from fore.messages.runtime import (
     ChildExited,
     ChildSnapshot,
@@ -399,17 +400,12 @@ class Supervisor(ForeActor):
         raise SupervisorIntensityError(reason)
 
     def _alert(self, level: AlertLevel, text: str) -> None:
-        sink = self.system.alert_sink
-        if sink is None:
-            return
-        tell_quietly(
-            sink,
-            Alert(
-                level=level,
-                text=f"{self.sup_id}: {text}",
-                session=self.session_id,
-                source="supervisor",
-            ),
+        send_alert(
+            self.system.alert_sink,
+            level,
+            f"{self.sup_id}: {text}",
+            session=self.session_id,
+            source="supervisor",
         )
 
     # -- operations queue ---------------------------------------------------------

@@ -69,6 +69,7 @@ from typing import Any
 
 from pykka import ActorDeadError, ActorRef
 
+from fore.actors.alerts import send_alert
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import (
     ActorExit,
@@ -105,7 +106,7 @@ from fore.actors.speculation.suggestion_prompt import extract_type_hint
 from fore.actors.tools.base import ToolRegistry
 from fore.actors.worker.approval import narrows_speculation
 from fore.actors.worker.worker import WorkerConfig
-from fore.messages.alerts import Alert, AlertLevel
+from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import UserMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import (
@@ -305,17 +306,13 @@ class SpeculationController(AcceptProtocol):
                 spec.span.closed("session closed")
 
     def _alert(self, level: AlertLevel, text: str) -> None:
-        sink = self.system.alert_sink
-        if sink is None:
-            return
-        tell_quietly(
-            sink,
-            Alert(
-                level=level,
-                text=f"{self.name}: {text}",
-                session=self.session_id,
-                source="supervisor",
-            ),
+        # Worded as the session supervisor's own alerts were (prefix and source).
+        send_alert(
+            self.system.alert_sink,
+            level,
+            f"{self.name}: {text}",
+            session=self.session_id,
+            source="supervisor",
         )
 
     # -- subscribers (the session's event stream) -------------------------------------

@@ -196,15 +196,22 @@ class RemoteSession:
             ref = _method(placement.handle, method).remote(self.id, *args)
             try:
                 return self._runtime._result(ref, timeout + GRACE_S)
-            except _NotHere:
-                # The shard was restarted: the call never ran. Move, then send it again.
-                self._runtime._session_lost(self, placement, "its shard was restarted")
-                if attempt == 2:
-                    raise ShardLost(self.id, placement.index, "restarted") from None
-            except _Died as exc:
-                self._runtime._shard_died(placement)
-                raise ShardLost(self.id, placement.index, exc.detail) from None
+            except (_NotHere, _Died) as exc:
+                # A restarted shard never ran the call: moved, it is sent once more.
+                lost = self._shard_failed(placement, exc)
+                if isinstance(exc, _Died) or attempt == 2:
+                    raise lost from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _shard_failed(self, placement: Placement, exc: _NotHere | _Died) -> ShardLost:
+        """What a failed call to ``placement``'s shard means, the same for every kind of
+        call: a restarted shard moves the session, a dead one is marked dead; the answer
+        is the :class:`ShardLost` to give the caller if the call is not sent again."""
+        if isinstance(exc, _NotHere):
+            self._runtime._session_lost(self, placement, "its shard was restarted")
+            return ShardLost(self.id, placement.index, "restarted")
+        self._runtime._shard_died(placement)
+        return ShardLost(self.id, placement.index, exc.detail)
 
     def _call_async(self, method: str, *args: Any, timeout: float) -> PooledFuture[Any]:
         """Like :meth:`_call`, answered through a future (for ``ask_then``)."""
@@ -216,12 +223,8 @@ class RemoteSession:
         def settle(_done: Any) -> None:
             try:
                 future.try_set(self._runtime._result(ref, 0.0))
-            except _NotHere:
-                self._runtime._session_lost(self, placement, "its shard was restarted")
-                future.try_set_exception(ShardLost(self.id, placement.index, "restarted"))
-            except _Died as exc:
-                self._runtime._shard_died(placement)
-                future.try_set_exception(ShardLost(self.id, placement.index, exc.detail))
+            except (_NotHere, _Died) as exc:
+                future.try_set_exception(self._shard_failed(placement, exc))
             except BaseException as exc:
                 future.try_set_exception(exc)
 
@@ -239,10 +242,8 @@ class RemoteSession:
             self._tells.discard(ref)
             try:
                 self._runtime._result(ref, 0.0)
-            except _NotHere:
-                self._runtime._session_lost(self, placement, "its shard was restarted")
-            except _Died:
-                self._runtime._shard_died(placement)
+            except (_NotHere, _Died) as exc:
+                self._shard_failed(placement, exc)
             except Exception as exc:  # a tell has nobody to tell: the log has it
                 log.warning("remote_tell_failed", session=self.id, error=repr(exc))
 
@@ -349,13 +350,10 @@ class RemoteSession:
                 if on_cancel is not None:
                     on_cancel()
                 raise
-            except _NotHere:
-                self._runtime._session_lost(self, placement, "its shard was restarted")
-                if attempt == 2:
-                    raise ShardLost(self.id, placement.index, "restarted") from None
-            except _Died as exc:
-                self._runtime._shard_died(placement)
-                raise ShardLost(self.id, placement.index, exc.detail) from None
+            except (_NotHere, _Died) as exc:
+                lost = self._shard_failed(placement, exc)
+                if isinstance(exc, _Died) or attempt == 2:
+                    raise lost from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _tell_quietly(self, method: str, *args: Any) -> None:

@@ -298,7 +298,7 @@ class SimUser(PooledActor):
 
     def on_start(self) -> None:
         self.ledger.user(self.index, self.options.turns)
-        self.session.supervisor.tell(Subscribe(address=self.actor_ref))
+        self.session.controller.tell(Subscribe(address=self.actor_ref))
         # Users start as they would be found in steady state, part-way through
         # a think time (first_action_delay); a burst of every session's first
         # prompt in the same instant would measure the stampede, not the runtime.
@@ -332,12 +332,12 @@ class SimUser(PooledActor):
         at_once = prompt is not None
         if prompt is None:
             prompt = self._prompt()
-            self.session.supervisor.tell(Keystroke(text=prompt[:1]))
+            self.session.controller.tell(Keystroke(text=prompt[:1]))
         self.ledger.typed_over(self.index, at_once=at_once)
         self.ledger.round_began(self.index)
         typed = time.monotonic()
         self.ask_then(
-            self.session.supervisor,
+            self.session.controller,
             SubmitPrompt(text=prompt),
             then=lambda result: self._typed_done(typed, result),
             on_error=self._error,
@@ -356,7 +356,7 @@ class SimUser(PooledActor):
         with self.recorder.lock:
             self.recorder.typed_at_once += 1
         self.ledger.typed_over(self.index, at_once=True)
-        self.session.supervisor.tell(Keystroke(text=prompt))
+        self.session.controller.tell(Keystroke(text=prompt))
         self._after(think, lambda: self._type(prompt))
 
     def _typed_done(self, typed: float, result: TurnResult) -> None:
@@ -378,7 +378,7 @@ class SimUser(PooledActor):
             self.ledger.tab_pressed(self.index)
             self.ledger.round_began(self.index)
             self.ask_then(
-                self.session.supervisor,
+                self.session.controller,
                 AcceptSuggestion(wait_continuation=True),
                 then=lambda result: self._accepted(pressed, result),
                 on_error=self._error,
@@ -740,7 +740,7 @@ def _open_states(sessions: list[tuple[Any, Path]], deadline_s: float = 5.0) -> d
     futures = []
     for session, _ in sessions:
         try:
-            futures.append(session.supervisor.ask(GetSpeculation(), block=False))
+            futures.append(session.controller.ask(GetSpeculation(), block=False))
         except Exception:  # a session that is gone has nothing open
             continue
     until = time.monotonic() + deadline_s

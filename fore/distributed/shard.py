@@ -125,7 +125,7 @@ class _Hosted:
         if name == "worker":
             return self.session.worker
         if name == "supervisor":
-            return self.session.supervisor
+            return self.session.controller
         if name == "alerts":
             return self.session.runtime.alert_sink
         raise ValueError(f"unknown target {name!r}; one of {', '.join(TARGETS)}")
@@ -316,7 +316,7 @@ class ShardServer:
         own_alerts = getattr(session, "_alert_events", None)
         worker, supervisor, alert_sink = (
             session.worker,
-            session.supervisor,
+            session.controller,
             session.runtime.alert_sink,
         )
         await _bridged(worker.ask(Subscribe(address=sink), block=False), 30.0)
@@ -355,7 +355,7 @@ class ShardServer:
             prompt = SubmitPrompt(text=text, segments=segments, max_turns=max_turns)
             try:
                 turn: TurnResult = await _bridged(
-                    session.supervisor.ask(prompt, block=False, timeout=timeout), timeout
+                    session.controller.ask(prompt, block=False, timeout=timeout), timeout
                 )
             except AskTimeout:
                 _quiet_tell(session.worker, CancelRun(reason="the submit timed out"))
@@ -385,7 +385,7 @@ class ShardServer:
         hosted = self._get(session_id)
         message = AcceptSuggestion(wait_continuation=wait_continuation)
         result: AcceptResult = await _bridged(
-            hosted.session.supervisor.ask(message, block=False, timeout=timeout), timeout
+            hosted.session.controller.ask(message, block=False, timeout=timeout), timeout
         )
         return result
 
@@ -394,7 +394,7 @@ class ShardServer:
         when the caller is on this machine, so abort latency counts the trip here)."""
         hosted = self._get(session_id)
         stamp = time.monotonic() if at is None else at
-        hosted.session.supervisor.tell(Keystroke(text=text, at=stamp))
+        hosted.session.controller.tell(Keystroke(text=text, at=stamp))
 
     async def set_approval_mode(self, session_id: str, mode: ApprovalMode) -> None:
         """``Session.set_approval_mode`` here (never waits)."""
@@ -483,7 +483,7 @@ class ShardServer:
             return True
         session = hosted.session
         with contextlib.suppress(Exception):
-            session.supervisor.tell(AbortSpeculation(reason="session closed"))
+            session.controller.tell(AbortSpeculation(reason="session closed"))
         clean = await asyncio.to_thread(session.close, timeout)
         in_use = {id(m) for other in self._hosted.values() for m in other.models}
         _close_models(tuple(m for m in hosted.models if id(m) not in in_use))

@@ -633,14 +633,9 @@ def _bench(args: argparse.Namespace) -> int:
                 f"{PROG} bench: --plot needs matplotlib (pip install 'fore-runtime[plot]')"
             ) from None
     from fore.bench._common import console
-    from fore.bench.load import (
-        BenchSetupError,
-        LoadOptions,
-        leaks_total,
-        report_json,
-        run_comparison,
-        run_load,
-    )
+    from fore.bench.load import BenchSetupError, run_comparison, run_load
+    from fore.bench.load_options import LoadOptions
+    from fore.bench.load_report import leaks_total, report_json
     from fore.bench.report import print_report, verdict_json, verdict_line
 
     options = LoadOptions(

@@ -2,7 +2,7 @@
 
 The same rows feed the console table (:func:`print_report`), the HTML page
 (:mod:`bench.report_html`) and the JSON's ``verdict``: built once here, from a
-:class:`~bench.load.LoadReport`, as plain data. Three rules make it readable:
+:class:`~bench.load_report.LoadReport`, as plain data. Three rules make it readable:
 
 * every percentile carries its n, and a figure that could not be measured is
   "—" with the reason (never ``nan``); a p99 over 50 samples or fewer is
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fore.bench._common import Target, console, format_target, verdict_word
-from fore.bench.load import Comparison, LoadReport, leaks_total
+from fore.bench.load_report import Comparison, LoadReport, leaks_total
 
 ACCEPT_P99_MS = 20.0
 """Tab -> files applied and history inserted, p99 (issue 12, README)."""

@@ -14,7 +14,7 @@ import html
 from collections.abc import Sequence
 
 from fore.bench._common import Target, verdict_word
-from fore.bench.load import Comparison, LoadReport
+from fore.bench.load_report import Comparison, LoadReport
 from fore.bench.report import GLOSSARY, sections, title_line, verdict_line
 
 _CSS = """

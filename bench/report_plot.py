@@ -24,7 +24,7 @@ import textwrap
 from typing import Any
 
 from fore.bench._common import percentile
-from fore.bench.load import Comparison, LoadReport
+from fore.bench.load_report import Comparison, LoadReport
 from fore.bench.report import ABORT_P99_MS, ACCEPT_P99_MS, title_line
 
 _COLORS = {

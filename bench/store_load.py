@@ -15,7 +15,9 @@ import math
 from typing import Any
 
 from fore.bench._common import Target, console, ratio, table, targets_table
-from fore.bench.load import LoadOptions, leaks_total, run_comparison
+from fore.bench.load import run_comparison
+from fore.bench.load_options import LoadOptions
+from fore.bench.load_report import leaks_total
 from fore.bench.report import verdict_line
 
 __all__ = ["P99_RATIO_TARGET", "run_store_comparison"]

@@ -27,6 +27,15 @@ cancelled) and every reply an abandoned operation owed is still answered.
 
 Callers address children through :class:`~supervision.handle.Handle`\\ s that
 the supervisor re-points at each new incarnation.
+
+Beside it: the OTP rules as pure functions (restart decisions, intensity,
+backoff) in :mod:`supervision.policy`, a child's record and the start of one
+incarnation in :mod:`supervision.child`, the one-at-a-time plan in
+:mod:`supervision.op_queue`. What stays here is one
+concept and stays whole: the actor that executes plans over its children --
+every handler below (a request, an exit, a timer, a backoff) reads and
+writes the same children table, plan and waiters, and splitting them up
+would only scatter that state.
 """
 
 from __future__ import annotations
@@ -36,15 +45,13 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from pykka import ActorDeadError, ActorRef
 from pykka.messages import _ActorStop
 
 from fore.actors.alerts import send_alert
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, handles, tell_quietly
+from fore.actors.core.pooled import ForeActor, PooledActor, handles, tell_quietly
 from fore.actors.core.timer import TimerHandle
 from fore.errors import ChildRejectedError, SupervisorIntensityError
 from fore.messages.alerts import AlertLevel
@@ -63,15 +70,15 @@ from fore.messages.runtime import (
     TreeSnapshot,
     WhichChildren,
 )
+from fore.supervision.child import Child, exited
 from fore.supervision.handle import SUPERVISOR_STOP, SUPERVISOR_STOP_NOW, Handle
+from fore.supervision.op_queue import Done, Op, OpQueue
 from fore.supervision.policy import Backoff, RestartIntensity, plan_restart, should_restart
 
 # Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
 __all__ = ["ChildRejectedError", "SupervisorIntensityError"]
 
-Done = Callable[[], None]
 SupervisorStatus = Literal["running", "shutting_down", "stopped", "failed"]
-Operation = Callable[[Done], None]
 
 _REQUESTS = (StartChild, StopChild, GetChild, Shutdown, WhichChildren)
 """The supervisor's public protocol: a failing *tell* of one is logged, not fatal."""
@@ -81,49 +88,6 @@ def _ignore_error(
     got: Callable[[str, TreeSnapshot | None], None], child_id: str, _error: BaseException
 ) -> None:
     got(child_id, None)
-
-
-@dataclass(eq=False)
-class _Child:
-    spec: ChildSpec
-    handle: Handle[Any]
-    ref: ActorRef[Any] | None = None
-    status: ChildStatus = ChildStatus.STARTING
-    restarts: int = 0
-    consecutive: int = 0
-    on_stopped: Done | None = None
-    stop_timer: TimerHandle | None = None
-    backoff_waited: bool = False
-    last_start: float = 0.0
-    start_error: str | None = None
-    """Why the last start failed (``None`` after a successful one)."""
-    rejected: bool = False
-    """The last start returned something that cannot be supervised: never retried."""
-
-    @property
-    def urn(self) -> str | None:
-        return None if self.ref is None else self.ref.actor_urn
-
-
-@dataclass(eq=False)
-class _Op:
-    """One step of the supervisor's plan, and the reply it owes (if any)."""
-
-    run: Operation
-    reply: PooledFuture[Any] | None = None
-    dropped: Any = None
-    """What ``reply`` is answered with if the op is superseded or the supervisor exits."""
-
-
-def _exited(ref: ActorRef[Any]) -> bool:
-    """Whether the actor behind ``ref`` has fully exited (not merely begun stopping).
-
-    ``ref.is_alive()`` turns False as soon as an actor *starts* stopping or
-    failing, before its ``on_stop``/``on_failure`` ran and before its queued
-    mail was handed to its handle; only the exit itself ends a child.
-    """
-    actor = ref._actor_weakref()
-    return not isinstance(actor, PooledActor) or actor.has_exited
 
 
 class Supervisor(ForeActor):
@@ -150,11 +114,8 @@ class Supervisor(ForeActor):
         self._intensity = RestartIntensity(max_restarts, period)
         self._backoff = backoff
         self._rng = rng or random.Random()
-        self._children: dict[str, _Child] = {}
-        self._ops: deque[_Op] = deque()
-        self._op_running: _Op | None = None
-        self._op_gen = 0
-        """Bumped when an op starts or is superseded; a stale op's callbacks do nothing."""
+        self._children: dict[str, Child] = {}
+        self._ops = OpQueue(self.post)
         self._backoffs: set[TimerHandle] = set()
         self._wound_up = False
         """Set (first) by _wind_up, which kill() may run from another thread."""
@@ -171,7 +132,7 @@ class Supervisor(ForeActor):
     def on_start(self) -> None:
         initial = list(self._children)
         if initial:
-            self._enqueue(_Op(lambda done: self._start_sequence(initial, done)))
+            self._ops.enqueue(Op(lambda done: self._start_sequence(initial, done)))
 
     def on_failure(self, *_exc_info: Any) -> None:
         # A supervisor that dies takes its children with it (OTP links).
@@ -231,7 +192,7 @@ class Supervisor(ForeActor):
         if self._status != "running":
             raise RuntimeError(f"supervisor {self.sup_id} is {self._status}")
         child = self._add(message.spec)
-        if not self._start_child(child):
+        if not child.start(self.system, self.actor_ref, self.log):
             del self._children[child.spec.id]
             reason = child.start_error or "failed to start"
             child.handle.close(f"failed to start: {reason}")
@@ -266,7 +227,7 @@ class Supervisor(ForeActor):
 
         # Superseded (a shutdown or escalation stops every child) or never
         # run (the supervisor exited): the child is stopped all the same.
-        self._enqueue(_Op(op, reply=reply, dropped=True))
+        self._ops.enqueue(Op(op, reply=reply, dropped=True))
 
     @handles(Shutdown)
     def _on_shutdown(self, _message: Shutdown) -> None:
@@ -326,7 +287,7 @@ class Supervisor(ForeActor):
             return
         self._on_unexpected_exit(child, message)
 
-    def _on_unexpected_exit(self, child: _Child, message: ChildExited) -> None:
+    def _on_unexpected_exit(self, child: Child, message: ChildExited) -> None:
         log = self.log.bind(child=child.spec.id, supervisor=self.sup_id)
         if self._status != "running":
             child.status = ChildStatus.STOPPED
@@ -343,7 +304,7 @@ class Supervisor(ForeActor):
         )
         self._restart(child, reason=message.error or "exited")
 
-    def _restart(self, child: _Child, *, reason: str) -> None:
+    def _restart(self, child: Child, *, reason: str) -> None:
         now = time.monotonic()
         if not self._intensity.record(now):
             self._escalate(
@@ -377,7 +338,7 @@ class Supervisor(ForeActor):
 
             self._stop_sequence(to_stop, stopped)
 
-        self._enqueue(_Op(op))
+        self._ops.enqueue(Op(op))
 
     def _escalate(self, reason: str) -> None:
         self.log.error("supervisor_gave_up", supervisor=self.sup_id, reason=reason)
@@ -392,7 +353,7 @@ class Supervisor(ForeActor):
 
             self._stop_sequence(order, stopped)
 
-        self._enqueue(_Op(op))
+        self._ops.enqueue(Op(op))
 
     def _fail(self, reason: str) -> None:
         for cid in list(self._children):
@@ -410,26 +371,6 @@ class Supervisor(ForeActor):
 
     # -- operations queue ---------------------------------------------------------
 
-    def _enqueue(self, op: _Op) -> None:
-        self._ops.append(op)
-        if self._op_running is None:
-            self._next_op()
-
-    def _next_op(self, gen: int | None = None) -> None:
-        if gen is not None and gen != self._op_gen:
-            return  # the op that finished was superseded; its successor runs already
-        self._op_running = None
-        if not self._ops:
-            return
-        op = self._op_running = self._ops.popleft()
-        self._op_gen += 1
-        current = self._op_gen
-
-        def done() -> None:
-            self.post(self._next_op, current)
-
-        op.run(done)
-
     def _supersede(self) -> None:
         """End the op in flight and drop the queued ones: a shutdown or escalation takes over.
 
@@ -437,7 +378,7 @@ class Supervisor(ForeActor):
         backoff timers are cancelled, and every reply they owed is answered
         when the new plan ends (or the supervisor exits).
         """
-        self._op_gen += 1
+        self._ops.supersede()
         for timer in self._backoffs:
             timer.cancel()
         self._backoffs.clear()
@@ -449,22 +390,17 @@ class Supervisor(ForeActor):
         self._drop_ops()
 
     def _drop_ops(self) -> None:
-        dropped = list(self._ops)
-        if self._op_running is not None:
-            dropped.insert(0, self._op_running)
-        self._ops.clear()
-        self._op_running = None
-        for op in dropped:
+        for op in self._ops.drop():
             if op.reply is not None:
                 self._waiters.append((op.reply, op.dropped))
 
     def _stop_sequence(self, ids: Sequence[str], done: Done) -> None:
         """Stop children one after another, each waited for until it has really exited."""
-        gen = self._op_gen
+        gen = self._ops.generation
         queue = deque(ids)
 
         def step() -> None:
-            if gen != self._op_gen:
+            if gen != self._ops.generation:
                 return  # superseded: a shutdown or an escalation took over
             while queue:
                 cid = queue.popleft()
@@ -472,7 +408,7 @@ class Supervisor(ForeActor):
                 if child is None:
                     continue
                 ref = child.ref
-                if ref is None or _exited(ref):
+                if ref is None or exited(ref):
                     child.ref = None
                     if child.status is not ChildStatus.RESTARTING:
                         child.status = ChildStatus.STOPPED
@@ -484,7 +420,7 @@ class Supervisor(ForeActor):
                 restarting = child.status is ChildStatus.RESTARTING
                 child.status = ChildStatus.STOPPING
 
-                def stopped(child: _Child = child, restarting: bool = restarting) -> None:
+                def stopped(child: Child = child, restarting: bool = restarting) -> None:
                     if restarting:
                         child.status = ChildStatus.RESTARTING
                     step()
@@ -540,10 +476,10 @@ class Supervisor(ForeActor):
         why every step re-checks the child (it may have been removed, or
         restarted by a later plan, while this one waited).
         """
-        gen = self._op_gen
+        gen = self._ops.generation
         queue = deque(ids)
         while queue:
-            if gen != self._op_gen:
+            if gen != self._ops.generation:
                 return  # superseded (an escalation while starting): nothing more to start
             cid = queue[0]
             child = self._children.get(cid)
@@ -559,7 +495,7 @@ class Supervisor(ForeActor):
                 break
             child.backoff_waited = False
             queue.popleft()
-            if not self._start_child(child):
+            if not child.start(self.system, self.actor_ref, self.log):
                 if child.rejected:
                     self._reject(child)
                 else:
@@ -572,7 +508,7 @@ class Supervisor(ForeActor):
         def resume() -> None:
             self._backoffs.discard(holder[0])
             if self._status == "running":
-                self._enqueue(_Op(functools.partial(self._start_sequence, ids)))
+                self._ops.enqueue(Op(functools.partial(self._start_sequence, ids)))
 
         holder.append(self.call_after(delay, resume))
         self._backoffs.add(holder[0])
@@ -583,7 +519,7 @@ class Supervisor(ForeActor):
             holder[0].cancel()
             self._backoffs.discard(holder[0])
 
-    def _retry_start(self, child: _Child) -> None:
+    def _retry_start(self, child: Child) -> None:
         # A child whose start failed counts as a crash of that child alone: the
         # rest of the sequence goes on, and this one is tried again later --
         # unless it is temporary: never restarted, a failed start is its end.
@@ -599,89 +535,27 @@ class Supervisor(ForeActor):
         child.restarts += 1
         self._restarts_total += 1
         cid = child.spec.id
-        self._enqueue(_Op(functools.partial(self._start_sequence, [cid])))
+        self._ops.enqueue(Op(functools.partial(self._start_sequence, [cid])))
 
-    def _reject(self, child: _Child) -> None:
+    def _reject(self, child: Child) -> None:
         reason = child.start_error or "not a pooled actor"
         self._alert(AlertLevel.ERROR, f"child {child.spec.id!r} removed: {reason}")
         self._remove(child.spec.id, f"rejected: {reason}")
 
     # -- children ----------------------------------------------------------------
 
-    def _add(self, spec: ChildSpec) -> _Child:
+    def _add(self, spec: ChildSpec) -> Child:
         if spec.id in self._children:
             raise ValueError(f"duplicate child id {spec.id!r} in supervisor {self.sup_id}")
-        child = _Child(spec=spec, handle=Handle(spec.id))
+        child = Child(spec=spec, handle=Handle(spec.id))
         self._children[spec.id] = child
         return child
-
-    def _start_child(self, child: _Child) -> bool:
-        """Start one incarnation; False (with ``child.start_error``) if that failed.
-
-        Anything the start function raises -- ``SystemExit`` included -- is a
-        failed start of that child, never a crash of this supervisor. A start
-        that returns anything but a pooled actor's ref is *rejected*
-        (``child.rejected``): what it started is stopped, and retrying would
-        only start another one.
-        """
-        child.last_start = time.monotonic()
-        child.start_error = None
-        child.rejected = False
-        try:
-            with self.system.activated():
-                ref = child.spec.start()
-        except BaseException as exc:
-            child.start_error = f"{type(exc).__name__}: {exc}"
-            self.log.error("child_start_failed", child=child.spec.id, error=repr(exc))
-            return False
-        actor = ref._actor_weakref() if isinstance(ref, ActorRef) else None
-        if not isinstance(actor, PooledActor):
-            got = type(actor).__name__ if isinstance(ref, ActorRef) else type(ref).__name__
-            child.start_error = (
-                f"child {child.spec.id!r}: start() must return the ActorRef of a "
-                f"PooledActor (only those can be supervised), got {got}"
-            )
-            child.rejected = True
-            self.log.error("child_not_pooled", child=child.spec.id, got=got)
-            if isinstance(ref, ActorRef):
-                try:
-                    ref.stop(block=False)  # never leave what it started running
-                except ActorDeadError:
-                    pass
-            return False
-        child_id = child.spec.id
-        handle = child.handle
-        supervisor = self.actor_ref
-
-        def watcher(record: ActorExit) -> None:
-            handle.on_actor_exit(record)
-            error = record.error
-            tell_quietly(
-                supervisor,
-                ChildExited(
-                    child_id=child_id,
-                    actor_urn=record.ref.actor_urn,
-                    failed=record.failed,
-                    killed=record.killed,
-                    error=None if error is None else f"{type(error).__name__}: {error}",
-                ),
-            )
-
-        if not actor.add_exit_watcher(watcher):
-            child.start_error = "it exited before it could be watched (on_start failed)"
-            return False
-        # Watch first, then re-point: an exit in between is reported to us as a
-        # ChildExited for this incarnation, and the handle keeps its mail.
-        child.ref = ref
-        child.status = ChildStatus.RUNNING
-        handle.repoint(ref)
-        return True
 
     def _remove(self, child_id: str, reason: str) -> None:
         child = self._children.pop(child_id, None)
         if child is None:
             return
-        _cancel_timers(child)
+        child.cancel_timers()
         child.handle.close(reason)
 
     def _kill_children(self) -> None:
@@ -697,7 +571,7 @@ class Supervisor(ForeActor):
             timer.cancel()
         self._backoffs.clear()
         for child in reversed(list(self._children.values())):
-            _cancel_timers(child)
+            child.cancel_timers()
             ref = child.ref
             if ref is not None:
                 actor = ref._actor_weakref()
@@ -743,7 +617,7 @@ class Supervisor(ForeActor):
 
             self._stop_sequence(order, finished)
 
-        self._enqueue(_Op(op))
+        self._ops.enqueue(Op(op))
 
     def _answer_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -776,9 +650,3 @@ class Supervisor(ForeActor):
             restarts=self._restarts_total,
             children=tuple(children),
         )
-
-
-def _cancel_timers(child: _Child) -> None:
-    if child.stop_timer is not None:
-        child.stop_timer.cancel()
-    child.stop_timer = None

@@ -14,15 +14,11 @@ from fore.actors.llm.meter import UsageMeter
 from fore.messages.gate import ApprovalMode
 from fore.messages.speculation import SpeculationStatus
 from fore.messages.usage import UsageSummary
-from fore.supervision.chat.text import format_duration, one_line
+from fore.supervision.chat.text import format_duration, one_line, plural
 from fore.supervision.chat.transcript import Line, Totals
 
 FINAL_STATES = frozenset({"completed", "boundary", "failed", "skipped", "stale", "aborted"})
 """States after which a speculation's status stops changing until Tab or a keystroke."""
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def speculation_text(status: SpeculationStatus | None, *, shown: bool, accepting: bool) -> str:
@@ -33,7 +29,7 @@ def speculation_text(status: SpeculationStatus | None, *, shown: bool, accepting
         return "no suggestion"
     if status is None or status.state == "idle":
         return "suggestion shown · Tab runs it"
-    work = f"{_plural(status.tool_calls, 'call')}, {_plural(status.files_written, 'file')}"
+    work = f"{plural(status.tool_calls, 'call')}, {plural(status.files_written, 'file')}"
     state = status.state
     if state == "running":
         return f"speculating: {work}"
@@ -105,7 +101,7 @@ def cost_lines(totals: Totals, model: str, usage: UsageSummary | None = None) ->
     wasted = totals.wasted_tokens
     return [
         f"model {model}",
-        f"  main turns         {totals.main_tokens:>10,} tokens ({_plural(totals.turns, 'turn')})",
+        f"  main turns         {totals.main_tokens:>10,} tokens ({plural(totals.turns, 'turn')})",
         f"  speculation        {totals.speculation_tokens:>10,} tokens "
         f"({totals.accepted} accepted, {totals.aborted} thrown away)",
         f"    of which wasted  {wasted:>10,} tokens",

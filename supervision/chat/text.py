@@ -51,3 +51,8 @@ def one_line(text: str, limit: int = MAX_SUMMARY) -> str:
     clipped = sanitize(text[: limit * 4]).replace("\n", " ")
     line = " ".join(clipped.split())
     return line if len(line) <= limit else line[: max(0, limit - 1)] + "…"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fore.bench.load import LoadOptions, run_load
+from fore.bench.load import run_load
+from fore.bench.load_options import LoadOptions
 from fore.bench.report_accounting import (
     SPECULATION_BUCKETS,
     SUGGESTION_BUCKETS,

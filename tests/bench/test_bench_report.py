@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fore.bench._common import Target, fmt, format_target, missing_units, verdict_word
-from fore.bench.load import Comparison, LoadReport
+from fore.bench.load_report import Comparison, LoadReport
 from fore.bench.report import (
     GLOSSARY,
     print_report,

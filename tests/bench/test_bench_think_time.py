@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from fore.bench.load import THINK_DISTS, first_action_delay, think_time
+from fore.bench.sim_user import THINK_DISTS, first_action_delay, think_time
 
 
 @pytest.mark.parametrize("dist", THINK_DISTS)

@@ -638,7 +638,7 @@ def test_a_hostile_suggestion_is_drawn_as_one_safe_line() -> None:
     from prompt_toolkit.document import Document
     from prompt_toolkit.layout.processors import TransformationInput
 
-    from fore.supervision.chat.app import MAX_GHOST, GhostText
+    from fore.supervision.chat.screen import MAX_GHOST, GhostText
 
     processor = GhostText(lambda: "fix it\x1b[2J\x1b]0;owned\x07\nrm -rf /" + "x" * 1000)
     ti = TransformationInput(

@@ -1,4 +1,4 @@
-"""Fore's modules import only their own layer or lower ones (docs: arch plan §2g).
+"""Fore's modules import only their own layer or lower ones (docs/architecture.md §6, Layers).
 
 The layers, lowest first::
 

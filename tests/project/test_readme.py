@@ -34,7 +34,7 @@ def test_the_session_api_example_runs(tmp_path: Path) -> None:
 
 def test_the_readme_documents_the_bench_and_run_options_that_exist() -> None:
     """What the README promises about the CLI is what the parser accepts."""
-    from fore.bench.load import THINK_DISTS
+    from fore.bench.sim_user import THINK_DISTS
     from fore.supervision.cli import build_parser
 
     text = README.read_text()

@@ -4,7 +4,7 @@ Each hop is a mailbox put (``Mailbox.put``/``offer``/``put_first``), a job
 for a blocking lane (``BlockingLane.submit``) or, at the end, the answer
 handed back to the session's thread. Every hop waits for a dispatcher or lane
 thread, so the count is what the accept latency is made of once the machine
-is loaded (arch plan §1.2: 10 today). The restructuring (speculation
+is loaded (docs/architecture.md §4: 10 today). The restructuring (speculation
 controller, scopes) is meant to lower it; this test holds the line: it fails
 when an accept takes more hops than ``MAX_HOPS`` -- lower the bound when a
 change saves some.
@@ -46,7 +46,7 @@ from tests.speculation.test_speculation import (
 )
 
 MAX_HOPS = 10
-"""Hops on an accept's critical path today (arch plan §1.2); lower it when work saves some."""
+"""Hops on an accept's critical path (docs/architecture.md §4); lower it when work saves some."""
 
 SESSION_THREAD = "session thread"
 

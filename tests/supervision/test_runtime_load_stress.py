@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import pytest
 
-from fore.bench.load import LoadOptions, run_load
+from fore.bench.load import run_load
+from fore.bench.load_options import LoadOptions
 
 SEEDS = range(1, 9)
 

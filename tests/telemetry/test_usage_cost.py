@@ -231,7 +231,7 @@ def test_cost_lines_show_the_usage_by_purpose() -> None:
 
 
 def test_the_bench_report_shows_costs_and_the_waste_in_money() -> None:
-    from fore.bench.load import wasted_cost
+    from fore.bench.load_report import wasted_cost
     from fore.bench.report import sections
     from tests.bench.test_bench_report import fake_report
 

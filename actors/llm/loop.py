@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from fore.actors.core.cancel import CancelScope, Lease, Registration
+from fore.actors.core.cancel import Lease, Registration
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import tell_quietly
 from fore.actors.llm import evloop
@@ -298,16 +298,15 @@ class LlmLoop:
             return
         self.started += 1
         early = self._early.pop(rid, None)
-        scope: CancelScope | None = request.scope
-        lease = None if scope is None else scope.lease("llm")  # first the lease, then the check
-        if scope is not None and scope.cancel_called:
+        scope = request.scope
+        lease = scope.lease("llm")  # first the lease, then the check
+        if scope.cancel_called:
             early = (scope.reason or "cancelled", self._loop.time())
         if self._closed or (
             early is not None and self._loop.time() - early[1] <= _EARLY_CANCEL_TTL_S
         ):
             # Its cancel came first (or the loop is closing): answer, never send.
-            if lease is not None:
-                lease.release()
+            lease.release()
             self.cancelled += 1
             self._remember_ended(rid)
             reason = early[0] if early is not None else "runtime shutting down"
@@ -316,8 +315,7 @@ class LlmLoop:
         task = self._loop.create_task(self._run(request))
         running = self._tasks[rid] = _Running(request, task, lease=lease)
         task.add_done_callback(functools.partial(self._on_task_done, rid))
-        if scope is not None:
-            running.registration = scope.on_cancel(functools.partial(self._scope_cancelled, rid))
+        running.registration = scope.on_cancel(functools.partial(self._scope_cancelled, rid))
 
     def _scope_cancelled(self, request_id: str, reason: str) -> None:
         """The request's scope was cancelled (on the canceller's thread): cancel it here."""

@@ -275,3 +275,25 @@ def test_cancelling_a_requests_scope_cancels_it_wherever_it_is(
     while not all(s.settled for s in scopes.values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(scope.settled for scope in scopes.values())
+
+
+def test_every_request_has_its_own_scope_that_its_sender_cancels(
+    rig: Rig, server: MockLlmServer
+) -> None:
+    """A sender that gives no scope still holds one: the request is made with its own."""
+    model = never_answers(server)
+    first, second = rig.request(model, "own-1"), rig.request(model, "own-2")
+    assert isinstance(first.scope, CancelScope) and isinstance(second.scope, CancelScope)
+    assert first.scope is not second.scope
+    first.scope.cancel("typed")  # before it is even sent
+    rig.gateway.tell(first)
+    rig.gateway.tell(second)
+    server.wait_for_stats(lambda s: s.in_flight == 1, timeout_s=WAIT)  # the second streams
+    second.scope.cancel("gave up")
+    seen = rig.terminals({"own-1", "own-2"})
+    assert [type(e) for e in seen["own-1"]] == [LlmCancelled]
+    assert seen["own-1"][0].reason == "typed"
+    assert [type(e) for e in seen["own-2"]] == [LlmCancelled]
+    assert seen["own-2"][0].reason == "gave up"
+    server.wait_for_stats(lambda s: "own-2" in s.disconnected_request_ids, timeout_s=WAIT)
+    assert [r.request_id for r in server.requests()] == ["own-2"]  # the first was never sent

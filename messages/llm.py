@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, JsonValue
 
 from fore.actors.core.cancel import CancelScope
-from fore.messages.base import ControlMessage, Message
+from fore.messages.base import Message
 from fore.messages.conversation import AssistantMessage, Item
 from fore.messages.tools import ToolDefinition
 
@@ -140,22 +140,6 @@ class LlmRequest(Message):
     """The OpenTelemetry context of the span this request belongs to (the turn's),
     in-process like ``reply_to``: the LLM loop makes its span a child of it
     (``actors.telemetry.tracing``). ``None`` when telemetry is off."""
-
-
-class CancelLlmRequest(ControlMessage):
-    """Cancel a request: its task stops, its connection closes, one LlmCancelled follows.
-
-    Being a control message it may overtake its own request in the gateway's
-    mailbox; the request is then answered with that one ``LlmCancelled`` when
-    it arrives, and never sent. Cancelling a request that already ended does
-    nothing.
-    """
-
-    request_id: str
-    reason: str = "cancelled"
-    purpose: Purpose | None = None
-    """The request's purpose, when the sender knows it: the gateway then tells
-    only the lane that request went to (see :class:`~actors.llm.gateway.LlmGateway`)."""
 
 
 class LlmTextDelta(Message):

@@ -153,6 +153,9 @@ class WorkerBase(ForeActor):
         def _cancel_inflight(self, run: Run, reason: str) -> None:
             raise NotImplementedError
 
+        def _cancel_run(self, run: Run, reason: str) -> None:
+            raise NotImplementedError
+
         def _chain(
             self,
             run: Run,

@@ -55,8 +55,7 @@ class EndingPhase(WorkerBase):
         if sid is not None:
             successor = current.successor[0] if current and current.successor else None
             if successor is not None and successor.submit_id == sid:
-                if successor.cancel_reason is None:
-                    successor.cancel_reason = message.reason
+                successor.call_off(message.reason)  # it never starts
                 return True
             if current is None or current.submit_id != sid:
                 if sid in self._seen_submits:
@@ -71,18 +70,17 @@ class EndingPhase(WorkerBase):
         if current.closing:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
-            if (
-                sid is None
-                and current.successor is not None
-                and current.successor[0].cancel_reason is None
-            ):
-                current.successor[0].cancel_reason = message.reason
-                return True
+            if sid is None and current.successor is not None:
+                return current.successor[0].call_off(message.reason)  # it never starts
             return False
-        self._cancel_inflight(current, message.reason)
-        self._close_open_calls(current, f"Cancelled: {message.reason}")
-        self._finish(current, "cancelled", message.reason, abort=True)
+        self._cancel_run(current, message.reason)
         return True
+
+    def _cancel_run(self, run: Run, reason: str) -> None:
+        """End the live ``run`` as cancelled: its work stopped, its open calls closed, on_abort."""
+        self._cancel_inflight(run, reason)
+        self._close_open_calls(run, f"Cancelled: {reason}")
+        self._finish(run, "cancelled", reason, abort=True)
 
     def _cancel_inflight(self, run: Run, reason: str) -> None:
         """Stop what is under way: the hook in flight (never started ones never
@@ -97,7 +95,7 @@ class EndingPhase(WorkerBase):
         # The LLM request and the tool batch carry the run's scope: cancelling it
         # reaches them wherever they are -- running, or not arrived yet (then they
         # never start).
-        run.scope.cancel(reason)
+        run.call_off(reason)
         run.llm_request_id = None
         run.batch_id = None
 
@@ -184,7 +182,7 @@ class EndingPhase(WorkerBase):
             self._complete(run, status, error)
             return
         run.begin_ending(status, error)
-        run.scope.cancel(error or status)  # whatever of it is still out is called off
+        run.call_off(error or status)  # whatever of it is still out is called off
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,

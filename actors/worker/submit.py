@@ -6,11 +6,13 @@ its turn goes on from where the speculation stopped.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 
 from pydantic import ValidationError
 
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.pooled import handles
 from fore.actors.filerefs.prepare import PreparedInput, prepare_plain, submit_segments
 from fore.actors.output.interceptor import start_output
@@ -117,6 +119,9 @@ class SubmitPhase(WorkerBase):
     def _on_submit(self, message: Submit) -> None:
         sid = message.submit_id
         early = self._early_cancels.pop(sid, None) if sid is not None else None
+        scope = message.scope if message.scope is not None else CancelScope()
+        if early is None and scope.cancel_called:
+            early = scope.reason or "cancelled"  # cancelled on its way here
         current = self._run
         busy = current is not None and not current.ended
         ending = current is not None and (current.closing)
@@ -143,11 +148,18 @@ class SubmitPhase(WorkerBase):
             reply=self.defer_reply(),
             submit_id=sid,
             output=output,
+            scope=scope,
         )
         if early is not None:
-            # Its cancel overtook it on the control lane: it never starts.
+            # Its cancel came first: it never starts.
             self._answer_unstarted(run, "cancelled", early)
             return
+        if message.scope is not None:
+            # Its sender may cancel it at any time: the worker hears of it on its
+            # control lane (_scope_cancelled), ahead of the run's other mail.
+            run.cancel_registration = scope.on_cancel(
+                functools.partial(self.post_urgent, self._scope_cancelled, run)
+            )
         if current is not None and busy:
             if queue_behind:
                 # The current run is ending (its on_abort hooks are running, each
@@ -161,9 +173,9 @@ class SubmitPhase(WorkerBase):
 
     def _begin(self, run: Run, message: Submit) -> None:
         run.start_len = len(self.state.history)
-        if run.cancel_reason is not None:
+        if run.scope.cancel_called:
             # Cancelled while it waited for the run before it to end: it never started.
-            self._answer_unstarted(run, "cancelled", run.cancel_reason)
+            self._answer_unstarted(run, "cancelled", run.scope.reason or "cancelled")
             return
         self._run = run
         self._observe(run, message)
@@ -192,14 +204,28 @@ class SubmitPhase(WorkerBase):
         """End a submit that never started (nothing of it in history, no hooks, no on_abort).
 
         It is not the worker's current run, so nothing of the current run --
-        the interceptor's state -- is touched.
+        the interceptor's state -- is touched. Its scope is cancelled (and so
+        lets go of the worker's callback).
         """
+        run.call_off(reason)
         run.phase = "ended"
         result = self._result(run, status, reason)
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
         reply, run.reply = run.reply, None
         if reply is not None:
             reply.try_set(result)
+
+    def _scope_cancelled(self, run: Run, reason: str) -> None:
+        """The run's scope was cancelled by its sender (``Session.cancel``, a timed-out submit).
+
+        Posted on the control lane by the scope's callback. The current run
+        ends as :class:`~messages.session.CancelRun` ends it; a submit queued
+        behind an ending run never starts (``_begin`` finds its scope
+        cancelled); a run whose ending began, or that ended, keeps its end.
+        """
+        run.cancel_registration = None  # it ran
+        if run is self._run and run.live:
+            self._cancel_run(run, reason)
 
     def _submit_cancelled(self) -> None:
         try:

@@ -173,8 +173,11 @@ class Worker(
             self._cancel_inflight(run, "worker failed")
             if run.reply is not None:
                 run.reply.try_set_exception(RuntimeError(reason))
-            if run.successor is not None and run.successor[0].reply is not None:
-                run.successor[0].reply.try_set_exception(RuntimeError(reason))
+            if run.successor is not None:
+                queued = run.successor[0]
+                queued.call_off("worker failed")  # it never starts
+                if queued.reply is not None:
+                    queued.reply.try_set_exception(RuntimeError(reason))
 
     def on_receive(self, message: Any) -> Any:
         held = self._held

@@ -1,0 +1,171 @@
+"""A submit's cancel scope: made by its sender before it sends, the one record of its cancel.
+
+``Submit.scope`` is the run's :class:`~actors.core.cancel.CancelScope`. A scope
+cancelled before the worker has the submit -- however the cancel and the
+submit raced -- answers it ``cancelled`` without starting it: nothing of it in
+history, no ``RunStarted``, no model call, no on_abort. Cancelled while the run
+is under way, the worker ends the run as ``CancelRun`` would. Every race is
+forced by holding the worker in a handler or a hook on an event, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fore.actors.core.cancel import CancelScope
+from fore.actors.llm import FunctionModel
+from fore.actors.worker.hooks import Hooks
+from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.testing import RecordingHook
+from fore.messages.llm import LlmRequest
+from fore.messages.session import RunStarted, Submit, TurnFinished
+from fore.supervision import Runtime
+from fore.supervision.session import Session
+from tests.worker.test_worker_lifecycle import WAIT, Recorder, Signal, wait_until
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text("print(1)\n")
+    return tmp_path
+
+
+@contextmanager
+def worker_held(s: Session) -> Iterator[None]:
+    """The worker busy in one of its handlers until the block ends: mail sent meanwhile waits."""
+    worker = s.worker._actor_weakref()
+    assert worker is not None
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(WAIT)
+
+    worker.post(hold)
+    assert entered.wait(WAIT)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def finished(s: Session) -> list[Any]:
+    return [e.result for e in s.drain_events() if isinstance(e, TurnFinished)]
+
+
+def test_a_submit_whose_scope_was_cancelled_first_never_starts(
+    runtime: Runtime, workspace: Path
+) -> None:
+    model = Recorder()
+    hooks = Hooks()
+    aborts = RecordingHook(name="aborts")
+    hooks.on_abort(aborts)
+    with runtime.open_session(workspace=workspace, model=FunctionModel(model), hooks=hooks) as s:
+        scope = CancelScope()
+        scope.cancel("typed")
+        turn = s.worker.ask(Submit(text="go", scope=scope), timeout=WAIT)
+        assert (turn.status, turn.error, turn.items) == ("cancelled", "typed", ())
+        assert s.history == () and model.count == 0 and aborts.count == 0
+        events = s.drain_events()
+        assert not any(isinstance(e, RunStarted) for e in events)
+        assert [e.result.status for e in events if isinstance(e, TurnFinished)] == ["cancelled"]
+        assert s.submit("next", timeout=WAIT).status == "completed"  # the session goes on
+
+
+def test_a_cancel_that_comes_while_its_submit_waits_in_the_mailbox_leaves_no_trace(
+    runtime: Runtime, workspace: Path
+) -> None:
+    model = Recorder()
+    with runtime.open_session(workspace=workspace, model=FunctionModel(model)) as s:
+        scopes = [CancelScope() for _ in range(20)]
+        with worker_held(s):  # every submit waits behind the held handler
+            pending = [s.worker.ask(Submit(text="go", scope=c), block=False) for c in scopes]
+            for scope in scopes:
+                scope.cancel("typed")
+        turns = [p.get(timeout=WAIT) for p in pending]
+        assert {(t.status, t.error, t.items) for t in turns} == {("cancelled", "typed", ())}
+        assert s.history == () and model.count == 0
+        assert not any(isinstance(e, RunStarted) for e in s.drain_events())
+        assert all(scope.cancel_called for scope in scopes)
+
+
+def test_cancelling_the_scope_of_a_running_submit_cancels_its_run(
+    runtime: Runtime, workspace: Path
+) -> None:
+    release = threading.Event()
+
+    def fn(request: LlmRequest) -> str:
+        release.wait(WAIT)  # streams until the run is cancelled
+        return "late"
+
+    hooks = Hooks()
+    aborts = RecordingHook(name="aborts")
+    hooks.on_abort(aborts)
+    with runtime.open_session(workspace=workspace, model=FunctionModel(fn), hooks=hooks) as s:
+        try:
+            scope = CancelScope()
+            pending = s.worker.ask(Submit(text="go", scope=scope), block=False)
+            wait_until(lambda: s.run_state().phase == "streaming")
+            scope.cancel("typed")
+            turn = pending.get(timeout=WAIT)
+        finally:
+            release.set()
+        assert (turn.status, turn.error) == ("cancelled", "typed")
+        assert aborts.count == 1  # it had started: on_abort once
+        assert [type(i).__name__ for i in s.history] == ["UserMessage"]
+        assert pairing_problems(s.history) == []
+        wait_until(lambda: scope.settled)  # the LLM stream is closed: no lease left
+        assert s.submit("next", timeout=WAIT).status == "completed"
+
+
+def test_a_submit_queued_behind_an_ending_run_whose_scope_is_cancelled_never_starts(
+    runtime: Runtime, workspace: Path
+) -> None:
+    release = threading.Event()
+
+    def fn(request: LlmRequest) -> str:
+        release.wait(WAIT)
+        return "answer"
+
+    hooks = Hooks()
+    cleanup = Signal("cleanup")
+    hooks.on_abort(cleanup)
+    with runtime.open_session(workspace=workspace, model=FunctionModel(fn), hooks=hooks) as s:
+        try:
+            first = s.worker.ask(Submit(text="a"), block=False)
+            wait_until(lambda: s.run_state().phase == "streaming")
+            s.cancel("typed")
+            assert cleanup.entered.wait(WAIT)  # the first run is ending
+            scope = CancelScope()
+            second = s.worker.ask(Submit(text="b", scope=scope), block=False)
+            wait_until(lambda: s.run_state().phase == "on_abort")
+            scope.cancel("changed my mind")
+        finally:
+            cleanup.release.set()
+            release.set()
+        assert first.get(timeout=WAIT).status == "cancelled"
+        turn = second.get(timeout=WAIT)
+        assert (turn.status, turn.error, turn.items) == ("cancelled", "changed my mind", ())
+        assert [getattr(i, "text", None) for i in s.history] == ["a"]
+        assert cleanup.count == 1  # the queued submit never started: no on_abort of its own
+
+
+def test_a_completed_runs_scope_is_closed_and_a_late_cancel_changes_nothing(
+    runtime: Runtime, workspace: Path
+) -> None:
+    with runtime.open_session(workspace=workspace, model=FunctionModel(Recorder())) as s:
+        scope = CancelScope()
+        turn = s.worker.ask(Submit(text="go", scope=scope), timeout=WAIT)
+        assert turn.status == "completed"
+        assert scope.closed and scope.settled and not scope.cancel_called
+        s.drain_events()
+        scope.cancel("too late")
+        assert s.submit("next", timeout=WAIT).status == "completed"
+        assert [r.status for r in finished(s)] == ["completed"]  # only the next one's
+        assert len(s.history) == 4

@@ -70,6 +70,7 @@ from typing import Any
 from pykka import ActorDeadError, ActorRef
 
 from fore.actors.alerts import send_alert
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import (
     ActorExit,
@@ -257,8 +258,8 @@ class SpeculationController(AcceptProtocol):
         self._closing = False
         """Set when this actor stops: its speculators are being stopped, aborts report at once."""
         # -- issue 24: calling off a Tab, approval mode, model ----------
-        self._accept_submits: set[str] = set()
-        """Submit ids of the normal runs accepts started (``CancelAccept`` cancels them)."""
+        self._accept_submits: set[CancelScope] = set()
+        """The scopes of the normal runs accepts started (``CancelAccept`` cancels them)."""
 
     @property
     def _current(self) -> Speculation | None:
@@ -772,8 +773,8 @@ class SpeculationController(AcceptProtocol):
         cancelled like any run."""
         if self._accepting is not None:
             self._call_off(self._accepting, message.reason)
-        for submit_id in sorted(self._accept_submits):
-            tell_quietly(self._worker, CancelRun(reason=message.reason, submit_id=submit_id))
+        for scope in list(self._accept_submits):
+            scope.cancel(message.reason)  # the worker hears of it, or finds it on arrival
 
     @handles(SetApprovalMode)
     def _on_set_approval_mode(self, message: SetApprovalMode) -> None:
@@ -882,8 +883,9 @@ class SpeculationController(AcceptProtocol):
     def _on_worker_command(self, message: Any) -> None:
         """Forwarded with the asker's own reply: the worker answers it directly.
 
-        ``CancelRun`` arrives and leaves on the control lane, so a cancel still
-        overtakes the submit it names on its way (the worker's early cancels).
+        ``CancelRun`` arrives and leaves on the control lane (it cancels what the
+        worker has; a cancel that must reach a submit still on its way goes through
+        the submit's scope, ``SubmitPrompt.scope``).
         """
         self._forward(message, self._take_reply())
 

@@ -25,6 +25,7 @@ from fore.actors.worker.state import pairing_problems
 from fore.actors.worker.testing import RecordingHook
 from fore.messages.llm import LlmRequest
 from fore.messages.session import RunStarted, Submit, TurnFinished
+from fore.messages.speculation import SpeculationConfig, SubmitPrompt
 from fore.supervision import Runtime
 from fore.supervision.session import Session
 from tests.worker.test_worker_lifecycle import WAIT, Recorder, Signal, wait_until
@@ -169,3 +170,22 @@ def test_a_completed_runs_scope_is_closed_and_a_late_cancel_changes_nothing(
         assert s.submit("next", timeout=WAIT).status == "completed"
         assert [r.status for r in finished(s)] == ["completed"]  # only the next one's
         assert len(s.history) == 4
+
+
+@pytest.mark.parametrize("speculation", [False, True])
+def test_a_prompt_through_the_front_door_carries_its_scope_to_the_worker(
+    runtime: Runtime, workspace: Path, speculation: bool
+) -> None:
+    """``SubmitPrompt.scope`` reaches the worker's ``Submit`` (the controller passes it on)."""
+    model = Recorder()
+    config = SpeculationConfig(enabled=speculation, speculate=False)
+    with runtime.open_session(
+        workspace=workspace, model=FunctionModel(model), speculation=config
+    ) as s:
+        scope = CancelScope()
+        with worker_held(s):
+            pending = s.controller.ask(SubmitPrompt(text="go", scope=scope), block=False)
+            scope.cancel("typed")
+        turn = pending.get(timeout=WAIT)
+        assert (turn.status, turn.error, turn.items) == ("cancelled", "typed", ())
+        assert s.history == () and model.count == 0

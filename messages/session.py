@@ -249,14 +249,18 @@ class PauseRun(Ask[bool]):
 
 
 class CancelRun(ControlMessage, Ask[bool]):
-    """Cancel a run: LLM stream and tools are cancelled, calls get results.
+    """Cancel the run the worker has: LLM stream and tools are cancelled, calls get results.
 
-    Without ``submit_id`` it cancels the current run (and a submit queued
-    behind an ending one). With ``submit_id`` it cancels that submit's run
-    only -- the current one, the one queued behind it, or, when the cancel
-    overtook its submit on the control lane, the submit when it arrives
-    (answered ``cancelled`` without starting). Answered (when asked) with
-    whether anything was cancelled or remembered.
+    Without ``submit_id`` it cancels the current run (or, when that is already
+    ending, the submit queued behind it, which then never starts). With
+    ``submit_id`` it cancels that submit's run only: the current one, or the
+    submit queued behind it. Answered (when asked) with whether it cancelled
+    anything: ``False`` when there is nothing to cancel -- no run, a run
+    already ending, a queued submit already cancelled, or a ``submit_id`` the
+    worker does not have (not arrived yet, ended, or never sent: nothing is
+    remembered for it). A cancel that may come before its submit -- this
+    message travels on the control lane and can overtake it -- goes through
+    the submit's scope instead (:attr:`Submit.scope`, ``Session.cancel``).
     """
 
     reason: str = "cancelled by user"

@@ -16,7 +16,7 @@ from fore.actors.core.pooled import handles
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hookrun import DetachedChain
 from fore.actors.worker.hooks import AbortContext, ChainState, HookError, HookEvent
-from fore.actors.worker.run import MAX_EARLY_CANCELS, Call, Run, fits, ignore_problem
+from fore.actors.worker.run import Call, Run, fits, ignore_problem
 from fore.actors.worker.run_state import Ending
 from fore.actors.worker.snapshot import snapshot_version
 from fore.messages.alerts import AlertLevel
@@ -49,31 +49,28 @@ class EndingPhase(WorkerBase):
 
     @handles(CancelRun)
     def _on_cancel(self, message: CancelRun) -> bool:
+        """Cancel what the worker has; whether it cancelled anything (see :class:`CancelRun`).
+
+        Nothing is remembered for a ``submit_id`` the worker does not have: a
+        cancel that may come before its submit goes through the submit's scope.
+        """
         run = self._run
-        current = run if run is not None and not run.ended else None
-        sid = message.submit_id
-        if sid is not None:
-            successor = current.successor[0] if current and current.successor else None
-            if successor is not None and successor.submit_id == sid:
-                successor.call_off(message.reason)  # it never starts
-                return True
-            if current is None or current.submit_id != sid:
-                if sid in self._seen_submits:
-                    return False  # that submit ended already
-                # The cancel overtook its submit on the control lane: remember it.
-                self._early_cancels[sid] = message.reason
-                while len(self._early_cancels) > MAX_EARLY_CANCELS:
-                    self._early_cancels.popitem(last=False)
-                return True
-        if current is None:
+        if run is None or run.ended:
             return False
-        if current.closing:
+        queued = run.successor[0] if run.successor is not None else None
+        sid = message.submit_id
+        if sid is not None and run.submit_id != sid:
+            # Not the current run's: the submit queued behind it, or none the worker has.
+            if queued is not None and queued.submit_id == sid:
+                return queued.call_off(message.reason)  # it never starts
+            return False
+        if run.closing:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
-            if sid is None and current.successor is not None:
-                return current.successor[0].call_off(message.reason)  # it never starts
+            if sid is None and queued is not None:
+                return queued.call_off(message.reason)  # it never starts
             return False
-        self._cancel_run(current, message.reason)
+        self._cancel_run(run, message.reason)
         return True
 
     def _cancel_run(self, run: Run, reason: str) -> None:

@@ -132,10 +132,6 @@ def bad_arguments_text(call: ToolCall) -> str:
     )
 
 
-MAX_EARLY_CANCELS = 256
-"""How many cancels that overtook their submit a worker remembers (oldest dropped)."""
-
-
 @dataclass
 class Call:
     call: ToolCall

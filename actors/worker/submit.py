@@ -26,7 +26,7 @@ from fore.actors.worker.hooks import (
     final_outcome,
 )
 from fore.actors.worker.interceptor import ContinueWith
-from fore.actors.worker.run import MAX_EARLY_CANCELS, Run
+from fore.actors.worker.run import Run
 from fore.errors import WorkerBusy
 from fore.messages.conversation import AssistantMessage, FileRef, UserMessage
 from fore.messages.session import RunStarted, RunStatus, Submit, TurnFinished
@@ -117,17 +117,13 @@ class SubmitPhase(WorkerBase):
 
     @handles(Submit)
     def _on_submit(self, message: Submit) -> None:
-        sid = message.submit_id
-        early = self._early_cancels.pop(sid, None) if sid is not None else None
         scope = message.scope if message.scope is not None else CancelScope()
-        if early is None and scope.cancel_called:
-            early = scope.reason or "cancelled"  # cancelled on its way here
         current = self._run
         busy = current is not None and not current.ended
         ending = current is not None and (current.closing)
         queue_behind = busy and ending
         interrupt = busy and not ending
-        if early is None and busy:
+        if busy and not scope.cancel_called:
             assert current is not None
             if queue_behind and current.successor is not None:
                 raise WorkerBusy(
@@ -137,22 +133,18 @@ class SubmitPhase(WorkerBase):
             if interrupt and current.phase != "paused":
                 raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
         output = start_output(message.output, self.config.interceptor)  # refuses, or None
-        if sid is not None:
-            self._seen_submits[sid] = None
-            while len(self._seen_submits) > MAX_EARLY_CANCELS:
-                self._seen_submits.popitem(last=False)
         run = Run(
             run_id=f"run-{uuid.uuid4().hex[:12]}",
             start_len=len(self.state.history),
             max_turns=message.max_turns or self.config.max_turns,
             reply=self.defer_reply(),
-            submit_id=sid,
+            submit_id=message.submit_id,
             output=output,
             scope=scope,
         )
-        if early is not None:
-            # Its cancel came first: it never starts.
-            self._answer_unstarted(run, "cancelled", early)
+        if scope.cancel_called:
+            # Cancelled on its way here (the scope is the record): it never starts.
+            self._answer_unstarted(run, "cancelled", scope.reason or "cancelled")
             return
         if message.scope is not None:
             # Its sender may cancel it at any time: the worker hears of it on its

@@ -80,7 +80,6 @@ from fore.actors.worker.ending import EndingPhase
 from fore.actors.worker.llm_turn import LlmTurnPhase
 from fore.actors.worker.outputs import OutputsPhase
 from fore.actors.worker.run import (
-    MAX_EARLY_CANCELS,
     bad_arguments_text,
     match_results,
     over_cap_text,
@@ -106,7 +105,6 @@ from fore.messages.session import (
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_RETRIES",
     "DEFAULT_MAX_BATCH_CALLS",
-    "MAX_EARLY_CANCELS",
     "Worker",
     "WorkerBusy",
     "WorkerConfig",

@@ -37,7 +37,7 @@ from tests.speculation.test_speculation import (
     suggestion,
     wait_until,
 )
-from tests.worker.test_worker_submit_scope import worker_held
+from tests.worker.test_worker_lifecycle import worker_held
 
 MAIN = ["Hello.", "x is 1. Shall I bump it?"]
 SUGGEST = ['{"suggestion": "bump x to 2"}']

@@ -11,8 +11,6 @@ forced by holding the worker in a handler or a hook on an event, never by sleepi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,32 +26,13 @@ from fore.messages.session import RunStarted, Submit, TurnFinished
 from fore.messages.speculation import SpeculationConfig, SubmitPrompt
 from fore.supervision import Runtime
 from fore.supervision.session import Session
-from tests.worker.test_worker_lifecycle import WAIT, Recorder, Signal, wait_until
+from tests.worker.test_worker_lifecycle import WAIT, Recorder, Signal, wait_until, worker_held
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     (tmp_path / "app.py").write_text("print(1)\n")
     return tmp_path
-
-
-@contextmanager
-def worker_held(s: Session) -> Iterator[None]:
-    """The worker busy in one of its handlers until the block ends: mail sent meanwhile waits."""
-    worker = s.worker._actor_weakref()
-    assert worker is not None
-    entered, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        entered.set()
-        release.wait(WAIT)
-
-    worker.post(hold)
-    assert entered.wait(WAIT)
-    try:
-        yield
-    finally:
-        release.set()
 
 
 def finished(s: Session) -> list[Any]:

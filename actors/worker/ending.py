@@ -154,10 +154,9 @@ class EndingPhase(WorkerBase):
         kind: ErrorKind = "worker",
         failure: HookFailure | None = None,
     ) -> None:
-        if not run.live:
-            # Ending already (a cancel came first): its status stands.
-            self.log.info("failure_after_run_ending", run_id=run.run_id, error=error)
-            return
+        # Only for a live run: its failures come from hook chains (the chain driver
+        # drops the outcome of a chain whose run is no longer live) and from the
+        # @path preparer (under the run's scope, which every ending cancels first).
         run.error_kind = kind
         run.hook_failure = failure
         self._cancel_inflight(run, error)

@@ -102,7 +102,10 @@ class SubmitPhase(WorkerBase):
                 self._store_failed(problem, "the accepted speculation's items")
             if reply is not None:
                 reply.try_set(run.run_id)
-            if run.live:  # from saving (or starting) it goes on as from starting
+            # Kept: the insert is answered whatever happened meanwhile, but its turn goes
+            # on only if no cancel came while its items were saved (from saving, or
+            # starting, it goes on as from starting).
+            if run.live:
                 self._emit(
                     RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
                 )
@@ -216,6 +219,8 @@ class SubmitPhase(WorkerBase):
         cancelled); a run whose ending began, or that ended, keeps its end.
         """
         run.cancel_registration = None  # it ran
+        # The run queued behind the current one never starts (_begin checks its scope);
+        # one whose ending began, or that ended, keeps its end.
         if run is self._run and run.live:
             self._cancel_run(run, reason)
 

@@ -164,11 +164,12 @@ def test_cancel_right_after_submit_before_the_task_starts(rig: Rig, server: Mock
 
 
 def container_sizes(obj: Any) -> dict[str, int]:
-    """The size of every container ``obj`` holds in an attribute (its per-item state)."""
+    """The size of every non-empty container ``obj`` holds in an attribute (its per-item
+    state; an empty one made lazily meanwhile counts as none)."""
     return {
         name: len(value)
         for name, value in vars(obj).items()
-        if isinstance(value, dict | list | set | frozenset | tuple | deque)
+        if isinstance(value, dict | list | set | frozenset | tuple | deque) and len(value)
     }
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fore.actors.core.cancel import CancelScope
 from fore.actors.llm import FunctionModel
@@ -26,6 +28,7 @@ from fore.messages.session import RunStarted, Submit, TurnFinished
 from fore.messages.speculation import SpeculationConfig, SubmitPrompt
 from fore.supervision import Runtime
 from fore.supervision.session import Session
+from tests.llm.test_llm_cancellation import container_sizes
 from tests.worker.test_worker_lifecycle import WAIT, Recorder, Signal, wait_until, worker_held
 
 
@@ -168,3 +171,73 @@ def test_a_prompt_through_the_front_door_carries_its_scope_to_the_worker(
         turn = pending.get(timeout=WAIT)
         assert (turn.status, turn.error, turn.items) == ("cancelled", "typed", ())
         assert s.history == () and model.count == 0
+
+
+WHEN = st.sampled_from(["before it is sent", "while it waits", "while it streams", "never"])
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=st.lists(WHEN, min_size=1, max_size=6))
+def test_whenever_a_submits_scope_is_cancelled_the_run_ends_as_the_rule_says(
+    runtime: Runtime, workspace: Path, plan: list[str]
+) -> None:
+    """The rule, for any sequence of submits: a scope cancelled before the worker has the
+    submit leaves nothing (no items, no model call, no on_abort); cancelled while the run
+    streams, the run ends ``cancelled`` with its prompt in history and on_abort once;
+    never cancelled, it completes. History stays well formed, and but for history the
+    worker's containers are as they were before the sequence."""
+    hold = threading.Event()
+    model = Recorder()
+
+    def answer(request: LlmRequest) -> str:
+        model(request)  # counted
+        if getattr(request.messages[-1], "text", "") == "while it streams":
+            hold.wait(WAIT)
+        return "answered"
+
+    hooks = Hooks()
+    aborts = RecordingHook(name="aborts")
+    hooks.on_abort(aborts)
+    with runtime.open_session(workspace=workspace, model=FunctionModel(answer), hooks=hooks) as s:
+        worker = s.worker._actor_weakref()
+
+        def sizes() -> tuple[dict[str, int], dict[str, int]]:
+            state = container_sizes(worker.state)
+            state.pop("history", None)
+            return container_sizes(worker), state
+
+        before = sizes()
+        for when in plan:
+            hold.clear()
+            scope = CancelScope()
+            asked, aborted, length = model.count, aborts.count, len(s.history)
+            if when == "before it is sent":
+                scope.cancel("typed")
+            if when == "while it waits":
+                with worker_held(s):
+                    pending = s.worker.ask(Submit(text=when, scope=scope), block=False)
+                    scope.cancel("typed")
+            else:
+                pending = s.worker.ask(Submit(text=when, scope=scope), block=False)
+            if when == "while it streams":
+                wait_until(lambda: s.run_state().phase == "streaming")
+                scope.cancel("typed")
+                hold.set()
+            turn = pending.get(timeout=WAIT)
+            if when == "never":
+                assert turn.status == "completed"
+                assert [type(i).__name__ for i in turn.items] == ["UserMessage", "AssistantMessage"]
+            elif when == "while it streams":
+                assert (turn.status, turn.error) == ("cancelled", "typed")
+                assert [type(i).__name__ for i in turn.items] == ["UserMessage"]
+                assert aborts.count == aborted + 1
+            else:
+                assert (turn.status, turn.error, turn.items) == ("cancelled", "typed", ())
+                assert (model.count, aborts.count) == (asked, aborted)
+            assert len(s.history) == length + len(turn.items)
+            assert pairing_problems(s.history) == []
+        assert sizes() == before

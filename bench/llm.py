@@ -19,7 +19,7 @@ The mock server runs in a child process (its own GIL). Measured:
   (httpcore scans its whole pool for every request, so one 4,096-slot pool
   is slower, and a ratio against it would measure sharding, not the
   gateway); the single stock client is printed too, for reference;
-* cancel-to-closed latency: from telling the gateway to cancel a live stream to
+* cancel-to-closed latency: from cancelling a live stream's scope to
   the requester's ``LlmCancelled`` (sent after the connection is closed);
 * what a fork's answer costs this process (CPU per answer; forks are streamed so
   that an abort stops the server): not streamed (the baseline), streamed and
@@ -62,7 +62,6 @@ from fore.bench._common import (
 )
 from fore.messages.conversation import UserMessage
 from fore.messages.llm import (
-    CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
     LlmFailed,
@@ -369,19 +368,18 @@ def run(*, quick: bool = False, requests: int | None = None) -> dict[str, float]
                 rid = f"c{next(_ids)}"
                 first = threading.Event()
                 collector.first_delta[rid] = first
-                gateway.tell(
-                    LlmRequest(
-                        request_id=rid,
-                        session_id=rid,
-                        messages=(UserMessage(text="hello"),),
-                        model=slow,
-                        reply_to=collector_ref,
-                    )
+                request = LlmRequest(
+                    request_id=rid,
+                    session_id=rid,
+                    messages=(UserMessage(text="hello"),),
+                    model=slow,
+                    reply_to=collector_ref,
                 )
+                gateway.tell(request)
                 if not first.wait(30):
                     raise RuntimeError("slow stream never started")
                 t0 = time.perf_counter()
-                gateway.tell(CancelLlmRequest(request_id=rid))
+                request.scope.cancel("bench")
                 deadline = time.monotonic() + 10
                 while rid not in collector.cancelled_at:
                     if time.monotonic() > deadline:

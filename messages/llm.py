@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
-from fore.messages.base import ControlMessage, Message
+from fore.actors.core.cancel import CancelScope
+from fore.messages.base import Message
 from fore.messages.conversation import AssistantMessage, Item
 from fore.messages.tools import ToolDefinition
 
@@ -94,7 +95,15 @@ class LlmRequest(Message):
     the stream events go to; both are in-process references, excluded from
     JSON (and so is ``trace``, the parent span's context). ``model_name`` is the
     model identifier sent on the wire.
+
+    Every request has a ``scope`` (:class:`~actors.core.cancel.CancelScope`):
+    the sender's, or one made with the request. ``request.scope.cancel(reason)``
+    cancels it wherever it is -- still in the gateway's mailbox (it is answered
+    ``LlmCancelled`` and never sent), or streaming (its connection is closed) --
+    with exactly one ``LlmCancelled``; cancelling after it ended does nothing.
     """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     request_id: str = Field(min_length=1)
     session_id: str = Field(min_length=1)
@@ -122,32 +131,15 @@ class LlmRequest(Message):
     over ``json_response``)."""
     model: Any = Field(default=None, exclude=True)
     reply_to: Any = Field(default=None, exclude=True)
-    scope: Any = Field(default=None, exclude=True)
-    """The :class:`~actors.core.cancel.CancelScope` of the work this request belongs to
-    (the worker's run), in-process like ``reply_to``: cancelling it cancels the request,
-    and a request whose scope was cancelled before it arrived is answered
-    ``LlmCancelled`` and never sent. ``None``: cancelled by ``CancelLlmRequest`` only."""
+    scope: CancelScope = Field(default_factory=CancelScope, exclude=True)
+    """What cancels this request (in-process, like ``reply_to``): the scope of the work it
+    belongs to (the worker's run), or -- when the sender gives none -- its own, made with
+    the request, so whoever holds the request can cancel it at any time."""
     # -- telemetry (issue 28) --
     trace: Any = Field(default=None, exclude=True)
     """The OpenTelemetry context of the span this request belongs to (the turn's),
     in-process like ``reply_to``: the LLM loop makes its span a child of it
     (``actors.telemetry.tracing``). ``None`` when telemetry is off."""
-
-
-class CancelLlmRequest(ControlMessage):
-    """Cancel a request: its task stops, its connection closes, one LlmCancelled follows.
-
-    Being a control message it may overtake its own request in the gateway's
-    mailbox; the request is then answered with that one ``LlmCancelled`` when
-    it arrives, and never sent. Cancelling a request that already ended does
-    nothing.
-    """
-
-    request_id: str
-    reason: str = "cancelled"
-    purpose: Purpose | None = None
-    """The request's purpose, when the sender knows it: the gateway then tells
-    only the lane that request went to (see :class:`~actors.llm.gateway.LlmGateway`)."""
 
 
 class LlmTextDelta(Message):

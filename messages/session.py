@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Generic, Literal
 
-from pydantic import Field, JsonValue, field_serializer
+from pydantic import ConfigDict, Field, JsonValue, field_serializer
 from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
+from fore.actors.core.cancel import CancelScope
 from fore.messages.address import Ask
 from fore.messages.alerts import Alert
 from fore.messages.base import ControlMessage, Message
@@ -209,17 +210,29 @@ class TurnResult(Message, Generic[OutputT]):
 class Submit(Ask[TurnResult[Any]]):
     """Start a run with user input: plain text (``@path`` recognised) or segments.
 
+    ``scope`` is the run's :class:`~actors.core.cancel.CancelScope`, made by
+    the sender before it sends the submit (``Session.submit`` does). Cancelling
+    it cancels the run wherever the submit is: on its way or queued behind an
+    ending run (it is answered ``cancelled`` and never starts: nothing of it
+    enters history), or running (the worker ends it as :class:`CancelRun`
+    does: its work stopped, its open calls closed, ``on_abort``,
+    ``TurnFinished``). The scope is the record of the cancel, so a cancel can
+    come before its submit without anyone remembering it. Without a scope the
+    worker makes the run's own. One scope per submit: the worker cancels it
+    when the run ends early and closes it when the run completes.
+
     ``submit_id`` (chosen by the sender, unique; ``Session.submit`` generates
-    one) lets a :class:`CancelRun` name this submit even if the cancel
-    overtakes it on the control lane: the worker remembers such early
-    cancels (a small bounded table) and answers the submit ``cancelled``
-    without starting it.
+    one) names the submit for a :class:`CancelRun` once the worker has it.
     """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     text: str | None = None
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
     submit_id: str | None = Field(default=None, min_length=1, max_length=200)
+    scope: CancelScope | None = Field(default=None, exclude=True)
+    """The run's cancel scope (in-process, like ``trace``); ``None``: the worker makes one."""
     # -- telemetry (issue 28) --
     usage_limits: UsageLimits | None = None
     """Limits of this turn's main requests (:class:`~messages.usage.UsageLimits`)."""
@@ -236,14 +249,18 @@ class PauseRun(Ask[bool]):
 
 
 class CancelRun(ControlMessage, Ask[bool]):
-    """Cancel a run: LLM stream and tools are cancelled, calls get results.
+    """Cancel the run the worker has: LLM stream and tools are cancelled, calls get results.
 
-    Without ``submit_id`` it cancels the current run (and a submit queued
-    behind an ending one). With ``submit_id`` it cancels that submit's run
-    only -- the current one, the one queued behind it, or, when the cancel
-    overtook its submit on the control lane, the submit when it arrives
-    (answered ``cancelled`` without starting). Answered (when asked) with
-    whether anything was cancelled or remembered.
+    Without ``submit_id`` it cancels the current run (or, when that is already
+    ending, the submit queued behind it, which then never starts). With
+    ``submit_id`` it cancels that submit's run only: the current one, or the
+    submit queued behind it. Answered (when asked) with whether it cancelled
+    anything: ``False`` when there is nothing to cancel -- no run, a run
+    already ending, a queued submit already cancelled, or a ``submit_id`` the
+    worker does not have (not arrived yet, ended, or never sent: nothing is
+    remembered for it). A cancel that may come before its submit -- this
+    message travels on the control lane and can overtake it -- goes through
+    the submit's scope instead (:attr:`Submit.scope`, ``Session.cancel``).
     """
 
     reason: str = "cancelled by user"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
+from fore.actors.core.cancel import CancelScope
 from fore.messages.address import Ask
 from fore.messages.base import ControlMessage, Message
 from fore.messages.conversation import Item, Segment, ToolCall
@@ -365,6 +366,8 @@ class SubmitPrompt(Ask[TurnResult[Any]]):
     It takes the accept path when the text equals the current suggestion.
     """
 
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     text: str | None = None
     segments: tuple[Segment, ...] | None = None
     max_turns: int | None = Field(default=None, ge=1)
@@ -375,6 +378,8 @@ class SubmitPrompt(Ask[TurnResult[Any]]):
     """When the user submitted (``time.monotonic()``): an abort it causes is timed from here."""
     submit_id: str | None = Field(default=None, min_length=1, max_length=200)
     """Passed on to the worker's ``Submit`` (a ``CancelRun`` naming it reaches it)."""
+    scope: CancelScope | None = Field(default=None, exclude=True)
+    """The run's cancel scope, passed on to the worker's ``Submit`` (see ``Submit.scope``)."""
     # -- telemetry (issue 28) --
     usage_limits: UsageLimits | None = None
     """Limits of this turn's main requests (passed on to its ``Submit``)."""

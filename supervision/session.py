@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pykka
 from pykka import ActorDeadError
 
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import tell_quietly
 from fore.actors.gate.tool_gate import parse_approval_mode
@@ -177,8 +177,8 @@ class Session:
         self._alert_events = _AlertEvents(session_id, self._events)
         self._closed = False
         self._pending_lock = threading.Lock()
-        self._pending_submits: set[str] = set()
-        """Submit ids of this object's submits still waiting for their answer."""
+        self._pending_submits: set[CancelScope] = set()
+        """The scopes of this object's submits still waiting for their answer."""
         self._final_usage: UsageSummary | None = None
         """The usage when the session closed (the runtime's ledger forgets it then)."""
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
@@ -279,6 +279,11 @@ class Session:
         session's own, from ``open_session``, apply too): the turn ends with
         status ``usage_limit`` the moment one is crossed.
 
+        The run's cancel scope is made here, before the submit is sent, and
+        travels with it (``SubmitPrompt.scope``): :meth:`cancel` cancels it
+        wherever the submit is -- on its way to the worker (it is answered
+        ``cancelled`` and never starts), or running.
+
         If ``timeout`` passes first, the run is **cancelled** (as by
         :meth:`cancel`; its on_abort hooks run if it had started) and
         ``pykka.Timeout`` is raised: a turn nobody waits for any more must not
@@ -295,19 +300,18 @@ class Session:
             if output_type is None
             else output_request(output_type, max_retries=max_output_retries)
         )
-        submit_id, future = self._send_submit(
+        scope, future = self._send_submit(
             text, segments, max_turns, timeout, output, usage_limits=usage_limits
         )
         try:
             result: TurnResult = future.get()
         except pykka.Timeout:
-            # Names this submit: cancels its run, or the submit itself if it has
-            # not even reached the worker yet.
-            self._cancel_quietly(CancelRun(reason="the submit timed out", submit_id=submit_id))
+            # Its run, or the submit itself if it has not even reached the worker yet.
+            scope.cancel("the submit timed out")
             raise
         finally:
             with self._pending_lock:
-                self._pending_submits.discard(submit_id)
+                self._pending_submits.discard(scope)
         return result
 
     def _send_submit(
@@ -319,14 +323,15 @@ class Session:
         output: OutputRequest | None = None,
         *,
         usage_limits: UsageLimits | None = None,
-    ) -> tuple[str, PooledFuture[Any]]:
-        """Send one submit (named, so :meth:`cancel` reaches it anywhere); its id and answer."""
+    ) -> tuple[CancelScope, PooledFuture[Any]]:
+        """Send one submit with its run's scope (:meth:`cancel` reaches it anywhere);
+        the scope and the answer."""
         frozen = tuple(segments) if segments is not None else None
         # Telemetry (issue 28): the caller's active span (telemetry on) becomes the turn's parent.
         trace = current_context(self.runtime.telemetry)
-        submit_id = uuid.uuid4().hex
+        scope = CancelScope()
         with self._pending_lock:
-            self._pending_submits.add(submit_id)
+            self._pending_submits.add(scope)
         try:
             # Through the front door, speculation on or off: submitting exactly the
             # suggestion takes the accept path; anything else aborts the speculation
@@ -335,7 +340,7 @@ class Session:
                 text=text,
                 segments=frozen,
                 max_turns=max_turns,
-                submit_id=submit_id,
+                scope=scope,
                 output=output,
                 usage_limits=usage_limits,
                 trace=trace,
@@ -343,9 +348,9 @@ class Session:
             future: PooledFuture[Any] = self._front.ask(prompt, block=False, timeout=timeout)
         except BaseException:
             with self._pending_lock:
-                self._pending_submits.discard(submit_id)
+                self._pending_submits.discard(scope)
             raise
-        return submit_id, future
+        return scope, future
 
     @overload
     def ask(
@@ -401,9 +406,6 @@ class Session:
             raise OutputValidationError(why, result)
         return result.output
 
-    def _cancel_quietly(self, message: CancelRun) -> None:
-        tell_quietly(self._front, message)  # the session is closing: nothing left to cancel
-
     # -- suggestions and speculation ------------------------------------------------
 
     def keystroke(self, text: str = "") -> None:
@@ -444,24 +446,26 @@ class Session:
         return paused
 
     def cancel(self, reason: str = "cancelled by user") -> None:
-        """Cancel the current run (control lane: overtakes queued mail).
+        """Cancel the current run. Never waits.
 
         While a :meth:`submit` of this session object is waiting, the cancel
-        names that submit, so it also works when it overtakes the submit on
-        its way to the worker (the submit is then answered ``cancelled``
-        without starting). Otherwise it cancels the run in progress, if any.
-        A Tab (:meth:`accept`) still waiting for a running speculation is called
-        off: it answers ``aborted`` and nothing is applied. Never waits.
+        cancels that submit's scope: wherever the submit is -- still on its way
+        to the worker (it is then answered ``cancelled`` without starting:
+        nothing of it enters history), queued, or running -- its run ends
+        ``cancelled``. Otherwise it cancels the run in progress, if any
+        (``CancelRun``, control lane). A Tab (:meth:`accept`) still waiting for
+        a running speculation is called off: it answers ``aborted`` and nothing
+        is applied.
         """
         # A Tab still waiting for its speculation is called off (nothing applied).
         self._front.tell(CancelAccept(reason=reason))
         with self._pending_lock:
-            pending = sorted(self._pending_submits)
+            pending = list(self._pending_submits)
         if not pending:
             self._front.tell(CancelRun(reason=reason))
             return
-        for submit_id in pending:
-            self._front.tell(CancelRun(reason=reason, submit_id=submit_id))
+        for scope in pending:
+            scope.cancel(reason)
 
     # -- reading ----------------------------------------------------------------
 
@@ -640,17 +644,17 @@ class Session:
             if output_type is None
             else output_request(output_type, max_retries=max_output_retries)
         )
-        submit_id, future = self._send_submit(
+        scope, future = self._send_submit(
             text, segments, max_turns, timeout, output, usage_limits=usage_limits
         )
         try:
             result: TurnResult[Any] = await wait_answer(future, timeout)
         except (asyncio.CancelledError, pykka.Timeout):
-            self._cancel_quietly(CancelRun(reason="the submit was cancelled", submit_id=submit_id))
+            scope.cancel("the submit was cancelled")
             raise
         finally:
             with self._pending_lock:
-                self._pending_submits.discard(submit_id)
+                self._pending_submits.discard(scope)
         return result
 
     async def aaccept(

@@ -1,13 +1,19 @@
 """Cancel scopes: one cancellation per unit of work, however far the work has travelled.
 
-A :class:`CancelScope` is created *before* the work starts (at submit, for a
-speculation, for a suggestion request) and travels with every request the
-work makes: the LLM request, the tool batch (each call gets a :meth:`child`),
-the blob store request. Whoever cancels calls :meth:`CancelScope.cancel` once;
-every consumer that registered :meth:`~CancelScope.on_cancel` is told at once,
-and a consumer that only receives the scope later sees ``cancel_called`` when
-it starts. So a cancel that overtakes the work it cancels needs no table of
-"early cancels" anywhere: the scope *is* the record.
+A :class:`CancelScope` is created *before* the work starts, by whoever starts
+it (``Session.submit`` for a run, sent as ``Submit.scope``; the speculation
+controller for a suggestion request -- every ``LlmRequest`` makes its own when
+its sender gives none) and travels with every request the work makes: the LLM
+request, the tool batch (each call gets a :meth:`child`), the blob store
+request. Whoever cancels calls :meth:`CancelScope.cancel` once; every consumer
+that registered :meth:`~CancelScope.on_cancel` is told at once, and a consumer
+that only receives the scope later sees ``cancel_called`` when it starts. So a
+cancel that overtakes the work it cancels needs no table of "early cancels"
+anywhere: the scope *is* the record (the worker and the LLM loop keep none).
+
+Messages carry scopes and ``LlmRequest`` makes one by default, so this module
+is in the messages layer (``tests/project/test_layers.py``): it imports nothing
+of the actor runtime, only :mod:`fore.errors` and the logger.
 
 The design follows trio's ``CancelScope`` (a scope exists before the work is
 bound to it, python-trio/trio#607; ``cancel_called``) and autogen-core's

@@ -1,10 +1,12 @@
 """The LLM gateway actor: the message front of the LLM loops.
 
-Requests and cancellations arrive as typed messages (cancellation on the
-control lane, so it overtakes queued requests -- even its own request, which
-the loop then answers with ``LlmCancelled`` without sending it); the actor
-hands them to a loop thread and returns at once -- it never waits on HTTP.
-Stream events go from the loop straight to each request's ``reply_to``.
+Requests arrive as typed messages; the actor hands each to a loop thread and
+returns at once -- it never waits on HTTP. Stream events go from the loop
+straight to each request's ``reply_to``. A request is cancelled through its
+own scope (``LlmRequest.scope``), not through this actor: the loop that took
+the request is the one its cancel reaches, and a request whose scope was
+cancelled while it waited in this mailbox is answered ``LlmCancelled`` by the
+loop and never sent.
 
 Two lanes. The user's own turns (purpose ``main``) run on the foreground
 loop; suggestions, speculation and pipelined suggestions -- work nobody is
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from fore.actors.core.pooled import ForeActor, handles
 from fore.actors.llm.loop import LlmLoop
-from fore.messages.llm import CancelLlmRequest, GatewayStats, GetGatewayStats, LlmRequest
+from fore.messages.llm import GatewayStats, GetGatewayStats, LlmRequest
 
 FOREGROUND_PURPOSES = frozenset({"main"})
 """Purposes served by the foreground lane; every other purpose is background."""
@@ -59,17 +61,6 @@ class LlmGateway(ForeActor):
         if request.reply_to is None:
             raise ValueError("LlmRequest.reply_to is required")
         self._lane(request.purpose).submit(request)
-
-    @handles(CancelLlmRequest)
-    def _on_cancel(self, message: CancelLlmRequest) -> None:
-        if message.purpose is not None:
-            self._lane(message.purpose).cancel(message.request_id, message.reason)
-            return
-        # Purpose unknown: both lanes hear it (a lane that never sees the
-        # request keeps the id in its bounded early-cancel table until it expires).
-        self._loop.cancel(message.request_id, message.reason)
-        if self._background is not None:
-            self._background.cancel(message.request_id, message.reason)
 
     @handles(GetGatewayStats)
     def _on_stats(self, _message: GetGatewayStats) -> GatewayStats:

@@ -3,16 +3,22 @@
 Actors never block on HTTP. The gateway actor hands requests to this loop,
 which runs each as a task on one ``httpx.AsyncClient`` (connection pooling
 across sessions) and tells the requester every stream event directly from the
-loop thread. ``cancel`` cancels the task: the ``async with`` around the HTTP
-stream exits, the connection is closed, and the requester gets exactly one
-:class:`~messages.llm.LlmCancelled` -- nothing after it.
+loop thread.
+
+A request is cancelled through its scope (``LlmRequest.scope``, a
+:class:`~actors.core.cancel.CancelScope`), never by id: the loop that starts
+it registers for the scope's cancel, so a cancel reaches only the loop (the
+gateway's lane) its request went to. Cancelling cancels the task: the ``async
+with`` around the HTTP stream exits, the connection is closed, and the
+requester gets exactly one :class:`~messages.llm.LlmCancelled` -- nothing
+after it. A request whose scope was cancelled before it got here (in the
+gateway's mailbox, or queued on this loop) is answered ``LlmCancelled`` and
+never sent: the scope is the record of the cancel, so the loop keeps no table
+of early cancels and no state per request id beyond the requests running.
 
 Every request gets exactly one terminal event (completed, failed or
 cancelled), however early its cancel lands: a task cancelled before its
-coroutine ever ran is answered by its done-callback, and a cancel that
-arrives *before* its request (cancels travel on the gateway's control lane
-and overtake queued requests) is remembered, briefly and boundedly, so the
-request is answered with ``LlmCancelled`` when it arrives and never sent.
+coroutine ever ran is answered by its done-callback.
 
 Retries (connection errors, timeouts, 429 and 5xx, malformed streams) use the
 model's :class:`~actors.llm.models.RetryPolicy`, honour ``Retry-After``, and are
@@ -30,14 +36,13 @@ import random
 import threading
 import time
 import zlib
-from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from fore.actors.core.cancel import CancelScope, Lease, Registration
+from fore.actors.core.cancel import Lease, Registration
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import tell_quietly
 from fore.actors.llm import evloop
@@ -121,18 +126,6 @@ class _Running:
             self.lease = None
 
 
-_RECENT_IDS = 4096
-"""How many ended and early-cancelled request ids the loop remembers (each)."""
-
-_EARLY_CANCEL_TTL_S = 120.0
-"""How long a cancel that arrived before its request waits for it.
-
-A cancel overtakes its request only by the gateway's mailbox backlog, which is
-far shorter; the bound keeps a cancel for a request that is never sent from
-lingering (request ids are unique, so it could only ever match a reused id).
-"""
-
-
 class LlmLoop:
     """The asyncio thread behind the gateway (owned by the Runtime).
 
@@ -163,11 +156,7 @@ class LlmLoop:
         self._max_connections = max_connections
         self._shards = max(1, client_shards)
         self._tasks: dict[str, _Running] = {}
-        # Cancels that found no running request: ``_early`` waits for the
-        # request to arrive; ``_ended`` tells a late cancel (a no-op) from an
-        # early one. Both bounded, oldest dropped first.
-        self._early: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._ended: OrderedDict[str, None] = OrderedDict()
+        """The requests running, by id: the loop's only state per request."""
         self._budget = retry_budget if retry_budget is not None else RetryBudget()
         self._rng = random.Random()
         self._closed = False
@@ -235,18 +224,6 @@ class LlmLoop:
                 ),
             )
 
-    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
-        """Cancel a request (from any thread); a no-op if it already ended.
-
-        A cancel may arrive before its request: the request is then answered
-        with one ``LlmCancelled`` when it arrives, and never sent.
-        """
-        if not self._closed:
-            try:
-                self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
-            except RuntimeError:  # closed meanwhile: everything is being cancelled
-                pass
-
     def in_flight(self) -> int:
         return len(self._tasks)
 
@@ -297,52 +274,38 @@ class LlmLoop:
             )
             return
         self.started += 1
-        early = self._early.pop(rid, None)
-        scope: CancelScope | None = request.scope
-        lease = None if scope is None else scope.lease("llm")  # first the lease, then the check
-        if scope is not None and scope.cancel_called:
-            early = (scope.reason or "cancelled", self._loop.time())
-        if self._closed or (
-            early is not None and self._loop.time() - early[1] <= _EARLY_CANCEL_TTL_S
-        ):
+        scope = request.scope
+        lease = scope.lease("llm")  # first the lease, then the check
+        if self._closed or scope.cancel_called:
             # Its cancel came first (or the loop is closing): answer, never send.
-            if lease is not None:
-                lease.release()
+            lease.release()
             self.cancelled += 1
-            self._remember_ended(rid)
-            reason = early[0] if early is not None else "runtime shutting down"
-            _tell(request.reply_to, LlmCancelled(request_id=rid, reason=reason))
+            reason = (scope.reason or "cancelled") if scope.cancel_called else None
+            _tell(
+                request.reply_to,
+                LlmCancelled(request_id=rid, reason=reason or "runtime shutting down"),
+            )
             return
         task = self._loop.create_task(self._run(request))
         running = self._tasks[rid] = _Running(request, task, lease=lease)
         task.add_done_callback(functools.partial(self._on_task_done, rid))
-        if scope is not None:
-            running.registration = scope.on_cancel(functools.partial(self._scope_cancelled, rid))
+        running.registration = scope.on_cancel(functools.partial(self._scope_cancelled, running))
 
-    def _scope_cancelled(self, request_id: str, reason: str) -> None:
+    def _scope_cancelled(self, running: _Running, reason: str) -> None:
         """The request's scope was cancelled (on the canceller's thread): cancel it here."""
         try:
-            self._loop.call_soon_threadsafe(self._cancel, request_id, reason)
+            self._loop.call_soon_threadsafe(self._cancel, running, reason)
         except RuntimeError:
             pass  # the loop is closed: the request ended with it
 
-    def _cancel(self, request_id: str, reason: str) -> None:
-        running = self._tasks.get(request_id)
-        if running is None:
-            if request_id not in self._ended:
-                self._early[request_id] = (reason, self._loop.time())
-                while len(self._early) > _RECENT_IDS:
-                    self._early.popitem(last=False)
+    def _cancel(self, running: _Running, reason: str) -> None:
+        # This very request, if it still runs (not one that reused its id since).
+        if self._tasks.get(running.request.request_id) is not running:
             return
         if running.cancel_reason is not None:
             return
         running.cancel_reason = reason
         running.task.cancel()
-
-    def _remember_ended(self, rid: str) -> None:
-        self._ended[rid] = None
-        while len(self._ended) > _RECENT_IDS:
-            self._ended.popitem(last=False)
 
     def _on_task_done(self, rid: str, task: asyncio.Task[None]) -> None:
         """Answer a request whose task ended without running ``_run`` (cancelled unstarted).
@@ -356,7 +319,6 @@ class LlmLoop:
             return  # _run answered and cleaned up itself
         del self._tasks[rid]
         running.ended()
-        self._remember_ended(rid)
         if task.cancelled():
             self.cancelled += 1
             reason = running.cancel_reason or "cancelled"
@@ -474,7 +436,6 @@ class LlmLoop:
             running = self._tasks.pop(rid, None)
             if running is not None:
                 running.ended()
-            self._remember_ended(rid)
 
     def _observe_completed(
         self, request: LlmRequest, result: Any, attempts: int, span: Any

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor, handles, tell_quietly
 from fore.actors.speculation.fork import extend
@@ -74,8 +75,8 @@ class AcceptProtocol(ForeActor):
     _last_accept: float
     _held: list[tuple[Submit, PooledFuture[Any] | None]]
     """Submits held for an accept in its critical section (they reach the worker after it)."""
-    _accept_submits: set[str]
-    """Submit ids of the normal runs accepts started (``CancelAccept`` cancels them)."""
+    _accept_submits: set[CancelScope]
+    """The scopes of the normal runs accepts started (``CancelAccept`` cancels them)."""
 
     @property
     def _current(self) -> Speculation | None:
@@ -188,7 +189,8 @@ class AcceptProtocol(ForeActor):
             max_turns=message.max_turns,
             usage_limits=message.usage_limits,
             trace=message.trace,
-            submit_id=message.submit_id,  # Session.cancel() names it, even while held
+            submit_id=message.submit_id,
+            scope=message.scope,  # Session.cancel() cancels it, even while held
             output=message.output,
         )
         accepting = self._accepting
@@ -500,10 +502,11 @@ class AcceptProtocol(ForeActor):
         """Run the suggestion as an ordinary prompt on the current files."""
 
         submit_id = f"{self.session_id}-accept-{next(_seq)}"
-        self._accept_submits.add(submit_id)
+        scope = CancelScope()  # CancelAccept cancels it, even before the worker has it
+        self._accept_submits.add(scope)
 
         def done(turn: TurnResult) -> None:
-            self._accept_submits.discard(submit_id)
+            self._accept_submits.discard(scope)
             answer(
                 AcceptResult(
                     outcome=outcome,
@@ -517,7 +520,7 @@ class AcceptProtocol(ForeActor):
             )
 
         def failed(error: BaseException) -> None:
-            self._accept_submits.discard(submit_id)
+            self._accept_submits.discard(scope)
             answer(
                 AcceptResult(
                     outcome="failed",
@@ -528,7 +531,12 @@ class AcceptProtocol(ForeActor):
 
         self.ask_then(
             self._worker,
-            Submit(text=suggestion.text, submit_id=submit_id, trace=trace_context_of(answer)),
+            Submit(
+                text=suggestion.text,
+                submit_id=submit_id,
+                scope=scope,
+                trace=trace_context_of(answer),
+            ),
             then=done,
             on_error=failed,
             timeout=3600.0,

@@ -70,6 +70,7 @@ from typing import Any
 from pykka import ActorDeadError, ActorRef
 
 from fore.actors.alerts import send_alert
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import (
     ActorExit,
@@ -110,10 +111,10 @@ from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import UserMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import (
-    CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
     LlmFailed,
+    LlmRequest,
     LlmRetrying,
     Purpose,
 )
@@ -172,9 +173,14 @@ def _kill_if_alive(ref: ActorRef[Any]) -> None:
 
 @dataclass(frozen=True)
 class _SuggestionRequest:
-    request_id: str
+    request: LlmRequest
+    """Cancelled through its own scope (``request.scope``) when the epoch moves."""
     epoch: int
     snapshot: ForkSnapshot
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
 
 
 @dataclass(eq=False)
@@ -252,8 +258,8 @@ class SpeculationController(AcceptProtocol):
         self._closing = False
         """Set when this actor stops: its speculators are being stopped, aborts report at once."""
         # -- issue 24: calling off a Tab, approval mode, model ----------
-        self._accept_submits: set[str] = set()
-        """Submit ids of the normal runs accepts started (``CancelAccept`` cancels them)."""
+        self._accept_submits: set[CancelScope] = set()
+        """The scopes of the normal runs accepts started (``CancelAccept`` cancels them)."""
 
     @property
     def _current(self) -> Speculation | None:
@@ -409,7 +415,7 @@ class SpeculationController(AcceptProtocol):
         request = self._suggestion_request
         if request is not None:
             self._suggestion_request = None
-            self._cancel_request(request.request_id, reason, "suggestion")
+            request.request.scope.cancel(reason)  # wherever it is: never sent, or hung up
         self._clear_suggestion()
         if self._current is not None:
             self._abort(self._current, reason, at=at)
@@ -421,12 +427,6 @@ class SpeculationController(AcceptProtocol):
             self._show_timer.cancel()
             self._show_timer = None
 
-    def _cancel_request(self, request_id: str, reason: str, purpose: Purpose) -> None:
-        tell_quietly(
-            self.worker_config.gateway,
-            CancelLlmRequest(request_id=request_id, reason=reason, purpose=purpose),
-        )
-
     def _suggest(self, snapshot: ForkSnapshot) -> None:
         hint = extract_type_hint(last_answer(snapshot.history))
         if hint:
@@ -435,13 +435,16 @@ class SpeculationController(AcceptProtocol):
                 self._set_suggestion(verdict.text, "hint", snapshot)
                 return
         request_id = f"{self.session_id}-suggest-{next(_seq)}"
-        self._suggestion_request = _SuggestionRequest(request_id, self._epoch, snapshot)
-        self._ask_for_suggestion(snapshot, request_id, "suggestion")
+        request = self._ask_for_suggestion(snapshot, request_id, "suggestion")
+        self._suggestion_request = _SuggestionRequest(request, self._epoch, snapshot)
 
     def _ask_for_suggestion(
         self, snapshot: ForkSnapshot, request_id: str, purpose: Purpose
-    ) -> None:
-        """One suggestion request on the fork's prefix (the fast model when configured)."""
+    ) -> LlmRequest:
+        """One suggestion request on the fork's prefix (the fast model when configured).
+
+        Returned as sent: its own scope (``request.scope``) is what cancels it.
+        """
         model, model_name = self._fork_model()
         request = suggestion_request(
             snapshot,
@@ -456,6 +459,7 @@ class SpeculationController(AcceptProtocol):
             max_tokens=self.spec_config.suggestion_max_tokens,
         )
         self.worker_config.gateway.tell(request)
+        return request
 
     @handles(LlmCompleted)
     def _on_llm_completed(self, message: LlmCompleted) -> None:
@@ -769,8 +773,8 @@ class SpeculationController(AcceptProtocol):
         cancelled like any run."""
         if self._accepting is not None:
             self._call_off(self._accepting, message.reason)
-        for submit_id in sorted(self._accept_submits):
-            tell_quietly(self._worker, CancelRun(reason=message.reason, submit_id=submit_id))
+        for scope in list(self._accept_submits):
+            scope.cancel(message.reason)  # the worker hears of it, or finds it on arrival
 
     @handles(SetApprovalMode)
     def _on_set_approval_mode(self, message: SetApprovalMode) -> None:
@@ -836,19 +840,22 @@ class SpeculationController(AcceptProtocol):
         snapshot = extend(
             spec.snapshot, [user, *[i for i in result.items if not isinstance(i, UserMessage)]]
         )
-        request_id = f"{spec.id}-pipelined"
-        spec.pipelined_request = request_id
-        self._ask_for_suggestion(snapshot, request_id, "pipelined")
+        spec.pipelined_request = self._ask_for_suggestion(
+            snapshot, f"{spec.id}-pipelined", "pipelined"
+        )
 
     def _pipelined_owner(self, request_id: str) -> Speculation | None:
         for spec in self._specs.values():
-            if spec.pipelined_request == request_id:
+            if (
+                spec.pipelined_request is not None
+                and spec.pipelined_request.request_id == request_id
+            ):
                 return spec
         return None
 
     def _cancel_pipelined(self, spec: Speculation, reason: str) -> None:
         if spec.pipelined_request is not None:
-            self._cancel_request(spec.pipelined_request, reason, "pipelined")
+            spec.pipelined_request.scope.cancel(reason)
             spec.pipelined_request = None
             self._forget(spec)
 
@@ -876,8 +883,9 @@ class SpeculationController(AcceptProtocol):
     def _on_worker_command(self, message: Any) -> None:
         """Forwarded with the asker's own reply: the worker answers it directly.
 
-        ``CancelRun`` arrives and leaves on the control lane, so a cancel still
-        overtakes the submit it names on its way (the worker's early cancels).
+        ``CancelRun`` arrives and leaves on the control lane (it cancels what the
+        worker has; a cancel that must reach a submit still on its way goes through
+        the submit's scope, ``SubmitPrompt.scope``).
         """
         self._forward(message, self._take_reply())
 

@@ -32,6 +32,7 @@ from pykka import ActorRef
 
 from fore.actors.core.timer import TimerHandle
 from fore.errors import SpeculationPhaseError
+from fore.messages.llm import LlmRequest
 
 if TYPE_CHECKING:  # the speculator imports this module
     from fore.actors.speculation.speculator import Speculator
@@ -113,7 +114,8 @@ class Speculation:
     give_up_timer: TimerHandle | None = None
     reason: str | None = None
     next_suggestion: str | None = None
-    pipelined_request: str | None = None
+    pipelined_request: LlmRequest | None = None
+    """The pipelined suggestion request in flight (cancelled through its scope)."""
     reported: bool = False
     exited: bool = False
     overlay_removed: bool = False

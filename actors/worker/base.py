@@ -21,7 +21,7 @@ checks every hand-off.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,10 +66,6 @@ class WorkerBase(ForeActor):
         self._run: Run | None = None
         self._chain_run: ChainRun | None = None
         self._chain_token: object | None = None
-        self._early_cancels: OrderedDict[str, str] = OrderedDict()
-        """Cancels that named a submit not received yet: submit id -> reason."""
-        self._seen_submits: OrderedDict[str, None] = OrderedDict()
-        """Submit ids received (bounded): a late cancel for one is not an early cancel."""
         self._continuations: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._draining = False
         self._writer = None if config.persist is None else TurnWriter(self, config.persist)
@@ -151,6 +147,9 @@ class WorkerBase(ForeActor):
             raise NotImplementedError
 
         def _cancel_inflight(self, run: Run, reason: str) -> None:
+            raise NotImplementedError
+
+        def _cancel_run(self, run: Run, reason: str) -> None:
             raise NotImplementedError
 
         def _chain(

@@ -69,7 +69,7 @@ class ChainDriver(WorkerBase):
         run starts no chain but its on_abort.
         """
         if not abort_chain and not run.live:
-            return
+            return  # kept: no user hook runs for a run whose ending began (but on_abort)
         if not abort_chain:
             done = self._on_outcome(run, done, give_errors=give_errors)
         chain = self.config.hooks.chain(event) if specs is None else specs
@@ -91,7 +91,7 @@ class ChainDriver(WorkerBase):
 
         def done(state: ChainState) -> None:
             if not run.live:
-                return
+                return  # kept: hook answers come from the hook lane, outside the scope
             if state.error is not None and not give_errors:
                 self._hook_failed(run, state.error)
                 return

@@ -22,7 +22,7 @@ from fore.messages.address import Address, Recipient
 from fore.messages.alerts import Alert
 from fore.messages.blob_store import ReferenceBlobs, StoreToolOutput
 from fore.messages.blobs import BlobLimits
-from fore.messages.llm import CancelLlmRequest, LlmRequest, Purpose
+from fore.messages.llm import LlmRequest, Purpose
 from fore.messages.session import Submit
 from fore.messages.tools import CancelToolCalls, RunToolBatch
 
@@ -62,7 +62,7 @@ class WorkerConfig:
     session_id: str
     model: WorkerModel
     """The model provider its LLM requests name (``SetModel`` switches it between runs)."""
-    gateway: Recipient[LlmRequest | CancelLlmRequest]
+    gateway: Recipient[LlmRequest]
     """The LLM gateway: requests go there, their stream events come back as messages."""
     tool_pool: Recipient[RunToolBatch | CancelToolCalls]
     """The shared tool pool: batches go there, their results come back as messages."""

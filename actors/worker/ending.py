@@ -16,7 +16,7 @@ from fore.actors.core.pooled import handles
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hookrun import DetachedChain
 from fore.actors.worker.hooks import AbortContext, ChainState, HookError, HookEvent
-from fore.actors.worker.run import MAX_EARLY_CANCELS, Call, Run, fits, ignore_problem
+from fore.actors.worker.run import Call, Run, fits, ignore_problem
 from fore.actors.worker.run_state import Ending
 from fore.actors.worker.snapshot import snapshot_version
 from fore.messages.alerts import AlertLevel
@@ -49,40 +49,35 @@ class EndingPhase(WorkerBase):
 
     @handles(CancelRun)
     def _on_cancel(self, message: CancelRun) -> bool:
+        """Cancel what the worker has; whether it cancelled anything (see :class:`CancelRun`).
+
+        Nothing is remembered for a ``submit_id`` the worker does not have: a
+        cancel that may come before its submit goes through the submit's scope.
+        """
         run = self._run
-        current = run if run is not None and not run.ended else None
-        sid = message.submit_id
-        if sid is not None:
-            successor = current.successor[0] if current and current.successor else None
-            if successor is not None and successor.submit_id == sid:
-                if successor.cancel_reason is None:
-                    successor.cancel_reason = message.reason
-                return True
-            if current is None or current.submit_id != sid:
-                if sid in self._seen_submits:
-                    return False  # that submit ended already
-                # The cancel overtook its submit on the control lane: remember it.
-                self._early_cancels[sid] = message.reason
-                while len(self._early_cancels) > MAX_EARLY_CANCELS:
-                    self._early_cancels.popitem(last=False)
-                return True
-        if current is None:
+        if run is None or run.ended:
             return False
-        if current.closing:
+        queued = run.successor[0] if run.successor is not None else None
+        sid = message.submit_id
+        if sid is not None and run.submit_id != sid:
+            # Not the current run's: the submit queued behind it, or none the worker has.
+            if queued is not None and queued.submit_id == sid:
+                return queued.call_off(message.reason)  # it never starts
+            return False
+        if run.closing:
             # Already ending (its on_abort hooks are running, each with a deadline):
             # nothing left to cancel but a submit queued behind it.
-            if (
-                sid is None
-                and current.successor is not None
-                and current.successor[0].cancel_reason is None
-            ):
-                current.successor[0].cancel_reason = message.reason
-                return True
+            if sid is None and queued is not None:
+                return queued.call_off(message.reason)  # it never starts
             return False
-        self._cancel_inflight(current, message.reason)
-        self._close_open_calls(current, f"Cancelled: {message.reason}")
-        self._finish(current, "cancelled", message.reason, abort=True)
+        self._cancel_run(run, message.reason)
         return True
+
+    def _cancel_run(self, run: Run, reason: str) -> None:
+        """End the live ``run`` as cancelled: its work stopped, its open calls closed, on_abort."""
+        self._cancel_inflight(run, reason)
+        self._close_open_calls(run, f"Cancelled: {reason}")
+        self._finish(run, "cancelled", reason, abort=True)
 
     def _cancel_inflight(self, run: Run, reason: str) -> None:
         """Stop what is under way: the hook in flight (never started ones never
@@ -97,7 +92,7 @@ class EndingPhase(WorkerBase):
         # The LLM request and the tool batch carry the run's scope: cancelling it
         # reaches them wherever they are -- running, or not arrived yet (then they
         # never start).
-        run.scope.cancel(reason)
+        run.call_off(reason)
         run.llm_request_id = None
         run.batch_id = None
 
@@ -159,10 +154,9 @@ class EndingPhase(WorkerBase):
         kind: ErrorKind = "worker",
         failure: HookFailure | None = None,
     ) -> None:
-        if not run.live:
-            # Ending already (a cancel came first): its status stands.
-            self.log.info("failure_after_run_ending", run_id=run.run_id, error=error)
-            return
+        # Only for a live run: its failures come from hook chains (the chain driver
+        # drops the outcome of a chain whose run is no longer live) and from the
+        # @path preparer (under the run's scope, which every ending cancels first).
         run.error_kind = kind
         run.hook_failure = failure
         self._cancel_inflight(run, error)
@@ -184,7 +178,7 @@ class EndingPhase(WorkerBase):
             self._complete(run, status, error)
             return
         run.begin_ending(status, error)
-        run.scope.cancel(error or status)  # whatever of it is still out is called off
+        run.call_off(error or status)  # whatever of it is still out is called off
         ctx = AbortContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,

@@ -53,8 +53,6 @@ class LlmTurnPhase(WorkerBase):
         against ``max_turns`` and passes the pre_llm_request hooks -- but the
         interceptor, which built it, does not see it again.
         """
-        if not run.live:
-            return
         answered = self.config.interceptor.turn_answered() if retry is None else None
         if answered is not None:  # e.g. structured output's final_answer was accepted
             self._turn_end(run, answered)
@@ -332,7 +330,7 @@ class LlmTurnPhase(WorkerBase):
         crossed the limit is kept like a cut-off one: its text enters history,
         its tool calls are not run.
         """
-        if hit is None or not run.live:
+        if hit is None:
             return False
         run.usage_limit = hit
         reason = hit.describe()

@@ -34,8 +34,6 @@ class OutputsPhase(WorkerBase):
         self._post_step(run)
 
     def _post_step(self, run: Run) -> None:
-        if not run.live:
-            return
         while run.index < len(run.calls):
             item = run.calls[run.index]
             if item.status != "done" or item.result is None or item.post_done:
@@ -171,8 +169,6 @@ class OutputsPhase(WorkerBase):
         return truncated_fallback(Text(text=output), self.config.blob_limits, reason=reason)
 
     def _commit(self, run: Run) -> None:
-        if not run.live:
-            return
         for item in run.calls:
             if item.result is not None and not item.committed and item.status != "removed":
                 item.committed = True

@@ -49,6 +49,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from fore.actors.core.cancel import CancelScope
 from fore.actors.store import SessionStore, TurnBatch
 from fore.actors.store.codec import (
     MAX_BATCH_ALERTS,
@@ -203,6 +204,9 @@ class _Waiter:
     then: Callable[[str | None], None]
     owed: int
     """The history length this waiter needs saved."""
+    scope: CancelScope | None = None
+    """The work this save is for: once cancelled, ``then`` is not called (it would act
+    for work that was called off)."""
 
 
 class TurnWriter:
@@ -265,11 +269,19 @@ class TurnWriter:
 
     # -- saving -------------------------------------------------------------------------------
 
-    def save(self, then: Callable[[str | None], None], *, usage: Usage | None = None) -> bool:
+    def save(
+        self,
+        then: Callable[[str | None], None],
+        *,
+        usage: Usage | None = None,
+        scope: CancelScope | None = None,
+    ) -> bool:
         """Make everything in history so far durable, then ``then(problem)``.
 
         Returns False -- and does not call ``then`` -- when there is nothing to
-        write and nothing being written: the caller goes on at once.
+        write and nothing being written: the caller goes on at once. With
+        ``scope``, ``then`` is dropped if the scope was cancelled by the time
+        the write is done (the write itself still happens: history is owed).
         """
         p = self.p
         if usage is not None and not _empty(usage):
@@ -277,7 +289,7 @@ class TurnWriter:
         p.owed = max(p.owed, len(self.history))
         if not self._busy and not self._dirty():
             return False
-        self._waiters.append(_Waiter(then, p.owed))
+        self._waiters.append(_Waiter(then, p.owed, scope))
         if not self._busy:
             self._start()
         return True
@@ -330,6 +342,8 @@ class TurnWriter:
         if self._waiters:
             self._start()  # saves asked for while this one ran
         for waiter in done:
+            if waiter.scope is not None and waiter.scope.cancel_called:
+                continue  # called off while it was written
             waiter.then(problem)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fore.actors.blobs.summary import fits_utf8
-from fore.actors.core.cancel import CancelScope
+from fore.actors.core.cancel import CancelScope, Registration
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.timer import TimerHandle
 from fore.actors.output.contract import OutputRun
@@ -132,10 +132,6 @@ def bad_arguments_text(call: ToolCall) -> str:
     )
 
 
-MAX_EARLY_CANCELS = 256
-"""How many cancels that overtook their submit a worker remembers (oldest dropped)."""
-
-
 @dataclass
 class Call:
     call: ToolCall
@@ -169,7 +165,10 @@ class Run(RunProgress):
     max_turns: int
     scope: CancelScope = field(default_factory=CancelScope)
     """What cancels the run's work wherever it is: its LLM requests and tool batches
-    carry it, so a cancel that overtakes them on their way stops them at arrival."""
+    carry it, so a cancel that overtakes them on their way stops them at arrival.
+    The submit's own (``Submit.scope``) when its sender made one."""
+    cancel_registration: Registration | None = None
+    """The worker's callback on a sender's scope (its cancel ends the run), while pending."""
     reply: PooledFuture[Any] | None = None
     submit_id: str | None = None
     started: bool = False
@@ -200,9 +199,8 @@ class Run(RunProgress):
     error_kind: ErrorKind | None = None
     hook_failure: HookFailure | None = None
     successor: tuple[Run, Submit] | None = None
-    """A submit that interrupted this paused run; it starts once this run has ended."""
-    cancel_reason: str | None = None
-    """Cancelled while queued behind an interrupted run: it ends without starting."""
+    """A submit that interrupted this paused run; it starts once this run has ended
+    (unless its scope was cancelled meanwhile: then it ends without starting)."""
     # -- telemetry (issue 28) --
     span: TurnSpan | None = None
     """Its :class:`~actors.telemetry.tracing.TurnSpan` (telemetry on)."""
@@ -212,6 +210,17 @@ class Run(RunProgress):
     output: OutputRun | None = None
     """Structured output: the run's ``OutputRun`` (actors.output), shared with the
     OutputInterceptor through ``SessionState.output`` while the run is current."""
+
+    def call_off(self, reason: str) -> bool:
+        """The worker cancels the run's scope itself; False if it already was cancelled.
+
+        Its own callback on the scope is taken back first: the worker is the
+        one cancelling, so nothing needs to be posted back to it.
+        """
+        registration, self.cancel_registration = self.cancel_registration, None
+        if registration is not None:
+            registration.remove()
+        return self.scope.cancel(reason)
 
 
 @dataclass

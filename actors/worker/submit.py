@@ -6,11 +6,13 @@ its turn goes on from where the speculation stopped.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 
 from pydantic import ValidationError
 
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.pooled import handles
 from fore.actors.filerefs.prepare import PreparedInput, prepare_plain, submit_segments
 from fore.actors.output.interceptor import start_output
@@ -24,7 +26,7 @@ from fore.actors.worker.hooks import (
     final_outcome,
 )
 from fore.actors.worker.interceptor import ContinueWith
-from fore.actors.worker.run import MAX_EARLY_CANCELS, Run
+from fore.actors.worker.run import Run
 from fore.errors import WorkerBusy
 from fore.messages.conversation import AssistantMessage, FileRef, UserMessage
 from fore.messages.session import RunStarted, RunStatus, Submit, TurnFinished
@@ -100,7 +102,10 @@ class SubmitPhase(WorkerBase):
                 self._store_failed(problem, "the accepted speculation's items")
             if reply is not None:
                 reply.try_set(run.run_id)
-            if run.live:  # from saving (or starting) it goes on as from starting
+            # Kept: the insert is answered whatever happened meanwhile, but its turn goes
+            # on only if no cancel came while its items were saved (from saving, or
+            # starting, it goes on as from starting).
+            if run.live:
                 self._emit(
                     RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
                 )
@@ -115,14 +120,13 @@ class SubmitPhase(WorkerBase):
 
     @handles(Submit)
     def _on_submit(self, message: Submit) -> None:
-        sid = message.submit_id
-        early = self._early_cancels.pop(sid, None) if sid is not None else None
+        scope = message.scope if message.scope is not None else CancelScope()
         current = self._run
         busy = current is not None and not current.ended
         ending = current is not None and (current.closing)
         queue_behind = busy and ending
         interrupt = busy and not ending
-        if early is None and busy:
+        if busy and not scope.cancel_called:
             assert current is not None
             if queue_behind and current.successor is not None:
                 raise WorkerBusy(
@@ -132,22 +136,25 @@ class SubmitPhase(WorkerBase):
             if interrupt and current.phase != "paused":
                 raise WorkerBusy(f"session {self.session_id} is busy with run {current.run_id}")
         output = start_output(message.output, self.config.interceptor)  # refuses, or None
-        if sid is not None:
-            self._seen_submits[sid] = None
-            while len(self._seen_submits) > MAX_EARLY_CANCELS:
-                self._seen_submits.popitem(last=False)
         run = Run(
             run_id=f"run-{uuid.uuid4().hex[:12]}",
             start_len=len(self.state.history),
             max_turns=message.max_turns or self.config.max_turns,
             reply=self.defer_reply(),
-            submit_id=sid,
+            submit_id=message.submit_id,
             output=output,
+            scope=scope,
         )
-        if early is not None:
-            # Its cancel overtook it on the control lane: it never starts.
-            self._answer_unstarted(run, "cancelled", early)
+        if scope.cancel_called:
+            # Cancelled on its way here (the scope is the record): it never starts.
+            self._answer_unstarted(run, "cancelled", scope.reason or "cancelled")
             return
+        if message.scope is not None:
+            # Its sender may cancel it at any time: the worker hears of it on its
+            # control lane (_scope_cancelled), ahead of the run's other mail.
+            run.cancel_registration = scope.on_cancel(
+                functools.partial(self.post_urgent, self._scope_cancelled, run)
+            )
         if current is not None and busy:
             if queue_behind:
                 # The current run is ending (its on_abort hooks are running, each
@@ -161,9 +168,9 @@ class SubmitPhase(WorkerBase):
 
     def _begin(self, run: Run, message: Submit) -> None:
         run.start_len = len(self.state.history)
-        if run.cancel_reason is not None:
+        if run.scope.cancel_called:
             # Cancelled while it waited for the run before it to end: it never started.
-            self._answer_unstarted(run, "cancelled", run.cancel_reason)
+            self._answer_unstarted(run, "cancelled", run.scope.reason or "cancelled")
             return
         self._run = run
         self._observe(run, message)
@@ -192,14 +199,30 @@ class SubmitPhase(WorkerBase):
         """End a submit that never started (nothing of it in history, no hooks, no on_abort).
 
         It is not the worker's current run, so nothing of the current run --
-        the interceptor's state -- is touched.
+        the interceptor's state -- is touched. Its scope is cancelled (and so
+        lets go of the worker's callback).
         """
+        run.call_off(reason)
         run.phase = "ended"
         result = self._result(run, status, reason)
         self._emit(TurnFinished(session_id=self.config.session_id, result=result))
         reply, run.reply = run.reply, None
         if reply is not None:
             reply.try_set(result)
+
+    def _scope_cancelled(self, run: Run, reason: str) -> None:
+        """The run's scope was cancelled by its sender (``Session.cancel``, a timed-out submit).
+
+        Posted on the control lane by the scope's callback. The current run
+        ends as :class:`~messages.session.CancelRun` ends it; a submit queued
+        behind an ending run never starts (``_begin`` finds its scope
+        cancelled); a run whose ending began, or that ended, keeps its end.
+        """
+        run.cancel_registration = None  # it ran
+        # The run queued behind the current one never starts (_begin checks its scope);
+        # one whose ending began, or that ended, keeps its end.
+        if run is self._run and run.live:
+            self._cancel_run(run, reason)
 
     def _submit_cancelled(self) -> None:
         try:

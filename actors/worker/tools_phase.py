@@ -89,8 +89,6 @@ class ToolsPhase(WorkerBase):
 
     def _pre_tools(self, run: Run, resume_from: int | None) -> None:
         """Evaluate pre_tool_call (interceptor, then hooks) per call, in order."""
-        if not run.live:
-            return
         while run.index < len(run.calls):
             item = run.calls[run.index]
             if item.status != "pending":

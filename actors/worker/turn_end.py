@@ -38,8 +38,6 @@ class TurnEndPhase(WorkerBase):
             self._append(run, item)
 
     def _turn_end(self, run: Run, assistant: AssistantMessage) -> None:
-        if not run.live:
-            return
         ctx = TurnEndContext(
             session_id=self.config.session_id,
             purpose=self.config.purpose,
@@ -74,8 +72,6 @@ class TurnEndPhase(WorkerBase):
         self._chain(run, HookEvent.ON_TURN_END, ctx, done, start=start)
 
     def _continue_with(self, run: Run, items: Sequence[Item]) -> None:
-        if not run.live:
-            return
         for item in items:
             self._append(run, item)
         self._llm_turn(run)
@@ -83,6 +79,8 @@ class TurnEndPhase(WorkerBase):
     @handles(PauseRun)
     def _on_pause(self, message: PauseRun) -> bool:
         run = self._run
+        # Kept: a request from outside, answered with whether it will pause -- a run
+        # that is ending (or ended, or paused already) will not.
         if run is None or not run.live or run.phase == "paused":
             return False
         run.pause_requested = message.reason
@@ -93,8 +91,11 @@ class TurnEndPhase(WorkerBase):
     ) -> None:
         if not saved and self._writer is not None:
             # A pause may wait hours for a person: what the run did so far is saved first.
+            # Under the run's scope: a run cancelled while it is saved never pauses (its
+            # end reports instead).
             run.phase = "saving"
-            if self._writer.save(functools.partial(self._pause_saved, run, reason, where, point)):
+            saved_then = functools.partial(self._pause_saved, run, reason, where, point)
+            if self._writer.save(saved_then, scope=run.scope):
                 return
         run.phase = "paused"
         run.resume_point = point
@@ -140,8 +141,6 @@ class TurnEndPhase(WorkerBase):
     def _pause_saved(
         self, run: Run, reason: str, where: str, point: tuple[Any, ...], problem: str | None
     ) -> None:
-        if not run.live:
-            return  # cancelled while it was saved: its end reports
         if problem is not None:
             self._store_failed(problem, "the paused turn")
         self._pause(run, reason, where, point, saved=True)

@@ -30,15 +30,23 @@ hooks and steps follow each other, continuations run one after another
 A run that is ending stays ended: once a cancel, an abort or a failure has
 begun a run's ending (its on_abort chain), no continuation of work that was
 already under way -- a file-reference preparer, a blob-store answer, a hook
-answer -- may take the run further. Each run has a
-:class:`~actors.core.cancel.CancelScope` that its LLM requests, tool batches,
-blob-store asks and ``@path`` preparer (``run_blocking(scope=...)``) carry:
-the ending cancels it, which stops that work wherever it is (also before it
-arrived or started) and drops its late answers. The chain
-driver drops a chain's outcome for a run that is no longer ``live``
-(:attr:`~actors.worker.run_state.RunProgress.live`), the other continuations
-check it first, and no new hook chain starts for an ending run except its
-on_abort.
+answer, a save -- may take the run further. Each run has a
+:class:`~actors.core.cancel.CancelScope` -- the submit's own when its sender
+made one (``Submit.scope``; its cancel ends the run as ``CancelRun`` does) --
+that its LLM requests, tool batches, blob-store asks, ``@path`` preparer
+(``run_blocking(scope=...)``) and pause save carry: every early ending cancels
+it first, which stops that work wherever it is (also before it arrived or
+started) and drops its late answers. So liveness
+(:attr:`~actors.worker.run_state.RunProgress.live`) is checked in a few places,
+not at the entry of every phase: the chain driver drops the outcome of a hook
+chain whose run is no longer live and starts no chain for an ending run but
+its on_abort; LLM and tool-batch events are matched by request and batch id,
+which the ending clears as it cancels the scope; the rest is scoped. Every
+phase method is entered for a live run only. Three other checks remain, each
+for something the scope cannot decide: ``PauseRun`` is answered with whether
+the run will pause, the scope's own cancel leaves a run whose ending began with
+the end it has, and an accepted insert is answered after its save whatever
+happened meanwhile but goes on only if no cancel came.
 
 The code is one module per phase, each a mixin over
 :class:`~actors.worker.base.WorkerBase` (why mixins: see that module):
@@ -80,7 +88,6 @@ from fore.actors.worker.ending import EndingPhase
 from fore.actors.worker.llm_turn import LlmTurnPhase
 from fore.actors.worker.outputs import OutputsPhase
 from fore.actors.worker.run import (
-    MAX_EARLY_CANCELS,
     bad_arguments_text,
     match_results,
     over_cap_text,
@@ -106,7 +113,6 @@ from fore.messages.session import (
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_RETRIES",
     "DEFAULT_MAX_BATCH_CALLS",
-    "MAX_EARLY_CANCELS",
     "Worker",
     "WorkerBusy",
     "WorkerConfig",
@@ -173,8 +179,11 @@ class Worker(
             self._cancel_inflight(run, "worker failed")
             if run.reply is not None:
                 run.reply.try_set_exception(RuntimeError(reason))
-            if run.successor is not None and run.successor[0].reply is not None:
-                run.successor[0].reply.try_set_exception(RuntimeError(reason))
+            if run.successor is not None:
+                queued = run.successor[0]
+                queued.call_off("worker failed")  # it never starts
+                if queued.reply is not None:
+                    queued.reply.try_set_exception(RuntimeError(reason))
 
     def on_receive(self, message: Any) -> Any:
         held = self._held

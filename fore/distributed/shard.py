@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from pykka import ActorDeadError
 
+from fore.actors.core.cancel import CancelScope
 from fore.actors.core.errors import AskTimeout
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import configure_logging, get_logger
@@ -116,7 +116,8 @@ class _Hosted:
     session: Session
     sink: EventSink
     alerts: AlertForwarder
-    pending_submits: set[str] = field(default_factory=set)
+    pending_submits: set[CancelScope] = field(default_factory=set)
+    """The scopes of the submits still waiting for their answer (``cancel`` cancels them)."""
     models: tuple[Any, ...] = ()
     """The shard's copies of the session's models: closed with the last session using
     them (a fork shares its source's)."""
@@ -348,33 +349,27 @@ class ShardServer:
         timeout: float = 60.0,
         max_turns: int | None = None,
     ) -> TurnResult:
-        """``Session.submit`` on this shard: a timed-out turn is cancelled, as in one process."""
+        """``Session.submit`` on this shard: a timed-out turn is cancelled, as in one process
+        (through the run's scope, made here before the submit is sent)."""
         hosted = self._get(session_id)
         session = hosted.session
-        if hosted.spec.speculation:
-            prompt = SubmitPrompt(text=text, segments=segments, max_turns=max_turns)
-            try:
-                turn: TurnResult = await _bridged(
-                    session.controller.ask(prompt, block=False, timeout=timeout), timeout
+        scope = CancelScope()
+        hosted.pending_submits.add(scope)
+        try:
+            if hosted.spec.speculation:
+                prompt = SubmitPrompt(
+                    text=text, segments=segments, max_turns=max_turns, scope=scope
                 )
-            except AskTimeout:
-                _quiet_tell(session.worker, CancelRun(reason="the submit timed out"))
-                raise
-        else:
-            submit_id = uuid.uuid4().hex
-            message = Submit(text=text, segments=segments, max_turns=max_turns, submit_id=submit_id)
-            hosted.pending_submits.add(submit_id)
-            try:
-                turn = await _bridged(
-                    session.worker.ask(message, block=False, timeout=timeout), timeout
-                )
-            except AskTimeout:
-                _quiet_tell(
-                    session.worker, CancelRun(reason="the submit timed out", submit_id=submit_id)
-                )
-                raise
-            finally:
-                hosted.pending_submits.discard(submit_id)
+                future = session.controller.ask(prompt, block=False, timeout=timeout)
+            else:
+                message = Submit(text=text, segments=segments, max_turns=max_turns, scope=scope)
+                future = session.worker.ask(message, block=False, timeout=timeout)
+            turn: TurnResult = await _bridged(future, timeout)
+        except AskTimeout:
+            scope.cancel("the submit timed out")
+            raise
+        finally:
+            hosted.pending_submits.discard(scope)
         return turn
 
     async def accept(
@@ -414,14 +409,15 @@ class ShardServer:
         hosted.models = (*hosted.models, model)
 
     async def cancel(self, session_id: str, reason: str = "cancelled by user") -> None:
-        """Cancel the running run, or the submits of this shard still on their way to it."""
+        """Cancel the running run, or the submits of this shard still waiting for their answer
+        (their scopes: wherever each submit is, on its way or running)."""
         hosted = self._get(session_id)
-        worker = hosted.session.worker
-        if not hosted.pending_submits:
-            worker.tell(CancelRun(reason=reason))
+        pending = list(hosted.pending_submits)
+        if not pending:
+            hosted.session.worker.tell(CancelRun(reason=reason))
             return
-        for submit_id in sorted(hosted.pending_submits):
-            worker.tell(CancelRun(reason=reason, submit_id=submit_id))
+        for scope in pending:
+            scope.cancel(reason)
 
     async def ask(self, session_id: str, target: str, message: Any, timeout: float = 60.0) -> Any:
         """Any message to the session's ``target`` (:data:`TARGETS`), answered as in one process."""
@@ -554,11 +550,6 @@ def _close_models(models: tuple[Any, ...]) -> None:
                 close()
             except Exception as exc:  # a model's cleanup must not break a close
                 log.warning("model_close_failed", model=repr(model), error=repr(exc))
-
-
-def _quiet_tell(handle: Any, message: Any) -> None:
-    with contextlib.suppress(ActorDeadError):
-        handle.tell(message)
 
 
 def _refuse_local_only(message: Any) -> None:

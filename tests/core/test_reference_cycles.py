@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import queue
+import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ import httpx
 import pytest
 
 from fore.actors.core import ActorSystem, PooledActor, handles
+from fore.actors.core.cancel import CancelScope
+from fore.actors.llm import FunctionModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.models import OpenAICompatible
 from fore.actors.llm.netio import FastAsyncTransport
@@ -33,6 +36,7 @@ from fore.messages.base import Message
 from fore.messages.conversation import UserMessage
 from fore.messages.llm import LlmRequest
 from fore.messages.overlay import ApplyOverlay, ApplyResult
+from fore.messages.session import Submit
 from fore.messages.tools import RunToolBatch, ToolBatchFinished
 from fore.supervision import Runtime
 from tests.tools.test_tool_pool import Collector, Probe, calls, quick_tool, start_pool, wait_until
@@ -158,3 +162,35 @@ def test_an_llm_answer_is_freed_without_the_collector() -> None:
         assert asyncio.run(ask(server)) == "one two three four five"
     assert len(responses) == 1
     assert freed(responses[0]), "an answer's httpx response stays in a reference cycle"
+
+
+@pytest.mark.parametrize("how", ["completed", "cancelled first", "cancelled running"])
+def test_a_submits_scope_is_freed_without_the_collector(tmp_path: Path, how: str) -> None:
+    """The worker's callback on a sender's scope (its cancel ends the run) is dropped when
+    the run ends, however it ends: the scope, the run and the worker keep no cycle."""
+    release = threading.Event()
+
+    def answer(request: LlmRequest) -> str:
+        release.wait(WAIT)
+        return "done"
+
+    rt = Runtime(name="cycles-scope")
+    try:
+        model = FunctionModel(answer, keep_requests=0)  # it would keep the requests (scopes)
+        with rt.open_session(workspace=tmp_path, model=model) as s:
+            scope = CancelScope()
+            if how == "cancelled first":
+                scope.cancel("typed")
+            pending = s.worker.ask(Submit(text="go", scope=scope), block=False)
+            if how == "cancelled running":
+                wait_until(lambda: s.run_state().phase == "streaming", timeout=WAIT)
+                scope.cancel("typed")
+            release.set()
+            status = pending.get(timeout=WAIT).status
+            assert status == ("completed" if how == "completed" else "cancelled")
+            gone = weakref.ref(scope)
+            del scope, pending
+            assert freed(gone), "a submit's scope stays in a reference cycle"
+    finally:
+        release.set()
+        assert rt.close(timeout=WAIT)

@@ -1,12 +1,14 @@
 """Cancels that land early: every request still gets exactly one terminal event.
 
-Two races lose a cancel unless the loop handles them:
+A request is cancelled through its scope (``LlmRequest.scope``). Two races
+would lose a cancel unless the loop handles them:
 
 * a cancel right after the submit reaches the task before its coroutine ever
   ran, so the request's own handlers never run (case A);
-* the gateway's cancel travels on the control lane and overtakes its own
-  request in the mailbox, finding nothing to cancel (case B) -- typing during
-  a speculation does exactly this.
+* the cancel comes before the request reaches its loop (typing during a
+  speculation does exactly this): the scope is the record of it, so the loop
+  answers the request ``LlmCancelled`` when it arrives and never sends it,
+  with no table of early cancels (case B).
 
 Both are produced deterministically here: case A by queueing submit+cancel
 pairs while a test model holds the loop thread, case B by cancelling first.
@@ -18,6 +20,7 @@ import itertools
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +33,6 @@ from fore.actors.llm import LlmGateway, LlmLoop, OpenAICompatible, RetryPolicy, 
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.messages.conversation import AssistantMessage, UserMessage
 from fore.messages.llm import (
-    CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
     LlmFailed,
@@ -147,8 +149,9 @@ def test_cancel_right_after_submit_before_the_task_starts(rig: Rig, server: Mock
     model = never_answers(server)
     rids = {f"a{next(_ids)}" for _ in range(50)}
     for rid in rids:  # all queued behind the held loop: each cancel lands before its task runs
-        rig.loop.submit(rig.request(model, rid, session_id=rid))
-        rig.loop.cancel(rid, "typed")
+        request = rig.request(model, rid, session_id=rid)
+        rig.loop.submit(request)
+        request.scope.cancel("typed")
     hold.release.set()
     seen = rig.terminals(rids)
     assert_one_cancelled_each(seen, "typed")
@@ -160,16 +163,31 @@ def test_cancel_right_after_submit_before_the_task_starts(rig: Rig, server: Mock
     assert not {r.request_id for r in server.requests()} & rids  # never sent
 
 
-def test_cancel_that_arrives_before_its_request(rig: Rig, server: MockLlmServer) -> None:
+def container_sizes(obj: Any) -> dict[str, int]:
+    """The size of every non-empty container ``obj`` holds in an attribute (its per-item
+    state; an empty one made lazily meanwhile counts as none)."""
+    return {
+        name: len(value)
+        for name, value in vars(obj).items()
+        if isinstance(value, dict | list | set | frozenset | tuple | deque) and len(value)
+    }
+
+
+def test_a_storm_of_early_cancels_leaves_no_state_behind(rig: Rig, server: MockLlmServer) -> None:
+    """Thousands of requests cancelled before they arrive: each answered once, never sent,
+    and the loop holds nothing per request id afterwards (no table of early cancels)."""
     model = never_answers(server)
-    rids = [f"b{next(_ids)}" for _ in range(20)]
+    before = container_sizes(rig.loop)
+    rids = [f"b{next(_ids)}" for _ in range(3000)]
     for rid in rids:
-        rig.loop.cancel(rid, "speculation aborted")
-        rig.loop.submit(rig.request(model, rid, session_id=rid))
+        request = rig.request(model, rid, session_id=rid)
+        request.scope.cancel("speculation aborted")  # the cancel comes first
+        rig.loop.submit(request)
     seen = rig.terminals(set(rids))
     assert_one_cancelled_each(seen, "speculation aborted")
     rig.settle()
     assert rig.loop.stats().in_flight == 0
+    assert container_sizes(rig.loop) == before
     assert not {r.request_id for r in server.requests()} & set(rids)  # never sent
 
 
@@ -180,8 +198,9 @@ def test_submit_and_cancel_back_to_back_through_the_gateway(
     model = never_answers(server)
     rids = [f"c{next(_ids)}" for _ in range(200)]
     for rid in rids:
-        rig.gateway.tell(rig.request(model, rid, session_id=rid))
-        rig.gateway.tell(CancelLlmRequest(request_id=rid, reason="user typed"))
+        request = rig.request(model, rid, session_id=rid)
+        rig.gateway.tell(request)
+        request.scope.cancel("user typed")
     seen = rig.terminals(set(rids))
     assert_one_cancelled_each(seen, "user typed")
     rig.settle()
@@ -199,14 +218,15 @@ def test_submit_and_cancel_back_to_back_through_the_gateway(
 
 
 def test_late_cancel_is_a_no_op_and_does_not_cancel_a_reused_id(rig: Rig) -> None:
-    """A cancel for a request that already ended is not remembered as an early cancel."""
+    """Cancelling the scope of a request that already ended touches no later request."""
     from fore.actors.llm import ScriptedModel
 
     model = ScriptedModel([{"text": "one"}, {"text": "two"}])
-    rig.loop.submit(rig.request(model, "reused"))
+    ended = rig.request(model, "reused")
+    rig.loop.submit(ended)
     (first,) = rig.terminals({"reused"})["reused"]
     assert isinstance(first, LlmCompleted) and first.message.text == "one"
-    rig.loop.cancel("reused", "too late")
+    ended.scope.cancel("too late")
     rig.loop.submit(rig.request(model, "reused"))
     (second,) = rig.terminals({"reused"})["reused"]
     assert isinstance(second, LlmCompleted) and second.message.text == "two"
@@ -275,3 +295,25 @@ def test_cancelling_a_requests_scope_cancels_it_wherever_it_is(
     while not all(s.settled for s in scopes.values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(scope.settled for scope in scopes.values())
+
+
+def test_every_request_has_its_own_scope_that_its_sender_cancels(
+    rig: Rig, server: MockLlmServer
+) -> None:
+    """A sender that gives no scope still holds one: the request is made with its own."""
+    model = never_answers(server)
+    first, second = rig.request(model, "own-1"), rig.request(model, "own-2")
+    assert isinstance(first.scope, CancelScope) and isinstance(second.scope, CancelScope)
+    assert first.scope is not second.scope
+    first.scope.cancel("typed")  # before it is even sent
+    rig.gateway.tell(first)
+    rig.gateway.tell(second)
+    server.wait_for_stats(lambda s: s.in_flight == 1, timeout_s=WAIT)  # the second streams
+    second.scope.cancel("gave up")
+    seen = rig.terminals({"own-1", "own-2"})
+    assert [type(e) for e in seen["own-1"]] == [LlmCancelled]
+    assert seen["own-1"][0].reason == "typed"
+    assert [type(e) for e in seen["own-2"]] == [LlmCancelled]
+    assert seen["own-2"][0].reason == "gave up"
+    server.wait_for_stats(lambda s: "own-2" in s.disconnected_request_ids, timeout_s=WAIT)
+    assert [r.request_id for r in server.requests()] == ["own-2"]  # the first was never sent

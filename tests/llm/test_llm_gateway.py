@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fore.actors.core import ActorSystem, PooledActor
+from fore.actors.core.cancel import CancelScope
 from fore.actors.llm import (
     FunctionModel,
     LlmException,
@@ -44,7 +45,6 @@ from fore.messages.conversation import (
     UserMessage,
 )
 from fore.messages.llm import (
-    CancelLlmRequest,
     LlmCancelled,
     LlmCompleted,
     LlmError,
@@ -399,12 +399,13 @@ def test_cancel_mid_stream_closes_the_connection_with_one_cancelled_event(
     slow = ScriptFile(replies=(ScriptReply(text=" ".join(["word"] * 200), tokens_per_s=20),))
     server.set_script(slow)
     sid = session("cancel")
-    rid = harness.request(http_model(server), **sid)
+    scope = CancelScope()
+    rid = harness.request(http_model(server), scope=scope, **sid)
     first = harness.inbox.get(timeout=WAIT)
     while getattr(first, "request_id", None) != rid:
         first = harness.inbox.get(timeout=WAIT)
     assert isinstance(first, LlmTextDelta)
-    harness.gateway.tell(CancelLlmRequest(request_id=rid, reason="user typed"))
+    scope.cancel("user typed")  # the request's scope: no message, no id
     events = harness.events(rid)
     cancelled = [e for e in events if isinstance(e, LlmCancelled)]
     assert len(cancelled) == 1 and cancelled[0].reason == "user typed"
@@ -414,9 +415,10 @@ def test_cancel_mid_stream_closes_the_connection_with_one_cancelled_event(
 
 
 def test_cancel_after_completion_is_a_no_op(harness: Harness, server: MockLlmServer) -> None:
-    rid = harness.request(http_model(server), **session("late"))
+    scope = CancelScope()
+    rid = harness.request(http_model(server), scope=scope, **session("late"))
     assert isinstance(harness.events(rid)[-1], LlmCompleted)
-    harness.gateway.tell(CancelLlmRequest(request_id=rid))
+    scope.cancel("too late")
     assert harness.quiet(rid) == []
 
 

@@ -2,7 +2,8 @@
 
 The point of the split is that a burst of speculative streams never sits in
 front of a main stream's next chunk; here that shows as which loop thread a
-request of each purpose runs on, and where a cancel goes.
+request of each purpose runs on, and where a cancel goes: a request is cancelled
+through its scope, which only the loop that took it listens to.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from fore.actors.llm import LlmGateway, LlmLoop, RetryPolicy, ScriptedModel, Str
 from fore.messages.conversation import AssistantMessage, UserMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import (
-    CancelLlmRequest,
     GatewayStats,
     GetGatewayStats,
     LlmCancelled,
@@ -32,6 +32,7 @@ from fore.messages.llm import (
 )
 from fore.messages.speculation import SpeculationConfig
 from fore.supervision import Runtime
+from fore.testing import wait_until
 from tests.llm.test_llm_gateway import TERMINAL, WAIT, Sink
 
 _ids = itertools.count()
@@ -73,23 +74,21 @@ def lanes() -> Iterator[tuple[ActorSystem, LlmLoop, LlmLoop]]:
 
 def ask(
     system: ActorSystem, fg: LlmLoop, bg: LlmLoop, model: Any, purpose: Purpose
-) -> tuple[Any, Any, queue.Queue[Any], str]:
+) -> tuple[Any, Any, queue.Queue[Any], LlmRequest]:
     inbox: queue.Queue[Any] = queue.Queue()
     with system.activated():
         sink = Sink.start(inbox)
         gateway = LlmGateway.start(fg, background=bg)
-    rid = f"lane-{next(_ids)}"
-    gateway.tell(
-        LlmRequest(
-            request_id=rid,
-            session_id="s",
-            purpose=purpose,
-            messages=(UserMessage(text="hi"),),
-            model=model,
-            reply_to=sink,
-        )
+    request = LlmRequest(
+        request_id=f"lane-{next(_ids)}",
+        session_id="s",
+        purpose=purpose,
+        messages=(UserMessage(text="hi"),),
+        model=model,
+        reply_to=sink,
     )
-    return gateway, sink, inbox, rid
+    gateway.tell(request)
+    return gateway, sink, inbox, request
 
 
 def terminal(inbox: queue.Queue[Any]) -> Any:
@@ -116,25 +115,20 @@ def test_each_purpose_runs_on_its_lane(
     assert (stats.lanes, stats.started, stats.completed) == (2, 1, 1)
 
 
-def test_a_cancel_with_a_purpose_reaches_its_lane_only(
-    lanes: tuple[ActorSystem, LlmLoop, LlmLoop],
+@pytest.mark.parametrize(("purpose", "lane"), [("speculation", "bg"), ("main", "fg")])
+def test_a_cancel_reaches_its_requests_lane_only(
+    lanes: tuple[ActorSystem, LlmLoop, LlmLoop], purpose: Purpose, lane: str
 ) -> None:
     system, fg, bg = lanes
-    gateway, _, inbox, rid = ask(system, fg, bg, Parked(), "speculation")
-    gateway.tell(CancelLlmRequest(request_id=rid, reason="typed", purpose="speculation"))
-    assert isinstance(terminal(inbox), LlmCancelled)
+    _, _, inbox, request = ask(system, fg, bg, Parked(), purpose)
+    own, other = (bg, fg) if lane == "bg" else (fg, bg)
+    wait_until(lambda: own.in_flight() == 1)  # it runs on its lane
+    request.scope.cancel("typed")
+    cancelled = terminal(inbox)
+    assert isinstance(cancelled, LlmCancelled) and cancelled.reason == "typed"
     assert inbox.empty()
-    assert (fg.stats().cancelled, bg.stats().cancelled) == (0, 1)
-
-
-def test_a_cancel_without_a_purpose_still_lands(
-    lanes: tuple[ActorSystem, LlmLoop, LlmLoop],
-) -> None:
-    system, fg, bg = lanes
-    gateway, _, inbox, rid = ask(system, fg, bg, Parked(), "suggestion")
-    gateway.tell(CancelLlmRequest(request_id=rid, reason="typed"))
-    assert isinstance(terminal(inbox), LlmCancelled)
-    assert bg.stats().cancelled == 1
+    assert (own.stats().cancelled, other.stats().cancelled) == (1, 0)
+    assert (own.stats().started, other.stats().started) == (1, 0)
 
 
 def test_a_session_sends_main_turns_to_the_foreground_and_suggestions_to_the_background(

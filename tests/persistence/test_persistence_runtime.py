@@ -240,6 +240,42 @@ def test_a_paused_run_is_saved_before_its_submit_is_answered(
         assert len(session.history) == 4
 
 
+def test_a_run_cancelled_while_its_pause_is_saved_never_pauses(
+    gated: GatedStore, sqlite_url: str, tmp_path: Path
+) -> None:
+    """The pause's save runs under the run's scope: a cancel that comes while it is written
+    ends the run ``cancelled`` (on_abort once), and the late save never pauses it."""
+    model = ScriptedModel(
+        [ScriptReply(tool_calls=(ScriptToolCall(name="lookup", arguments={"key": "k"}),))]
+    )
+    hooks = Hooks()
+    hooks.pre_tool_call(lambda ctx: Pause("waiting for a person"))
+    aborts: list[str] = []
+    hooks.on_abort(lambda ctx: aborts.append(ctx.status))
+    with Runtime(store=gated, blob_dir=tmp_path / "b") as rt:
+        session = rt.open_session(model=model, tools=[lookup], hooks=hooks)
+        gated.gate = threading.Event()
+        results: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: results.append(session.submit("find k", timeout=WAIT))
+        )
+        thread.start()
+        try:
+            assert gated.entered.wait(WAIT)  # the pause's save is under way
+            assert session.run_state().phase == "saving"
+            session.cancel("changed my mind")
+            wait_until(lambda: bool(results) or session.run_state().phase != "saving")
+        finally:
+            gated.gate.set()
+        thread.join(WAIT)
+        (turn,) = results
+        assert (turn.status, turn.error) == ("cancelled", "changed my mind")
+        assert aborts == ["cancelled"]
+        assert not [e for e in session.drain_events() if type(e).__name__ == "RunPaused"]
+        assert session.run_state().status == "idle"
+        assert stored_items(sqlite_url, session.id) == as_json(session.history)
+
+
 def lookup(key: str) -> str:
     """Look a key up.
 

@@ -2,7 +2,10 @@
 
 The layers, lowest first::
 
-    0 messages     fore.messages.* and fore.errors (the root exception, no dependencies)
+    0 messages     fore.messages.* and fore.errors (the root exception, no dependencies);
+                   fore.actors.core.cancel (the CancelScope messages carry: LlmRequest makes
+                   one by default) and fore.actors.core.logs (its logger), which import
+                   nothing of Fore above this layer
     1 core         fore.actors.core.*
     2 services     fore.actors.{alerts, tools, blobs, llm, overlay, filerefs, resolve, gate,
                    store}.*
@@ -55,6 +58,10 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("fore.errors", 0),
     ("fore.messages", 0),
     ("fore.actors.core", 1),
+    # A scope is a value messages carry and create (LlmRequest.scope's default), not a
+    # part of the actor runtime: layer 0, so it may import nothing but fore.errors and logs.
+    ("fore.actors.core.cancel", 0),
+    ("fore.actors.core.logs", 0),
     ("fore.actors.alerts", 2),
     ("fore.actors.tools", 2),
     ("fore.actors.blobs", 2),
@@ -273,7 +280,11 @@ def test_the_scan_sees_local_and_type_checking_imports(tmp_path: Path) -> None:
         ("fore.actors.worker.worker", "fore.actors.speculation.fork", True),
         ("fore.actors.core.pooled", "fore.messages.base", False),
         ("fore.messages.base", "fore.errors", False),
-        ("fore.messages.llm", "fore.actors.core.cancel", True),
+        ("fore.messages.llm", "fore.actors.core.pooled", True),
+        # The cancel scope is layer 0 (messages carry and make it); it may not reach up.
+        ("fore.messages.llm", "fore.actors.core.cancel", False),
+        ("fore.actors.core.cancel", "fore.actors.core.pooled", True),
+        ("fore.actors.core.logs", "fore.actors.core.system", True),
         ("fore.supervision.runtime", "fore.supervision.cli", True),
         ("fore.supervision.cli", "fore.supervision.runtime", False),
         ("fore.bench.load", "fore.testing", True),

@@ -34,8 +34,10 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     settled,
     spec,
+    suggestion,
     wait_until,
 )
+from tests.worker.test_worker_lifecycle import worker_held
 
 MAIN = ["Hello.", "x is 1. Shall I bump it?"]
 SUGGEST = ['{"suggestion": "bump x to 2"}']
@@ -539,3 +541,35 @@ def test_a_full_disk_during_the_accept_leaves_the_tree_as_it_was(
             assert not (ws / "0new").exists()
             assert [p for p in os.listdir(ws) if ".fore-" in p] == []
             wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+def test_ctrl_c_cancels_a_tabs_normal_run_even_before_the_worker_has_it(
+    runtime: Runtime, ws: Path
+) -> None:
+    """Tab with no speculation submits the suggestion as a normal run, under a scope the
+    controller keeps: a cancel that comes while that submit still waits for the worker
+    ends it unstarted (the scope is the record; nobody remembers submit ids)."""
+    model = ScriptedModel([*TWO_TURNS, suggestion("bump x to 2"), main_reply("never asked")])
+    with runtime.open_session(workspace=ws, model=model, speculation=spec(speculate=False)) as s:
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        wait_until(lambda: s.suggestion == "bump x to 2")
+        controller = s.controller._actor_weakref()
+        out: dict[str, AcceptResult] = {}
+        with worker_held(s):  # the Tab's submit waits in the worker's mailbox
+            tab = threading.Thread(target=lambda: out.update(result=s.accept(timeout=WAIT)))
+            tab.start()
+            wait_until(lambda: len(controller._accept_submits) == 1)
+            (scope,) = controller._accept_submits
+            s.cancel("Ctrl-C")
+            wait_until(lambda: scope.cancel_called)
+        tab.join(WAIT)
+        result = out["result"]
+        assert result.outcome == "submitted" and result.turn is not None
+        assert (result.turn.status, result.turn.error, result.turn.items) == (
+            "cancelled",
+            "Ctrl-C",
+            (),
+        )
+        assert len(s.history) == 4  # the two turns: nothing of the Tab's run
+        assert not controller._accept_submits

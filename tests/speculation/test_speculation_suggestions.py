@@ -3,11 +3,14 @@
 The delay is checked by event order: a suggestion typed over before its delay never
 produces a ``SuggestionReady`` -- the next one does, and nothing came before it.
 A suggestion request still in flight when the user types or submits something else
-is cancelled (the mock server sees the disconnect) and never shown or speculated.
+is cancelled (the mock server sees the disconnect) and never shown or speculated; one
+cancelled before it even reached the gateway is never sent at all (its scope is the
+record of the cancel: nothing in the gateway or its loop remembers request ids).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ import pytest
 from fore.actors.llm import OpenAICompatible, ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
+from fore.messages.llm import GatewayStats, GetGatewayStats, LlmRequest
 from fore.messages.session import TurnFinished
 from fore.messages.speculation import SuggestionReady
 from fore.supervision import Runtime
@@ -113,6 +117,63 @@ def test_a_suggestion_request_in_flight_is_cancelled(runtime: Runtime, ws: Path,
     shown = [e.suggestion.text for e in events if isinstance(e, SuggestionReady)]
     assert shown == ["run the tests"]
     assert not any("bump x to 2" in _last_user(body) for body in speculated)
+
+
+class HeldSuggestions:
+    """The controller's way to the gateway, holding its suggestion requests until released."""
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+        self.requests: list[LlmRequest] = []
+        self._holding = True
+        self._lock = threading.Lock()
+
+    def tell(self, message: Any) -> None:
+        with self._lock:
+            if (
+                self._holding
+                and isinstance(message, LlmRequest)
+                and message.purpose == "suggestion"
+            ):
+                self.requests.append(message)
+                return
+        self.gateway.tell(message)
+
+    def release(self) -> None:
+        with self._lock:
+            self._holding = False
+            held, self.requests = self.requests, []
+        for message in held:
+            self.gateway.tell(message)
+
+
+def test_a_suggestion_request_cancelled_before_it_reaches_the_gateway_is_never_sent(
+    runtime: Runtime, ws: Path
+) -> None:
+    def stats() -> GatewayStats:
+        answer: GatewayStats = runtime.llm_gateway.ask(GetGatewayStats(), timeout=WAIT)
+        return answer
+
+    with MockLlmServer(slow_suggestion_script("bump x to 2")) as server:
+        model = OpenAICompatible(base_url=server.base_url, api_key="k", model="mock")
+        with runtime.open_session(workspace=ws, model=model, speculation=spec()) as s:
+            controller = s.controller._actor_weakref()
+            held = HeldSuggestions(controller.worker_config.gateway)
+            controller.worker_config.gateway = held
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(held.requests) == 1)
+            (request,) = held.requests
+            s.keystroke("leave")  # the controller cancels it by its scope
+            wait_until(lambda: request.scope.cancel_called)
+            before = stats()
+            held.release()  # now it reaches the gateway, and its loop
+            wait_until(lambda: stats().cancelled == before.cancelled + 1)
+            assert stats().in_flight == 0
+            assert s.suggestion is None
+        sent = [r.request_id for r in server.requests()]
+    assert request.request_id not in sent  # counted at the server: never sent
+    assert len(sent) == 2  # the two main turns
 
 
 def _last_user(body: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 import fore.testing
+from fore.actors.core.cancel import CancelScope
 from fore.actors.llm import FunctionModel, ScriptedModel
 from fore.actors.tools import FunctionTool, ToolContext
 from fore.actors.worker.hooks import (
@@ -35,6 +37,8 @@ from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
 from fore.messages.llm import LlmRequest
 from fore.messages.session import CancelRun, RunStarted, Submit, TurnFinished
 from fore.supervision import Runtime
+from fore.supervision.session import Session
+from tests.llm.test_llm_cancellation import container_sizes
 
 WAIT = 20.0
 
@@ -87,6 +91,25 @@ class Signal:
         self.entered.set()
         self.release.wait(WAIT)
         return self.result
+
+
+@contextmanager
+def worker_held(s: Session) -> Iterator[None]:
+    """The worker busy in one of its handlers until the block ends: mail sent meanwhile waits."""
+    worker = s.worker._actor_weakref()
+    assert worker is not None
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(WAIT)
+
+    worker.post(hold)
+    assert entered.wait(WAIT)
+    try:
+        yield
+    finally:
+        release.set()
 
 
 class Recorder:
@@ -258,29 +281,69 @@ def test_a_timed_out_on_abort_hook_does_not_stop_the_next_one(
 def test_a_cancel_that_arrives_before_its_submit_cancels_it_unstarted(
     runtime: Runtime, workspace: Path
 ) -> None:
+    """``Session.cancel`` while its submit still waits behind the worker's current handler:
+    the submit's scope is the record of the cancel, so it is answered ``cancelled`` when
+    the worker gets it, and never starts."""
     model = Recorder()
     with runtime.open_session(workspace=workspace, model=FunctionModel(model)) as s:
-        s.worker.tell(CancelRun(reason="typed", submit_id="sub-1"))
-        turn = s.worker.ask(Submit(text="go", submit_id="sub-1"), timeout=WAIT)
+        out: dict[str, Any] = {}
+        with worker_held(s):
+            thread = threading.Thread(target=lambda: out.update(turn=s.submit("go", timeout=WAIT)))
+            thread.start()
+            wait_until(lambda: len(s._pending_submits) == 1)
+            s.cancel("typed")
+        thread.join(WAIT)
+        turn = out["turn"]
         assert turn.status == "cancelled" and turn.error == "typed"
         assert turn.items == () and s.history == ()
         assert model.count == 0
         assert not any(isinstance(e, RunStarted) for e in s.drain_events())
-        # the early cancel was used up: the same id is not cancelled twice
+        # nothing of the cancel is left behind: the next submit runs
         assert s.submit("next", timeout=WAIT).status == "completed"
+
+
+def test_a_cancel_run_for_a_submit_not_arrived_yet_is_remembered_nowhere(
+    runtime: Runtime, workspace: Path
+) -> None:
+    """``CancelRun(submit_id=...)`` cancels what the worker has; for a submit it does not have
+    it answers False and keeps nothing (the submit's scope is what reaches it early)."""
+    model = Recorder()
+    with runtime.open_session(workspace=workspace, model=FunctionModel(model)) as s:
+        assert s.worker.ask(CancelRun(reason="typed", submit_id="sub-1"), timeout=WAIT) is False
+        turn = s.worker.ask(Submit(text="go", submit_id="sub-1"), timeout=WAIT)
+        assert turn.status == "completed" and model.count == 1
 
 
 def test_a_cancel_sent_right_after_its_submit_is_never_lost(
     runtime: Runtime, workspace: Path
 ) -> None:
     slow = ScriptedModel([reply(" ".join(["w"] * 200))], tokens_per_s=50)
-    for i in range(10):
+    for _ in range(10):
         with runtime.open_session(workspace=workspace, model=slow) as s:
-            pending = s.worker.ask(Submit(text="go", submit_id=f"s{i}"), block=False)
-            s.worker.tell(CancelRun(reason="typed", submit_id=f"s{i}"))  # control lane
+            scope = CancelScope()
+            pending = s.worker.ask(Submit(text="go", scope=scope), block=False)
+            scope.cancel("typed")  # wherever the submit is by now
             turn = pending.get(timeout=WAIT)
             assert turn.status == "cancelled"
             assert pairing_problems(s.history) == []
+
+
+def test_a_storm_of_cancels_for_unknown_submits_leaves_no_state_behind(
+    runtime: Runtime, workspace: Path
+) -> None:
+    """Thousands of cancels naming submits the worker never had: each answered False,
+    and the worker holds nothing more afterwards (no table of early cancels to grow)."""
+    with runtime.open_session(workspace=workspace, model=FunctionModel(Recorder())) as s:
+        assert s.submit("warm up", timeout=WAIT).status == "completed"
+        worker = s.worker._actor_weakref()
+        before = (container_sizes(worker), container_sizes(worker.state))
+        answers = [
+            s.worker.ask(CancelRun(reason="typed", submit_id=f"never-{i}"), block=False)
+            for i in range(5000)
+        ]
+        assert {a.get(timeout=WAIT) for a in answers} == {False}
+        assert (container_sizes(worker), container_sizes(worker.state)) == before
+        assert s.submit("still fine", timeout=WAIT).status == "completed"
 
 
 def test_a_cancel_naming_another_submit_leaves_the_current_run_alone(
@@ -295,7 +358,7 @@ def test_a_cancel_naming_another_submit_leaves_the_current_run_alone(
         try:
             pending = s.worker.ask(Submit(text="go", submit_id="mine"), block=False)
             assert hold.entered.wait(WAIT)
-            assert s.worker.ask(CancelRun(submit_id="someone-else"), timeout=WAIT) is True
+            assert s.worker.ask(CancelRun(submit_id="someone-else"), timeout=WAIT) is False
         finally:
             hold.release.set()
         assert pending.get(timeout=WAIT).status == "completed"

@@ -70,7 +70,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fore.actors.core.cancel import CancelScope, Lease, Registration
-from fore.actors.core.pooled import ForeActor, handles, tell_quietly
+from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor
 from fore.actors.core.timer import TimerHandle
 from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
 from fore.actors.tools.base import (

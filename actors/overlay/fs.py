@@ -93,6 +93,7 @@ from fore.actors.overlay.tree import (
     _File,
     _Hidden,
     _Seen,
+    path_key,
 )
 from fore.actors.tools.fs import (
     FileStat,
@@ -257,7 +258,7 @@ class OverlayFs(UnionListing, BaseRecorder, OverlayLifetime):
         """Every touched path with its final state (sorted; used by apply)."""
         with self._lock:
             out = []
-            for rel in sorted(self._entries, key=_path_key):
+            for rel in sorted(self._entries, key=path_key):
                 entry = self._entries[rel]
                 base = self._bases.get(rel, FileBase.absent())
                 if isinstance(entry, _File):
@@ -610,10 +611,6 @@ class OverlayFs(UnionListing, BaseRecorder, OverlayLifetime):
         if secret not in text:
             return exc
         return type(exc)(text.replace(secret, "<overlay>"))
-
-
-def _path_key(rel: str) -> tuple[str, ...]:
-    return tuple(rel.split("/"))
 
 
 def _unlink_quietly(path: str) -> None:

@@ -105,7 +105,7 @@ Deliberately local (control flow that never leaves its module or package, so
 not part of the tree and not exported): ``_Doubt`` (gate.git_files),
 ``_Abort`` (gate.shell.context), ``_BadOption`` (gate.rules.options),
 ``_SedError`` (gate.rules.sed), ``_NotStrict`` (output.schema), ``_Cancelled``
-(tools._subreaper), ``_CutConnection``, ``_UsageError``, ``_ParserExit``
+(tools.proctrack._subreaper), ``_CutConnection``, ``_UsageError``, ``_ParserExit``
 (llm.mock_server), ``_NotHere``, ``_Died`` (distributed.session), ``_Failed``
 (supervision.cli), and the overlay's internal ``PathChanged``
 (overlay._realfs) and ``NotRestored`` (overlay._keep), which the overlay's

@@ -32,7 +32,8 @@ from fore.actors.tools.builtin import Shell
 from fore.actors.tools.builtin.shell import looks_secret
 from fore.actors.tools.cancel import CancelToken
 from fore.actors.tools.envscrub import scrub_env
-from fore.actors.tools.proctrack import CALL_MARKER, _new_pid, last_pid
+from fore.actors.tools.proctrack import CALL_MARKER
+from fore.actors.tools.proctrack.sweep import _new_pid, last_pid
 from fore.messages.conversation import ToolCall
 
 WAIT = 15.0

@@ -54,6 +54,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.mock_server.anthropic_cache import (
     MIN_CACHE_TOKENS,
     CacheUsage,
@@ -145,7 +146,7 @@ _STOP: Final = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_t
 
 
 def _sse(kind: str, data: Mapping[str, Any]) -> bytes:
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = dumps(data)
     return f"event: {kind}\ndata: {payload}\n\n".encode()
 
 
@@ -326,7 +327,7 @@ class AnthropicMessages:
             "stop_sequence": None,
             "usage": {**_usage(usage), "output_tokens": answer.completion_tokens},
         }
-        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        data = dumps(payload).encode()
         headers = {"content-type": "application/json", **extra}
         if kind == "malformed":
             data = data[: len(data) // 2] + b"<<not json>>"

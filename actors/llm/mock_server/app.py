@@ -26,6 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.mock_server.faults import (
     _CutConnection,
     _error_response,
@@ -35,7 +36,6 @@ from fore.actors.llm.mock_server.faults import (
 )
 from fore.actors.llm.mock_server.replies import (
     _Answer,
-    _dumps,
     _Exchange,
     _make_answer,
     _obey,
@@ -583,7 +583,7 @@ class MockLlmApp:
             ],
             "usage": answer.usage(),
         }
-        data = _dumps(payload).encode("utf-8")
+        data = dumps(payload).encode("utf-8")
         headers = {"content-type": "application/json", **extra_headers}
         if kind == "malformed":
             data = data[: len(data) // 2] + b"<<not json>>"
@@ -618,7 +618,7 @@ class MockLlmApp:
 
     async def _requests_endpoint(self, request: Request) -> Response:
         records = [r.model_dump(mode="json") for r in self.requests()]
-        return Response(_dumps({"requests": records}), media_type="application/json")
+        return Response(dumps({"requests": records}), media_type="application/json")
 
     async def _faults_endpoint(self, request: Request) -> Response:
         try:

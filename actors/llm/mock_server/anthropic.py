@@ -50,7 +50,6 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -168,37 +167,12 @@ class AnthropicMessages:
         self.cache.clear()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        app = self._app
-        app._enter()
-        record: _Record | None = None
-        try:
-            request = Request(scope, receive)
-            try:
-                raw = await request.body()
-            except ClientDisconnect:
-                return
-            try:
-                body: Any = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            record = app._new_record(request.headers, body if isinstance(body, dict) else None)
-            if request.client is not None:
-                record.peer = f"{request.client.host}:{request.client.port}"
-            response = await self._respond(record, request.headers, body, receive)
-            if record.outcome != "in_progress":
-                app._finish(record)
-            elif record.stream:
-                app._count_stream_start()
-            await response(scope, receive, send)
-        finally:
-            if record is None:
-                app._abandon()
-            else:
-                app._finish(record)
+        await self._app.serve(scope, receive, send, self._respond)
 
     async def _respond(
-        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any
+        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any, _size: int
     ) -> Response:
+        # ``_size`` is unused: the prompt is counted from its blocks (the cache's accounting).
         app = self._app
         settings = app.settings
         if not headers.get("x-api-key") and not headers.get("authorization"):

@@ -36,9 +36,7 @@ from fore.actors.llm.mock_server.faults import (
     _Fault,
     _QueuedFault,
 )
-from fore.actors.llm.mock_server.replies import (
-    _Exchange,
-)
+from fore.actors.llm.mock_server.replies import _Exchange, generated_text
 from fore.actors.llm.mock_server.settings import (
     DEFAULT_PURPOSE,
     DEFAULT_SESSION,
@@ -55,11 +53,7 @@ from fore.actors.llm.mock_server.sse import _CUT, _LINGER
 from fore.actors.llm.mock_server.strict import (
     _header_float,
 )
-from fore.actors.llm.script import (
-    ScriptCursor,
-    ScriptError,
-    ScriptFile,
-)
+from fore.actors.llm.script import ScriptCursor, ScriptError, ScriptFile, ScriptReply
 
 _SHORT_SLEEP_S: Final = 0.2
 
@@ -248,6 +242,17 @@ class MockLlmApp:
             if cursor is None:
                 cursor = self._cursors[session] = ScriptCursor(self._script)
             return cursor
+
+    def _pick_reply(self, record: _Record, fault: _Fault | None, last_text: str) -> ScriptReply:
+        """The reply ``record`` gets: the script's next (only peeked at when a fault
+        answers instead, so the reply stays for the retry), or generated text."""
+        cursor = self._cursor(record.session)
+        if cursor is None:
+            words = self.settings.generated_words
+            return ScriptReply(text=generated_text(words, f"{record.purpose}\0{last_text}"))
+        if fault is None:
+            return cursor.next_reply(record.purpose, last_text)
+        return cursor.peek_reply(record.purpose, last_text)
 
     def _take_fault(
         self, headers: Mapping[str, str], session: str, forced: str | None

@@ -11,20 +11,23 @@ way in its own format.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from fore.actors.llm.codec import dumps
-from fore.actors.llm.mock_server.faults import _CutConnection, _error_response, _status_fault
+from fore.actors.llm.mock_server.faults import (
+    _error_response,
+    _status_fault,
+    _whole_body,
+)
 from fore.actors.llm.mock_server.replies import (
     _Answer,
     _Exchange,
     _make_answer,
     _obey,
-    generated_text,
 )
 from fore.actors.llm.mock_server.settings import FAULT_KINDS, _Record
 from fore.actors.llm.mock_server.sse import _stream_events
@@ -32,12 +35,12 @@ from fore.actors.llm.mock_server.strict import (
     _first_tool_name,
     _forced_function,
     _header_float,
-    _header_optional_float,
     _max_tokens,
+    _pace,
     _strict_problems,
     _validate_body,
 )
-from fore.actors.llm.script import ScriptReply, last_user_or_tool_text
+from fore.actors.llm.script import last_user_or_tool_text
 
 if TYPE_CHECKING:
     from fore.actors.llm.mock_server.app import MockLlmApp
@@ -75,18 +78,7 @@ class ChatCompletions:
             )
         settings = app.settings
         try:
-            ttft_ms = _header_float(headers, "x-mock-ttft-ms", settings.ttft_ms, minimum=0.0)
-            tokens_per_s = _header_optional_float(
-                headers, "x-mock-tokens-per-s", settings.tokens_per_s
-            )
-            args_chunk = int(
-                _header_float(
-                    headers,
-                    "x-mock-args-chunk-chars",
-                    settings.tool_args_chunk_chars,
-                    minimum=1.0,
-                )
-            )
+            ttft_ms, tokens_per_s, args_chunk = _pace(headers, settings)
             _header_float(headers, "x-mock-retry-after", settings.retry_after_s, minimum=0.0)
             _header_float(headers, "x-mock-stall-s", settings.stall_s, minimum=0.0)
         except ValueError as exc:
@@ -120,16 +112,7 @@ class ChatCompletions:
 
         messages: list[Any] = body["messages"]
         last_text = last_user_or_tool_text(messages)
-        cursor = app._cursor(record.session)
-        if cursor is None:
-            reply = ScriptReply(
-                text=generated_text(settings.generated_words, f"{record.purpose}\0{last_text}")
-            )
-        elif fault is None:
-            reply = cursor.next_reply(record.purpose, last_text)
-        else:
-            reply = cursor.peek_reply(record.purpose, last_text)
-        reply = _obey(reply, body)
+        reply = _obey(app._pick_reply(record, fault, last_text), body)
         answer = _make_answer(
             reply,
             ttft_ms=ttft_ms,
@@ -189,22 +172,5 @@ class ChatCompletions:
             ],
             "usage": answer.usage(),
         }
-        data = dumps(payload).encode("utf-8")
         headers = {"content-type": "application/json", **extra_headers}
-        if kind == "malformed":
-            data = data[: len(data) // 2] + b"<<not json>>"
-        elif kind == "truncated":
-            data = data[: len(data) // 2]
-        elif kind == "cut":
-            full_length = len(data)
-            ex.record.outcome = "cut"
-
-            async def partial() -> AsyncIterator[bytes]:
-                yield data[: full_length // 2]
-                raise _CutConnection("cut fault")
-
-            return StreamingResponse(
-                partial(), headers={**headers, "content-length": str(full_length)}
-            )
-        ex.record.outcome = "completed"
-        return Response(data, 200, headers=headers)
+        return _whole_body(ex.record, kind, dumps(payload).encode("utf-8"), headers)

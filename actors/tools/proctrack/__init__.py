@@ -76,20 +76,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from fore.actors.core.logs import get_logger
 from fore.actors.tools.proctrack.base import (
     CALL_MARKER,
     TrackedCall,
     Tracker,
     TrackingKind,
+    log,
 )
 from fore.actors.tools.proctrack.cgroup import CgroupTracker
 from fore.actors.tools.proctrack.subreaper import SubreaperTracker
 from fore.actors.tools.proctrack.sweep import GroupTracker
 from fore.errors import TrackingUnavailable
-
-# The tracking's one logger: its events keep the name they had before the split.
-log = get_logger("fore.actors.tools.proctrack")
 
 __all__ = [
     "CALL_MARKER",

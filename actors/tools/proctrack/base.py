@@ -14,6 +14,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Literal
 
+from fore.actors.core.logs import get_logger
+
+# The tracking's one logger, for every backend: its events keep the name they
+# had before the package was split.
+log = get_logger("fore.actors.tools.proctrack")
+
 TrackingKind = Literal["auto", "cgroup", "subreaper", "group"]
 
 CALL_MARKER = "FORE_SHELL_CALL"

@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Mapping
 
-from fore.actors.core.logs import get_logger
 from fore.actors.tools.proctrack.base import (
     BASH,
     CALL_MARKER,
@@ -27,12 +26,10 @@ from fore.actors.tools.proctrack.base import (
     TrackedCall,
     Tracker,
     _popen,
+    log,
 )
 from fore.actors.tools.proctrack.sweep import kill_group, kill_marked, last_pid
 from fore.errors import TrackingUnavailable
-
-# The tracking's one logger: its events keep the name they had before the split.
-log = get_logger("fore.actors.tools.proctrack")
 
 
 def cgroup2_mount(mounts: str = "/proc/self/mounts") -> str | None:

@@ -17,7 +17,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from fore.actors.core.logs import get_logger
 from fore.actors.tools.proctrack.base import (
     BASH,
     CALL_MARKER,
@@ -27,12 +26,10 @@ from fore.actors.tools.proctrack.base import (
     _pidfd,
     _popen,
     _signal_pidfd,
+    log,
 )
 from fore.actors.tools.proctrack.sweep import kill_group, kill_marked, last_pid
 from fore.errors import TrackingUnavailable
-
-# The tracking's one logger: its events keep the name they had before the split.
-log = get_logger("fore.actors.tools.proctrack")
 
 _SUPERVISOR = str(Path(__file__).with_name("_subreaper.py"))
 

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from fore.actors.core.logs import get_logger
 from fore.actors.tools.proctrack.base import (
     BASH,
     CALL_MARKER,
@@ -30,10 +29,8 @@ from fore.actors.tools.proctrack.base import (
     _pidfd,
     _popen,
     _signal_pidfd,
+    log,
 )
-
-# The tracking's one logger: its events keep the name they had before the split.
-log = get_logger("fore.actors.tools.proctrack")
 
 _SWEEP_ROUNDS = 5
 _SWEEP_MARGIN_S = 2.0

@@ -99,6 +99,8 @@ _log = get_logger(__name__)
 _pykka_log = logging.getLogger("pykka")
 """pykka's logger: failures are reported there, in pykka's words."""
 
+_pykka_handle_receive = pykka.Actor._handle_receive
+
 _EXIT_LOCK = threading.Lock()
 """Guards the exit/watch handshake of every actor (both are rare events)."""
 
@@ -452,7 +454,9 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
             return self._stop()
         if kind is _UrgentCall:
             return message.fn(*message.args)
-        return super()._handle_receive(message)
+        # pykka's own handling (its stop, proxy calls, then on_receive), named
+        # directly: super() would look through the mixins' dicts on every message.
+        return _pykka_handle_receive(self, message)
 
     def _stop(self) -> None:
         if self._fore_exited:

@@ -25,7 +25,9 @@ import weakref
 from collections import deque
 from typing import Any
 
-from fore.actors.core.pooled import ForeActor, handles, tell_quietly
+from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor
 from fore.actors.core.system import ActorSystem
 from fore.messages.alerts import (
     Alert,

@@ -63,8 +63,9 @@ from fore.actors.blobs.summary import (
 )
 from fore.actors.core.cancel import CancelScope, unless_cancelled
 from fore.actors.core.future import PooledFuture
+from fore.actors.core.handlers import handles
 from fore.actors.core.logs import get_logger
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.pooled import ForeActor
 from fore.errors import Cancelled
 from fore.messages.blob_store import (
     BlobExists,

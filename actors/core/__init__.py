@@ -8,15 +8,9 @@ from fore.actors.core.errors import (
     UnhandledMessageError,
 )
 from fore.actors.core.future import PooledFuture
+from fore.actors.core.handlers import handles
 from fore.actors.core.logs import configure_logging
-from fore.actors.core.pooled import (
-    ActorExit,
-    ForeActor,
-    PooledActor,
-    handles,
-    stop_now,
-    stop_now_all,
-)
+from fore.actors.core.pooled import ActorExit, ForeActor, PooledActor, stop_now, stop_now_all
 from fore.actors.core.system import (
     ActorSystem,
     current_system,

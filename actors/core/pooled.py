@@ -43,11 +43,16 @@ on the blocking lane and delivers the result back as a message,
 :meth:`PooledActor.send_after` / :meth:`PooledActor.call_after` use the
 runtime's single timer thread. A blocking ``get()`` of a pending future on a
 dispatcher thread raises :class:`~actors.core.errors.BlockingOnDispatcherError`.
+
+Layout: this module is the actor itself -- pykka's extension points, the
+message loop, failures and exits. What a handler uses to wait without
+blocking (posts, the blocking lane, asks, timers) is the
+:class:`~actors.core.continuations.Continuations` mixin; ``@handles`` and the
+dispatch table are :mod:`actors.core.handlers`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import sys
@@ -55,39 +60,46 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future as ConcurrentFuture
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pykka
-from pydantic import ConfigDict
 from pykka import ActorDeadError, ActorRef, ActorRegistry
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
-from typing_extensions import deprecated
 
-from fore.actors.core.cancel import unless_cancelled
-from fore.actors.core.errors import ActorCrashed, UnhandledMessageError
+from fore.actors.core.continuations import Continuations, _Call, _UrgentCall, tell_quietly
+from fore.actors.core.errors import ActorCrashed
 from fore.actors.core.future import PooledFuture, check_ask_timeout
+from fore.actors.core.handlers import TypedDispatch, handles
 from fore.actors.core.logs import get_logger
 from fore.actors.core.mailbox import Mailbox
 from fore.actors.core.system import ActorSystem, current_system
-from fore.messages.base import ControlMessage
 from fore.messages.runtime import StopNow
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from fore.actors.core.cancel import CancelScope
-    from fore.actors.core.timer import TimerHandle
-    from fore.messages.address import Address, Recipient, Replying
+__all__ = [
+    "ActorExit",
+    "ExitWatcher",
+    "ForeActor",
+    "PooledActor",
+    "handles",
+    "stop_now",
+    "stop_now_all",
+    "tell_quietly",
+]
+# ``handles`` (:mod:`.handlers`) and ``tell_quietly`` (:mod:`.continuations`) are
+# re-exported only for the modules that still import them from here (issue 22 point 5:
+# the worker, speculation, supervision and LLM-loop modules); drop them once those
+# import from their homes.
 
-T = TypeVar("T")
-M = TypeVar("M")
-R = TypeVar("R")
 _log = get_logger(__name__)
 _pykka_log = logging.getLogger("pykka")
 """pykka's logger: failures are reported there, in pykka's words."""
+
+_pykka_handle_receive = pykka.Actor._handle_receive
 
 _EXIT_LOCK = threading.Lock()
 """Guards the exit/watch handshake of every actor (both are rare events)."""
@@ -139,35 +151,6 @@ class _Start:
 _START = _Start()
 
 
-class _Call:
-    """A continuation an actor posts to itself (blocking results, timers, asks).
-
-    Private to one actor; it never crosses actor boundaries, which is why it is
-    not one of the pydantic messages in :mod:`messages`.
-    """
-
-    __slots__ = ("args", "fn")
-
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.fn = fn
-        self.args = args
-
-
-class _UrgentCall(ControlMessage):
-    """A :class:`_Call` on the control lane (:meth:`PooledActor.post_urgent`).
-
-    A pydantic control message only because the mailbox routes by
-    ``isinstance(message, ControlMessage)``; it is built with
-    ``model_construct`` (no validation) and, like ``_Call``, never leaves
-    its actor.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    fn: Any
-    args: tuple[Any, ...]
-
-
 @dataclass(slots=True)
 class ActorExit:
     """What an exit watcher is told when an actor stops, fails or is killed."""
@@ -190,22 +173,7 @@ class ActorExit:
 ExitWatcher = Callable[[ActorExit], None]
 
 
-def handles(*message_types: type) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Mark a method as the handler of one or more message types.
-
-    ``on_receive`` dispatches on the message's type (walking its MRO), so a
-    typed actor is a set of small ``@handles(SomeMessage)`` methods instead of
-    an ``isinstance`` ladder.
-    """
-
-    def decorate(fn: Callable[..., T]) -> Callable[..., T]:
-        fn.__fore_handles__ = message_types  # type: ignore[attr-defined]
-        return fn
-
-    return decorate
-
-
-class PooledActor(pykka.Actor):
+class PooledActor(TypedDispatch, Continuations, pykka.Actor):
     """A pykka actor run by the shared dispatcher instead of its own thread."""
 
     default_ask_timeout: ClassVar[float] = 60.0
@@ -224,31 +192,11 @@ class PooledActor(pykka.Actor):
     pykka_logging: ClassVar[bool] = True
     """Log failures on the ``pykka`` logger in pykka's words (else as Fore events)."""
 
-    strict_messages: ClassVar[bool] = False
-    """Whether an ask carrying a message without a handler fails.
-
-    ``False`` follows pykka: the message is logged and the ask answered
-    ``None``. A typed actor sets ``True``, so that an asker expecting a typed
-    answer gets :class:`UnhandledMessageError` naming the message instead of
-    a ``None`` it would misread.
-    """
-
-    _fore_handlers: ClassVar[dict[type, str]] = {}
-    _fore_dispatch_cache: ClassVar[dict[type, str | None]] = {}
-
     actor_inbox: Mailbox
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         check_ask_timeout(cls.default_ask_timeout, f"{cls.__qualname__}.default_ask_timeout")
-        table: dict[type, str] = {}
-        for base in reversed(cls.__mro__[1:]):
-            table.update(getattr(base, "_fore_handlers", {}))
-        for name, attr in cls.__dict__.items():
-            for message_type in getattr(attr, "__fore_handles__", ()):
-                table[message_type] = name
-        cls._fore_handlers = table
-        cls._fore_dispatch_cache = {}
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         # pykka.Actor.__init__, minus the per-actor threading.Event.
@@ -333,252 +281,6 @@ class PooledActor(pykka.Actor):
         if self._fore_exited:  # killed from another thread meanwhile: the exit missed it
             self._fore_settle_deferred(failed=False)
         return future
-
-    def post(self, fn: Callable[..., Any], *args: Any) -> bool:
-        """Run ``fn(*args)`` later, in this actor's context; False if it is gone."""
-        return tell_quietly(self.actor_ref, _Call(fn, args))
-
-    def post_urgent(self, fn: Callable[..., object], *args: object) -> bool:
-        """Like :meth:`post`, on the control lane: ``fn(*args)`` overtakes queued mail.
-
-        For a cancel that must not wait behind the work it cancels (a
-        :class:`~actors.core.cancel.CancelScope` callback posts the actor's
-        cancel handler this way). Safe from any thread; False if the actor is
-        gone.
-        """
-        return tell_quietly(self.actor_ref, _UrgentCall.model_construct(fn=fn, args=args))
-
-    def run_blocking(
-        self,
-        fn: Callable[..., T],
-        *args: Any,
-        then: Callable[[T], Any] | None = None,
-        on_error: Callable[[BaseException], Any] | None = None,
-        scope: CancelScope | None = None,
-    ) -> ConcurrentFuture[T]:
-        """Run ``fn(*args)`` on the blocking lane; deliver the outcome as a message.
-
-        ``then(result)`` or ``on_error(exc)`` runs in this actor's context. With
-        no ``on_error`` -- whether or not ``then`` is given -- an exception
-        raised by ``fn`` fails the actor like a crashing handler, so an error is
-        never silently lost (if the actor is gone by then, it is logged).
-        Cancelled work (``future.cancel()``, or the lane shutting down) goes to
-        ``on_error`` as :class:`ActorCrashed`; without ``on_error`` it is logged.
-
-        With ``scope`` the work belongs to it, as an ask under a scope does
-        (:meth:`ask_typed`): a job whose scope is cancelled before it starts
-        does not run (its future raises :class:`~fore.errors.Cancelled`), and
-        an outcome that finds the scope cancelled when it reaches this actor is
-        dropped -- neither ``then`` nor ``on_error`` runs. So a continuation
-        never acts for work that was called off while it waited on the lane.
-        """
-        job: Callable[..., T] = (
-            fn if scope is None else functools.partial(unless_cancelled, scope, fn)
-        )
-        future = self._fore_system.blocking.submit(job, *args)
-        future.add_done_callback(
-            functools.partial(
-                self._fore_blocking_settled, then=then, on_error=on_error, scope=scope
-            )
-        )
-        return future
-
-    def _fore_blocking_settled(
-        self,
-        future: ConcurrentFuture[Any],
-        *,
-        then: Callable[[Any], Any] | None,
-        on_error: Callable[[BaseException], Any] | None,
-        scope: CancelScope | None = None,
-    ) -> None:
-        # Runs on the blocking-lane thread: hand the outcome to the actor,
-        # unless there is nothing to act on (a success nobody asked to see, or
-        # work whose scope was cancelled: its outcome would be dropped there).
-        if scope is not None and scope.cancel_called:
-            self.log.debug("blocking_outcome_dropped", reason=scope.reason)
-            return
-        error = None if future.cancelled() else future.exception()
-        if then is None and on_error is None and error is None and not future.cancelled():
-            return
-        posted = self.post(self._fore_blocking_done, future, then, on_error, scope)
-        if not posted and error is not None:
-            self.log.warning("blocking_error_after_exit", error=repr(error))
-
-    def _fore_blocking_done(
-        self,
-        future: ConcurrentFuture[Any],
-        then: Callable[[Any], Any] | None,
-        on_error: Callable[[BaseException], Any] | None,
-        scope: CancelScope | None = None,
-    ) -> None:
-        if scope is not None and scope.cancel_called:
-            # Called off while the outcome was on its way here.
-            self.log.debug("blocking_outcome_dropped", reason=scope.reason)
-            return
-        if future.cancelled():
-            if on_error is None:
-                self.log.warning("blocking_work_cancelled")
-                return
-            error: BaseException | None = ActorCrashed("blocking work was cancelled")
-        else:
-            error = future.exception()
-        if error is not None:
-            if on_error is None:
-                raise error
-            on_error(error)
-        elif then is not None:
-            then(future.result())
-
-    @overload
-    def ask_then(
-        self,
-        target: Address[M],
-        message: Replying[M, R],
-        then: Callable[[R], object],
-        on_error: Callable[[BaseException], object] | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> PooledFuture[R]: ...
-
-    @overload
-    @deprecated(
-        "ask_then of a message that declares no answer type (make it an Ask[R]) -- or whose "
-        "Ask[R] answer the target or `then` does not take"
-    )
-    def ask_then(
-        self,
-        target: Any,
-        message: Any,
-        then: Callable[[Any], Any],
-        on_error: Callable[[BaseException], Any] | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> PooledFuture[Any]: ...
-
-    def ask_then(
-        self,
-        target: Any,
-        message: Any,
-        then: Callable[[Any], Any],
-        on_error: Callable[[BaseException], Any] | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> PooledFuture[Any]:
-        """Ask ``target`` without blocking; ``then(answer)`` runs here when it comes.
-
-        ``target`` is an ``ActorRef`` or a supervision handle of a pooled
-        actor. The answer always comes: at the latest the ask's deadline
-        (``timeout`` or the target's default) delivers ``AskTimeout`` to
-        ``on_error`` (or fails this actor when there is none).
-
-        Typed like :meth:`ask_typed`: ``message`` is an
-        :class:`~fore.messages.address.Ask` ``[R]`` that ``target`` accepts,
-        ``then`` takes its ``R``, and the future carries it. The second,
-        untyped overload is kept for the askers whose messages do not declare
-        their answer yet (a host's own actors); it is marked deprecated, and
-        mypy reports every call that falls to it, a mistyped typed ask
-        included. Every Fore request message declares its answer.
-        """
-        if timeout is not None:
-            timeout = check_ask_timeout(timeout, "ask_then(timeout=...)")
-        future: PooledFuture[Any] = target.ask(message, block=False)
-        if not isinstance(future, PooledFuture):
-            raise TypeError(
-                f"ask_then needs a pooled actor's ref or handle, not {target!r} "
-                "(its futures cannot call back; ask a plain pykka actor from the blocking lane)"
-            )
-        deadline = future.deadline
-        if timeout is not None:
-            deadline = time.monotonic() + timeout
-        elif deadline is None:  # not a pooled target's future: our own default bounds it
-            deadline = time.monotonic() + type(self).default_ask_timeout
-        timer: TimerHandle | None = None
-        if not future.done():
-            timer = self._fore_system.timer.call_later(deadline - time.monotonic(), future.expire)
-
-        def delivered(f: PooledFuture[Any]) -> None:
-            if timer is not None:
-                timer.cancel()
-            self.post(self._fore_ask_done, f, then, on_error)
-
-        future.add_done_callback(delivered)
-        return future
-
-    def _fore_ask_done(
-        self,
-        future: PooledFuture[Any],
-        then: Callable[[Any], Any],
-        on_error: Callable[[BaseException], Any] | None,
-    ) -> None:
-        error = future.exception()
-        if error is not None:
-            if on_error is None:
-                raise error
-            on_error(error)
-        else:
-            then(future.get(timeout=0))
-
-    def ask_typed(
-        self,
-        target: Address[M],
-        message: Replying[M, R],
-        then: Callable[[R], object],
-        on_error: Callable[[BaseException], object] | None = None,
-        *,
-        timeout: float | None = None,
-        scope: CancelScope | None = None,
-    ) -> PooledFuture[R]:
-        """:meth:`ask_then`, checked by mypy: ``then`` takes the answer the message declares.
-
-        ``message`` is a request (an :class:`~messages.address.Ask` ``[R]``
-        subclass) that ``target`` accepts, and ``then`` takes its ``R``; a
-        mismatch is a type error instead of a continuation that misreads
-        its answer. With ``scope``, an answer (or error) that finds the scope
-        cancelled when it reaches this actor is dropped: the work it belonged
-        to has been called off, and its continuation must not act on it.
-        """
-        if scope is None:
-            return self.ask_then(target, message, then, on_error, timeout=timeout)
-        name = type(message).__name__
-        return self.ask_then(
-            target,
-            message,
-            functools.partial(self._fore_scoped_answer, scope, name, then),
-            functools.partial(self._fore_scoped_error, scope, name, on_error),
-            timeout=timeout,
-        )
-
-    def _fore_scoped_answer(
-        self, scope: CancelScope, name: str, then: Callable[[Any], object], answer: Any
-    ) -> None:
-        if scope.cancel_called:
-            self.log.debug("answer_dropped", message_type=name, reason=scope.reason)
-            return
-        then(answer)
-
-    def _fore_scoped_error(
-        self,
-        scope: CancelScope,
-        name: str,
-        on_error: Callable[[BaseException], object] | None,
-        error: BaseException,
-    ) -> None:
-        if scope.cancel_called:
-            self.log.debug(
-                "answer_dropped", message_type=name, reason=scope.reason, error=repr(error)
-            )
-            return
-        if on_error is None:
-            raise error
-        on_error(error)
-
-    def send_after(self, delay: float, message: Any) -> TimerHandle:
-        """Tell this actor ``message`` after ``delay`` seconds (cancellable)."""
-        return self._fore_system.timer.call_later(delay, tell_quietly, self.actor_ref, message)
-
-    def call_after(self, delay: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
-        """Run ``fn(*args)`` in this actor's context after ``delay`` seconds."""
-        return self._fore_system.timer.call_later(delay, self.post, fn, *args)
 
     # -- exits and supervision ----------------------------------------------
 
@@ -752,7 +454,9 @@ class PooledActor(pykka.Actor):
             return self._stop()
         if kind is _UrgentCall:
             return message.fn(*message.args)
-        return super()._handle_receive(message)
+        # pykka's own handling (its stop, proxy calls, then on_receive), named
+        # directly: super() would look through the mixins' dicts on every message.
+        return _pykka_handle_receive(self, message)
 
     def _stop(self) -> None:
         if self._fore_exited:
@@ -789,48 +493,6 @@ class PooledActor(pykka.Actor):
         else:
             self.log.error("actor_failed", error=repr(exception_value), exc_info=exc_info)
 
-    # -- typed dispatch -------------------------------------------------------
-
-    def on_receive(self, message: Any) -> Any:
-        """Dispatch to the ``@handles`` method for the message's type.
-
-        An unknown message is logged; an ask carrying one is answered with
-        :class:`UnhandledMessageError` so nobody waits for nothing.
-        """
-        cls = type(self)
-        kind = type(message)
-        try:
-            name = cls._fore_dispatch_cache[kind]
-        except KeyError:
-            name = None
-            for base in kind.__mro__:
-                name = cls._fore_handlers.get(base)
-                if name is not None:
-                    break
-            cls._fore_dispatch_cache[kind] = name
-        if name is not None:
-            return getattr(self, name)(message)
-        return self.on_unhandled(message)
-
-    def on_unhandled(self, message: Any) -> Any:
-        """Called for a message without a handler.
-
-        Logs it (on the ``pykka`` logger as pykka words it, and as Fore's
-        ``unhandled_message`` event) and answers ``None``, as pykka does; a
-        ``strict_messages`` actor rejects an ask with
-        :class:`UnhandledMessageError` instead, so nobody misreads ``None``.
-        """
-        if self.pykka_logging:
-            _pykka_log.warning("Unexpected message received by %s: %s", self, message)
-        else:
-            self.log.warning("unhandled_message", message_type=type(message).__name__)
-        envelope = self._fore_current
-        if self.strict_messages and envelope is not None and envelope.reply_to is not None:
-            raise UnhandledMessageError(
-                f"{type(self).__name__} has no handler for {type(message).__name__}"
-            )
-        return None
-
 
 class ForeActor(PooledActor):
     """The base of Fore's own actors: typed messages, failures logged as Fore events.
@@ -851,20 +513,6 @@ def _settle_exception(future: Any, exc_info: Any) -> None:
         future.set_exception(exc_info)
     except queue.Full:  # the asker's deadline already answered it
         pass
-
-
-def tell_quietly(recipient: Recipient[M], message: M) -> bool:
-    """Tell ``message``; False (instead of ``ActorDeadError``) if the recipient is gone.
-
-    For notices whose recipient may legitimately have exited (a subscriber, a
-    speculation's supervisor, a reply to an asker that gave up): the one
-    helper for the "tell and swallow ActorDeadError" copies around Fore.
-    """
-    try:
-        recipient.tell(message)
-    except ActorDeadError:
-        return False
-    return True
 
 
 def _answer_dead(envelopes: Iterable[Envelope[Any]], actor: Any) -> None:

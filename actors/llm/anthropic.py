@@ -7,7 +7,8 @@ retry policy and budget act on -- and the same defences against a hostile
 server, reused rather than rewritten: :class:`~actors.llm.body.BodyLimits`
 (line, event, stream, body and error-body caps), the bounded gzip/deflate
 decoder, the bounded SSE parser, and the first-byte / idle / no-progress /
-total deadlines of one clock. The wire format is :mod:`actors.llm.anthropic_wire`.
+total deadlines of one clock. The wire format is :mod:`actors.llm.anthropic_wire` (the
+request) and :mod:`actors.llm.anthropic_answer` (the answer).
 
 What differs from OpenAI, and why it matters here:
 
@@ -42,18 +43,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from fore.actors.llm.anthropic_wire import (
-    ANTHROPIC_VERSION,
+from fore.actors.llm.anthropic_answer import (
     AnthropicAssembler,
-    CacheTtl,
-    Thinking,
     anthropic_error,
     complete_from_message,
-    dumps,
-    request_body,
 )
+from fore.actors.llm.anthropic_wire import ANTHROPIC_VERSION, CacheTtl, Thinking, request_body
 from fore.actors.llm.body import ACCEPT_ENCODING, BodyLimits
 from fore.actors.llm.chat_model import RetryPolicy, StreamResult, Timeouts
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.errors import LlmException, llm_error
 from fore.actors.llm.http_stream import (
     BACKGROUND_READ_INTERVAL_S,

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from fore.actors.llm.codec import MAX_ANSWER_CHARS, MAX_TOOL_CALLS
 from fore.actors.llm.errors import LlmException, format_size, llm_error
-from fore.actors.llm.wire import MAX_ANSWER_CHARS, MAX_TOOL_CALLS
 
 __all__ = [
     "ACCEPT_ENCODING",

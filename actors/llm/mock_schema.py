@@ -30,6 +30,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from fore.actors.llm.codec import dumps
+
 __all__ = ["conform", "instance", "matches", "response_format_problem", "strict_problem"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -140,7 +142,7 @@ def conform(text: str, schema: Mapping[str, Any]) -> str:
     """The answer a schema-enforcing server gives: ``text`` if it matches, else an instance."""
     if matches(text, schema):
         return text
-    return json.dumps(instance(schema), ensure_ascii=False, separators=(",", ":"))
+    return dumps(instance(schema))
 
 
 def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -36,11 +36,11 @@ from fore.actors.llm.script import (
     ScriptCursor,
     ScriptFile,
     ScriptReply,
+    arguments_json,
     new_tool_call_id,
     split_fragments,
     stream_plan,
 )
-from fore.actors.llm.wire import arguments_text
 from fore.messages.conversation import (
     AssistantMessage,
     ToolCall,
@@ -92,7 +92,7 @@ async def stream_reply(
             await asyncio.sleep(first_delay)
         first_delay = plan.token_interval_s
         emit(LlmToolCallDelta(request_id=rid, index=index, call_id=call_id, name=scripted.name))
-        for fragment in split_fragments(arguments_text(scripted.arguments), arg_chunk_size):
+        for fragment in split_fragments(arguments_json(scripted.arguments), arg_chunk_size):
             if plan.token_interval_s > 0:
                 await asyncio.sleep(plan.token_interval_s)
             emit(LlmToolCallDelta(request_id=rid, index=index, arguments_delta=fragment))
@@ -102,7 +102,7 @@ async def stream_reply(
     chars = sum(len(item_text(item)) for item in request.messages)
     prompt = (chars + 3) // 4
     completion = len(plan.chunks) + sum(
-        estimate_tokens(arguments_text(c.arguments)) for c in reply.tool_calls
+        estimate_tokens(arguments_json(c.arguments)) for c in reply.tool_calls
     )
     usage = Usage(
         prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion

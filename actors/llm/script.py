@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue, ValidationError
 
+from fore.actors.llm.codec import dumps
 from fore.errors import ScriptError
 from fore.messages.base import Message
 
@@ -286,9 +287,10 @@ def arguments_json(arguments: Mapping[str, Any]) -> str:
 
     Compact (no spaces after ``,`` / ``:``, as OpenAI sends it) and not
     ASCII-escaped. One serialisation for both the server and the in-process
-    model, so the fragments of a tool call are the same whichever produced them.
+    model -- and the client's request history -- so the fragments of a tool call
+    are the same whichever produced them.
     """
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    return dumps(arguments)
 
 
 def split_fragments(text: str, size: int) -> tuple[str, ...]:

@@ -7,12 +7,13 @@
   the final assistant message. Tool-call arguments are concatenated as raw
   text and parsed only at the end, so fragments may split anywhere (even
   inside an escape sequence). Anything malformed is a typed protocol error.
+
+What the Anthropic wire shares with this one -- the JSON both write, tool-call
+arguments read back, an answer's bounds -- is :mod:`.codec`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 import threading
 import weakref
@@ -21,18 +22,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
-from fore.actors.llm.errors import LlmException, error_from_payload, format_size, llm_error
-from fore.errors import ArgumentsInvalid
+from fore.actors.llm.codec import (
+    MAX_ANSWER_CHARS,
+    MAX_TOOL_CALLS,
+    answer_too_large,
+    arrived_summary,
+    dumps,
+    incomplete_stream,
+    too_many_calls,
+    tool_call,
+)
+from fore.actors.llm.errors import error_from_payload, llm_error
+from fore.actors.llm.script import arguments_json
 from fore.messages.conversation import (
     AssistantMessage,
     Item,
     SystemMessage,
-    ToolCall,
     ToolResult,
     UserMessage,
-    invalid_arguments,
 )
 from fore.messages.llm import (
     LlmRequest,
@@ -45,11 +52,6 @@ from fore.messages.llm import (
 from fore.messages.tools import ToolDefinition
 
 Json = dict[str, Any]
-
-
-def arguments_text(arguments: Mapping[str, Any]) -> str:
-    """The wire form of a call's arguments (stable key order, no ASCII escaping)."""
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
 
 
 def to_openai_message(item: Item) -> Json:
@@ -68,7 +70,7 @@ def to_openai_message(item: Item) -> Json:
                 {
                     "id": call.id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": arguments_text(call.arguments)},
+                    "function": {"name": call.name, "arguments": arguments_json(call.arguments)},
                 }
                 for call in item.tool_calls
             ]
@@ -161,10 +163,6 @@ def _body(
     return body
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 class _EncodedCache:
     """Wire JSON of frozen objects (history items, tool definitions) by identity.
 
@@ -199,7 +197,7 @@ class _EncodedCache:
         hit = self._entries.get(key)
         if hit is not None and hit[0]() is obj:
             return hit[1]
-        text = _dumps(encode(obj))
+        text = dumps(encode(obj))
         size = sys.getsizeof(text)
         if size > self.max_bytes // 4:
             return text
@@ -238,7 +236,7 @@ def request_payload(
     """
     # Placeholders: a bare ``"messages":0`` cannot occur inside a JSON string
     # (its quotes would be escaped), so partition finds exactly the key.
-    text = _dumps(_body(request, model_name, 0, 0, max_tokens_field))
+    text = dumps(_body(request, model_name, 0, 0, max_tokens_field))
     messages = ",".join(_ITEMS.get(item, to_openai_message) for item in request.messages)
     head, _, tail = text.partition('"messages":0')
     text = f'{head}"messages":[{messages}]{tail}'
@@ -273,133 +271,6 @@ class _PartialCall:
     call_id: str | None = None
     name: str | None = None
     arguments: list[str] = field(default_factory=list)
-
-
-def _refuse_constant(token: str) -> Any:
-    """``NaN`` / ``Infinity``: Python's json accepts them, JSON (and ``ToolCall``) does not."""
-    raise ValueError(f"{token} is not a JSON number")
-
-
-def _finite_float(token: str) -> float:
-    value = float(token)
-    if not math.isfinite(value):  # 1e400 overflows to inf
-        raise ValueError(f"{token} is out of the range of a finite number")
-    return value
-
-
-def _json_kind(value: Any) -> str:
-    kinds = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-    return kinds.get(type(value), "a number")
-
-
-def decode_arguments(text: str) -> dict[str, Any]:
-    """Decode the assembled arguments of one call (``""`` means no arguments).
-
-    Raises :class:`ArgumentsInvalid` for anything but one JSON object --
-    malformed text, NaN/Infinity, nesting too deep for the parser.
-    """
-    if text.strip() == "":
-        return {}
-    try:
-        # strict=False: raw control characters (a newline) inside a string are
-        # accepted. Grammar-constrained output (llama.cpp) emits them, and the
-        # meaning is unambiguous.
-        value = json.loads(
-            text, strict=False, parse_constant=_refuse_constant, parse_float=_finite_float
-        )
-    except json.JSONDecodeError as exc:
-        raise ArgumentsInvalid(exc.msg, exc.pos) from None
-    except RecursionError:
-        raise ArgumentsInvalid("nested too deeply") from None
-    except ValueError as exc:
-        raise ArgumentsInvalid(str(exc)) from None
-    if not isinstance(value, dict):
-        raise ArgumentsInvalid(f"expected a JSON object, got {_json_kind(value)}")
-    return value
-
-
-def parse_arguments(text: str, name: str) -> dict[str, Any]:
-    """:func:`decode_arguments`, failing as a protocol error naming the tool."""
-    try:
-        return decode_arguments(text)
-    except ArgumentsInvalid as exc:
-        raise llm_error(
-            "protocol", f"tool call {name!r}: arguments are not valid JSON ({exc})", retryable=True
-        ) from None
-
-
-def tool_call(call_id: str, name: str, text: str) -> ToolCall:
-    """One assembled call. Arguments that are not a JSON object do not fail the answer:
-
-    the call is kept with empty ``arguments`` and an ``arguments_error``
-    (why, where, an excerpt), and the worker decides -- it hands the model an
-    error result so it can correct itself, a bounded number of times per run.
-    """
-    try:
-        return ToolCall(id=call_id, name=name, arguments=decode_arguments(text))
-    except ArgumentsInvalid as exc:
-        error = invalid_arguments(text, exc.reason, exc.position)
-    except ValidationError as exc:  # a JSON object pydantic refuses (e.g. nested too deeply)
-        error = invalid_arguments(text, str(exc.errors()[0]["msg"]))
-    return ToolCall(id=call_id, name=name, arguments_error=error)
-
-
-MAX_ANSWER_CHARS = 16 * 1024 * 1024
-"""Default cap on one answer's text plus tool-call arguments, ids and names (characters).
-
-Far above any real answer (a model's output limit is tens of thousands of
-tokens, a few hundred KB); what it bounds is a hostile or broken server."""
-
-MAX_TOOL_CALLS = 16_384
-"""Default cap on the tool calls of one answer (each distinct ``index`` is a call)."""
-
-
-# The limits' errors and the incomplete-answer error, worded once for both wires
-# (here and actors.llm.anthropic_wire): what differs is only what a wire calls
-# its units ("chunks" / "events"), tool input ("arguments" / "input") and its end.
-
-
-def answer_too_large(max_answer_chars: int, *, tool_input: str) -> LlmException:
-    """An answer past ``max_answer_chars`` of text and tool ``tool_input``: refused."""
-    return llm_error(
-        "protocol",
-        f"the answer passed {format_size(max_answer_chars)} of text and tool"
-        f" {tool_input} (the client's answer limit): refused",
-        retryable=False,
-    )
-
-
-def too_many_calls(max_tool_calls: int) -> LlmException:
-    """An answer with more than ``max_tool_calls`` tool calls: refused."""
-    return llm_error(
-        "protocol",
-        f"the answer has more than {max_tool_calls} tool calls (the client's limit): refused",
-        retryable=False,
-    )
-
-
-def arrived_summary(
-    units: int, unit: str, *, text_chars: int, calls: int, input_chars: int, tool_input: str
-) -> str:
-    """How much of an answer arrived, for an error message."""
-    parts = [f"{units} {unit}{'s' if units != 1 else ''}", f"{text_chars} characters of text"]
-    if calls:
-        parts.append(
-            f"{calls} tool call{'s' if calls != 1 else ''} ({input_chars} characters of"
-            f" {tool_input})"
-        )
-    return ", ".join(parts)
-
-
-def incomplete_stream(how: str, reason_field: str, arrived: str) -> LlmException:
-    """A stream that ended (``how``: "closed", "sent [DONE]", ...) without its
-    ``reason_field``: a retryable ``incomplete`` error saying how much had arrived."""
-    return llm_error(
-        "incomplete",
-        f"stream ended before the answer was complete (it {how} without a"
-        f" {reason_field} after {arrived})",
-        retryable=True,
-    )
 
 
 class StreamAssembler:
@@ -643,16 +514,11 @@ def complete_from_body(request_id: str, body: Any) -> tuple[AssistantMessage, Us
 
 
 __all__ = [
-    "LlmException",
     "StreamAssembler",
-    "arguments_text",
     "complete_from_body",
-    "decode_arguments",
-    "parse_arguments",
     "request_body",
     "request_payload",
     "to_openai_messages",
     "to_openai_tool_choice",
     "to_openai_tools",
-    "tool_call",
 ]

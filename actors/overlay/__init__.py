@@ -10,7 +10,7 @@
 """
 
 from fore.actors.overlay.actor import OverlayActor
-from fore.actors.overlay.apply import FaultHook, OverlayApplyFailed, apply_overlay, recover
+from fore.actors.overlay.apply import OverlayApplyFailed, apply_overlay, recover
 from fore.actors.overlay.fs import (
     DEFAULT_MAX_BYTES,
     OverlayClosed,
@@ -25,6 +25,7 @@ from fore.actors.overlay.store import (
     process_marker,
     sweep_dead,
 )
+from fore.actors.overlay.transaction import FaultHook
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

@@ -28,40 +28,9 @@ a directory is a directory), exactly as ``WorkspaceFs`` would classify it in
 a tree where the overlay's changes were applied.
 
 The first write, delete or mkdir of a path records its **base**: what the real
-path held (sha256, size, mtime of a file, or "absent"/"dir"). Apply refuses to
-run when a real path no longer matches its base. The base must be what the
-path held when the speculation *started*: the speculation computes its
-changes from the session's history, so a user edit made after the start --
-before or after the speculation's first touch, whether or not the
-speculation read the file, through the overlay or with ``shell cat`` -- must
-never be replaced. Two mechanisms make it so:
-
-* **Changed since the start** (:mod:`actors.tools.fsclock`). The overlay knows
-  its start instant (``started``: the coarse file clock when the speculation
-  was set up). At a path's first touch, a real path whose ctime is at or after
-  that instant -- the kernel sets ctime on every edit, ``chmod``, rename
-  (editors save by renaming a new file over the old) and link change, and no
-  tool can set it back -- has changed since the start, unless it still carries
-  exactly the identity one of Fore's own writes left before the start. A path
-  that does not exist is judged by its deepest existing directory, whose ctime
-  moves when an entry is added, removed or renamed in it (the user deleted
-  the file the speculation now recreates). Either way the base is marked
-  ``changed_since_start`` and apply reports a conflict, whatever it finds.
-* **Changed since the first touch.** Apply compares each real path with its
-  base (content hash, kind). So the base is also what the speculation *saw*:
-  the first read of a file through the overlay remembers the sha256 of the
-  bytes it returned (or "absent" when there was no file), and a later first
-  write or delete of that path takes that as its base. A read that returned
-  only a prefix (``limit``) remembers the file's identity (inode, size, mtime,
-  ctime) instead; if the file still has that identity at the first write its
-  current hash is the base, else the base stays "unknown content" and apply
-  reports a conflict.
-
-A write never copies the original into the upper layer: the new content
-replaces it wholesale, so the original is only hashed. (Edits read the
-original through the overlay -- it falls through to the real file -- and
-write the result, so the size bound counts exactly the bytes the speculation
-wrote.)
+path held when the speculation started, which apply checks before it writes
+(:mod:`.bases`). A write never copies the original into the upper layer: the
+new content replaces it wholesale, so the original is only hashed.
 
 Scope and leaks
 ---------------
@@ -78,18 +47,20 @@ Concurrency and lifetime
 ------------------------
 Many tool threads share one overlay: metadata is guarded by one lock, writes
 to the same path are serialised by a per-path lock, upper files are replaced
-atomically (readers see the old or the new bytes). Mutations are counted while
-in flight; :meth:`close` stops new ones and waits for the count to reach zero,
-and :meth:`remove` deletes the upper layer only then (or lets the last writer
-do it when a deadline passes first). The upper layer is bounded: a write that
-would exceed ``max_bytes`` raises :class:`OverlayFull`, which the speculator
-turns into a boundary.
+atomically (readers see the old or the new bytes); in-flight mutations are
+counted so that closing and removing wait for them (:mod:`.lifetime`). The
+upper layer is bounded: a write that would exceed ``max_bytes`` raises
+:class:`OverlayFull`, which the speculator turns into a boundary.
 
-Layout: this module is the view itself -- resolution, reads, mutations and
-lifetime under its one lock -- and is one concept although it is long. The
+Layout: this module is the view itself -- resolution, reads and mutations
+under its one lock -- one concept, kept whole although it is a little over
+600 lines: all three work on the same entries, lock and upper layer. The
 records it keeps are :mod:`.tree`'s; the union listings and walks are the
-:class:`~fore.actors.overlay.search.UnionListing` mixin (:mod:`.search`),
-which reads the same tables under the same lock.
+:class:`~fore.actors.overlay.search.UnionListing` mixin (:mod:`.search`), what
+a path held at the speculation's start the
+:class:`~fore.actors.overlay.bases.BaseRecorder` mixin (:mod:`.bases`), and
+closing and removal the :class:`~fore.actors.overlay.lifetime.OverlayLifetime`
+mixin (:mod:`.lifetime`); all of them read the same tables under the same lock.
 """
 
 from __future__ import annotations
@@ -100,27 +71,19 @@ import itertools
 import os
 import posixpath
 import secrets
-import shutil
 import stat as stat_mod
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from fore.actors.core.logs import get_logger
 from fore.actors.overlay._realfs import (
-    DirCache,
-    Ident,
-    PathChanged,
-    identity,
-    kind_of,
-    observe,
     write_all,
 )
+from fore.actors.overlay.bases import BaseRecorder
+from fore.actors.overlay.lifetime import OverlayLifetime
 from fore.actors.overlay.search import UnionListing
 from fore.actors.overlay.tree import (
-    _ABSENT_SEEN,
     _HIDDEN,
     _WHITEOUT,
     PlannedEntry,
@@ -130,6 +93,7 @@ from fore.actors.overlay.tree import (
     _File,
     _Hidden,
     _Seen,
+    path_key,
 )
 from fore.actors.tools.fs import (
     FileStat,
@@ -139,7 +103,7 @@ from fore.actors.tools.fs import (
     WorkspaceFs,
     translate_oserror,
 )
-from fore.actors.tools.fsclock import Instant, changed_since, multigrain
+from fore.actors.tools.fsclock import Instant, multigrain
 from fore.actors.tools.paths import FsError, PathOutOfScope, normalize
 from fore.errors import OverlayClosed, OverlayFull
 from fore.messages.overlay import FileBase, OverlayChange
@@ -161,7 +125,7 @@ __all__ = [
 ]
 
 
-class OverlayFs(UnionListing):
+class OverlayFs(UnionListing, BaseRecorder, OverlayLifetime):
     """A copy-on-write :class:`~actors.tools.fs.FsView` over a real workspace."""
 
     def __init__(
@@ -179,9 +143,9 @@ class OverlayFs(UnionListing):
         """When the speculation started: a real path changed at or after it is a conflict."""
         self.real = real
         self.root: Path = real.root
+        """The *real* workspace root (the pool keys writes by it)."""
         self._multigrain = multigrain(real.root)
         """The workspace's filesystem orders stamps exactly (:func:`fsclock.multigrain`)."""
-        """The *real* workspace root (the pool keys writes by it)."""
         self._root = str(real.root)
         self.directory = Path(directory)
         self.overlay_id = overlay_id or self.directory.name
@@ -294,7 +258,7 @@ class OverlayFs(UnionListing):
         """Every touched path with its final state (sorted; used by apply)."""
         with self._lock:
             out = []
-            for rel in sorted(self._entries, key=_path_key):
+            for rel in sorted(self._entries, key=path_key):
                 entry = self._entries[rel]
                 base = self._bases.get(rel, FileBase.absent())
                 if isinstance(entry, _File):
@@ -474,42 +438,6 @@ class OverlayFs(UnionListing):
                 raise _storage_error(exc, rel) from None
         raise NotFound(f"{rel}: no such file or directory")
 
-    def _read_real(self, rel: str, limit: int | None) -> bytes:
-        """Read the real file, remembering what was seen if it is the first read."""
-        with self._lock:
-            first = rel not in self._bases and rel not in self._seen
-        if not first:
-            return self.real.read_bytes(rel, limit)
-        # Identity *before* the read: if the file changes in between, the identity
-        # is the old one and a later write's check sees the change (a false
-        # conflict at worst, never a missed one).
-        try:
-            before: os.stat_result | None = os.lstat(os.path.join(self._root, rel))
-        except OSError:
-            before = None
-        try:
-            data = self.real.read_bytes(rel, limit)
-        except NotFound:
-            self._remember(rel, _ABSENT_SEEN)
-            raise
-        if before is None:  # created between the two calls: only a whole read is known
-            if limit is None:
-                self._remember(rel, _Seen("file", hashlib.sha256(data).hexdigest(), len(data)))
-        elif stat_mod.S_ISREG(before.st_mode):
-            if limit is None or len(data) < limit or len(data) == before.st_size:
-                seen = _Seen(
-                    "file", hashlib.sha256(data).hexdigest(), len(data), before.st_mtime_ns
-                )
-            else:  # only a prefix: the content seen is known by identity only
-                seen = _Seen("file", None, before.st_size, before.st_mtime_ns, Ident.of(before))
-            self._remember(rel, seen)
-        return data
-
-    def _remember(self, rel: str, seen: _Seen) -> None:
-        with self._lock:
-            if rel not in self._bases:
-                self._seen.setdefault(rel, seen)
-
     def exec_dir(self, path: str) -> str:
         rel = self.resolve(path)
         kind, _ = self._union_kind(rel)
@@ -608,78 +536,6 @@ class OverlayFs(UnionListing):
             raise _storage_error(exc, rel) from None
         return mtime_ns
 
-    def _first_base(self, rel: str) -> FileBase:
-        """The base of ``rel`` at its first change: what it held when the speculation started.
-
-        A path read before is based on that read (see the module docs), so a
-        user edit between the read and this change is caught by apply; any
-        other path on its real state now. Either is marked
-        ``changed_since_start`` when the real path changed after the start.
-        """
-        with self._lock:
-            seen = self._seen.get(rel)
-        if seen is None:
-            base, ident = self._capture(rel)
-        elif seen.ident is None:
-            base = seen.base()  # the hash of exactly the bytes the speculation read
-            ident = self._identity(rel)
-        else:
-            now, ident = self._capture(rel)
-            if ident == seen.ident:
-                base = now  # unchanged since the partial read: its content is what was read
-            else:
-                log.info("overlay_base_changed_since_read", overlay=self.overlay_id, path=rel)
-                base = seen.base()  # no hash: apply reports the change as a conflict
-        if self._changed_since_start(rel, ident):
-            log.info("overlay_base_changed_since_start", overlay=self.overlay_id, path=rel)
-            return base.model_copy(update={"changed_since_start": True})
-        return base
-
-    def _changed_since_start(self, rel: str, ident: Ident | None) -> bool:
-        """Whether the real ``rel`` (identity ``ident``; None: absent) changed after the start.
-
-        An absent path is judged by its deepest existing directory: an entry
-        added, removed or renamed there after the start (the user deleted the
-        file the speculation is about to recreate) moves that directory's
-        ctime. A path whose directories cannot be examined counts as changed.
-        """
-        if ident is not None:
-            return changed_since(ident, self.started, multigrain=self._multigrain)
-        parts = rel.split("/")[:-1]
-        try:
-            with DirCache(self._root) as cache:
-                fd = cache.open("")
-                for index in range(1, len(parts) + 1):
-                    try:
-                        fd = cache.open("/".join(parts[:index]))
-                    except (OSError, PathChanged):
-                        break
-                st = os.fstat(fd)
-        except OSError:
-            return True
-        return changed_since(st, self.started, multigrain=self._multigrain)
-
-    def _identity(self, rel: str) -> Ident | None:
-        try:
-            with DirCache(self._root) as cache:
-                return identity(cache, rel)
-        except PathChanged:
-            return None
-        except OSError as exc:
-            raise translate_oserror(exc, rel) from None
-
-    def _capture(self, rel: str) -> tuple[FileBase, Ident | None]:
-        """The real state of ``rel`` now (a regular file is hashed) and its identity."""
-        try:
-            with DirCache(self._root) as cache:
-                observed = observe(cache, rel)
-        except PathChanged:
-            # An overlay directory replaced a real file above it.
-            return FileBase.absent(), None
-        except OSError as exc:
-            raise translate_oserror(exc, rel) from None
-        return observed.base, observed.ident
-
     def delete(self, path: str) -> None:
         with self._operation():
             rel = self.resolve(path)
@@ -741,103 +597,12 @@ class OverlayFs(UnionListing):
                 self._bases[directory] = self._quick_base(directory)
             self._set_entry(directory, _Dir(time.time_ns()))
 
-    def _quick_base(self, rel: str) -> FileBase:
-        """The base of a path that becomes a directory (no content to hash)."""
-        st: os.stat_result | None = None
-        try:
-            with DirCache(self._root) as cache:
-                parent_fd, name = cache.lookup_parent(rel)
-                if parent_fd is not None:
-                    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-        except (OSError, PathChanged):
-            st = None
-        if st is None:
-            base, ident = FileBase.absent(), None
-        else:
-            base = FileBase(kind=kind_of(st.st_mode), size=0, mtime_ns=st.st_mtime_ns)
-            ident = Ident.of(st)
-        if self._changed_since_start(rel, ident):
-            return base.model_copy(update={"changed_since_start": True})
-        return base
-
     def _set_entry(self, rel: str, entry: _Entry) -> None:
         """Record ``rel``'s entry and index it (lock held); entries are never dropped."""
         if rel not in self._entries:
             parent, _, name = rel.rpartition("/")
             self._children.setdefault(parent, set()).add(name)
         self._entries[rel] = entry
-
-    # -- concurrency and lifetime -------------------------------------------------
-
-    @contextmanager
-    def _path_lock(self, rel: str) -> Iterator[None]:
-        with self._lock:
-            lock = self._path_locks.get(rel)
-            if lock is None:
-                lock = self._path_locks[rel] = threading.Lock()
-        with lock:
-            yield
-
-    @contextmanager
-    def _operation(self) -> Iterator[None]:
-        with self._life:
-            if self._closed:
-                raise OverlayClosed("the speculation overlay is closed; it accepts no more changes")
-            self._inflight += 1
-        try:
-            yield
-        finally:
-            remove_now = False
-            with self._life:
-                self._inflight -= 1
-                if self._inflight == 0:
-                    self._life.notify_all()
-                    if self._remove_pending and not self._removed:
-                        self._removed = True
-                        remove_now = True
-            if remove_now:
-                self._delete_storage()
-
-    def close(self, timeout: float | None = None) -> bool:
-        """Accept no new changes; wait for in-flight ones. True when none is left."""
-        self.closing.set()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._life:
-            self._closed = True
-            while self._inflight:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    break
-                self._life.wait(remaining)
-            return self._inflight == 0
-
-    def remove(self, timeout: float = 10.0) -> bool:
-        """Delete the upper layer once no write is in flight (idempotent).
-
-        Waits up to ``timeout`` seconds; if writes are still running then, the
-        last of them removes the layer when it finishes and this returns False.
-        """
-        self.closing.set()
-        deadline = time.monotonic() + timeout
-        with self._life:
-            if self._removed:
-                return True
-            self._closed = True
-            while self._inflight:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._remove_pending = True
-                    log.warning("overlay_removal_deferred", overlay=self.overlay_id)
-                    return False
-                self._life.wait(remaining)
-            self._removed = True
-        self._delete_storage()
-        return True
-
-    def _delete_storage(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self.gone.set()
-        log.debug("overlay_removed", overlay=self.overlay_id)
 
     def _scrub(self, exc: FsError) -> FsError:
         """Never let the overlay's own location reach a tool (defence in depth)."""
@@ -846,10 +611,6 @@ class OverlayFs(UnionListing):
         if secret not in text:
             return exc
         return type(exc)(text.replace(secret, "<overlay>"))
-
-
-def _path_key(rel: str) -> tuple[str, ...]:
-    return tuple(rel.split("/"))
 
 
 def _unlink_quietly(path: str) -> None:

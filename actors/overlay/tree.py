@@ -87,3 +87,10 @@ class PlannedEntry:
     size: int = 0
     sha256: str | None = None
     """The new content's sha256 (``final == "file"``)."""
+
+
+def path_key(rel: str) -> tuple[str, ...]:
+    """The order of workspace-relative paths: by component, so a directory sorts
+    right before what it holds (``a``, ``a/b``, ``a-b``), which plain string order
+    (``a``, ``a-b``, ``a/b``) does not give."""
+    return tuple(rel.split("/"))

@@ -36,7 +36,8 @@ from fore.actors.store.errors import (
     StoreUrlError,
 )
 from fore.actors.store.migrations import PG_MIGRATION_LOCK, PG_SCHEMA
-from fore.actors.store.sql import Dialect, Row, SqlSessionStore, Tx
+from fore.actors.store.sql import SqlSessionStore
+from fore.actors.store.statements import Dialect, Row, Tx
 from fore.actors.store.url import PostgresTarget
 
 if TYPE_CHECKING:

@@ -40,7 +40,8 @@ from fore.actors.store.errors import (
     StoreError,
     StoreUnavailable,
 )
-from fore.actors.store.sql import Dialect, Row, SqlSessionStore, Tx
+from fore.actors.store.sql import SqlSessionStore
+from fore.actors.store.statements import Dialect, Row, Tx
 from fore.actors.store.url import SqliteTarget
 
 DIALECT = Dialect(

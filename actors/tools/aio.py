@@ -62,8 +62,6 @@ class ToolLoop:
         """Submitted jobs the loop has not taken yet (guarded by ``_lock``)."""
         self._draining = False
         """A drain is scheduled on the loop: further submits need not wake it."""
-        self.submitted = 0
-        self.completed = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -176,7 +174,6 @@ class ToolLoop:
         """
         loop = self.loop()
         with self._lock:
-            self.submitted += 1
             self._incoming.append((make, on_done, cancel))
             if self._draining:
                 return  # the drain already scheduled takes this job too
@@ -227,7 +224,6 @@ class ToolLoop:
     ) -> None:
         holder.clear()
         self._tasks.discard(task)
-        self.completed += 1
         result: Any = None
         error: BaseException | None = None
         if task.cancelled():

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 import stat as stat_mod
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 from fore.errors import FsError, PathOutOfScope
@@ -237,52 +235,6 @@ def write_key(path: str, root: str | None) -> str:
         return normalize(path, root or "/nonexistent-root")
     except FsError:
         return path
-
-
-@lru_cache(maxsize=512)
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a glob over workspace-relative paths.
-
-    ``*`` and ``?`` never cross ``/``; ``**`` as a whole segment matches any
-    number of segments (including none); ``[...]`` is a character class; a
-    pattern without ``/`` matches the basename at any depth (as ``**/pat``).
-    """
-    if "/" not in pattern.strip("/"):
-        pattern = "**/" + pattern.lstrip("/")
-    segments = pattern.strip("/").split("/")
-    parts: list[str] = []
-    for index, segment in enumerate(segments):
-        last = index == len(segments) - 1
-        if segment == "**":
-            parts.append(".*" if last else "(?:[^/]*/)*")
-            continue
-        parts.append(_segment_regex(segment) + ("" if last else "/"))
-    return re.compile("".join(parts) + r"\Z", re.DOTALL)
-
-
-def _segment_regex(segment: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(segment):
-        char = segment[i]
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            end = segment.find("]", i + 2 if segment[i + 1 : i + 2] in ("!", "]") else i + 1)
-            if end == -1:
-                out.append(re.escape(char))
-            else:
-                body = segment[i + 1 : end].replace("\\", "\\\\").replace("/", "")
-                if body.startswith("!"):
-                    body = "^/" + body[1:]  # a negated class must not match "/" either
-                out.append("[" + body + "]")
-                i = end
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
 
 
 def split_lines(text: str) -> list[str]:

@@ -35,7 +35,8 @@ from pykka import ActorDeadError
 from fore.actors.core import ActorSystem
 from fore.actors.core.cancel import KINDS, Cancelled, CancelScope, Lease, LeaseKind
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor
 from fore.errors import ForeError
 from fore.messages.address import Ask
 from fore.messages.base import Message

@@ -31,7 +31,8 @@ from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr
 
 from fore.actors.core.errors import ActorCrashed, AskTimeout, UnhandledMessageError
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ActorExit, PooledActor, handles, stop_now
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ActorExit, PooledActor, stop_now
 from fore.actors.core.system import ActorSystem
 from fore.messages.base import ControlMessage, Message
 

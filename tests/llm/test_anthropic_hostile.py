@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fore import AnthropicModel
-from fore.actors.llm.anthropic_wire import AnthropicAssembler
+from fore.actors.llm.anthropic_answer import AnthropicAssembler
 from fore.actors.llm.body import BodyLimits
 from fore.actors.llm.errors import LlmException, error_from_status
 from fore.actors.llm.models import RetryPolicy, StreamResult, Timeouts

@@ -1,4 +1,4 @@
-"""The Anthropic wire codec (actors/llm/anthropic_wire.py), pure.
+"""The Anthropic wire codec (actors/llm/anthropic_wire.py, anthropic_answer.py), pure.
 
 Property tests: any history encodes to a request the mock's strict validator
 (a real server's rules: alternating roles, a user turn first, every tool_use
@@ -16,21 +16,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fore.actors.llm.anthropic_answer import (
+    AnthropicAssembler,
+    anthropic_error,
+    complete_from_message,
+    finish_reason,
+    usage_from,
+)
 from fore.actors.llm.anthropic_wire import (
     CONTINUE,
     MAX_BREAKPOINTS,
     OMITTED_START,
-    AnthropicAssembler,
     Thinking,
-    anthropic_error,
-    complete_from_message,
     encode_history,
-    finish_reason,
     request_body,
     request_payload,
     to_anthropic_tool_choice,
     tool_use_id,
-    usage_from,
 )
 from fore.actors.llm.errors import LlmException
 from fore.actors.llm.mock_anthropic import validate_request

@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 
 from fore.actors.llm import LlmException, OpenAICompatible, RetryPolicy, StreamResult
+from fore.actors.llm.codec import parse_arguments
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
-from fore.actors.llm.wire import StreamAssembler, parse_arguments, request_body, to_openai_message
+from fore.actors.llm.wire import StreamAssembler, request_body, to_openai_message
 from fore.bench.llm_hostile import CASES, Case, HostileServer, sse_chunk
 from fore.messages.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
 from fore.messages.llm import LlmRequest

@@ -29,8 +29,8 @@ from fore.actors.tools.matching import (
     compile_glob,
     glob_matches,
 )
-from fore.actors.tools.paths import glob_regex
 from fore.messages.conversation import ToolCall
+from tests.tools.glob_reference import glob_regex
 
 REGISTRY = default_registry()
 

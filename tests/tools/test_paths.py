@@ -1,4 +1,5 @@
-"""Lexical path rules: ``normalize`` and ``glob_regex`` (issue 3)."""
+"""Lexical path rules: ``normalize`` (issue 3), and the reference glob the tests keep
+(``tests/tools/glob_reference.py``, the tools' glob before issue 23.5)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fore.actors.tools.paths import FsError, PathOutOfScope, glob_regex, normalize
+from fore.actors.tools.paths import FsError, PathOutOfScope, normalize
+from tests.tools.glob_reference import glob_regex
 
 ROOT = "/work/space"
 

@@ -32,7 +32,8 @@ from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_too
 from fore.actors.tools.base import Invocation
 from fore.actors.tools.builtin import Shell
 from fore.actors.tools.cancel import CancelToken
-from fore.actors.tools.proctrack import cgroup2_mount, own_cgroup, tracking_unavailable
+from fore.actors.tools.proctrack import tracking_unavailable
+from fore.actors.tools.proctrack.cgroup import cgroup2_mount, own_cgroup
 from fore.messages.conversation import ToolCall
 
 WAIT = 20.0
@@ -264,9 +265,9 @@ def test_a_command_that_never_joined_its_cgroup_is_swept_anyway(
     why = tracking_unavailable("cgroup")
     if why is not None:
         pytest.skip(why)
-    from fore.actors.tools import proctrack
+    from fore.actors.tools.proctrack import cgroup
 
-    monkeypatch.setattr(proctrack, "_JOIN_SCRIPT", "builtin exec {fd}<&- {ack}>&-\n")
+    monkeypatch.setattr(cgroup, "_JOIN_SCRIPT", "builtin exec {fd}<&- {ack}>&-\n")
     command = (
         f"setsid bash -c 'echo $$ > started; exec -a {tag} sleep 600' </dev/null >/dev/null 2>&1 &"
         " until [ -s started ]; do sleep 0.01; done; grep ^0:: /proc/self/cgroup"

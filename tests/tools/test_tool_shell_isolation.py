@@ -29,10 +29,10 @@ import fore.testing
 from fore.actors.tools import ToolContext, ToolRegistry, WorkspaceFs, invoke_tool
 from fore.actors.tools.base import Invocation
 from fore.actors.tools.builtin import Shell
-from fore.actors.tools.builtin.shell import looks_secret
 from fore.actors.tools.cancel import CancelToken
-from fore.actors.tools.envscrub import scrub_env
-from fore.actors.tools.proctrack import CALL_MARKER, _new_pid, last_pid
+from fore.actors.tools.envscrub import scrub_env, secret_name
+from fore.actors.tools.proctrack import CALL_MARKER
+from fore.actors.tools.proctrack.sweep import _new_pid, last_pid
 from fore.messages.conversation import ToolCall
 
 WAIT = 15.0
@@ -168,9 +168,9 @@ SECRETS = {
 
 
 def test_the_name_rules() -> None:
-    assert all(looks_secret(name) for name in SECRETS)
+    assert all(secret_name(name) for name in SECRETS)
     for name in ("PATH", "HOME", "LANG", "TERM", "MY_SETTING", "TOKENIZERS_PARALLELISM", "KEYMAP"):
-        assert not looks_secret(name), name
+        assert not secret_name(name), name
     env = {"OPENAI_API_KEY": "x", "GITHUB_TOKEN": "y", "PATH": "/bin"}
     assert scrub_env(env) == {"PATH": "/bin"}
     assert scrub_env(env, allow=["GITHUB_TOKEN"]) == {"GITHUB_TOKEN": "y", "PATH": "/bin"}

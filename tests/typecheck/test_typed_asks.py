@@ -28,7 +28,9 @@ import pytest
 from pykka import ActorDeadError
 
 from fore.actors.core import ActorSystem
-from fore.actors.core.pooled import ForeActor, handles, tell_quietly
+from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor
 from fore.messages.address import Ask
 from fore.messages.base import ControlMessage, Message
 from fore.supervision.session import EventQueue

@@ -39,9 +39,9 @@ from fore.actors.llm import (
     StreamAssembler,
     StreamResult,
 )
+from fore.actors.llm.codec import tool_call
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
-from fore.actors.llm.wire import tool_call
 from fore.actors.tools import FunctionTool, ToolContext
 from fore.actors.worker.hookrun import DetachedChain, HookGate, HookJob
 from fore.actors.worker.hooks import HookEvent, Hooks, HookSpec, Skip

@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.mock_server.anthropic_cache import (
     MIN_CACHE_TOKENS,
     CacheUsage,
@@ -61,11 +61,11 @@ from fore.actors.llm.mock_server.anthropic_cache import (
     prompt_blocks,
 )
 from fore.actors.llm.mock_server.anthropic_strict import _blocks, validate_request
-from fore.actors.llm.mock_server.faults import _NOT_SSE_PAGE, _Fault, _format_seconds
-from fore.actors.llm.mock_server.replies import _Answer, _Exchange, _make_answer, generated_text
+from fore.actors.llm.mock_server.faults import _NOT_SSE_PAGE, _Fault, _format_seconds, _whole_body
+from fore.actors.llm.mock_server.replies import _Answer, _Exchange, _make_answer
 from fore.actors.llm.mock_server.settings import FAULT_KINDS, _Record
 from fore.actors.llm.mock_server.sse import _CUT, _LINGER
-from fore.actors.llm.mock_server.strict import _header_float, _header_optional_float
+from fore.actors.llm.mock_server.strict import _pace
 from fore.actors.llm.script import ScriptReply, ScriptToolCall
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ _STOP: Final = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_t
 
 
 def _sse(kind: str, data: Mapping[str, Any]) -> bytes:
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = dumps(data)
     return f"event: {kind}\ndata: {payload}\n\n".encode()
 
 
@@ -167,37 +167,12 @@ class AnthropicMessages:
         self.cache.clear()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        app = self._app
-        app._enter()
-        record: _Record | None = None
-        try:
-            request = Request(scope, receive)
-            try:
-                raw = await request.body()
-            except ClientDisconnect:
-                return
-            try:
-                body: Any = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            record = app._new_record(request.headers, body if isinstance(body, dict) else None)
-            if request.client is not None:
-                record.peer = f"{request.client.host}:{request.client.port}"
-            response = await self._respond(record, request.headers, body, receive)
-            if record.outcome != "in_progress":
-                app._finish(record)
-            elif record.stream:
-                app._count_stream_start()
-            await response(scope, receive, send)
-        finally:
-            if record is None:
-                app._abandon()
-            else:
-                app._finish(record)
+        await self._app.serve(scope, receive, send, self._respond)
 
     async def _respond(
-        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any
+        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any, _size: int
     ) -> Response:
+        # ``_size`` is unused: the prompt is counted from its blocks (the cache's accounting).
         app = self._app
         settings = app.settings
         if not headers.get("x-api-key") and not headers.get("authorization"):
@@ -218,15 +193,7 @@ class AnthropicMessages:
             record.outcome = "bad_request"
             return _error(400, "invalid_request_error", f"unknown X-Mock-Fault {header_fault!r}")
         try:
-            ttft_ms = _header_float(headers, "x-mock-ttft-ms", settings.ttft_ms, minimum=0.0)
-            tokens_per_s = _header_optional_float(
-                headers, "x-mock-tokens-per-s", settings.tokens_per_s
-            )
-            args_chunk = int(
-                _header_float(
-                    headers, "x-mock-args-chunk-chars", settings.tool_args_chunk_chars, minimum=1.0
-                )
-            )
+            ttft_ms, tokens_per_s, args_chunk = _pace(headers, settings)
         except ValueError as exc:
             record.outcome = "bad_request"
             return _error(400, "invalid_request_error", str(exc))
@@ -252,16 +219,7 @@ class AnthropicMessages:
                 record.outcome = "error"
                 return status_response
         last_text = last_input_text(body)
-        cursor = app._cursor(record.session)
-        if cursor is None:
-            reply = ScriptReply(
-                text=generated_text(settings.generated_words, f"{record.purpose}\0{last_text}")
-            )
-        elif fault is None:
-            reply = cursor.next_reply(record.purpose, last_text)
-        else:
-            reply = cursor.peek_reply(record.purpose, last_text)
-        reply = _with_tool_ids(_obey(reply, body))
+        reply = _with_tool_ids(_obey(app._pick_reply(record, fault, last_text), body))
         # The prompt is billed only once the request is answered (not for faults above).
         usage = self.cache.account(exchange.model, prompt_blocks(body))
         names = _tool_names(body)
@@ -326,26 +284,8 @@ class AnthropicMessages:
             "stop_sequence": None,
             "usage": {**_usage(usage), "output_tokens": answer.completion_tokens},
         }
-        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
         headers = {"content-type": "application/json", **extra}
-        if kind == "malformed":
-            data = data[: len(data) // 2] + b"<<not json>>"
-        elif kind == "truncated":
-            data = data[: len(data) // 2]
-        elif kind == "cut":
-            full_length = len(data)
-            ex.record.outcome = "cut"
-            from fore.actors.llm.mock_server.faults import _CutConnection
-
-            async def partial() -> AsyncIterator[bytes]:
-                yield data[: full_length // 2]
-                raise _CutConnection("cut fault")
-
-            return StreamingResponse(
-                partial(), headers={**headers, "content-length": str(full_length)}
-            )
-        ex.record.outcome = "completed"
-        return Response(data, 200, headers=headers)
+        return _whole_body(ex.record, kind, dumps(payload).encode(), headers)
 
 
 def _usage(usage: CacheUsage) -> dict[str, int]:

@@ -139,8 +139,6 @@ class PromptCache:
         self.max_entries = max_entries
         self._entries: OrderedDict[bytes, float] = OrderedDict()
         self._lock = threading.Lock()
-        self.reads = 0
-        self.writes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -148,7 +146,6 @@ class PromptCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self.reads = self.writes = 0
 
     def account(
         self, model: str, blocks: Sequence[PromptBlock], *, now: float | None = None
@@ -180,13 +177,11 @@ class PromptCache:
             read = ends[hit] if hit >= 0 else 0
             if hit >= 0:
                 self._refresh(keys[hit], now, self._ttl_at(blocks, marks, hit))
-                self.reads += 1
             written_to = hit
             for mark in marks:
                 if mark > hit and ends[mark] >= self.min_tokens:
                     self._refresh(keys[mark], now, _TTL_S[str(blocks[mark].ttl)])
                     written_to = mark
-                    self.writes += 1
         write = ends[written_to] - read if written_to > hit else 0
         return CacheUsage(total - read - write, read, write)
 

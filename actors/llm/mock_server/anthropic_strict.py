@@ -102,7 +102,7 @@ def _check_cache_control(block: Any, where: str) -> Problem | None:
 def validate_request(body: Any, *, max_output_tokens: int = 64_000) -> Problem | None:
     """What the API would refuse in ``body`` (``None``: a valid Messages request).
 
-    Pure: the property tests of :mod:`actors.llm.anthropic_wire` check the
+    Pure: the property tests of :mod:`actors.llm.anthropic_wire` (the request) check the
     client's every request against it.
     """
     if not isinstance(body, dict):

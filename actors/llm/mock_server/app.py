@@ -1,11 +1,14 @@
-"""The mock server's ASGI application: routes, per-request bookkeeping, answering.
+"""The mock server's ASGI application: its state, per-request bookkeeping, routes.
 
 :class:`MockLlmApp` holds the state (script cursors, queued faults, records, counters)
-behind one lock, routes ``POST /v1/chat/completions`` (and Anthropic's ``/v1/messages``,
-:mod:`~fore.actors.llm.mock_server.anthropic`) and the ``/mock`` control endpoints, and
-writes each answer on its latency model. It is the one stateful piece; what it checks,
-answers and frames lives in the modules beside it, and how it is served (a thread, a
-process) in :mod:`~fore.actors.llm.mock_server.server`.
+behind one lock, serves each request of either API with the same bookkeeping
+(:meth:`MockLlmApp.serve`) -- OpenAI's ``POST /v1/chat/completions``
+(:mod:`~fore.actors.llm.mock_server.openai`) and Anthropic's ``/v1/messages``
+(:mod:`~fore.actors.llm.mock_server.anthropic`) -- writes a streamed answer on its
+latency model (:meth:`MockLlmApp._stream_body`), and serves the ``/mock`` control
+endpoints. It is the one stateful piece; what it checks, answers and frames lives in
+the modules beside it, and how it is served (a thread, a process) in
+:mod:`~fore.actors.llm.mock_server.server`.
 """
 
 from __future__ import annotations
@@ -17,34 +20,26 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Final, cast
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.mock_server.faults import (
     _CutConnection,
     _error_response,
     _Fault,
     _QueuedFault,
-    _status_fault,
 )
-from fore.actors.llm.mock_server.replies import (
-    _Answer,
-    _dumps,
-    _Exchange,
-    _make_answer,
-    _obey,
-    generated_text,
-)
+from fore.actors.llm.mock_server.replies import _Exchange, generated_text
 from fore.actors.llm.mock_server.settings import (
     DEFAULT_PURPOSE,
     DEFAULT_SESSION,
-    FAULT_KINDS,
     FaultKind,
     FaultSpec,
     MockSettings,
@@ -54,23 +49,11 @@ from fore.actors.llm.mock_server.settings import (
     _Counters,
     _Record,
 )
-from fore.actors.llm.mock_server.sse import _CUT, _LINGER, _stream_events
+from fore.actors.llm.mock_server.sse import _CUT, _LINGER
 from fore.actors.llm.mock_server.strict import (
-    _first_tool_name,
-    _forced_function,
     _header_float,
-    _header_optional_float,
-    _max_tokens,
-    _strict_problems,
-    _validate_body,
 )
-from fore.actors.llm.script import (
-    ScriptCursor,
-    ScriptError,
-    ScriptFile,
-    ScriptReply,
-    last_user_or_tool_text,
-)
+from fore.actors.llm.script import ScriptCursor, ScriptError, ScriptFile, ScriptReply
 
 _SHORT_SLEEP_S: Final = 0.2
 
@@ -78,18 +61,9 @@ _SHORT_SLEEP_S: Final = 0.2
 _FLUSH_BYTES: Final = 32 * 1024
 
 
-class _ChatEndpoint:
-    """Raw ASGI endpoint so bookkeeping wraps the whole response, not just the handler.
-
-    A plain starlette handler returns before a streaming body is sent; the
-    in-flight count and the disconnect detection must span the body too.
-    """
-
-    def __init__(self, app: MockLlmApp) -> None:
-        self._app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self._app._handle_chat(scope, receive, send)
+Responder = Callable[[_Record, Mapping[str, str], Any, Any, int], Coroutine[Any, Any, Response]]
+"""An API's answer to one request: ``respond(record, headers, body, receive, size)``
+(``body`` the decoded JSON or None, ``size`` its length in bytes as sent)."""
 
 
 class MockLlmApp:
@@ -111,14 +85,15 @@ class MockLlmApp:
         self._seq = 0
         self._counters = _Counters()
         self._closing = asyncio.Event()
-        # -- Anthropic's /v1/messages (issue 27): its own module, same state --
+        # The two APIs: each its own module, over this state.
         from fore.actors.llm.mock_server.anthropic import AnthropicMessages
+        from fore.actors.llm.mock_server.openai import ChatCompletions
 
-        self.anthropic = AnthropicMessages(self)
-        # --
+        self.chat = ChatCompletions(self)
+        self.anthropic = AnthropicMessages(self)  # issue 27
         self.asgi = Starlette(
             routes=[
-                Route("/v1/chat/completions", _ChatEndpoint(self), methods=["POST"]),
+                *self.chat.routes(),
                 *self.anthropic.routes(),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/mock/stats", self._stats_endpoint, methods=["GET"]),
@@ -268,6 +243,17 @@ class MockLlmApp:
                 cursor = self._cursors[session] = ScriptCursor(self._script)
             return cursor
 
+    def _pick_reply(self, record: _Record, fault: _Fault | None, last_text: str) -> ScriptReply:
+        """The reply ``record`` gets: the script's next (only peeked at when a fault
+        answers instead, so the reply stays for the retry), or generated text."""
+        cursor = self._cursor(record.session)
+        if cursor is None:
+            words = self.settings.generated_words
+            return ScriptReply(text=generated_text(words, f"{record.purpose}\0{last_text}"))
+        if fault is None:
+            return cursor.next_reply(record.purpose, last_text)
+        return cursor.peek_reply(record.purpose, last_text)
+
     def _take_fault(
         self, headers: Mapping[str, str], session: str, forced: str | None
     ) -> _Fault | None:
@@ -349,9 +335,16 @@ class MockLlmApp:
             return "disconnected"
         return "closing" if self._closing.is_set() else "elapsed"
 
-    # -- the chat endpoint -------------------------------------------------- #
+    # -- serving one request (either API) ---------------------------------- #
 
-    async def _handle_chat(self, scope: Any, receive: Any, send: Any) -> None:
+    async def serve(self, scope: Any, receive: Any, send: Any, respond: Responder) -> None:
+        """Serve one request of either API: record it, let ``respond`` answer it, settle it.
+
+        A raw ASGI endpoint, so the bookkeeping wraps the whole response and not
+        just the handler: a plain starlette handler returns before a streaming
+        body is sent, and the in-flight count and the disconnect detection must
+        span the body too.
+        """
         self._enter()
         record: _Record | None = None
         try:
@@ -367,7 +360,7 @@ class MockLlmApp:
             record = self._new_record(request.headers, body if isinstance(body, dict) else None)
             if request.client is not None:
                 record.peer = f"{request.client.host}:{request.client.port}"
-            response = await self._respond(record, request.headers, body, receive, len(raw))
+            response = await respond(record, request.headers, body, receive, len(raw))
             if record.outcome != "in_progress":
                 self._finish(record)
             elif record.stream:
@@ -378,105 +371,6 @@ class MockLlmApp:
                 self._abandon()
             else:
                 self._finish(record)
-
-    async def _respond(
-        self, record: _Record, headers: Mapping[str, str], body: Any, receive: Any, size: int
-    ) -> Response:
-        problem = _validate_body(body)
-        if problem is None and self.settings.strict:
-            problem = _strict_problems(body, self.settings.max_output_tokens)
-        if problem is not None:
-            record.outcome = "bad_request"
-            return _error_response(400, problem[0], param=problem[1])
-        header_fault = headers.get("x-mock-fault")
-        if header_fault and header_fault.strip() not in FAULT_KINDS:
-            record.outcome = "bad_request"
-            return _error_response(
-                400,
-                f"unknown X-Mock-Fault {header_fault!r}; use one of {', '.join(FAULT_KINDS)}",
-                param="X-Mock-Fault",
-            )
-        settings = self.settings
-        try:
-            ttft_ms = _header_float(headers, "x-mock-ttft-ms", settings.ttft_ms, minimum=0.0)
-            tokens_per_s = _header_optional_float(
-                headers, "x-mock-tokens-per-s", settings.tokens_per_s
-            )
-            args_chunk = int(
-                _header_float(
-                    headers,
-                    "x-mock-args-chunk-chars",
-                    settings.tool_args_chunk_chars,
-                    minimum=1.0,
-                )
-            )
-            _header_float(headers, "x-mock-retry-after", settings.retry_after_s, minimum=0.0)
-            _header_float(headers, "x-mock-stall-s", settings.stall_s, minimum=0.0)
-        except ValueError as exc:
-            record.outcome = "bad_request"
-            return _error_response(400, str(exc))
-
-        stream = body.get("stream") is True
-        record.stream = stream
-        options = body.get("stream_options")
-        include_usage = (
-            stream and isinstance(options, dict) and options.get("include_usage") is True
-        )
-        forced = _forced_function(body)
-        fault = self._take_fault(headers, record.session, forced)
-        exchange = _Exchange(
-            record=record,
-            session=record.session,
-            purpose=record.purpose,
-            request_id=record.request_id,
-            model=str(body["model"]),
-            stream=stream,
-            include_usage=include_usage,
-            fault=fault,
-        )
-        if fault is not None:
-            self._count_fault(record, fault)
-            status_response = _status_fault(fault, forced, stream=stream)
-            if status_response is not None:
-                record.outcome = "error"
-                return status_response
-
-        messages: list[Any] = body["messages"]
-        last_text = last_user_or_tool_text(messages)
-        cursor = self._cursor(record.session)
-        if cursor is None:
-            reply = ScriptReply(
-                text=generated_text(settings.generated_words, f"{record.purpose}\0{last_text}")
-            )
-        elif fault is None:
-            reply = cursor.next_reply(record.purpose, last_text)
-        else:
-            reply = cursor.peek_reply(record.purpose, last_text)
-        reply = _obey(reply, body)
-        answer = _make_answer(
-            reply,
-            ttft_ms=ttft_ms,
-            tokens_per_s=tokens_per_s,
-            args_chunk_chars=args_chunk,
-            # ~4 bytes per token, estimated from the body as sent (re-encoding
-            # the messages would cost the server O(history) per request).
-            prompt_tokens=max(1, size // 4),
-            max_tokens=_max_tokens(body),
-            bad_args_tool=_first_tool_name(body)
-            if fault is not None and fault.kind == "bad_tool_args"
-            else None,
-        )
-        record.ttft_s = answer.first_delay_s
-        record.token_interval_s = answer.interval_s
-        extra_headers: dict[str, str] = {"x-mock-fault": fault.kind} if fault is not None else {}
-        if stream:
-            events = _stream_events(exchange, answer)
-            return StreamingResponse(
-                self._stream_body(exchange, events),
-                media_type="text/event-stream",
-                headers={"cache-control": "no-cache", **extra_headers},
-            )
-        return await self._completion(exchange, answer, receive, extra_headers)
 
     async def _stream_body(
         self, ex: _Exchange, events: list[tuple[float, object]]
@@ -549,60 +443,6 @@ class MockLlmApp:
             self._finish(ex.record, "closed")  # no-op after a deliberate cut
             raise
 
-    async def _completion(
-        self, ex: _Exchange, answer: _Answer, receive: Any, extra_headers: dict[str, str]
-    ) -> Response:
-        kind = ex.fault.kind if ex.fault is not None else None
-        wait_s = answer.total_s + (ex.fault.stall_s if ex.fault and kind == "stall" else 0.0)
-        waited = await self._wait_or_disconnect(wait_s, receive)
-        if waited == "disconnected":
-            ex.record.outcome = "disconnected"
-            return Response(status_code=499)
-        if waited == "closing":
-            ex.record.outcome = "closed"
-            return _error_response(503, "mock server shutting down", type_="server_error")
-        content = answer.text if answer.text or not answer.tool_calls else None
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if answer.tool_calls:
-            message["tool_calls"] = [
-                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                for cid, name, args in answer.tool_calls
-            ]
-        payload = {
-            "id": ex.completion_id,
-            "object": "chat.completion",
-            "created": ex.created,
-            "model": ex.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": answer.finish_reason,
-                }
-            ],
-            "usage": answer.usage(),
-        }
-        data = _dumps(payload).encode("utf-8")
-        headers = {"content-type": "application/json", **extra_headers}
-        if kind == "malformed":
-            data = data[: len(data) // 2] + b"<<not json>>"
-        elif kind == "truncated":
-            data = data[: len(data) // 2]
-        elif kind == "cut":
-            full_length = len(data)
-            ex.record.outcome = "cut"
-
-            async def partial() -> AsyncIterator[bytes]:
-                yield data[: full_length // 2]
-                raise _CutConnection("cut fault")
-
-            return StreamingResponse(
-                partial(), headers={**headers, "content-length": str(full_length)}
-            )
-        ex.record.outcome = "completed"
-        return Response(data, 200, headers=headers)
-
     # -- control endpoints -------------------------------------------------- #
 
     async def _models(self, request: Request) -> Response:
@@ -618,7 +458,7 @@ class MockLlmApp:
 
     async def _requests_endpoint(self, request: Request) -> Response:
         records = [r.model_dump(mode="json") for r in self.requests()]
-        return Response(_dumps({"requests": records}), media_type="application/json")
+        return Response(dumps({"requests": records}), media_type="application/json")
 
     async def _faults_endpoint(self, request: Request) -> Response:
         try:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from fore.actors.llm.mock_server.settings import FaultKind, FaultSpec
+from fore.actors.llm.mock_server.settings import FaultKind, FaultSpec, _Record
 
 
 @dataclass(slots=True)
@@ -143,3 +143,29 @@ def _status_fault(fault: _Fault, forced: str | None, *, stream: bool) -> Respons
             headers=tag,
         )
     return None
+
+
+def _whole_body(
+    record: _Record, kind: str | None, data: bytes, headers: dict[str, str]
+) -> Response:
+    """A non-streamed answer's bytes, with its request's in-body fault applied.
+
+    ``malformed``: cut in half and not JSON; ``truncated``: cut in half; ``cut``:
+    half of it sent, then the connection closed (the ``content-length`` promises
+    the whole). Settles ``record``'s outcome. Both APIs answer this way.
+    """
+    if kind == "malformed":
+        data = data[: len(data) // 2] + b"<<not json>>"
+    elif kind == "truncated":
+        data = data[: len(data) // 2]
+    elif kind == "cut":
+        full_length = len(data)
+        record.outcome = "cut"
+
+        async def partial() -> AsyncIterator[bytes]:
+            yield data[: full_length // 2]
+            raise _CutConnection("cut fault")
+
+        return StreamingResponse(partial(), headers={**headers, "content-length": str(full_length)})
+    record.outcome = "completed"
+    return Response(data, 200, headers=headers)

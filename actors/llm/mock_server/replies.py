@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.mock_schema import conform
 from fore.actors.llm.mock_server.faults import _Fault
 from fore.actors.llm.mock_server.settings import _Record
@@ -51,10 +52,6 @@ def generated_text(words: int, seed: str) -> str:
     picked = [rng.choice(_VOCABULARY) for _ in range(words)]
     picked[0] = picked[0].capitalize()
     return " ".join(picked) + "."
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def _obey(reply: ScriptReply, body: Mapping[str, Any]) -> ScriptReply:
@@ -94,7 +91,7 @@ def _obey(reply: ScriptReply, body: Mapping[str, Any]) -> ScriptReply:
         except ValueError:
             is_object = False
         if not is_object:
-            reply = reply.model_copy(update={"text": _dumps({"text": reply.text})})
+            reply = reply.model_copy(update={"text": dumps({"text": reply.text})})
     return reply
 
 

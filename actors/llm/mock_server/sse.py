@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from fore.actors.llm.codec import dumps
 from fore.actors.llm.mock_server.faults import _STREAM_ERROR
-from fore.actors.llm.mock_server.replies import _Answer, _dumps, _Exchange
+from fore.actors.llm.mock_server.replies import _Answer, _Exchange
 
 _CUT: Final = object()
 """Marker in an event list: abort the connection here."""
@@ -30,7 +31,7 @@ def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]
     # answer is hundreds of chunks and the mock's CPU is shared with what it measures).
     head = (
         "data: "
-        + _dumps(
+        + dumps(
             {
                 "id": ex.completion_id,
                 "object": "chat.completion.chunk",
@@ -43,8 +44,8 @@ def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]
     usage_tail = ',"usage":null' if ex.include_usage else ""
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        tail = f',"logprobs":null,"finish_reason":{_dumps(finish_reason)}}}]{usage_tail}}}'
-        return head + (_dumps(delta) + tail).encode("utf-8") + b"\n\n"
+        tail = f',"logprobs":null,"finish_reason":{dumps(finish_reason)}}}]{usage_tail}}}'
+        return head + (dumps(delta) + tail).encode("utf-8") + b"\n\n"
 
     interval = answer.interval_s
     role_content = None if (answer.tool_calls and not answer.text_chunks) else ""
@@ -75,7 +76,7 @@ def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]
             "choices": [],
             "usage": answer.usage(),
         }
-        events.append((0.0, b"data: " + _dumps(usage_chunk).encode("utf-8") + b"\n\n"))
+        events.append((0.0, b"data: " + dumps(usage_chunk).encode("utf-8") + b"\n\n"))
     events.append((0.0, b"data: [DONE]\n\n"))
 
     kind = ex.fault.kind if ex.fault is not None else None
@@ -96,7 +97,7 @@ def _stream_events(ex: _Exchange, answer: _Answer) -> list[tuple[float, object]]
         events[1] = (delay + ex.fault.stall_s, payload)
     elif kind == "stream_error":
         del events[keep:]
-        events.append((0.0, b"data: " + _dumps({"error": _STREAM_ERROR}).encode("utf-8") + b"\n\n"))
+        events.append((0.0, b"data: " + dumps({"error": _STREAM_ERROR}).encode("utf-8") + b"\n\n"))
     elif kind == "linger" and ex.fault is not None:
         events.append((ex.fault.stall_s, _LINGER))
     return events

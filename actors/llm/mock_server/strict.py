@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fore.actors.llm.mock_schema import response_format_problem
+from fore.actors.llm.mock_server.settings import MockSettings
 
 
 def _forced_function(body: Mapping[str, Any]) -> str | None:
@@ -249,3 +250,17 @@ def _header_optional_float(
     if value <= 0:
         raise ValueError(f"header {name} must be > 0, got {raw!r}")
     return value
+
+
+def _pace(headers: Mapping[str, str], settings: MockSettings) -> tuple[float, float | None, int]:
+    """A request's latency model from its headers, else the settings: time to first
+    token (ms), token rate (None: unpaced) and tool-argument fragment size.
+    Raises ``ValueError`` naming a header that is not a valid value."""
+    ttft_ms = _header_float(headers, "x-mock-ttft-ms", settings.ttft_ms, minimum=0.0)
+    tokens_per_s = _header_optional_float(headers, "x-mock-tokens-per-s", settings.tokens_per_s)
+    args_chunk = int(
+        _header_float(
+            headers, "x-mock-args-chunk-chars", settings.tool_args_chunk_chars, minimum=1.0
+        )
+    )
+    return ttft_ms, tokens_per_s, args_chunk

@@ -53,7 +53,7 @@ from pydantic import Field
 from fore.actors.core.logs import get_logger
 from fore.actors.tools.base import Tool, ToolArgs, ToolContext, ToolError
 from fore.actors.tools.cancel import ToolCancelled
-from fore.actors.tools.envscrub import scrub_env, secret_name
+from fore.actors.tools.envscrub import scrub_env
 from fore.actors.tools.gitindex import private_index
 from fore.actors.tools.proctrack import (
     CALL_MARKER,
@@ -82,11 +82,6 @@ _ENV_OVERRIDES = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_OPTIONAL_LOCKS": "0",
 }
-
-
-def looks_secret(name: str) -> bool:
-    """Whether an environment variable's *name* says it holds a credential."""
-    return secret_name(name)
 
 
 class ShellArgs(ToolArgs):

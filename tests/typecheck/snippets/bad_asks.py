@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import tell_quietly
 from fore.messages.address import Address, Recipient
 from fore.supervision.session import EventQueue
 from tests.typecheck.snippets.asks import Asker, Name, Note, Ping, PingMessage

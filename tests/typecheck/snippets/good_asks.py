@@ -7,8 +7,8 @@ from typing import Any
 from pykka import ActorRef
 
 from fore.actors.core.cancel import CancelScope
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import tell_quietly
 from fore.messages.address import Address, Recipient
 from fore.messages.base import Message
 from fore.supervision.handle import Handle

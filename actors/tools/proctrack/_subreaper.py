@@ -1,6 +1,6 @@
 """The per-call supervisor of a ``shell`` command when no cgroup can hold it.
 
-Run by :class:`actors.tools.proctrack.SubreaperTracker` as
+Run by :class:`actors.tools.proctrack.subreaper.SubreaperTracker` as
 ``python -I -S _subreaper.py STATUS_FD PARENT_PID BOUND_S UNSET_LC_CTYPE ARGV...``;
 standard library only, no package imports (it starts in a fresh interpreter
 for every call, so every import is paid per call).

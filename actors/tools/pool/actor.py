@@ -22,7 +22,7 @@ Every call ends with exactly one :class:`~messages.tools.ToolCallFinished`:
 its own result; ``invalid`` / ``unknown_tool`` before running (also for a
 second call reusing a call id of its batch); ``error`` when planning it
 failed, no runner thread is free or its session has too many stuck threads
-(below); ``timeout`` when its deadline passes (its token is cancelled, a
+(:mod:`.zombies`); ``timeout`` when its deadline passes (its token is cancelled, a
 shell's process group killed, and the pool stops waiting for it);
 ``cancelled`` on request; or ``crashed`` if this actor itself fails -- then
 ``on_failure`` reports every call it was responsible for before the
@@ -31,28 +31,9 @@ one session's requests never affect another session's. A batch whose id is
 already running for its session is answered with one
 :class:`~messages.tools.ToolBatchRejected` instead.
 
-**Zombies.** A Python thread cannot be killed: a tool that ignores its token
-keeps running after its call was reported ``timeout`` or ``cancelled``. Such
-a call is a *zombie* until its thread returns, and the pool keeps treating it
-as running for everything but reporting:
-
-* it keeps its slot, so the caps bound the tool bodies that really run;
-* a later call that must not overlap it -- one writing the same path, any
-  call after an exclusive one, a shell after a write -- waits for its thread
-  to end, whether the later call is in the same batch or in a later batch of
-  the same session on the same filesystem view. If the thread has not ended
-  ``call_timeout`` seconds (plus :data:`ZOMBIE_HANDOVER_GRACE`) after the
-  later call became blocked by it, the later call is not run and gets an
-  ``error`` result saying why;
-* a session may hold at most ``max_zombies`` of them (default: its cap) --
-  counting batch plannings that timed out, whose threads are stuck too.
-  Beyond that its new calls get an ``error`` result at once, instead of
-  waiting for slots that may never come back; and when zombies fill every
-  global slot, every queued call is refused the same way. Other sessions
-  keep their slots: one session never holds more than its own cap.
-
-The result a zombie's thread produces in the end is dropped: its call was
-answered already.
+A call whose thread outlives its report is a *zombie*: it keeps its slot
+and holds back the calls that must not overlap it, within a bound per
+session (:mod:`.zombies`).
 
 Every string the pool reports is valid Unicode: tool output holding lone
 surrogates (say, a non-UTF-8 file name) is escaped by
@@ -66,12 +47,12 @@ import operator
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
-from fore.actors.core.cancel import CancelScope, Lease, Registration
-from fore.actors.core.pooled import ForeActor, handles, tell_quietly
-from fore.actors.core.timer import TimerHandle
+from fore.actors.core.cancel import CancelScope
+from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor
 from fore.actors.tools.aio import ToolLoop, ToolLoopClosed
 from fore.actors.tools.base import (
     Invocation,
@@ -82,13 +63,13 @@ from fore.actors.tools.base import (
     call_timeout,
     invoke_tool,
     is_async_tool,
-    parse_args,
-    unknown_tool,
 )
 from fore.actors.tools.cancel import CancelToken
-from fore.actors.tools.paths import write_key
+from fore.actors.tools.pool.calls import _Batch, _Call, _cancel
+from fore.actors.tools.pool.planning import plan_calls
+from fore.actors.tools.pool.zombies import ZombieBound
 from fore.actors.tools.runner import RunnerSaturated, ThreadRunner
-from fore.actors.tools.scheduling import CallShape, FairQueue, batch_dependencies, conflicts
+from fore.actors.tools.scheduling import FairQueue, batch_dependencies, conflicts
 from fore.actors.tools.text import valid_output, valid_unicode
 from fore.messages.conversation import ToolCall, ToolResult
 from fore.messages.tools import (
@@ -104,118 +85,9 @@ from fore.messages.tools import (
 
 DEFAULT_MAX_RUNNING = 64
 DEFAULT_PER_SESSION = 8
-ZOMBIE_HANDOVER_GRACE = 0.25
-"""Seconds added to a blocked call's wait, so a thread ending right at its deadline
-(a tool that overran by exactly one timeout) still hands over instead of racing the timer."""
-
-_NO_SHAPE = CallShape(frozenset(), False)
-
-Plan = Invocation | CallShape
-"""What planning says about one call: its early result, or how it must be scheduled."""
 
 
-@dataclass(eq=False)
-class _Call:
-    batch: _Batch
-    index: int
-    call: ToolCall
-    shape: CallShape = _NO_SHAPE
-    waiting_on: set[_Call] = field(default_factory=set)
-    """Calls that must end (their thread, not just their report) before this one starts."""
-    dependents: list[_Call] = field(default_factory=list)
-    state: str = "planning"
-    """planning | waiting | ready | running | zombie | done (see module docs)."""
-    reported: bool = False
-    holds_slot: bool = False
-    token: CancelToken = field(default_factory=CancelToken)
-    timer: TimerHandle | None = None
-    """The call's deadline while it runs."""
-    wait_timer: TimerHandle | None = None
-    """How long it may wait for a zombie it must not overlap."""
-    started: float = 0.0
-    timeout: float = 0.0
-    """Its deadline in seconds once it runs (the tool's own ``timeout``, else the batch's)."""
-    ended_as: str = ""
-    """How a zombie's call was reported ("timed out", "was cancelled")."""
-
-
-@dataclass(eq=False)
-class _Batch:
-    request: RunToolBatch
-    calls: list[_Call] = field(default_factory=list)
-    results: list[ToolCallFinished | None] = field(default_factory=list)
-    remaining: int = 0
-    planned: bool = False
-    plan_timer: TimerHandle | None = None
-    plan_stuck: bool = False
-    """Planning timed out and its thread has not returned yet (a planning zombie)."""
-    lease: Lease | None = None
-    """Held under the request's scope until every call is reported."""
-    registration: Registration | None = None
-    """The scope's cancel callback (removed once the batch is reported)."""
-
-    @property
-    def session(self) -> str:
-        return self.request.session_id
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.request.session_id, self.request.batch_id)
-
-
-def plan_calls(registry: ToolRegistry, calls: tuple[ToolCall, ...], fs: Any) -> list[Plan]:
-    """Validate each call and work out what it writes (runs on a runner thread).
-
-    Never raises: a tool whose ``write_paths`` fails gets an error result
-    naming the exception, and only that call does.
-    """
-    plans: list[Plan] = []
-    for call in calls:
-        tool = registry.get(call.name)
-        if tool is None:
-            plans.append(unknown_tool(registry, call))
-            continue
-        args = parse_args(tool, call)
-        if isinstance(args, Invocation):
-            plans.append(args)
-            continue
-        try:
-            writes = frozenset(ordering_key(fs, path) for path in tool.write_paths(args))
-            exclusive = bool(getattr(tool, "exclusive", False))
-            shape = CallShape(writes, exclusive, bool(getattr(tool, "writes_all", False)))
-        except Exception as exc:
-            plans.append(
-                Invocation(
-                    "error",
-                    f"{tool.name} was not run: working out which paths it writes failed "
-                    f"({type(exc).__name__}: {exc})",
-                    True,
-                )
-            )
-            continue
-        plans.append(shape)
-    return plans
-
-
-def ordering_key(fs: Any, path: str) -> str:
-    """The key under which writes to ``path`` are ordered: its canonical workspace path.
-
-    Resolving through the view (symlinks inside the workspace followed) makes
-    two spellings of one file -- ``a.py``, ``./a.py``, ``<root>/a.py``, a
-    symlink to it, a path through a symlinked directory -- one key. A path the
-    view refuses keys lexically; its call will fail on its own.
-    """
-    resolve = getattr(fs, "resolve", None)
-    if callable(resolve):
-        try:
-            return str(resolve(path))
-        except Exception:  # any refusal: fall back to the lexical key
-            pass
-    root = getattr(fs, "root", None)
-    return str(write_key(path, None if root is None else str(root)))
-
-
-class ToolPool(ForeActor):
+class ToolPool(ZombieBound, ForeActor):
     """Runs tool calls for every session (see module docs)."""
 
     def __init__(
@@ -565,52 +437,6 @@ class ToolPool(ForeActor):
         self._refuse_queued_over_the_bound()
         self._pump()
 
-    def _abandon(self, item: _Call, invocation: Invocation, reason: str, ended_as: str) -> None:
-        """Report a running call now; it stays a zombie (slot held) until its thread ends."""
-        item.token.cancel(reason)  # a shell's process group dies here, synchronously
-        self._abandoned += 1
-        self._report(item, invocation)
-        _cancel(item.timer)
-        item.timer = None
-        item.state = "zombie"
-        item.ended_as = ended_as
-        self._zombies.setdefault(item.batch.session, set()).add(item)
-        for dependent in item.dependents:
-            if dependent.state == "waiting":
-                self._arm_wait(dependent)
-
-    def _arm_wait(self, item: _Call) -> None:
-        """Bound how long ``item`` waits for a zombie: its own ``call_timeout`` from now."""
-        if item.wait_timer is None:
-            timeout = item.batch.request.call_timeout + ZOMBIE_HANDOVER_GRACE
-            item.wait_timer = self.call_after(timeout, self._on_wait_timeout, item)
-
-    def _on_wait_timeout(self, item: _Call) -> None:
-        item.wait_timer = None
-        if item.state != "waiting":
-            return
-        stuck = sorted(
-            (b for b in item.waiting_on if b.state == "zombie"),
-            key=lambda b: (b.batch.request.batch_id, b.index),
-        )
-        if not stuck:
-            return  # its zombie blockers ended; the live ones have deadlines of their own
-        blocker = stuck[0]
-        timeout = item.batch.request.call_timeout
-        self._report(
-            item,
-            Invocation(
-                "error",
-                f"Not run: {item.call.name} must not overlap call {blocker.call.id!r} "
-                f"({blocker.call.name}, which writes the same file, may write anything, or is "
-                f"exclusive); that call {blocker.ended_as}, but its tool thread was still running "
-                f"{timeout:g}s later, so running this one could race with it",
-                True,
-            ),
-        )
-        self._release(item)
-        self._pump()
-
     def _release(self, item: _Call) -> None:
         """``item`` will not run (any more): free its slot and unblock its dependents."""
         was = item.state
@@ -639,54 +465,6 @@ class ToolPool(ForeActor):
             # the batch (its request, results, tokens) is freed by reference
             # counting now, not by a cyclic collection that stops every thread.
             batch.calls = []
-
-    # -- the zombie bound ------------------------------------------------------------
-
-    def _zombie_refusal(self, session: str) -> str | None:
-        """Why ``session`` may not start calls now (too many stuck threads), or None."""
-        stuck = len(self._zombies.get(session, ())) + self._stuck_plans.get(session, 0)
-        cap = self._queue.session_cap(session)
-        bound = cap if self._max_zombies is None else min(self._max_zombies, cap)
-        if stuck >= bound:
-            return (
-                f"Not run: {stuck} earlier tool calls of this session timed out or were "
-                "cancelled and their threads are still running (Python tool threads cannot be "
-                f"killed); a session may keep at most {bound} of them, so its new calls are "
-                "refused until they end"
-            )
-        total = sum(len(z) for z in self._zombies.values())
-        if total >= self._queue.global_cap:
-            return (
-                f"Not run: all {self._queue.global_cap} tool slots are held by calls that timed "
-                "out or were cancelled and whose threads are still running; new calls are "
-                "refused until they end"
-            )
-        return None
-
-    def _planning_refusal(self, session: str) -> str | None:
-        """Why ``session`` may not start planning another batch now, or None.
-
-        Planning runs tool code (``write_paths``) on a runner thread; a session
-        sending batch after batch whose planning hangs would otherwise take one
-        thread each. A session never needs more plannings at once than its cap.
-        """
-        cap = self._queue.session_cap(session)
-        if self._planning.get(session, 0) >= cap:
-            return (
-                f"Not run: {cap} batches of this session are still being planned (working out "
-                "which paths their calls write); send the next batch when one of them is done"
-            )
-        return None
-
-    def _refuse_queued_over_the_bound(self) -> None:
-        """Queued calls of sessions now at the zombie bound get their error at once."""
-        for session in self._queue.queued_sessions():
-            refusal = self._zombie_refusal(session)
-            if refusal is None:
-                continue
-            for item in self._queue.remove(session, lambda _item: True):
-                self._report(item, Invocation("error", refusal, True))
-                self._release(item)
 
     # -- results ---------------------------------------------------------------------
 
@@ -787,8 +565,3 @@ def _count(counts: dict[str, int], session: str, delta: int) -> None:
         counts[session] = count
     else:
         counts.pop(session, None)
-
-
-def _cancel(timer: TimerHandle | None) -> None:
-    if timer is not None:
-        timer.cancel()

@@ -49,8 +49,8 @@ EVENT_KINDS = (
 """The events a simulated user reads: only these leave the shards."""
 
 
-class _Supervisor:
-    """A remote session's supervisor as :class:`~bench.load.SimUser` uses it.
+class _Controller:
+    """A remote session's front door (its controller) as :class:`~bench.load.SimUser` uses it.
 
     ``Subscribe`` names an actor of this process, which a shard cannot reach:
     it becomes :meth:`RemoteSession.forward_events` (the events a user reads,
@@ -78,7 +78,7 @@ class BenchSession:
     def __init__(self, session: RemoteSession) -> None:
         self.remote = session
         self.id = session.id
-        self.supervisor = _Supervisor(session)
+        self.controller = _Controller(session)
 
     def close(self) -> bool:
         return self.remote.close()

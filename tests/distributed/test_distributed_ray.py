@@ -503,6 +503,10 @@ def test_bench_with_shards_reports_per_shard_load_and_no_leaks(tmp_path: Path) -
     run = data["speculation"]
     assert [load["index"] for load in run["shard_loads"]] == [0, 1]
     assert sum(load["sessions"] for load in run["shard_loads"]) == 6
+    # every planned turn ran through the shards (a user that cannot reach its session
+    # runs none, and leaves nothing to leak)
+    assert run["errors"] == [] and run["accounting"]["turns"]["buckets"]["error"] == 0
+    assert run["turns"] >= 6, run["accounting"]  # each user's first turn at least
     assert all(value == 0 for value in run["leaks"].values()), run["leaks"]
     assert done.returncode == 0, done.stderr[-3000:]
 

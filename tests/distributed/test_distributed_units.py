@@ -310,7 +310,7 @@ def test_a_wake_up_lingers_so_a_burst_travels_as_one_batch() -> None:
 
 
 def test_keystrokes_tabs_cancels_and_load_reports_go_to_the_control_group() -> None:
-    from fore.distributed.session import CONTROL_GROUP, _method
+    from fore.distributed.calls import CONTROL_GROUP, method
 
     class Method:
         def __init__(self, name: str) -> None:
@@ -324,9 +324,9 @@ def test_keystrokes_tabs_cancels_and_load_reports_go_to_the_control_group() -> N
             return Method(name)
 
     for name in ("keystroke", "accept", "cancel", "status"):
-        assert _method(Handle(), name) == (name, {"concurrency_group": CONTROL_GROUP})
+        assert method(Handle(), name) == (name, {"concurrency_group": CONTROL_GROUP})
     for name in ("submit", "ask", "events", "open"):
-        assert isinstance(_method(Handle(), name), Method)
+        assert isinstance(method(Handle(), name), Method)
 
 
 # -- shipping ---------------------------------------------------------------------------------

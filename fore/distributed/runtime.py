@@ -65,7 +65,7 @@ from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad
 from fore.distributed.session import Placement, RemoteSession, new_session_id
 from fore.distributed.shard import ShardConfig, ShardServer
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec, options_from_config
-from fore.supervision.resume import rebuild_model, workspace_of
+from fore.supervision.resume import check_labels, rebuild_model, stored_labels, workspace_of
 
 log = get_logger(__name__)
 
@@ -73,6 +73,12 @@ __all__ = ["ANY_NODE", "RayRuntime"]
 
 ANY_NODE = "any"
 """``open_session(node=ANY_NODE)``: the workspace is on a filesystem every machine mounts."""
+
+NODE_LABEL = "fore.node"
+"""The label (``Runtime.open_session(labels=...)``) a session's machine is stored under: the
+IP address of the Ray node whose filesystem has its workspace -- a node id changes when the
+cluster restarts, its address does not -- or :data:`ANY_NODE`. A resume without ``node=``
+goes there."""
 
 
 def _ray() -> Any:
@@ -155,6 +161,7 @@ class RayRuntime:
             self._owns_ray = True
         try:
             self.node_id: str = ray.get_runtime_context().get_node_id()
+            self.node_ip = str(ray.util.get_node_ip_address())
             # Ray's servers in this process (shards connect to them: not leaks of theirs)
             self._ray_ports = tuple(sorted(listening_ports()))
             if store is None or blob_dir is None:
@@ -260,19 +267,22 @@ class RayRuntime:
         The keywords are ``Runtime.open_session``'s. ``node``: the Ray node id
         (or IP address) of the machine whose filesystem has ``workspace``;
         default: this process's machine; :data:`ANY_NODE` for a filesystem
-        every machine mounts at the same path. The model, tools and hooks are
-        sent to the shard by value and run there.
+        every machine mounts at the same path. The machine is stored with the
+        session (its :data:`NODE_LABEL` label), so a resume goes back there. The
+        model, tools and hooks are sent to the shard by value and run there.
         """
         self._check_open()
         sid = session_id or new_session_id()
         if sid in self._sessions:
             raise ValueError(f"session {sid!r} is already open")
+        node_id = self._node(node)
+        labels = {**check_labels(options.pop("labels", None)), NODE_LABEL: self._node_ip(node_id)}
         spec = SessionSpec.make(
             sid,
             workspace=self._workspace_path(workspace, node),
-            node=self._node(node),
+            node=node_id,
             model=model,
-            options=options,
+            options={**options, "labels": labels},
         )
         return self._start(spec, resume=False)
 
@@ -292,8 +302,11 @@ class RayRuntime:
         environment; else ``ModelNotRebuildable``); tools, hooks and other
         objects are passed again. The other keywords are
         ``Runtime.resume_session``'s (the rest of the settings are the stored
-        ones). ``node``: as for :meth:`open_session` (default: this process's
-        machine). ``SessionNotFound`` / ``SessionLeased`` as the store says.
+        ones). ``node``: as for :meth:`open_session`; default: the machine
+        stored with the session (this process's machine for a session stored
+        without one: by a ``Runtime`` of one process). ``SessionNotFound`` /
+        ``SessionLeased`` as the store says; ``NoShardAvailable`` if no shard
+        runs on the stored machine (pass ``node=`` to resume it elsewhere).
         """
         self._check_open()
         if session_id in self._sessions:
@@ -308,10 +321,21 @@ class RayRuntime:
             model = rebuild_model(record.model_settings, session_id)
         stored = options_from_config(record.session_config)
         stored.update(options)
+        if node is None:
+            node = stored_labels(record.session_config).get(NODE_LABEL)
+            try:
+                node_id = self._node(node)
+            except NoShardAvailable as exc:
+                raise NoShardAvailable(
+                    f"session {session_id!r} has its workspace on machine {node} (stored with "
+                    f"it), where no shard runs: {exc}; pass node= to resume it elsewhere"
+                ) from None
+        else:
+            node_id = self._node(node)
         spec = SessionSpec.make(
             session_id,
             workspace=workspace_of(record.workspace, record.session_config),
-            node=self._node(node),
+            node=node_id,
             model=model,
             options=stored,
         )
@@ -369,6 +393,15 @@ class RayRuntime:
                 return shard.info.node_id
         known = sorted({s.info.node_ip for s in self._shards})
         raise NoShardAvailable(f"no shard runs on node {node!r} (shards run on {', '.join(known)})")
+
+    def _node_ip(self, node_id: str | None) -> str:
+        """What :data:`NODE_LABEL` stores for node ``node_id`` (module docs)."""
+        if node_id is None:
+            return ANY_NODE
+        for shard in self._shards:
+            if shard.info.node_id == node_id:
+                return shard.info.node_ip
+        return self.node_ip if node_id == self.node_id else node_id
 
     # -- placement and moves -------------------------------------------------------------------
 

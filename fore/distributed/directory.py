@@ -37,6 +37,7 @@ from typing import Any
 from fore.actors.core.logs import get_logger
 from fore.distributed import calls
 from fore.distributed.calls import _Died, _NotHere
+from fore.distributed.errors import NoShardAvailable
 from fore.distributed.placement import (
     PRESSURE_WINDOW,
     ShardInfo,
@@ -134,6 +135,21 @@ class ShardDirectory:
 
     def __len__(self) -> int:
         return len(self._shards)
+
+    # -- machines ----------------------------------------------------------------------------
+
+    def node_id(self, name: str) -> str:
+        """The id of the Ray node ``name`` names (its id or IP address) that runs a shard;
+        :class:`NoShardAvailable` if none does."""
+        for shard in self._shards:
+            if name in (shard.info.node_id, shard.info.node_ip):
+                return shard.info.node_id
+        known = sorted({s.info.node_ip for s in self._shards})
+        raise NoShardAvailable(f"no shard runs on node {name!r} (shards run on {', '.join(known)})")
+
+    def node_ip(self, node_id: str) -> str | None:
+        """The IP address of node ``node_id`` if a shard runs there."""
+        return next((s.info.node_ip for s in self._shards if s.info.node_id == node_id), None)
 
     # -- placement ---------------------------------------------------------------------------
 

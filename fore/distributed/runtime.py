@@ -386,22 +386,14 @@ class RayRuntime:
         """The Ray node id ``node`` names (an id or an IP address); ``None`` for any node."""
         if node is None:
             return self.node_id
-        if node == ANY_NODE:
-            return None
-        for shard in self._shards:
-            if node in (shard.info.node_id, shard.info.node_ip):
-                return shard.info.node_id
-        known = sorted({s.info.node_ip for s in self._shards})
-        raise NoShardAvailable(f"no shard runs on node {node!r} (shards run on {', '.join(known)})")
+        return None if node == ANY_NODE else self._shards.node_id(node)
 
     def _node_ip(self, node_id: str | None) -> str:
         """What :data:`NODE_LABEL` stores for node ``node_id`` (module docs)."""
         if node_id is None:
             return ANY_NODE
-        for shard in self._shards:
-            if shard.info.node_id == node_id:
-                return shard.info.node_ip
-        return self.node_ip if node_id == self.node_id else node_id
+        here = self.node_ip if node_id == self.node_id else node_id
+        return self._shards.node_ip(node_id) or here
 
     # -- placement and moves -------------------------------------------------------------------
 

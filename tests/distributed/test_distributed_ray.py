@@ -480,9 +480,13 @@ def test_a_late_load_report_keeps_a_shard_placed_until_it_is_silent_too_long(
 
     @ray.remote(num_cpus=0)
     def report(index: int, wait_for: str | None) -> tuple[ShardInfo, ShardLoad]:
-        if wait_for is not None:
-            _stuck_until(wait_for)
+        deadline = time.monotonic() + 120
+        while wait_for is not None and not os.path.exists(wait_for):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
         return infos[index], loads[index]
+
+    ray.get(report.remote(1, None), timeout=WAIT)  # a worker for the reports is up
 
     class Handle:
         def __init__(self, index: int, wait_for: str | None) -> None:
@@ -511,19 +515,13 @@ def test_a_late_load_report_keeps_a_shard_placed_until_it_is_silent_too_long(
         directory.opened(0)
     assert directory[0].slow_polls >= 2 and directory[0].alive
     wait_until(lambda: (directory.poll(), not directory[0].alive)[1])  # silent past 4 s
+    wait_until(lambda: (directory.poll(), directory[1].alive)[1])
     chosen = directory.choose(None, [0, 0], band_ms=4.0)
     assert chosen is not None and chosen.index == 1  # no session for the silent one
     directory.opened(1)
     gate.write_text("1")
     wait_until(lambda: (directory.poll(), directory[0].alive)[1])  # it answered: back
     assert directory.hosts(0, "i0")  # late, silent, back: never taken for dead
-
-
-def _stuck_until(path: str) -> str:
-    deadline = time.monotonic() + 120
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return path
 
 
 def test_the_workspaces_machine_is_stored_and_a_resume_goes_back_there(

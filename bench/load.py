@@ -82,6 +82,7 @@ from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.telemetry.usage import usage_json
 from fore.bench._common import console
+from fore.bench.cpu import CpuMeter, turns_done
 from fore.bench.load_options import LoadOptions
 from fore.bench.load_report import (
     Comparison,
@@ -337,6 +338,8 @@ def _run(
             task = progress.add_task(
                 "speculation" if options.speculation else "no speculation", total=total_rounds
             )
+            meter = CpuMeter()
+            meter.start()
             if not interrupts.requested.is_set():
                 users = start_users(rt.system, sessions, options, recorder, done, deadline)
             finished = 0
@@ -351,6 +354,7 @@ def _run(
                     rounds_cut = len(users) - finished  # their sessions close under them
                     break
         wall = time.monotonic() - started
+        meter.stop()
         interrupted = interrupts.requested.is_set()
         # The run has ended: what is open now is counted as open (the ledger
         # takes nothing more), then each session says what it still runs.
@@ -396,6 +400,7 @@ def _run(
         report.usage = usage_json(usage)
         report.wasted_cost_usd = wasted_cost(usage, report.wasted_tokens)
         report.cache = cache_summary(options.provider, getattr(model, "meter", None))
+        report.cpu_ms_per_turn = meter.per_turn(turns_done(accounting))
         if leaked_threads:
             report.errors.append(
                 "leaked threads: " + ", ".join(t.name for t in leaked_threads[:10])

@@ -30,6 +30,7 @@ from rich.table import Table
 
 from fore.actors.llm import OpenAICompatible, RetryPolicy
 from fore.bench._common import console
+from fore.bench.cpu import CpuMeter, turns_done
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import Subscribe
 from fore.messages.speculation import SpeculationConfig
@@ -49,8 +50,8 @@ EVENT_KINDS = (
 """The events a simulated user reads: only these leave the shards."""
 
 
-class _Supervisor:
-    """A remote session's supervisor as :class:`~bench.load.SimUser` uses it.
+class _Controller:
+    """A remote session's front door (its controller) as :class:`~bench.load.SimUser` uses it.
 
     ``Subscribe`` names an actor of this process, which a shard cannot reach:
     it becomes :meth:`RemoteSession.forward_events` (the events a user reads,
@@ -78,7 +79,7 @@ class BenchSession:
     def __init__(self, session: RemoteSession) -> None:
         self.remote = session
         self.id = session.id
-        self.supervisor = _Supervisor(session)
+        self.controller = _Controller(session)
 
     def close(self) -> bool:
         return self.remote.close()
@@ -162,6 +163,8 @@ def run_load_ray(
         deadline = started + max(1.0, window)
         hard_stop = deadline + options.drain_s
         done = threading.Semaphore(0)
+        meter = CpuMeter()
+        meter.start()
         users = start_users(users_rt.system, sessions, options, recorder, done, deadline)
         totals = _Totals(rt)
         timeline = _Timeline()
@@ -175,6 +178,7 @@ def run_load_ray(
                 rounds_cut = len(users) - finished
                 break
         wall = time.monotonic() - started
+        meter.stop()
         interrupted = interrupts.requested.is_set()
         ledger = recorder.ledger
         freeze_ledger(
@@ -218,6 +222,7 @@ def run_load_ray(
         )
         report.speculations_skipped = max(report.speculations_skipped, totals.refused)
         report.shard_loads = [load.model_dump() for load in loads]
+        report.cpu_ms_per_turn = meter.per_turn(turns_done(accounting))
         report.tab_roundtrip_ms = _quantiles(recorder.tab_roundtrip_s)
         report.wall_s = wall
         report.setup_s = setup
@@ -272,6 +277,14 @@ def print_shard_table(report: LoadReport) -> None:
         )
     console.print(table)
     abort, tab = report.abort_latency_ms, report.tab_roundtrip_ms
+    cpu = report.cpu_ms_per_turn
+    if cpu:
+        console.print(
+            "CPU per turn (ms, every process, the rounds only): "
+            + ", ".join(f"{role} {cpu[role]:.1f}" for role in ("bench", "shards", "ray", "mock"))
+            + f"; Fore (all but the mock) {cpu['fore']:.1f}, total {cpu['total']:.1f}",
+            soft_wrap=True,
+        )
     console.print(
         "through Ray, p50 / p99 (n): keystroke → speculation aborted "
         + (

@@ -89,6 +89,9 @@ class LoadReport:
     """What the provider reported, by purpose, priced at ``options["price"]`` (issue 28)."""
     wasted_cost_usd: float = 0.0
     """``wasted_tokens`` in money, at the run's own cost per speculation token."""
+    cpu_ms_per_turn: dict[str, float] = field(default_factory=dict)
+    """CPU per turn of every process of the run, by role, over the rounds
+    (:class:`bench.cpu.CpuMeter`): what a turn costs, whatever the machine's load."""
 
 
 def wasted_cost(usage: UsageSummary, wasted_tokens: int) -> float:

@@ -106,7 +106,7 @@ not part of the tree and not exported): ``_Doubt`` (gate.git_files),
 ``_Abort`` (gate.shell.context), ``_BadOption`` (gate.rules.options),
 ``_SedError`` (gate.rules.sed), ``_NotStrict`` (output.schema), ``_Cancelled``
 (tools.proctrack._subreaper), ``_CutConnection``, ``_UsageError``, ``_ParserExit``
-(llm.mock_server), ``_NotHere``, ``_Died`` (distributed.session), ``_Failed``
+(llm.mock_server), ``_NotHere``, ``_Died`` (distributed.calls), ``_Failed``
 (supervision.cli), and the overlay's internal ``PathChanged``
 (overlay._realfs) and ``NotRestored`` (overlay._keep), which the overlay's
 apply and its rollback catch (a failed undo is named in the

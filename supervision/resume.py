@@ -56,10 +56,12 @@ __all__ = [
     "OPENAI_COMPATIBLE",
     "ModelNotRebuildable",
     "SessionArgs",
+    "check_labels",
     "model_settings",
     "rebuild_model",
     "session_config",
     "stored_args",
+    "stored_labels",
 ]
 
 CONFIG_VERSION = 1
@@ -100,6 +102,9 @@ class SessionArgs:
     approver: Any = None
     usage_limits: Any = None
     """The session's UsageLimits (issue 28); given again on a resume, not stored."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The application's own facts about the session (``open_session(labels=...)``): stored,
+    read back on a resume (``SessionRecord.session_config["labels"]``), copied by a fork."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Open-session arguments added later (other issues) that this module does not know."""
 
@@ -128,6 +133,7 @@ class SessionArgs:
             "approval": self.approval,
             "approver": self.approver,
             "usage_limits": self.usage_limits,
+            "labels": self.labels,
             **self.extra,
         }
 
@@ -291,6 +297,7 @@ def session_config(args: SessionArgs) -> tuple[dict[str, JsonValue], list[str]]:
         "approval": stored_approval(args.approval, args.approver),
         "hooks": args.hooks is not None,
         "interceptor": args.interceptor is not None,
+        "labels": dict(args.labels),
     }
     left_out: list[str] = []
     if args.system_prompt is not None:
@@ -412,9 +419,29 @@ def stored_args(
         ),
         approver=overrides.get("approver"),
         usage_limits=overrides.get("usage_limits"),
+        labels=stored_labels(config),
     )
     warnings = _missing(config, args)
     return args, warnings
+
+
+def stored_labels(config: Mapping[str, JsonValue]) -> dict[str, str]:
+    """The labels a session was opened with (``{}`` for none, or a config from before them)."""
+    labels = config.get("labels")
+    if not isinstance(labels, dict):
+        return {}
+    return {str(k): v for k, v in labels.items() if isinstance(v, str)}
+
+
+def check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    """``open_session(labels=...)`` as stored: strings to strings (``TypeError`` otherwise)."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise TypeError("labels must map strings to strings")
+    return dict(labels)
 
 
 def _server_name(server: MCPServer) -> str:

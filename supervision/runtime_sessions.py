@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -56,7 +56,13 @@ from fore.messages.speculation import SpeculationConfig
 from fore.messages.usage import UsageLimits, UsageSummary
 from fore.supervision.handle import Handle
 from fore.supervision.persist import RuntimeStore
-from fore.supervision.resume import SessionArgs, rebuild_model, stored_args, workspace_of
+from fore.supervision.resume import (
+    SessionArgs,
+    check_labels,
+    rebuild_model,
+    stored_args,
+    workspace_of,
+)
 from fore.supervision.session import Session
 from fore.supervision.session_supervisor import CONTROLLER, SessionSupervisor
 from fore.supervision.session_wiring import wire_session
@@ -121,6 +127,7 @@ class RuntimeSessions:
         approval: ApprovalPolicy | ApprovalMode | str | None = None,
         approver: Approver | None = None,
         usage_limits: UsageLimits | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Session:
         """Open a session on ``workspace`` talking to ``model``.
 
@@ -156,6 +163,11 @@ class RuntimeSessions:
         turns together (:class:`~messages.usage.UsageLimits`; a turn's own go
         to ``submit``).
 
+        ``labels`` are the application's own facts about the session (strings
+        to strings: who opened it, which machine has its workspace ...). They
+        are stored with it, read back from the store's record, and copied by a
+        fork; Fore itself does not read them.
+
         On a runtime with a store (``Runtime(store=...)``) the session is
         created in the store first (its id, when not given, is the store's
         time-ordered one) and its history is written there turn by turn, so
@@ -184,6 +196,7 @@ class RuntimeSessions:
             approval=approval,
             approver=approver,
             usage_limits=usage_limits,
+            labels=check_labels(labels),
         )
         return self._open(args, session_id=session_id)
 

@@ -96,11 +96,7 @@ class EventSink:
                 self._woken = True
                 self.wakeups += 1
         if wake is not None:
-            loop, flag = wake
-            try:
-                loop.call_soon_threadsafe(flag.set)
-            except RuntimeError:  # the loop is closed: the shard is stopping
-                pass
+            _wake_up(wake)
         if self._on_event is not None:
             self._on_event(event)
 
@@ -113,11 +109,7 @@ class EventSink:
             return [self._events.popleft() for _ in range(count)]
 
     async def batches(
-        self,
-        kinds: Collection[str] | None = None,
-        *,
-        poll_s: float = 1.0,
-        linger_s: float = LINGER_S,
+        self, kinds: Collection[str] | None = None, *, linger_s: float = LINGER_S
     ) -> AsyncIterator[list[Any]]:
         """Batches of events as they arrive, until the sink closes or a newer reader starts.
 
@@ -125,6 +117,8 @@ class EventSink:
         ...); the others are dropped as they arrive (those already buffered,
         when taken), so they never cross the wire nor wake the reader.
         ``linger_s``: how long a wake-up waits for more events (module docs).
+        A reader with nothing to read never wakes: an event, :meth:`close` or a
+        newer reader wakes it (no polling, no timer while it waits).
         """
         loop = asyncio.get_running_loop()
         flag = asyncio.Event()
@@ -132,9 +126,12 @@ class EventSink:
         with self._lock:
             self._reader += 1
             me = self._reader
+            previous = self._wake
             self._wake = (loop, flag)
             self._woken = False
             self._keep = keep
+        if previous is not None:
+            _wake_up(previous)  # the older reader sees a newer one and ends
         try:
             while True:
                 with self._lock:
@@ -150,17 +147,16 @@ class EventSink:
                 if batch:
                     yield batch
                     continue
-                try:
-                    await asyncio.wait_for(flag.wait(), poll_s)
-                except TimeoutError:
-                    continue  # look again: closed, or taken over
+                await flag.wait()
                 if linger_s > 0 and not self._closed and len(self) < MAX_BATCH:
-                    # Still marked woken: the events meanwhile wake nobody; close() does.
+                    # Still marked woken: the events meanwhile wake nobody; close() and a
+                    # newer reader do (a timer handle, not a task: the linger is per batch).
                     flag.clear()
+                    timer = loop.call_later(linger_s, flag.set)
                     try:
-                        await asyncio.wait_for(flag.wait(), linger_s)
-                    except TimeoutError:
-                        pass
+                        await flag.wait()
+                    finally:
+                        timer.cancel()
         finally:
             with self._lock:
                 if self._reader == me:
@@ -173,11 +169,7 @@ class EventSink:
             self._closed = True
             wake = self._wake
         if wake is not None:
-            loop, flag = wake
-            try:
-                loop.call_soon_threadsafe(flag.set)
-            except RuntimeError:
-                pass
+            _wake_up(wake)
 
     @property
     def closed(self) -> bool:
@@ -186,6 +178,15 @@ class EventSink:
     def __len__(self) -> int:
         with self._lock:
             return len(self._events)
+
+
+def _wake_up(wake: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
+    """Set a reader's flag from any thread (nothing if its loop is closed: the shard stops)."""
+    loop, flag = wake
+    try:
+        loop.call_soon_threadsafe(flag.set)
+    except RuntimeError:
+        pass
 
 
 class AlertForwarder:

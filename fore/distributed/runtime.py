@@ -40,8 +40,6 @@ a ``blob_dir`` every machine mounts at the same path (``docs/architecture.md``).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -50,47 +48,37 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fore.actors.core.errors import AskTimeout
 from fore.actors.core.logs import get_logger
 from fore.actors.store import SessionSummary, open_store
+from fore.distributed import calls
+from fore.distributed.calls import CONTROL_CONCURRENCY, CONTROL_GROUP, _Died, _NotHere
+from fore.distributed.directory import ShardDirectory, ShardState
 from fore.distributed.errors import NoShardAvailable, ShardLost
+from fore.distributed.forward import EventForwarder
+from fore.distributed.leaks import listening_ports
 from fore.distributed.local import start_local_ray
-from fore.distributed.placement import (
-    DEFAULT_BAND_MS,
-    PRESSURE_WINDOW,
-    ShardInfo,
-    ShardLoad,
-    choose_shard,
-    sustained_pressure,
-)
-from fore.distributed.session import (
-    CONTROL_GROUP,
-    Placement,
-    RemoteSession,
-    _Died,
-    _method,
-    _NotHere,
-    new_session_id,
-)
-from fore.distributed.shard import SessionNotHere, ShardConfig, ShardServer, _listening_ports
+from fore.distributed.placement import DEFAULT_BAND_MS, ShardInfo, ShardLoad
+from fore.distributed.session import Placement, RemoteSession, new_session_id
+from fore.distributed.shard import ShardConfig, ShardServer
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec, options_from_config
-from fore.supervision.resume import rebuild_model, workspace_of
+from fore.supervision.resume import check_labels, rebuild_model, stored_labels, workspace_of
 
 log = get_logger(__name__)
 
 __all__ = ["ANY_NODE", "RayRuntime"]
 
-CONTROL_CONCURRENCY = 1_000
-"""Control calls a shard runs at once (keystrokes, Tabs, cancels, load reports)."""
-
 ANY_NODE = "any"
 """``open_session(node=ANY_NODE)``: the workspace is on a filesystem every machine mounts."""
+
+NODE_LABEL = "fore.node"
+"""The label (``Runtime.open_session(labels=...)``) a session's machine is stored under: the
+IP address of the Ray node whose filesystem has its workspace -- a node id changes when the
+cluster restarts, its address does not -- or :data:`ANY_NODE`. A resume without ``node=``
+goes there."""
 
 
 def _ray() -> Any:
@@ -99,43 +87,6 @@ def _ray() -> Any:
     except ImportError:
         raise ImportError("fore.distributed needs Ray: pip install 'fore-runtime[ray]'") from None
     return ray
-
-
-@dataclass
-class _Shard:
-    """What the runtime knows of one shard."""
-
-    index: int
-    handle: Any
-    info: ShardInfo
-    load: ShardLoad
-    alive: bool = True
-    placed: int = 0
-    """Sessions opening here now (placed, not yet in the directory)."""
-    dead: set[str] = field(default_factory=set)
-    """Incarnations known to have died (their sessions must move)."""
-    pending: Any = None
-    """The load report asked for and not yet answered (one at a time)."""
-    pending_since: float = 0.0
-    """When the unanswered report was asked for."""
-    slow_polls: int = 0
-    """Load reports not answered within one poll (a busy shard: still placed on)."""
-    pressures: deque[float] = field(default_factory=lambda: deque(maxlen=PRESSURE_WINDOW))
-    """The pressure of its last reports (placement weighs their lowest: placement.py)."""
-
-    def __post_init__(self) -> None:
-        self.pressures.append(self.load.pressure_ms)
-
-    def reported(self, load: ShardLoad) -> None:
-        self.load = load
-        self.pressures.append(load.pressure_ms)
-
-    def placement_load(self, sessions: int) -> ShardLoad:
-        """What placement weighs: its sustained pressure and ``sessions`` (the runtime's
-        count, :meth:`RayRuntime._hosting`)."""
-        return self.load.model_copy(
-            update={"pressure_ms": sustained_pressure(self.pressures), "sessions": sessions}
-        )
 
 
 class RayRuntime:
@@ -191,19 +142,15 @@ class RayRuntime:
         ray = _ray()
         self.id = uuid.uuid4().hex[:8]
         self.health_interval = health_interval
-        self.unresponsive_s = max(unresponsive_s, health_interval)
         self.relocate_timeout = relocate_timeout
         self.band_ms = band_ms
         self._owns_ray = False
         self._tmp: Path | None = None
         self._closed = False
         self._lock = threading.Lock()
+        """Guards the directory of sessions (the shards' state has its own lock)."""
         self._sessions: dict[str, RemoteSession] = {}
-        self._forwards: dict[str, concurrent.futures.Future[None]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self.polls = 0
-        """Load polls the monitor made (each asks every shard for its status)."""
+        self._forwarder = EventForwarder(self, name=f"fore-ray-events-{self.id}")
         self.shard_reports: list[dict[str, int]] = []
         """Each shard's leak counters from :meth:`close` (see ``ShardServer.shutdown``)."""
         if not ray.is_initialized():
@@ -214,8 +161,9 @@ class RayRuntime:
             self._owns_ray = True
         try:
             self.node_id: str = ray.get_runtime_context().get_node_id()
+            self.node_ip = str(ray.util.get_node_ip_address())
             # Ray's servers in this process (shards connect to them: not leaks of theirs)
-            self._ray_ports = tuple(sorted(_listening_ports()))
+            self._ray_ports = tuple(sorted(listening_ports()))
             if store is None or blob_dir is None:
                 self._tmp = Path(tempfile.mkdtemp(prefix=f"fore-ray-{self.id}-"))
             self.store_url = store or f"sqlite://{self._tmp}/sessions.db"
@@ -231,7 +179,7 @@ class RayRuntime:
                 log_level=os.environ.get("FORE_LOG_LEVEL") or "warning",
             )
             # The calls a user waits on with a key pressed run on a loop of their own
-            # (session.CONTROL_METHODS); everything else shares the default one.
+            # (calls.CONTROL_METHODS); everything else shares the default one.
             actor = ray.remote(concurrency_groups={CONTROL_GROUP: CONTROL_CONCURRENCY})(ShardServer)
             handles = [
                 actor.options(
@@ -248,10 +196,13 @@ class RayRuntime:
             self._handles = handles
             infos = ray.get([h.info.remote() for h in handles], timeout=start_timeout)
             loads = ray.get([h.load.remote() for h in handles], timeout=start_timeout)
-            self._shards = [
-                _Shard(index=i, handle=h, info=info, load=load)
-                for i, (h, info, load) in enumerate(zip(handles, infos, loads, strict=True))
-            ]
+            self._shards = ShardDirectory(
+                handles,
+                infos,
+                loads,
+                health_interval=health_interval,
+                unresponsive_s=unresponsive_s,
+            )
             self._store = open_store(self.store_url, auto_renew=False)
         except BaseException:
             self._teardown(timeout=30.0)
@@ -277,6 +228,11 @@ class RayRuntime:
         self.close()
 
     # -- shards --------------------------------------------------------------------------------
+
+    @property
+    def polls(self) -> int:
+        """Load polls the monitor made (each asks every shard for its status)."""
+        return self._shards.polls
 
     @property
     def shards(self) -> list[ShardInfo]:
@@ -311,19 +267,22 @@ class RayRuntime:
         The keywords are ``Runtime.open_session``'s. ``node``: the Ray node id
         (or IP address) of the machine whose filesystem has ``workspace``;
         default: this process's machine; :data:`ANY_NODE` for a filesystem
-        every machine mounts at the same path. The model, tools and hooks are
-        sent to the shard by value and run there.
+        every machine mounts at the same path. The machine is stored with the
+        session (its :data:`NODE_LABEL` label), so a resume goes back there. The
+        model, tools and hooks are sent to the shard by value and run there.
         """
         self._check_open()
         sid = session_id or new_session_id()
         if sid in self._sessions:
             raise ValueError(f"session {sid!r} is already open")
+        node_id = self._node(node)
+        labels = {**check_labels(options.pop("labels", None)), NODE_LABEL: self._node_ip(node_id)}
         spec = SessionSpec.make(
             sid,
             workspace=self._workspace_path(workspace, node),
-            node=self._node(node),
+            node=node_id,
             model=model,
-            options=options,
+            options={**options, "labels": labels},
         )
         return self._start(spec, resume=False)
 
@@ -343,8 +302,11 @@ class RayRuntime:
         environment; else ``ModelNotRebuildable``); tools, hooks and other
         objects are passed again. The other keywords are
         ``Runtime.resume_session``'s (the rest of the settings are the stored
-        ones). ``node``: as for :meth:`open_session` (default: this process's
-        machine). ``SessionNotFound`` / ``SessionLeased`` as the store says.
+        ones). ``node``: as for :meth:`open_session`; default: the machine
+        stored with the session (this process's machine for a session stored
+        without one: by a ``Runtime`` of one process). ``SessionNotFound`` /
+        ``SessionLeased`` as the store says; ``NoShardAvailable`` if no shard
+        runs on the stored machine (pass ``node=`` to resume it elsewhere).
         """
         self._check_open()
         if session_id in self._sessions:
@@ -359,10 +321,21 @@ class RayRuntime:
             model = rebuild_model(record.model_settings, session_id)
         stored = options_from_config(record.session_config)
         stored.update(options)
+        if node is None:
+            node = stored_labels(record.session_config).get(NODE_LABEL)
+            try:
+                node_id = self._node(node)
+            except NoShardAvailable as exc:
+                raise NoShardAvailable(
+                    f"session {session_id!r} has its workspace on machine {node} (stored with "
+                    f"it), where no shard runs: {exc}; pass node= to resume it elsewhere"
+                ) from None
+        else:
+            node_id = self._node(node)
         spec = SessionSpec.make(
             session_id,
             workspace=workspace_of(record.workspace, record.session_config),
-            node=self._node(node),
+            node=node_id,
             model=model,
             options=stored,
         )
@@ -380,7 +353,7 @@ class RayRuntime:
         session = RemoteSession(self, spec, placement)
         with self._lock:
             self._sessions[spec.session_id] = session
-        self._opened(placement.index)
+        self._shards.opened(placement.index)
         return session
 
     def _adopt(self, spec: SessionSpec, session_id: str, info: ShardInfo) -> RemoteSession:
@@ -413,30 +386,21 @@ class RayRuntime:
         """The Ray node id ``node`` names (an id or an IP address); ``None`` for any node."""
         if node is None:
             return self.node_id
-        if node == ANY_NODE:
-            return None
-        for shard in self._shards:
-            if node in (shard.info.node_id, shard.info.node_ip):
-                return shard.info.node_id
-        known = sorted({s.info.node_ip for s in self._shards})
-        raise NoShardAvailable(f"no shard runs on node {node!r} (shards run on {', '.join(known)})")
+        return None if node == ANY_NODE else self._shards.node_id(node)
+
+    def _node_ip(self, node_id: str | None) -> str:
+        """What :data:`NODE_LABEL` stores for node ``node_id`` (module docs)."""
+        if node_id is None:
+            return ANY_NODE
+        here = self.node_ip if node_id == self.node_id else node_id
+        return self._shards.node_ip(node_id) or here
 
     # -- placement and moves -------------------------------------------------------------------
 
     def _place(self, spec: SessionSpec, *, resume: bool, deadline: float) -> Placement:
         """Open ``spec`` on the best live shard; wait for one (until ``deadline``) if none is."""
         while True:
-            with self._lock:
-                hosting = self._hosting()
-                live = [s for s in self._shards if s.alive]
-                chosen = choose_shard(
-                    [s.placement_load(hosting[s.index]) for s in live],
-                    node=spec.node,
-                    band_ms=self.band_ms,
-                )
-                shard = self._shards[chosen.index] if chosen is not None else None
-                if shard is not None:
-                    shard.placed += 1
+            shard = self._shards.choose(spec.node, self._hosting(), self.band_ms)
             if shard is None:
                 if time.monotonic() >= deadline:
                     where = "any machine" if spec.node is None else f"node {spec.node}"
@@ -447,12 +411,12 @@ class RayRuntime:
                 continue
             ref = shard.handle.open.remote(spec, resume)
             try:
-                info: ShardInfo = self._result(ref, max(1.0, deadline - time.monotonic()) + 60.0)
+                info: ShardInfo = calls.result(ref, max(1.0, deadline - time.monotonic()) + 60.0)
             except BaseException as exc:
-                self._opened(shard.index)
+                self._shards.opened(shard.index)
                 if not isinstance(exc, _Died | _NotHere):
                     raise
-                self._shard_died_index(shard.index)
+                self._shards.died(shard.index)
                 if time.monotonic() >= deadline:
                     raise ShardLost(spec.session_id, shard.index, str(exc)) from None
                 continue
@@ -460,47 +424,39 @@ class RayRuntime:
                 index=shard.index, incarnation=info.incarnation, handle=shard.handle, info=info
             )
 
-    def _opened(self, index: int) -> None:
-        """An open on shard ``index`` ended (the session is in the directory, or failed)."""
-        with self._lock:
-            shard = self._shards[index]
-            shard.placed = max(0, shard.placed - 1)
-
     def _hosting(self) -> list[int]:
-        """Each shard's sessions as placement counts them (called under the lock): those
-        of the directory there and the opens in flight. A shard's own report lags both
-        (made before the latest opens returned, or closes landed); this runtime placed
-        every session, so its directory is the count."""
-        hosted = [s.placed for s in self._shards]
-        for session in self._sessions.values():
-            if not session.closed:
-                hosted[session.placement.index] += 1
+        """Each shard's sessions as placement counts them: those of the runtime's directory
+        (the directory adds the opens in flight). A shard's own report lags both (made
+        before the latest opens returned, or closes landed); this runtime placed every
+        session, so its directory is the count."""
+        hosted = [0] * len(self._shards)
+        with self._lock:
+            for session in self._sessions.values():
+                if not session.closed:
+                    hosted[session.placement.index] += 1
         return hosted
 
     def _ensure_placed(self, session: RemoteSession) -> Placement:
         """The session's placement, after moving it if its shard died (module docs)."""
         placement = session.placement
-        shard = self._shards[placement.index]
-        if session.lost is None and placement.incarnation not in shard.dead:
+        if self._placed_here(session, placement):
             return placement
         return self._relocate(session)
 
     def _placed_here(self, session: RemoteSession, placement: Placement) -> bool:
         """Whether ``placement`` still hosts ``session`` (no move needed: never blocks)."""
-        dead = self._shards[placement.index].dead
-        return session.lost is None and placement.incarnation not in dead
+        return session.lost is None and self._shards.hosts(placement.index, placement.incarnation)
 
     def _relocate(self, session: RemoteSession) -> Placement:
         """Resume ``session`` from the store on a live shard (once, whoever asks first)."""
         with session.lock:
             placement = session.placement
-            shard = self._shards[placement.index]
-            if session.lost is None and placement.incarnation not in shard.dead:
+            if self._placed_here(session, placement):
                 return placement  # moved meanwhile
             started = time.monotonic()
             new = self._place(session.spec, resume=True, deadline=started + self.relocate_timeout)
             session._moved(new)
-            self._opened(new.index)
+            self._shards.opened(new.index)
             log.info(
                 "session_moved",
                 session=session.id,
@@ -517,17 +473,7 @@ class RayRuntime:
 
     def _shard_died(self, placement: Placement) -> None:
         """The incarnation ``placement`` names is gone: its sessions must move."""
-        shard = self._shards[placement.index]
-        with self._lock:
-            if placement.incarnation == shard.info.incarnation:
-                shard.alive = False
-            shard.dead.add(placement.incarnation)
-
-    def _shard_died_index(self, index: int) -> None:
-        shard = self._shards[index]
-        with self._lock:
-            shard.alive = False
-            shard.dead.add(shard.info.incarnation)
+        self._shards.died(placement.index, placement.incarnation)
 
     # -- the monitor ---------------------------------------------------------------------------
 
@@ -535,149 +481,34 @@ class RayRuntime:
         """Poll load reports; a failed or restarted shard's sessions are moved (module docs)."""
         while not self._stop.wait(self.health_interval):
             try:
-                self._poll()
+                self._shards.poll()
                 self._move_orphans()
             except Exception as exc:  # the monitor must outlive any one bad poll
                 if not self._closed:
                     log.warning("ray_monitor_error", error=repr(exc))
 
-    def _poll(self) -> None:
-        ray = _ray()
-        self.polls += 1
-        now = time.monotonic()
-        for shard in self._shards:
-            if shard.pending is None:
-                shard.pending = _method(shard.handle, "status").remote()
-                shard.pending_since = now
-        pending = [s.pending for s in self._shards]
-        ray.wait(pending, num_returns=len(pending), timeout=max(0.05, self.health_interval))
-        now = time.monotonic()
-        for shard in self._shards:
-            ref = shard.pending
-            ready, _ = ray.wait([ref], timeout=0)
-            if not ready:
-                # Slow is not gone: a shard busy opening a session (or starved of a core
-                # for a moment) answers late, and counting it out for that moment sent
-                # every open meanwhile to the other shard (a lasting 129/71 skew). A dead
-                # process fails its call at once (below); one silent for unresponsive_s
-                # takes no new sessions until it answers again.
-                shard.slow_polls += 1
-                if now - shard.pending_since > self.unresponsive_s:
-                    with self._lock:
-                        shard.alive = False
-                continue
-            shard.pending = None
-            try:
-                info, load = self._result(ref, 0.0)
-            except (_Died, _NotHere):
-                self._shard_died_index(shard.index)
-                continue
-            except Exception as exc:
-                log.warning("shard_load_failed", shard=shard.index, error=repr(exc))
-                continue
-            with self._lock:
-                if info.incarnation != shard.info.incarnation:
-                    # Restarted: the old incarnation's sessions are gone from it.
-                    shard.dead.add(shard.info.incarnation)
-                    shard.info = info
-                    shard.pressures.clear()
-                shard.reported(load)
-                shard.alive = load.alive
-
     def _move_orphans(self) -> None:
         for session in list(self._sessions.values()):
             if self._stop.is_set():
                 return
-            placement = session.placement
-            if session.closed:
-                continue
-            if (
-                session.lost is None
-                and placement.incarnation not in self._shards[placement.index].dead
-            ):
+            if session.closed or self._placed_here(session, session.placement):
                 continue
             try:
                 self._relocate(session)
             except Exception as exc:
                 log.warning("session_move_failed", session=session.id, error=str(exc))
 
-    # -- results -------------------------------------------------------------------------------
-
-    def _result(self, ref: Any, timeout: float) -> Any:
-        """``ray.get(ref)``, failures as Fore's: the shard's exception, ``_Died``, ``_NotHere``."""
-        ray = _ray()
-        from ray import exceptions as rex
-
-        try:
-            return ray.get(ref, timeout=timeout)
-        except rex.GetTimeoutError:
-            if timeout <= 0:
-                raise
-            raise AskTimeout("the shard did not answer before the call's deadline") from None
-        except _call_failures() as exc:
-            error = _call_error(exc)
-            if error is None:
-                raise
-            raise error from None
-
-    async def _aresult(self, ref: Any) -> Any:
-        try:
-            return await ref
-        except _call_failures() as exc:
-            error = _call_error(exc)
-            if error is None:
-                raise
-            raise error from None
-
     # -- forwarding events ---------------------------------------------------------------------
 
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name=f"fore-ray-events-{self.id}", daemon=True
-                )
-                thread.start()
-                self._loop, self._loop_thread = loop, thread
-            return self._loop
-
     def _forward(self, session: RemoteSession, address: Any, kinds: tuple[str, ...] | None) -> None:
-        loop = self._event_loop()
-        future = asyncio.run_coroutine_threadsafe(self._pump(session, address, kinds), loop)
-        self._forwards[session.id] = future
-
-    async def _pump(
-        self, session: RemoteSession, address: Any, kinds: tuple[str, ...] | None
-    ) -> None:
-        """One session's events to ``address``, following the session when it moves."""
-        while not session.closed and not self._closed:
-            placement = await asyncio.to_thread(self._ensure_placed, session)
-            generator = placement.handle.events.remote(session.id, kinds)
-            try:
-                async for ref in generator:
-                    for event in await self._aresult(ref):
-                        try:
-                            address.tell(event)
-                        except Exception:  # the reader is gone
-                            return
-                return  # the session closed on its shard
-            except _NotHere:
-                self._session_lost(session, placement, "its shard was restarted")
-            except _Died:
-                self._shard_died(placement)
-            except asyncio.CancelledError:
-                return
-            await asyncio.sleep(self.health_interval)
+        self._forwarder.start(session, address, kinds)
 
     # -- closing -------------------------------------------------------------------------------
 
     def _forget(self, session: RemoteSession) -> None:
         with self._lock:
             self._sessions.pop(session.id, None)
-        future = self._forwards.pop(session.id, None)
-        if future is not None:
-            future.cancel()
+        self._forwarder.stop(session.id)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -710,7 +541,7 @@ class RayRuntime:
                 clean = False
         for ref in refs:
             try:
-                clean = bool(self._result(ref, max(0.1, deadline - time.monotonic()))) and clean
+                clean = bool(calls.result(ref, max(0.1, deadline - time.monotonic()))) and clean
             except Exception as exc:
                 clean = False
                 log.warning("ray_session_close_failed", error=repr(exc))
@@ -728,13 +559,13 @@ class RayRuntime:
         clean = self._teardown(timeout=max(1.0, deadline - time.monotonic())) and clean
         return clean
 
-    def _shutdown_shard(self, shard: _Shard, deadline: float) -> dict[str, int] | None:
+    def _shutdown_shard(self, shard: ShardState, deadline: float) -> dict[str, int] | None:
         """Close one shard's runtime; a shard Ray is restarting is waited for (until
         ``deadline``), so its new process closes cleanly too."""
         while True:
             left = deadline - time.monotonic()
             try:
-                report: dict[str, int] = self._result(
+                report: dict[str, int] = calls.result(
                     shard.handle.shutdown.remote(max(1.0, left - 5.0), self._ray_ports),
                     max(1.0, left),
                 )
@@ -756,16 +587,7 @@ class RayRuntime:
         for handle in getattr(self, "_handles", ()):
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
-        for future in list(self._forwards.values()):
-            future.cancel()
-        self._forwards.clear()
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            if self._loop_thread is not None:
-                self._loop_thread.join(timeout=min(5.0, timeout))
-                clean = clean and not self._loop_thread.is_alive()
-            if not self._loop.is_running():
-                self._loop.close()
+        clean = self._forwarder.close(timeout=min(5.0, timeout)) and clean
         store = getattr(self, "_store", None)
         if store is not None:
             store.close()
@@ -774,37 +596,3 @@ class RayRuntime:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
         return clean
-
-
-def _call_failures() -> tuple[type[BaseException], ...]:
-    """The Ray errors of a call that :func:`_call_error` translates (Ray imported
-    only once a call has failed: the ``except`` clause evaluates this then)."""
-    from ray import exceptions as rex
-
-    return (rex.RayTaskError, rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError)
-
-
-def _call_error(exc: BaseException) -> Exception | None:
-    """A failed call's Ray error as what the caller sees (``None``: re-raise it as is).
-
-    The shard's own exception is raised as itself (``SessionNotHere`` as
-    ``_NotHere``: the session moved); a shard that died or whose result is lost
-    is ``_Died`` (``restarting`` when Ray says it is coming back). Shared by the
-    blocking and the async result paths.
-    """
-    from ray import exceptions as rex
-
-    if isinstance(exc, rex.RayTaskError):
-        cause = exc.cause
-        if isinstance(cause, SessionNotHere):
-            return _NotHere(str(cause))
-        if isinstance(cause, Exception):
-            return cause
-        return None
-    restarting = isinstance(exc, rex.ActorUnavailableError)
-    return _Died(_one_line(exc), restarting=restarting)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200] or type(exc).__name__

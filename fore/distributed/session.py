@@ -37,7 +37,8 @@ from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import get_logger
 from fore.actors.gate.tool_gate import parse_approval_mode
 from fore.actors.tools.base import Tool
-from fore.distributed import shipping
+from fore.distributed import calls, shipping
+from fore.distributed.calls import _Died, _NotHere
 from fore.distributed.errors import ShardLost
 from fore.distributed.placement import ShardInfo
 from fore.messages.alerts import Alert, GetAlerts
@@ -72,23 +73,6 @@ __all__ = ["RemoteHandle", "RemoteSession"]
 GRACE_S = 10.0
 """How much longer than a call's own deadline the caller waits for the shard's answer
 (the shard enforces the deadline; this only bounds a shard that stopped answering)."""
-
-
-CONTROL_GROUP = "control"
-"""The shard's Ray concurrency group of the calls a user waits on with a key pressed."""
-CONTROL_METHODS = frozenset({"keystroke", "cancel", "accept", "status"})
-"""Shard methods run in :data:`CONTROL_GROUP`: an event loop (and thread) of their own in
-the shard, so a keystroke, a Tab or a load report never waits behind the default loop's
-backlog of submits, asks and event batches. Ray does not order an async actor's calls
-anyway (not even one caller's), so nothing is lost by the second loop."""
-
-
-def _method(handle: Any, name: str) -> Any:
-    """``handle.<name>``, in the control group for :data:`CONTROL_METHODS`."""
-    method = getattr(handle, name)
-    if name in CONTROL_METHODS:
-        return method.options(concurrency_group=CONTROL_GROUP)
-    return method
 
 
 @dataclass(frozen=True)
@@ -193,9 +177,9 @@ class RemoteSession:
         self._check_open()
         for attempt in (1, 2):
             placement = self._runtime._ensure_placed(self)
-            ref = _method(placement.handle, method).remote(self.id, *args)
+            ref = calls.method(placement.handle, method).remote(self.id, *args)
             try:
-                return self._runtime._result(ref, timeout + GRACE_S)
+                return calls.result(ref, timeout + GRACE_S)
             except (_NotHere, _Died) as exc:
                 # A restarted shard never ran the call: moved, it is sent once more.
                 lost = self._shard_failed(placement, exc)
@@ -218,11 +202,11 @@ class RemoteSession:
         self._check_open()
         future: PooledFuture[Any] = PooledFuture(time.monotonic() + timeout + GRACE_S)
         placement = self._runtime._ensure_placed(self)
-        ref = _method(placement.handle, method).remote(self.id, *args)
+        ref = calls.method(placement.handle, method).remote(self.id, *args)
 
         def settle(_done: Any) -> None:
             try:
-                future.try_set(self._runtime._result(ref, 0.0))
+                future.try_set(calls.result(ref, 0.0))
             except (_NotHere, _Died) as exc:
                 future.try_set_exception(self._shard_failed(placement, exc))
             except BaseException as exc:
@@ -235,13 +219,13 @@ class RemoteSession:
         """A call nobody waits for (a keystroke, a cancel); its failure moves the session."""
         self._check_open()
         placement = self._runtime._ensure_placed(self)
-        ref = _method(placement.handle, method).remote(self.id, *args)
+        ref = calls.method(placement.handle, method).remote(self.id, *args)
         self._tells.add(ref)
 
         def done(_done: Any) -> None:
             self._tells.discard(ref)
             try:
-                self._runtime._result(ref, 0.0)
+                calls.result(ref, 0.0)
             except (_NotHere, _Died) as exc:
                 self._shard_failed(placement, exc)
             except Exception as exc:  # a tell has nobody to tell: the log has it
@@ -341,9 +325,9 @@ class RemoteSession:
         self._check_open()
         for attempt in (1, 2):
             placement = await self._aplacement()
-            ref = _method(placement.handle, method).remote(self.id, *args)
+            ref = calls.method(placement.handle, method).remote(self.id, *args)
             try:
-                return await asyncio.wait_for(self._runtime._aresult(ref), timeout + GRACE_S)
+                return await asyncio.wait_for(calls.aresult(ref), timeout + GRACE_S)
             except TimeoutError:
                 raise AskTimeout("the shard did not answer before the call's deadline") from None
             except asyncio.CancelledError:
@@ -494,7 +478,7 @@ class RemoteSession:
                     self._stream = None
                     return None
                 try:
-                    batch: list[Any] = self._runtime._result(ref, GRACE_S)
+                    batch: list[Any] = calls.result(ref, GRACE_S)
                 except (_NotHere, _Died) as exc:
                     self._stream_failed(exc)
                 return batch
@@ -530,7 +514,7 @@ class RemoteSession:
                 self._stream = None
                 return
             try:
-                batch = await self._runtime._aresult(ref)
+                batch = await calls.aresult(ref)
             except (_NotHere, _Died) as exc:
                 self._stream_failed(exc)
             self._buffer.extend(batch)
@@ -570,20 +554,6 @@ class RemoteSession:
             self._closed = True
             self._runtime._forget(self)
         return clean
-
-
-class _NotHere(Exception):
-    """The shard answered that it does not host the session (raised by the runtime)."""
-
-
-class _Died(Exception):
-    """The shard died or is unreachable (raised by the runtime)."""
-
-    def __init__(self, detail: str, *, restarting: bool = False) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.restarting = restarting
-        """Ray is restarting the shard (its old process is gone either way)."""
 
 
 def new_session_id() -> str:

@@ -34,15 +34,12 @@ import contextlib
 import dataclasses
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from fore.actors.core.cancel import CancelScope
 from fore.actors.core.errors import AskTimeout
@@ -53,6 +50,7 @@ from fore.actors.store import SessionLeased, SessionStore, StoreError, open_stor
 from fore.distributed import shipping
 from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import AlertForwarder, EventSink
+from fore.distributed.leaks import LeakBaseline, count_overlay_dirs
 from fore.distributed.placement import ShardInfo, ShardLoad
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec
 from fore.errors import ForeError, SessionNotHere
@@ -186,9 +184,7 @@ class ShardServer:
         # Ray's own connections (asking it which node this is) before the baseline:
         # the leak counters count what the runtime leaves, not Ray.
         node_id, node_ip = _node()
-        self._threads_before = {t.ident for t in threading.enumerate()}
-        self._listening = _listening_ports()
-        self._fds_before = _fds()
+        self._baseline = LeakBaseline()
         self.governor = LoadGovernor(**config.governor)
         # The store is opened here, not from the URL by the runtime, for its lease TTL
         # (a Runtime opens a URL with the default one); the runtime writes every
@@ -514,28 +510,13 @@ class ShardServer:
         clean = await asyncio.to_thread(self.runtime.close, max(1.0, deadline - time.monotonic()))
         with contextlib.suppress(StoreError):  # its leases expire on their own
             await asyncio.to_thread(self.store.close)
-        overlay_dirs = _count_overlay_dirs(self.runtime)
-        threads = [
-            t
-            for t in threading.enumerate()
-            if t.ident not in self._threads_before
-            and t is not threading.current_thread()
-            # the event loop's executor (Ray's actor loop runs on uvloop): Ray's, not ours
-            and not t.name.startswith(("asyncio_", "uvloop_", "ThreadPoolExecutor"))
-        ]
-        if threads:
-            log.warning("shard_threads_left", threads=[t.name for t in threads])
-        now = _fds(accepted_on=self._listening, ray_ports=frozenset(ray_ports))
-        fds = {
-            f"{fd} -> {target}" for fd, target in now.items() if self._fds_before.get(fd) != target
-        }
-        if fds:
-            log.warning("shard_fds_left", fds=sorted(fds)[:20])
+        overlay_dirs = count_overlay_dirs(self.runtime)
+        threads, fds = self._baseline.count(frozenset(ray_ports))
         return {
             "session_overlays": session_overlays,
             "overlay_dirs": overlay_dirs,
-            "threads": len(threads),
-            "file_descriptors": len(fds),
+            "threads": threads,
+            "file_descriptors": fds,
             "live_actors": len(self.runtime.system.registry),
             "unclean_shutdown": 0 if clean else 1,
         }
@@ -558,60 +539,3 @@ def _refuse_local_only(message: Any) -> None:
             f"{type(message).__name__} names an address in the caller's process; read a "
             "remote session's events with session.events() / stream() / forward_events()"
         )
-
-
-def _listening_ports() -> frozenset[int]:
-    """The ports this process listens on (Ray's own servers, before the runtime starts)."""
-    try:
-        connections = psutil.Process().net_connections(kind="inet")
-    except psutil.Error:
-        return frozenset()
-    return frozenset(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN)
-
-
-def _fds(
-    accepted_on: frozenset[int] = frozenset(), ray_ports: frozenset[int] = frozenset()
-) -> dict[int, str]:
-    """This process's open file descriptors: ``fd -> target`` (a socket with its ports).
-
-    Connections accepted on ``accepted_on`` (Ray's servers: the caller's calls
-    arrive that way) and connections to ``ray_ports`` (the caller's Ray
-    servers) are Ray's, not the runtime's, and are left out.
-    """
-    found: dict[int, str] = {}
-    skip: set[int] = set()
-    peers: dict[int, str] = {}
-    try:
-        connections = psutil.Process().net_connections(kind="inet")
-    except psutil.Error:
-        connections = []
-    for c in connections:
-        remote = c.raddr.port if c.raddr else None
-        if c.status != psutil.CONN_LISTEN and (
-            (c.laddr and c.laddr.port in accepted_on) or remote in ray_ports
-        ):
-            skip.add(c.fd)
-        peers[c.fd] = f" ({c.laddr.port} -> {remote or '-'})"
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit() or int(name) in skip:
-            continue
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue  # closed meanwhile (the listing's own descriptor)
-        found[int(name)] = target + (
-            peers.get(int(name), "") if target.startswith("socket") else ""
-        )
-    return found
-
-
-def _count_overlay_dirs(runtime: Runtime) -> int:
-    process_dir = runtime.overlays.process_dir
-    try:
-        return sum(1 for p in process_dir.iterdir() if p != runtime.overlays.journal_dir)
-    except FileNotFoundError:
-        return 0

@@ -47,6 +47,7 @@ PLAIN_OPTIONS = frozenset(
         "purpose",
         "file_ref_cap",
         "speculation",
+        "labels",
     }
 )
 """``Runtime.open_session`` keywords that travel as plain values."""

@@ -30,6 +30,8 @@ import pytest
 
 import fore.testing
 from fore.actors.llm import FunctionModel, ScriptedModel
+from fore.actors.llm.script import ScriptReply
+from fore.actors.store import open_store
 from fore.messages.conversation import ToolResult
 from fore.messages.llm import LlmRequest
 from fore.messages.session import ItemAdded, TextDelta, TurnFinished
@@ -38,7 +40,15 @@ from fore.messages.speculation import SpeculationConfig, SpeculationFinished
 # The dev extra has Ray; CI must run this tier, never skip it (CI=1 makes a missing Ray fail).
 ray = __import__("ray") if os.environ.get("CI") else pytest.importorskip("ray")
 
-from fore.distributed import RayRuntime, ShardLost, start_local_ray  # noqa: E402
+from fore.distributed import (  # noqa: E402
+    ANY_NODE,
+    NoShardAvailable,
+    RayRuntime,
+    ShardLost,
+    start_local_ray,
+)
+from fore.distributed.runtime import NODE_LABEL  # noqa: E402
+from fore.supervision import Runtime  # noqa: E402
 from tests.store.pg_server import pg_cluster, pg_url  # noqa: E402, F401  (fixtures)
 
 pytestmark = pytest.mark.ray
@@ -369,6 +379,182 @@ def test_set_model_on_a_remote_session_answers_with_the_new_model(rt: RayRuntime
         assert getattr(s.submit("b", timeout=WAIT).items[-1], "text", None) == "v2: b"
 
 
+def test_set_approval_mode_takes_effect_on_the_shard(rt: RayRuntime, ws: Path) -> None:
+    """The mode reaches the shard's session: a write the model asked for before the change
+    ran there; the one after it, in plan mode, is refused (no file, a refusal in history)."""
+    model = ScriptedModel(
+        [
+            {"when": {"contains": "one"}, "tool_calls": [_call("shell", command="touch one.txt")]},
+            {"when": {"contains": "two"}, "tool_calls": [_call("shell", command="touch two.txt")]},
+            {"text": "done"},
+        ]
+    )
+    with rt.open_session(workspace=ws, model=model, speculation=no_spec()) as s:
+        assert s.submit("one", timeout=WAIT).status == "completed"
+        s.set_approval_mode("plan")
+        assert s.submit("two", timeout=WAIT).status == "completed"
+        outputs = [i for i in s.history if isinstance(i, ToolResult)]
+    assert (ws / "one.txt").exists() and not (ws / "two.txt").exists()
+    assert [r.is_error for r in outputs] == [False, True]
+
+
+def _call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    """A Tab waiting for a running speculation, awaited with ``aaccept``: cancelling the task
+    calls the accept off on the shard -- the speculation is aborted, nothing is applied
+    (the edit it would make never lands), and the next turn runs."""
+    running, release = tmp_path / "running", tmp_path / "release"
+
+    def reply(request: LlmRequest) -> Any:
+        last = request.messages[-1]
+        if request.purpose == "main":
+            return f"answer to {getattr(last, 'text', 'a result')}"
+        if request.purpose in ("suggestion", "pipelined"):
+            return '{"suggestion": "make x two"}'
+        if isinstance(last, ToolResult):
+            return "x is two now."
+        running.write_text("1")
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        edit = {"path": "app.py", "old_string": "x = 1", "new_string": "x = 2"}
+        return ScriptReply(tool_calls=[{"name": "edit", "arguments": edit}])
+
+    config = SpeculationConfig(enabled=True, approval_mode="auto-edit", suggestion_delay_ms=0)
+    session = rt.open_session(workspace=ws, model=FunctionModel(reply), speculation=config)
+
+    async def main() -> None:
+        await session.asubmit("hi", timeout=WAIT)
+        await session.asubmit("what is x?", timeout=WAIT)
+        while not running.exists():
+            await asyncio.sleep(0.02)
+        tab = asyncio.ensure_future(session.aaccept(timeout=WAIT))
+        deadline = time.monotonic() + WAIT
+        while not (await asyncio.to_thread(lambda: session.speculation)).accepting:
+            assert not tab.done(), tab
+            assert time.monotonic() < deadline, "the Tab never reached the shard"
+            await asyncio.sleep(0.02)
+        tab.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await tab
+
+    try:
+        asyncio.run(main())
+        wait_until(lambda: session.speculation.state == "aborted")
+        release.write_text("1")  # the speculation would edit now: nothing may be applied
+        turn = session.submit("and now?", timeout=WAIT)
+        assert turn.status == "completed"
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        assert not any(isinstance(i, ToolResult) for i in session.history)
+    finally:
+        release.write_text("1")
+        session.close()
+
+
+def test_a_late_load_report_keeps_a_shard_placed_until_it_is_silent_too_long(
+    ray_instance: None, tmp_path: Path
+) -> None:
+    """The late-report rule (directory.py), on the monitor's real poll with real Ray refs: a
+    shard whose load report is late is busy, not gone -- placement still picks it -- until it
+    has been silent for ``unresponsive_s``; then it takes no session until it answers, and its
+    answer brings it back. Shard 0's report is a Ray task that waits for a file."""
+    from fore.distributed.directory import ShardDirectory
+    from fore.distributed.placement import ShardInfo, ShardLoad
+
+    gate = tmp_path / "answer"
+    infos = [
+        ShardInfo(index=i, incarnation=f"i{i}", pid=i, node_id="n", node_ip="ip", hostname="h")
+        for i in (0, 1)
+    ]
+    loads = [
+        ShardLoad(
+            index=i, incarnation=f"i{i}", node_id="n", pressure_ms=0.0, threshold_ms=4.0, sessions=0
+        )
+        for i in (0, 1)
+    ]
+
+    @ray.remote(num_cpus=0)
+    def report(index: int, wait_for: str | None) -> tuple[ShardInfo, ShardLoad]:
+        deadline = time.monotonic() + 120
+        while wait_for is not None and not os.path.exists(wait_for):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        return infos[index], loads[index]
+
+    ray.get(report.remote(1, None), timeout=WAIT)  # a worker for the reports is up
+
+    class Handle:
+        def __init__(self, index: int, wait_for: str | None) -> None:
+            self.status = self
+            self._args = (index, wait_for)
+
+        def options(self, **_options: Any) -> Handle:
+            return self
+
+        def remote(self) -> Any:
+            return report.remote(*self._args)
+
+    directory = ShardDirectory(
+        [Handle(0, str(gate)), Handle(1, None)],
+        infos,
+        loads,
+        health_interval=0.05,
+        unresponsive_s=4.0,
+    )
+    started = time.monotonic()
+    # both shards empty: placement prefers shard 0 (lowest index) while it is only late
+    while time.monotonic() - started < 1.0:
+        directory.poll()
+        chosen = directory.choose(None, [0, 0], band_ms=4.0)
+        assert chosen is not None and chosen.index == 0, "a late shard is still placed on"
+        directory.opened(0)
+    assert directory[0].slow_polls >= 2 and directory[0].alive
+    wait_until(lambda: (directory.poll(), not directory[0].alive)[1])  # silent past 4 s
+    wait_until(lambda: (directory.poll(), directory[1].alive)[1])
+    chosen = directory.choose(None, [0, 0], band_ms=4.0)
+    assert chosen is not None and chosen.index == 1  # no session for the silent one
+    directory.opened(1)
+    gate.write_text("1")
+    wait_until(lambda: (directory.poll(), directory[0].alive)[1])  # it answered: back
+    assert directory.hosts(0, "i0")  # late, silent, back: never taken for dead
+
+
+def test_the_workspaces_machine_is_stored_and_a_resume_goes_back_there(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    """A session's machine is stored with it (NODE_LABEL: its node's address), so a resume
+    without ``node=`` goes there, not to the caller's machine. A session stored on a machine
+    the cluster does not have (opened there by a Runtime of one process) is refused with a
+    clear error, and resumes where ``node=`` says; one stored without a machine resumes on
+    the caller's."""
+    session = rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec())
+    session.submit("hi", timeout=WAIT)
+    session.close()
+    with open_store(rt.store_url, owner="reader") as reader:
+        labels = reader.load(session.id).record.session_config["labels"]
+    assert labels == {NODE_LABEL: session.shard.node_ip}
+    assert rt.resume_session(session.id, echo_model()).close()
+
+    with Runtime(store=rt.store_url, blob_dir=tmp_path / "blobs") as elsewhere:
+        away = elsewhere.open_session(
+            workspace=ws, model=echo_model(), labels={NODE_LABEL: "10.255.0.7"}
+        ).id
+        unlabelled = elsewhere.open_session(workspace=ws, model=echo_model()).id
+    with pytest.raises(NoShardAvailable, match=r"10\.255\.0\.7.*pass node="):
+        rt.resume_session(away, echo_model())
+    moved = rt.resume_session(away, echo_model(), node=ANY_NODE)
+    assert moved.submit("here now", timeout=WAIT).status == "completed"
+    assert moved.close()
+    here = rt.resume_session(unlabelled, echo_model())
+    assert here.shard.node_id == rt.node_id
+    assert here.close()
+
+
 def test_control_calls_are_answered_while_the_shards_default_loop_is_stuck(
     rt: RayRuntime, tmp_path: Path
 ) -> None:
@@ -503,8 +689,67 @@ def test_bench_with_shards_reports_per_shard_load_and_no_leaks(tmp_path: Path) -
     run = data["speculation"]
     assert [load["index"] for load in run["shard_loads"]] == [0, 1]
     assert sum(load["sessions"] for load in run["shard_loads"]) == 6
+    # every planned turn ran through the shards (a user that cannot reach its session
+    # runs none, and leaves nothing to leak)
+    assert run["errors"] == [] and run["accounting"]["turns"]["buckets"]["error"] == 0
+    assert run["turns"] >= 6, run["accounting"]  # each user's first turn at least
     assert all(value == 0 for value in run["leaks"].values()), run["leaks"]
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+KILL_A_SHARD = """
+import os, signal, sys, threading, time
+import psutil
+import fore.bench.load as load
+from fore.supervision.cli import main
+
+start_users = load.start_users
+
+def start_then_kill(*args, **kwargs):
+    users = start_users(*args, **kwargs)
+    recorder = args[3]
+
+    def kill():
+        deadline = time.monotonic() + 120
+        while recorder.rounds < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        shards = [
+            p for p in psutil.Process().children(recursive=True)
+            if "ShardServer" in " ".join(p.cmdline())
+        ]
+        os.kill(shards[0].pid, signal.SIGKILL)
+        print("KILLED", shards[0].pid, recorder.rounds, flush=True)
+
+    threading.Thread(target=kill, daemon=True).start()
+    return users
+
+load.start_users = start_then_kill
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_bench_with_a_shard_killed_mid_run_leaks_nothing(tmp_path: Path) -> None:
+    """``fore bench --shards 2`` with one shard process killed (-9) once the rounds are under
+    way: the users whose call was in flight get ShardLost, the others go on (their sessions
+    moved to the live shard), and every leak counter -- each shard's, the restarted one
+    included, and the driver's -- is 0."""
+    report = tmp_path / "report.json"
+    bench = "bench --sessions 8 --turns 6 --think-ms 200 --duration 60 --shards 2 --no-progress"
+    done = subprocess.run(
+        [sys.executable, "-c", KILL_A_SHARD, *bench.split(), "--json", str(report)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    killed = re.search(r"KILLED (\d+) (\d+)", done.stdout)
+    assert killed, done.stdout[-3000:] + done.stderr[-3000:]
+    run = json.loads(report.read_text())["speculation"]
+    assert all(value == 0 for value in run["leaks"].values()), run["leaks"]
+    assert all("ShardLost" in error for error in run["errors"]), run["errors"]
+    assert run["turns"] > int(killed.group(2))  # turns ran after the kill
+    assert [load["index"] for load in run["shard_loads"]] == [0, 1]
 
 
 def test_bench_rejects_a_hostile_shard_count(capsys: pytest.CaptureFixture[str]) -> None:

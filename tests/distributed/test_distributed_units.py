@@ -27,10 +27,12 @@ import fore.testing
 from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
 from fore.actors.store import SessionLeased, open_store
 from fore.actors.worker.hooks import Continue, HookEvent, Hooks
+from fore.distributed.directory import ShardState
 from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import EventSink
 from fore.distributed.placement import (
     PRESSURE_WINDOW,
+    ShardInfo,
     ShardLoad,
     choose_shard,
     pressure_band,
@@ -183,12 +185,36 @@ def test_pressure_bands_are_monotonic_and_total(p: float, q: float) -> None:
         pressure_band(1.0, 0.0)
 
 
+def test_a_late_report_is_a_busy_shard_and_only_long_silence_takes_it_out() -> None:
+    """The directory's late-report rule, as plain code: a report not in yet counts the shard
+    slow but keeps it placed on; only ``unresponsive_s`` of silence takes it out, and its next
+    report brings it back. A report from a new incarnation buries the old one."""
+    info = ShardInfo(index=0, incarnation="a", pid=1, node_id="n", node_ip="10.0.0.1", hostname="h")
+    load = ShardLoad(
+        index=0, incarnation="a", node_id="n", pressure_ms=1.0, threshold_ms=4.0, sessions=3
+    )
+    shard = ShardState(index=0, handle=None, info=info, load=load)
+    shard.pending_since = 100.0
+    for now in (100.3, 102.0, 104.9):
+        shard.missed(now, unresponsive_s=5.0)
+        assert shard.alive
+    assert shard.slow_polls == 3
+    shard.missed(105.1, unresponsive_s=5.0)
+    assert not shard.alive
+    shard.reported(info, load)
+    assert shard.alive and shard.dead == set()
+    restarted = info.model_copy(update={"incarnation": "b", "pid": 2})
+    shard.reported(restarted, load.model_copy(update={"incarnation": "b", "pressure_ms": 9.0}))
+    assert shard.dead == {"a"} and shard.info == restarted
+    assert list(shard.pressures) == [9.0]  # the old process's pressure is not the new one's
+
+
 # -- the event sink ---------------------------------------------------------------------------
 
 
 async def _read(sink: EventSink, kinds: Any = None, until: int | None = None) -> list[Any]:
     got: list[Any] = []
-    async for batch in sink.batches(kinds, poll_s=0.05):
+    async for batch in sink.batches(kinds):
         assert batch, "a batch is never empty"
         got.extend(batch)
         if until is not None and len(got) >= until:
@@ -277,6 +303,29 @@ def test_events_the_reader_left_out_never_wake_it() -> None:
     assert sink.wakeups <= 1
 
 
+def test_a_reader_with_nothing_to_read_schedules_nothing() -> None:
+    """A shard's idle reader costs nothing: no timer on its loop while it waits (a
+    shard hosts hundreds of readers), yet an event, a newer reader and close() each
+    still reach it at once."""
+    sink = EventSink("s1")
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(_read(sink))
+        await _until(lambda: sink._wake is not None)
+        await asyncio.sleep(0.05)
+        # asyncio's own list of timers (CPython's event loop): the reader set none
+        assert not [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        second = asyncio.ensure_future(_read(sink))
+        await asyncio.wait_for(first, 10)  # a newer reader ended it, without a poll
+        await _until(lambda: sink._wake is not None)
+        sink.tell(1)
+        sink.close()
+        return first.result(), await asyncio.wait_for(second, 10)
+
+    assert asyncio.run(main()) == ([], [1])
+
+
 def test_a_wake_up_lingers_so_a_burst_travels_as_one_batch() -> None:
     """Events told while a woken reader lingers join its batch: one batch (one Ray item)
     and one wake-up for the burst, not one per event; close() ends the linger."""
@@ -284,7 +333,7 @@ def test_a_wake_up_lingers_so_a_burst_travels_as_one_batch() -> None:
     batches: list[list[Any]] = []
 
     async def read() -> None:
-        async for batch in sink.batches(poll_s=0.05, linger_s=30.0):
+        async for batch in sink.batches(linger_s=30.0):
             batches.append(batch)
 
     def produce() -> None:
@@ -310,7 +359,7 @@ def test_a_wake_up_lingers_so_a_burst_travels_as_one_batch() -> None:
 
 
 def test_keystrokes_tabs_cancels_and_load_reports_go_to_the_control_group() -> None:
-    from fore.distributed.session import CONTROL_GROUP, _method
+    from fore.distributed.calls import CONTROL_GROUP, method
 
     class Method:
         def __init__(self, name: str) -> None:
@@ -324,9 +373,9 @@ def test_keystrokes_tabs_cancels_and_load_reports_go_to_the_control_group() -> N
             return Method(name)
 
     for name in ("keystroke", "accept", "cancel", "status"):
-        assert _method(Handle(), name) == (name, {"concurrency_group": CONTROL_GROUP})
+        assert method(Handle(), name) == (name, {"concurrency_group": CONTROL_GROUP})
     for name in ("submit", "ask", "events", "open"):
-        assert isinstance(_method(Handle(), name), Method)
+        assert isinstance(method(Handle(), name), Method)
 
 
 # -- shipping ---------------------------------------------------------------------------------

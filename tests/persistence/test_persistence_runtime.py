@@ -436,6 +436,24 @@ def test_a_session_open_here_cannot_be_resumed_by_another_runtime(
         other_store.close()
 
 
+def test_labels_are_stored_and_kept_by_a_resume_and_a_fork(sqlite_url: str, tmp_path: Path) -> None:
+    """``open_session(labels=...)``: the application's facts about a session, stored with it
+    (Fore never reads them; the distributed runtime keeps the workspace's machine there)."""
+    with Runtime(store=sqlite_url, blob_dir=tmp_path / "b") as rt:
+        with pytest.raises(TypeError, match="labels"):
+            rt.open_session(model=echo(), labels={"machine": 1})  # type: ignore[dict-item]
+        assert not rt.list_sessions()  # refused before anything was stored
+        session = rt.open_session(model=echo(), labels={"machine": "build-7"})
+        first_fork = session.fork()
+        sid, first = session.id, first_fork.id
+    with Runtime(store=sqlite_url, blob_dir=tmp_path / "b") as rt:
+        second = rt.resume_session(sid, echo()).fork().id
+    with open_store(sqlite_url, owner="reader") as reader:
+        for stored in (sid, first, second):
+            config = reader.load(stored).record.session_config
+            assert config["labels"] == {"machine": "build-7"}, stored
+
+
 def test_fork_copies_the_history_under_a_new_id(
     store_url: str,  # noqa: F811
     tmp_path: Path,

@@ -103,19 +103,8 @@ from fore.messages.usage import ModelPrice
 from fore.supervision import Runtime
 
 # BenchSetupError is defined in fore.errors (the one exception tree); re-exported for the
-# importers of this module. The rest: bench/load_ray.py still imports them from here (by
-# their old names); they go when it imports them from load_options / sim_user / load_report.
-__all__ = [
-    "BenchSetupError",
-    "LoadOptions",
-    "LoadReport",
-    "Recorder",
-    "start_users",
-    "users_finished",
-]
-_quantiles = quantiles_ms
-_report = build_report
-_Timeline = Timeline
+# importers of this module.
+__all__ = ["BenchSetupError"]
 
 
 def _model_price(price: tuple[float, float, float]) -> ModelPrice:

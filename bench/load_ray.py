@@ -1,7 +1,7 @@
 """``fore bench --shards N``: the load benchmark over a local Ray cluster of N shards.
 
 The workload is :mod:`bench.load`'s, unchanged: the same simulated users
-(:class:`~bench.load.SimUser`), the same mock LLM server, the same report.
+(:class:`~bench.sim_user.SimUser`), the same mock LLM server, the same report.
 What differs is where the sessions live: each in one of N shard processes
 (:class:`fore.distributed.RayRuntime`), placed on the least-loaded shard. The
 users stay in this process, on a small runtime of their own (they are actors),
@@ -36,7 +36,9 @@ from fore.messages.session import Subscribe
 from fore.messages.speculation import SpeculationConfig
 
 if TYPE_CHECKING:
-    from fore.bench.load import LoadOptions, LoadReport, _Interrupts
+    from fore.bench.load import _Interrupts
+    from fore.bench.load_options import LoadOptions
+    from fore.bench.load_report import LoadReport
     from fore.distributed import RayRuntime, RemoteSession
 
 __all__ = ["BenchSession", "print_shard_table", "run_load_ray"]
@@ -51,7 +53,7 @@ EVENT_KINDS = (
 
 
 class _Controller:
-    """A remote session's front door (its controller) as :class:`~bench.load.SimUser` uses it.
+    """A remote session's front door (its controller) as :class:`~bench.sim_user.SimUser` uses it.
 
     ``Subscribe`` names an actor of this process, which a shard cannot reach:
     it becomes :meth:`RemoteSession.forward_events` (the events a user reads,
@@ -104,19 +106,15 @@ def run_load_ray(
 ) -> tuple[LoadReport, dict[str, list[float]]]:
     """Run the workload with the sessions on ``options.shards`` Ray shards (module docs)."""
     from fore.bench.load import (
-        BenchSetupError,
-        Recorder,
         _open_states,
-        _quantiles,
-        _report,
         _spawn_server,
-        _Timeline,
         freeze_ledger,
         open_user_session,
-        start_users,
-        users_finished,
     )
+    from fore.bench.load_report import Timeline, build_report, quantiles_ms
+    from fore.bench.sim_user import Recorder, start_users, users_finished
     from fore.distributed import RayRuntime  # imports Ray only when it starts one
+    from fore.errors import BenchSetupError
     from fore.supervision import Runtime
 
     begun = time.monotonic()
@@ -167,7 +165,7 @@ def run_load_ray(
         meter.start()
         users = start_users(users_rt.system, sessions, options, recorder, done, deadline)
         totals = _Totals(rt)
-        timeline = _Timeline()
+        timeline = Timeline()
         finished = 0
         rounds_cut = 0
         while finished < len(users):
@@ -211,7 +209,7 @@ def run_load_ray(
         leaked = [t for t in threading.enumerate() if t.ident not in threads_before]
         leaks["threads"] += len(leaked)
         governor = totals
-        report = _report(
+        report = build_report(
             options,
             recorder,
             accounting,
@@ -223,7 +221,7 @@ def run_load_ray(
         report.speculations_skipped = max(report.speculations_skipped, totals.refused)
         report.shard_loads = [load.model_dump() for load in loads]
         report.cpu_ms_per_turn = meter.per_turn(turns_done(accounting))
-        report.tab_roundtrip_ms = _quantiles(recorder.tab_roundtrip_s)
+        report.tab_roundtrip_ms = quantiles_ms(recorder.tab_roundtrip_s)
         report.wall_s = wall
         report.setup_s = setup
         report.teardown_s = teardown

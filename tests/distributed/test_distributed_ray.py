@@ -700,10 +700,10 @@ def test_bench_with_shards_reports_per_shard_load_and_no_leaks(tmp_path: Path) -
 KILL_A_SHARD = """
 import os, signal, sys, threading, time
 import psutil
-import fore.bench.load as load
+import fore.bench.sim_user as sim_user
 from fore.supervision.cli import main
 
-start_users = load.start_users
+start_users = sim_user.start_users
 
 def start_then_kill(*args, **kwargs):
     users = start_users(*args, **kwargs)
@@ -723,7 +723,7 @@ def start_then_kill(*args, **kwargs):
     threading.Thread(target=kill, daemon=True).start()
     return users
 
-load.start_users = start_then_kill
+sim_user.start_users = start_then_kill
 sys.exit(main(sys.argv[1:]))
 """
 

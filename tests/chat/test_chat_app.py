@@ -228,6 +228,9 @@ def test_typing_aborts_the_speculation_and_removes_the_ghost(
     assert chat.overlays(), "a finished speculation keeps its overlay until Tab or a key"
     chat.keys("a")  # even the suggestion's own first letter throws it away
     chat.wait(lambda: chat.app.ghost is None, "the ghost to go")
+    # The key handler drops the ghost, then inserts the key: read from this thread, the
+    # buffer may lag the ghost by that one step, so wait for it (bounded) rather than race.
+    chat.wait(lambda: chat.app.buffer.text == "a", "the typed key in the prompt")
     assert chat.app.buffer.text == "a"
     chat.wait(lambda: chat.app.totals.aborted == 1, "the speculation to report aborted")
     chat.wait(lambda: chat.overlays() == [], "the overlay to be removed")

@@ -492,6 +492,7 @@ class SpeculationSkipped(EventBase):
     Tab on it runs it as a normal turn.
     """
 
+    kind: Literal["speculation_skipped"] = "speculation_skipped"
     suggestion: str
     reason: str
 

@@ -79,6 +79,7 @@ from fore.actors.core.pooled import (
     stop_now,
     tell_quietly,
 )
+from fore.actors.core.subscribers import Subscribers
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.store import OverlayStore
 from fore.actors.speculation.accept import AcceptProtocol
@@ -157,6 +158,9 @@ from fore.messages.speculation import (
 
 _seq = itertools.count(1)
 
+_WORKER_EVENTS = frozenset({"snapshot_taken", "turn_finished"})
+"""The worker's events this controller reads (a fork snapshot; a continuation's end)."""
+
 _UNDER_WAY = (SpecPhase.OFFERED, SpecPhase.ACCEPTING, SpecPhase.INSERTING)
 """Phases in which a speculation's own end (done, crash) still matters to the controller."""
 
@@ -194,14 +198,12 @@ class SpeculationBook:
     """
 
     session_id: str
-    subscribers: list[Any] = field(default_factory=list)
+    subscribers: Subscribers = field(default_factory=Subscribers)
     status_events: StatusEvents | None = None
 
     def emit(self, event: Any) -> None:
-        """Tell every subscriber; one that is gone is dropped."""
-        for subscriber in list(self.subscribers):
-            if not tell_quietly(subscriber, event):
-                self.subscribers.remove(subscriber)
+        """Tell every subscriber of the event's kind; one that is gone is dropped."""
+        self.subscribers.emit(event)
 
     def __post_init__(self) -> None:
         if self.status_events is None:
@@ -272,7 +274,7 @@ class SpeculationController(AcceptProtocol):
         return accepting(self._specs.values())
 
     @property
-    def _subscribers(self) -> list[Any]:
+    def _subscribers(self) -> Subscribers:
         return self.book.subscribers
 
     @property
@@ -285,7 +287,7 @@ class SpeculationController(AcceptProtocol):
         # Only snapshots and turn ends matter here, and only with speculation on:
         # a session without it does not pay a mailbox hop per worker event.
         if self.spec_config.enabled:
-            self._worker.tell(Subscribe(address=self.actor_ref))  # kept until the worker runs
+            self._worker.tell(Subscribe(address=self.actor_ref, kinds=_WORKER_EVENTS))
 
     def on_failure(self, *_exc_info: Any) -> None:
         self.on_stop()  # a crash takes its speculations down, as a stop does
@@ -325,12 +327,11 @@ class SpeculationController(AcceptProtocol):
 
     @handles(Subscribe)
     def _on_subscribe(self, message: Subscribe) -> None:
-        self._subscribers.append(message.address)
+        self._subscribers.add(message.address, message.kinds)
 
     @handles(Unsubscribe)
     def _on_unsubscribe(self, message: Unsubscribe) -> None:
-        if message.address in self._subscribers:
-            self._subscribers.remove(message.address)
+        self._subscribers.remove(message.address)
 
     def _emit(self, event: Any) -> None:
         self.book.emit(event)
@@ -935,9 +936,12 @@ class SpeculationController(AcceptProtocol):
         return status, (shown.text if shown is not None else None)
 
     def _handle_receive(self, message: Any) -> Any:
-        """Every message, then a status event if it changed the status (issue 24)."""
+        """Every message, then a status event if it changed the status (issue 24).
+
+        The status is built only when a subscriber reads ``speculation_status``.
+        """
         answer = super()._handle_receive(message)
-        if not self.has_exited and self._subscribers:
+        if not self.has_exited and self._subscribers.wants("speculation_status"):
             self._status_events.publish(*self._status_now())
         return answer
 

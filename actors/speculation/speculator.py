@@ -123,6 +123,10 @@ class SpeculationSetup:
     """The speculation span's OpenTelemetry context: its worker's run is a child (issue 28)."""
 
 
+_WORKER_EVENTS = frozenset({"run_started", "item_added", "tool_started"})
+"""Its worker's events a speculator reads (progress, the message limit, pending limits)."""
+
+
 class Speculator(ForeActor):
     """Runs one speculation (see module docs)."""
 
@@ -238,7 +242,7 @@ class Speculator(ForeActor):
             telemetry=main.telemetry,
         )
         self._worker = Worker.start(worker_config)
-        self._worker.tell(Subscribe(address=self.actor_ref))
+        self._worker.tell(Subscribe(address=self.actor_ref, kinds=_WORKER_EVENTS))
         if config.time_budget_s is not None:
             self._budget_timer = self.call_after(
                 config.time_budget_s, self._reach_limit, "time budget", True

@@ -387,11 +387,11 @@ class SubmitPrompt(Ask[TurnResult[Any]]):
     """The OpenTelemetry context the turn's span is a child of (in-process)."""
 
 
-# -- between the session supervisor, the speculator and the worker ---------------------
+# -- a speculation's run, and its accept --------------------------------------------
 
 
 class SpeculationResult(Message):
-    """The speculator's answer to :class:`AcceptSpeculation` (or its finish report)."""
+    """How a speculation's run ended (the controller's record keeps it once the run is over)."""
 
     speculation_id: str
     state: SpeculationState
@@ -399,9 +399,6 @@ class SpeculationResult(Message):
     boundary_calls: tuple[ToolCall, ...] = ()
     boundary_tool: str | None = None
     boundary_reason: str | None = None
-    applied: tuple[str, ...] = ()
-    conflicts: tuple[str, ...] = ()
-    conflict_summary: str | None = None
     error: str | None = None
     turns: int = 0
     tool_calls: int = 0
@@ -412,31 +409,6 @@ class SpeculationResult(Message):
     completed_at: float | None = None
     files_written: int = 0
     """Files the speculation changed in its overlay (written or deleted)."""
-    apply_started: float | None = None
-    """``time.monotonic()`` when the speculator began applying (same process)."""
-
-
-class AcceptSpeculation(Ask[SpeculationResult]):
-    """Apply the overlay and hand over the transcript (waits while still running)."""
-
-
-class SpeculationDone(Message):
-    """A speculator tells its session supervisor it has finished (any state)."""
-
-    result: SpeculationResult
-
-
-class OverlayRemoved(Message):
-    """A speculation's overlay is gone (its worker stopped first; see ``steps``)."""
-
-    speculation_id: str
-    steps: tuple[tuple[str, float], ...] = ()
-    """The cleanup's steps and their ``time.monotonic()``, in order."""
-    tokens: int | None = None
-    """Everything the speculation's requests cost, counted once every stream has ended
-    (a stream cancelled by the abort included, estimated); ``None``: unknown."""
-    estimated_tokens: int = 0
-    """Of ``tokens``: estimated from characters (no usage arrived)."""
 
 
 class InsertItems(Ask[str | None]):
@@ -457,12 +429,13 @@ class InsertItems(Ask[str | None]):
     continue_turn: bool = False
 
 
-# -- inside a speculation (speculator, its metered model, its reaper) ---------------
+# -- from a speculation's metered model to its controller -------------------------------
 
 
 class SpeculationUsage(Message):
     """One of a speculation's LLM requests completed with this usage."""
 
+    speculation_id: str = ""
     request_id: str
     usage: Usage
     estimated: bool = False
@@ -473,17 +446,8 @@ class TokenBudgetReached(Message):
     """The speculation's spend (completed usage plus the in-flight estimate) passed
     its token budget while a request was streaming: stop it now."""
 
+    speculation_id: str = ""
     spent: int
-
-
-class StreamsIdle(Message):
-    """No LLM stream of the speculation is in flight (the answer to ``when_idle``)."""
-
-
-class WorkerExited(Message):
-    """The speculation's worker has exited (after its ``on_stop``, unless killed)."""
-
-    killed: bool = False
 
 
 class SpeculationSkipped(EventBase):

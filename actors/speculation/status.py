@@ -2,8 +2,8 @@
 
 :func:`status_of` is what ``s.speculation`` answers for a record;
 :func:`finished_event` is its one :class:`SpeculationFinished`, and
-:func:`abort_timings` reads an abort's timings from the reaper's steps. All
-three are plain functions of the record (the controller only decides when).
+:func:`abort_timings` reads an abort's timings from its teardown's steps.
+All three are plain functions of the record (the controller only decides when).
 
 **Status events**: push what ``s.speculation`` would answer, when it changes.
 
@@ -11,7 +11,9 @@ A front end shows what the speculation behind the grey suggestion is doing
 (*speculating: 2 calls, 1 file* → *ready* / *stopped at shell: why* /
 *aborted*). Polling ``Session.speculation`` for it costs an ask per poll and
 still lags; instead the speculation controller hands this publisher the status
-after every message it handles, and the publisher emits a
+after every message it handles -- while any subscriber reads
+``speculation_status`` (``Subscribe(kinds=...)``); with none, no status is
+built at all -- and the publisher emits a
 :class:`~messages.speculation.SpeculationStatusChanged` only when the status or
 the suggestion on offer differ from the last one sent. Checking after *every*
 message -- rather than at each place that changes the state -- means no
@@ -64,6 +66,9 @@ class StatusEvents:
 IDLE = SpeculationStatus()
 """A session's status before its first suggestion."""
 
+_ACCEPTING = (SpecPhase.ACCEPTING, SpecPhase.APPLYING, SpecPhase.INSERTING)
+"""Phases in which ``SpeculationStatus.accepting`` is true: Tab pressed, items not yet in."""
+
 
 def status_of(spec: Speculation) -> SpeculationStatus:
     """What ``s.speculation`` answers for ``spec`` (its result once its run ended)."""
@@ -82,7 +87,7 @@ def status_of(spec: Speculation) -> SpeculationStatus:
         boundary_tool=result.boundary_tool if result else None,
         boundary_reason=result.boundary_reason if result else None,
         next_suggestion=spec.next_suggestion,
-        accepting=spec.phase in (SpecPhase.ACCEPTING, SpecPhase.INSERTING),
+        accepting=spec.phase in _ACCEPTING,
         reason=spec.reason,
     )
 
@@ -95,20 +100,17 @@ class AbortTimings:
     cancel_latency: float | None
     cleanup_latency: float | None
     was_running: bool | None
-    tokens: int | None
-    estimated_tokens: int | None
 
 
 def abort_timings(spec: Speculation) -> AbortTimings:
     """An aborted speculation's telemetry, timed from the user's keystroke.
 
     ``cancel_latency``: keystroke -> LLM stream closed *and* tool calls
-    cancelled (the reaper's confirmations), only for a speculation that was
+    cancelled (its teardown's confirmations), only for a speculation that was
     still running when the abort reached it; ``cleanup_latency``:
     keystroke -> overlay removed, for every abort.
     """
-    removal = spec.removal
-    steps = tuple(removal.steps) if removal is not None else ()
+    steps = tuple(spec.steps)
     at: dict[str, float] = {}
     for name, when in steps:
         at.setdefault(name, when)
@@ -125,8 +127,6 @@ def abort_timings(spec: Speculation) -> AbortTimings:
         cancel_latency=cancel,
         cleanup_latency=None if start is None or removed is None else removed - start,
         was_running=was_running if "abort_requested" in at else None,
-        tokens=None if removal is None else removal.tokens,
-        estimated_tokens=None if removal is None else removal.estimated_tokens,
     )
 
 

@@ -60,9 +60,7 @@ def test_subscribing_again_replaces_the_kinds_and_a_dead_subscriber_is_dropped()
 
 
 @given(
-    st.lists(
-        st.one_of(st.none(), st.frozensets(st.sampled_from(KINDS))), min_size=0, max_size=5
-    ),
+    st.lists(st.one_of(st.none(), st.frozensets(st.sampled_from(KINDS))), min_size=0, max_size=5),
     st.lists(st.sampled_from(KINDS), max_size=10),
 )
 def test_each_subscriber_gets_exactly_its_kinds_in_order(

@@ -386,4 +386,4 @@ SessionEvent = Annotated[
     | LlmRetried,
     Field(discriminator="kind"),
 ]
-"""Everything a session subscriber may receive (the speculator adds its own kinds)."""
+"""Everything a session subscriber may receive (the speculation controller adds its own kinds)."""

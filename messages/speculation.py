@@ -203,10 +203,11 @@ class SpeculationProgress(EventBase):
 class SpeculationStatusChanged(EventBase):
     """The session's speculation status changed: push, instead of polling ``s.speculation``.
 
-    Sent by the session supervisor after any message that changed what
-    ``s.speculation`` / ``s.suggestion`` would answer -- the status of the
-    session's *current* speculation: it started (``running``), ran a tool or
-    wrote a file (``tool_calls``, ``files_written``), finished (``completed``,
+    Sent by the speculation controller (to the subscribers that read this kind)
+    after any message that changed what ``s.speculation`` / ``s.suggestion``
+    would answer -- the status of the session's *current* speculation: it
+    started (``running``), ran a tool or wrote a file (``tool_calls``,
+    ``files_written``), finished (``completed``,
     ``boundary`` with its tool and reason, ``failed``, ``empty``), was aborted
     (``aborted``, ``stale``) or not started (``skipped``), Tab began
     (``accepting``) or ended (``accepted``), or the suggestion on offer
@@ -261,7 +262,8 @@ class SpeculationFinished(EventBase):
     abort_steps: tuple[tuple[str, float], ...] = ()
     """Aborts: each step and when it happened (``time.monotonic()``), in order:
     ``keystroke`` (the user's input that caused it), ``abort_requested``
-    (it reached the speculator; then ``already_finished`` if it had), ``worker_stopped``,
+    (the controller acted on it; then ``already_finished`` if the run had ended),
+    ``worker_stopped``,
     ``tools_cancelled`` / ``llm_cancelled`` (either order), ``overlay_removed``."""
 
 
@@ -298,7 +300,7 @@ class CancelAccept(ControlMessage):
 class SetApprovalMode(Message):
     """The session's approval mode changed (``Session.set_approval_mode``).
 
-    The session supervisor gives new speculations the new mode (the gate's);
+    The speculation controller gives new speculations the new mode (the gate's);
     a stricter mode aborts the speculation on offer -- its work may hold what
     the new mode would ask about -- and speculates on the suggestion again
     under the new mode; ``plan`` withdraws the suggestion (no suggestions in
@@ -361,7 +363,7 @@ class AcceptSuggestion(Ask[AcceptResult]):
 
 
 class SubmitPrompt(Ask[TurnResult[Any]]):
-    """A submit through the session supervisor.
+    """A submit through the session's front door (its speculation controller).
 
     It takes the accept path when the text equals the current suggestion.
     """

@@ -259,6 +259,7 @@ class TeardownSteps(ControllerBase):
         for pending in (spec.budget_timer, spec.teardown_timer, spec.give_up_timer):
             if pending is not None:
                 pending.cancel()
+        self._release_slot(spec)  # its run is over: the governor admits another
         if spec.teardown in (Teardown.REMOVING, Teardown.REMOVED):
             return  # its removal is under way on the lane (or done)
         timer = self.system.timer

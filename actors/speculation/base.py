@@ -31,7 +31,7 @@ from fore.actors.speculation.states import (
     accepting,
     offered,
 )
-from fore.actors.speculation.status import StatusEvents, finished_event
+from fore.actors.speculation.status import AbortTimings, StatusEvents, finished_event
 from fore.actors.tools.base import ToolRegistry
 from fore.actors.worker.worker import WorkerConfig
 from fore.messages.alerts import AlertLevel
@@ -212,18 +212,11 @@ class ControllerBase(ForeActor):
         *,
         result: SpeculationResult | None = None,
         reason: str | None = None,
-        cancel_latency: float | None = None,
-        cleanup_latency: float | None = None,
-        steps: tuple[tuple[str, float], ...] = (),
-        was_running: bool | None = None,
-        tokens: int | None = None,
-        estimated_tokens: int | None = None,
+        abort: AbortTimings | None = None,
+        tokens: tuple[int, int] | None = None,
     ) -> None:
-        """The speculation's one telemetry event (typed event and structlog).
-
-        ``duration_s`` is the run's own duration (start to its end), never the
-        time the user then spent reading before Tab or typing.
-        """
+        """Emit the speculation's one :func:`~actors.speculation.status.finished_event`
+        (once: a second report is dropped), end its span and log it."""
         if spec.reported:
             return
         spec.reported = True
@@ -233,12 +226,8 @@ class ControllerBase(ForeActor):
             outcome,
             result=result or spec.result,
             reason=reason,
-            cancel_latency=cancel_latency,
-            cleanup_latency=cleanup_latency,
-            steps=steps,
-            was_running=was_running,
+            abort=abort,
             tokens=tokens,
-            estimated_tokens=estimated_tokens,
         )
         if spec.span is not None:
             spec.span.end(event)

@@ -137,17 +137,16 @@ def finished_event(
     *,
     result: SpeculationResult | None,
     reason: str | None = None,
-    cancel_latency: float | None = None,
-    cleanup_latency: float | None = None,
-    steps: tuple[tuple[str, float], ...] = (),
-    was_running: bool | None = None,
-    tokens: int | None = None,
-    estimated_tokens: int | None = None,
+    abort: AbortTimings | None = None,
+    tokens: tuple[int, int] | None = None,
 ) -> SpeculationFinished:
     """The speculation's one telemetry event.
 
     ``duration_s`` is the run's own duration (start to its end), never the
-    time the user then spent reading before Tab or typing.
+    time the user then spent reading before Tab or typing. ``abort``: an
+    abort's timings (:func:`abort_timings`); ``tokens``: ``(spent, of which
+    estimated)`` counted once every stream has ended, used when not less than
+    the result's.
     """
     if result is not None and result.completed_at is not None:
         duration = max(0.0, result.completed_at - result.started_at)
@@ -155,8 +154,8 @@ def finished_event(
         duration = time.time() - spec.started_at
     spent = result.tokens if result else 0
     estimated = result.estimated_tokens if result else 0
-    if tokens is not None and tokens >= spent:
-        spent, estimated = tokens, estimated_tokens or 0
+    if tokens is not None and tokens[0] >= spent:
+        spent, estimated = tokens
     return SpeculationFinished(
         session_id=session_id,
         speculation_id=spec.id,
@@ -172,8 +171,8 @@ def finished_event(
         boundary_tool=result.boundary_tool if result else None,
         boundary_reason=result.boundary_reason if result else None,
         reason=reason,
-        was_running=was_running,
-        cancel_latency_s=cancel_latency,
-        cleanup_latency_s=cleanup_latency,
-        abort_steps=steps,
+        was_running=None if abort is None else abort.was_running,
+        cancel_latency_s=None if abort is None else abort.cancel_latency,
+        cleanup_latency_s=None if abort is None else abort.cleanup_latency,
+        abort_steps=() if abort is None else abort.steps,
     )

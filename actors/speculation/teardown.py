@@ -227,18 +227,12 @@ class TeardownSteps(ControllerBase):
         ended (a cancelled one's estimate included).
         """
         spec.move(SpecPhase.ENDED)
-        timings = abort_timings(spec)
-        tokens, estimated = (None, None) if spec.model is None else spec.model.spent()
         self._report(
             spec,
             "stale" if spec.state == "stale" else "aborted",
             reason=spec.abort_reason,
-            cancel_latency=timings.cancel_latency,
-            cleanup_latency=timings.cleanup_latency,
-            steps=timings.steps,
-            was_running=timings.was_running,
-            tokens=tokens,
-            estimated_tokens=estimated,
+            abort=abort_timings(spec),
+            tokens=None if spec.model is None else spec.model.spent(),
         )
 
     def _cancel_timer(self, spec: Speculation) -> None:

@@ -1,4 +1,4 @@
-"""Messages of the copy-on-write overlay: bases, conflicts, apply results, the overlay actor.
+"""Messages of the copy-on-write overlay: bases, conflicts, apply results, recovery.
 
 A speculation writes into an overlay, never into the workspace. When the user
 accepts, the overlay is applied all at once -- but only if every real file it

@@ -41,7 +41,7 @@ on the orderly teardown (quietly).
 
 Reported: sessions, turns, suggestions, speculations by outcome; accept
 latency (Tab -> files applied and history inserted); abort latency, timed
-from the keystroke to the reaper's confirmations that the LLM stream closed
+from the keystroke to its teardown's confirmations that the LLM stream closed
 and the tool calls were cancelled (``SpeculationFinished.abort_steps``), only
 over speculations that were still running when the abort reached them --
 aborts of finished speculations have nothing to cancel and are counted

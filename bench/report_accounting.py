@@ -78,7 +78,7 @@ SPECULATION_BUCKETS: dict[str, str] = {
     "boundary": "applied by Tab up to its boundary",
     "aborted_running": "aborted while running",
     "aborted_finished": "aborted after it had finished",
-    "aborted_unstarted": "aborted before its speculator ran",
+    "aborted_unstarted": "aborted before its run started",
     "stale": "stale (the session changed under it)",
     "conflict": "conflict with a user edit",
     "failed": "failed",

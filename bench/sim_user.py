@@ -139,6 +139,12 @@ class Recorder:
             counts[key] = counts.get(key, 0) + 1
 
 
+USER_EVENTS = frozenset(
+    {"suggestion_ready", "speculation_progress", "speculation_finished", "speculation_skipped"}
+)
+"""The session events a simulated user reads (``Subscribe(kinds=...)``)."""
+
+
 class SimUser(PooledActor):
     """One simulated user, driving its session by messages only.
 
@@ -174,7 +180,8 @@ class SimUser(PooledActor):
 
     def on_start(self) -> None:
         self.ledger.user(self.index, self.options.turns)
-        self.session.controller.tell(Subscribe(address=self.actor_ref))
+        # Only what it reads (the handlers below): no status events, no worker events.
+        self.session.controller.tell(Subscribe(address=self.actor_ref, kinds=USER_EVENTS))
         # Users start as they would be found in steady state, part-way through
         # a think time (first_action_delay); a burst of every session's first
         # prompt in the same instant would measure the stampede, not the runtime.

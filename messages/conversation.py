@@ -2,7 +2,7 @@
 
 ``Item`` is the tagged union (discriminated on ``kind``) every later part of
 Fore shares: the worker's history, the LLM layer's request messages, the
-speculator's transcripts. All items round-trip losslessly through JSON.
+speculations' transcripts. All items round-trip losslessly through JSON.
 """
 
 from __future__ import annotations

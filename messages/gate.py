@@ -4,7 +4,7 @@ A speculation runs tool calls nobody has approved yet. Before each call the gate
 answers one question -- may this run now (``allow``), may it run with its writes
 sent into the copy-on-write overlay (``redirect``), or must the speculation stop
 here and wait for the user (``boundary``)? The answer is a frozen message so the
-speculator can log it, send it across actors and show its reason to the user.
+speculation can log it, send it across actors and show its reason to the user.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class ApprovalMode(StrEnum):
 
 
 class GateAction(StrEnum):
-    """What the speculator does with one tool call."""
+    """What a speculation does with one tool call."""
 
     ALLOW = "allow"
     """Run it as it is: it cannot change anything."""

@@ -1,4 +1,4 @@
-"""Messages of the copy-on-write overlay: bases, conflicts, apply results, the overlay actor.
+"""Messages of the copy-on-write overlay: bases, conflicts, apply results, recovery.
 
 A speculation writes into an overlay, never into the workspace. When the user
 accepts, the overlay is applied all at once -- but only if every real file it
@@ -21,7 +21,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from fore.messages.address import Ask
 from fore.messages.base import Message
 
 FileKind = Literal["absent", "file", "dir", "other"]
@@ -199,54 +198,3 @@ class SweepReport(Message):
     removed: tuple[str, ...] = ()
     """Process directory names (``<pid>-<start marker>``) that were removed."""
     recovered: tuple[RecoveryRecord, ...] = ()
-
-
-# -- the overlay actor ---------------------------------------------------------
-
-
-class ApplyOverlay(Ask[ApplyResult | ConflictReport]):
-    """Apply the overlay to the real tree (accept). Answered with ``ApplyResult``
-    or ``ConflictReport``; an unexpected failure is raised to the asker.
-
-    ``durable`` also fsyncs every staged file and directory (power-loss
-    safety); without it the journal alone is fsynced, which survives a
-    process crash.
-    """
-
-    durable: bool = False
-
-
-class OverlayDiscarded(Message):
-    overlay_id: str
-    removed: bool
-    """False when writes were still in flight at the deadline (removal is then
-    done by the last of them)."""
-
-
-class DiscardOverlay(Ask[OverlayDiscarded]):
-    """Throw the overlay away (abort). Waits up to ``timeout`` seconds for tool
-    calls still writing; removal then happens when the last one finishes.
-    Idempotent. Answered with :class:`OverlayDiscarded`."""
-
-    timeout: float = Field(default=10.0, ge=0)
-
-
-class GetOverlayStatus(Message):
-    """Ask for an :class:`OverlayStatus`."""
-
-
-OverlayState = Literal[
-    "open", "applying", "applied", "conflicted", "failed", "discarding", "discarded"
-]
-
-
-class OverlayStatus(Message):
-    overlay_id: str
-    state: OverlayState
-    has_writes: bool
-    files_written: int = Field(ge=0)
-    whiteouts: int = Field(ge=0)
-    dirs_created: int = Field(ge=0)
-    bytes_used: int = Field(ge=0)
-    max_bytes: int = Field(ge=0)
-    touched: int = Field(default=0, ge=0)

@@ -126,9 +126,17 @@ class Resume(Message):
 
 
 class Subscribe(Message):
-    """Forward every session event to ``address`` (an in-process reference)."""
+    """Forward session events to ``address`` (an in-process reference).
+
+    ``kinds``: the event kinds (each event's ``kind`` field) the subscriber
+    reads; ``None`` (the default) is every kind. An event of another kind is
+    neither sent to it nor, when nobody reads it, built at all (the
+    speculation controller's ``speculation_status``). Subscribing the same
+    address again replaces its kinds.
+    """
 
     address: Any = Field(exclude=True)
+    kinds: frozenset[str] | None = None
 
 
 class Unsubscribe(Message):
@@ -378,4 +386,4 @@ SessionEvent = Annotated[
     | LlmRetried,
     Field(discriminator="kind"),
 ]
-"""Everything a session subscriber may receive (the speculator adds its own kinds)."""
+"""Everything a session subscriber may receive (the speculation controller adds its own kinds)."""

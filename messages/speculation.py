@@ -203,10 +203,11 @@ class SpeculationProgress(EventBase):
 class SpeculationStatusChanged(EventBase):
     """The session's speculation status changed: push, instead of polling ``s.speculation``.
 
-    Sent by the session supervisor after any message that changed what
-    ``s.speculation`` / ``s.suggestion`` would answer -- the status of the
-    session's *current* speculation: it started (``running``), ran a tool or
-    wrote a file (``tool_calls``, ``files_written``), finished (``completed``,
+    Sent by the speculation controller (to the subscribers that read this kind)
+    after any message that changed what ``s.speculation`` / ``s.suggestion``
+    would answer -- the status of the session's *current* speculation: it
+    started (``running``), ran a tool or wrote a file (``tool_calls``,
+    ``files_written``), finished (``completed``,
     ``boundary`` with its tool and reason, ``failed``, ``empty``), was aborted
     (``aborted``, ``stale``) or not started (``skipped``), Tab began
     (``accepting``) or ended (``accepted``), or the suggestion on offer
@@ -261,7 +262,8 @@ class SpeculationFinished(EventBase):
     abort_steps: tuple[tuple[str, float], ...] = ()
     """Aborts: each step and when it happened (``time.monotonic()``), in order:
     ``keystroke`` (the user's input that caused it), ``abort_requested``
-    (it reached the speculator; then ``already_finished`` if it had), ``worker_stopped``,
+    (the controller acted on it; then ``already_finished`` if the run had ended),
+    ``worker_stopped``,
     ``tools_cancelled`` / ``llm_cancelled`` (either order), ``overlay_removed``."""
 
 
@@ -298,7 +300,7 @@ class CancelAccept(ControlMessage):
 class SetApprovalMode(Message):
     """The session's approval mode changed (``Session.set_approval_mode``).
 
-    The session supervisor gives new speculations the new mode (the gate's);
+    The speculation controller gives new speculations the new mode (the gate's);
     a stricter mode aborts the speculation on offer -- its work may hold what
     the new mode would ask about -- and speculates on the suggestion again
     under the new mode; ``plan`` withdraws the suggestion (no suggestions in
@@ -361,7 +363,7 @@ class AcceptSuggestion(Ask[AcceptResult]):
 
 
 class SubmitPrompt(Ask[TurnResult[Any]]):
-    """A submit through the session supervisor.
+    """A submit through the session's front door (its speculation controller).
 
     It takes the accept path when the text equals the current suggestion.
     """
@@ -387,11 +389,11 @@ class SubmitPrompt(Ask[TurnResult[Any]]):
     """The OpenTelemetry context the turn's span is a child of (in-process)."""
 
 
-# -- between the session supervisor, the speculator and the worker ---------------------
+# -- a speculation's run, and its accept --------------------------------------------
 
 
 class SpeculationResult(Message):
-    """The speculator's answer to :class:`AcceptSpeculation` (or its finish report)."""
+    """How a speculation's run ended (the controller's record keeps it once the run is over)."""
 
     speculation_id: str
     state: SpeculationState
@@ -399,9 +401,6 @@ class SpeculationResult(Message):
     boundary_calls: tuple[ToolCall, ...] = ()
     boundary_tool: str | None = None
     boundary_reason: str | None = None
-    applied: tuple[str, ...] = ()
-    conflicts: tuple[str, ...] = ()
-    conflict_summary: str | None = None
     error: str | None = None
     turns: int = 0
     tool_calls: int = 0
@@ -412,31 +411,6 @@ class SpeculationResult(Message):
     completed_at: float | None = None
     files_written: int = 0
     """Files the speculation changed in its overlay (written or deleted)."""
-    apply_started: float | None = None
-    """``time.monotonic()`` when the speculator began applying (same process)."""
-
-
-class AcceptSpeculation(Ask[SpeculationResult]):
-    """Apply the overlay and hand over the transcript (waits while still running)."""
-
-
-class SpeculationDone(Message):
-    """A speculator tells its session supervisor it has finished (any state)."""
-
-    result: SpeculationResult
-
-
-class OverlayRemoved(Message):
-    """A speculation's overlay is gone (its worker stopped first; see ``steps``)."""
-
-    speculation_id: str
-    steps: tuple[tuple[str, float], ...] = ()
-    """The cleanup's steps and their ``time.monotonic()``, in order."""
-    tokens: int | None = None
-    """Everything the speculation's requests cost, counted once every stream has ended
-    (a stream cancelled by the abort included, estimated); ``None``: unknown."""
-    estimated_tokens: int = 0
-    """Of ``tokens``: estimated from characters (no usage arrived)."""
 
 
 class InsertItems(Ask[str | None]):
@@ -457,12 +431,13 @@ class InsertItems(Ask[str | None]):
     continue_turn: bool = False
 
 
-# -- inside a speculation (speculator, its metered model, its reaper) ---------------
+# -- from a speculation's metered model to its controller -------------------------------
 
 
 class SpeculationUsage(Message):
     """One of a speculation's LLM requests completed with this usage."""
 
+    speculation_id: str = ""
     request_id: str
     usage: Usage
     estimated: bool = False
@@ -473,17 +448,8 @@ class TokenBudgetReached(Message):
     """The speculation's spend (completed usage plus the in-flight estimate) passed
     its token budget while a request was streaming: stop it now."""
 
+    speculation_id: str = ""
     spent: int
-
-
-class StreamsIdle(Message):
-    """No LLM stream of the speculation is in flight (the answer to ``when_idle``)."""
-
-
-class WorkerExited(Message):
-    """The speculation's worker has exited (after its ``on_stop``, unless killed)."""
-
-    killed: bool = False
 
 
 class SpeculationSkipped(EventBase):
@@ -492,6 +458,7 @@ class SpeculationSkipped(EventBase):
     Tab on it runs it as a normal turn.
     """
 
+    kind: Literal["speculation_skipped"] = "speculation_skipped"
     suggestion: str
     reason: str
 

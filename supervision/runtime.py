@@ -17,13 +17,13 @@ nothing outlives it::
         └── session:<id> SessionSupervisor (one_for_one)
             ├── worker       Worker
             └── speculation  SpeculationController (the session's front door; it
-                             starts and watches one Speculator per speculation)
+                             starts and watches one Worker per speculation)
 
 **Close order.** The sessions go first, and the close then waits -- with
-everything their speculations' reapers need still running (tool pool, LLM
+everything their speculations' teardowns need still running (tool pool, LLM
 loops, timer, blocking lane) -- until every overlay the runtime created is
 removed; only then are the shared actors and the threads stopped. Whatever
-is still on disk after that (a reaper past its deadline) is removed by the
+is still on disk after that (a teardown past its deadline) is removed by the
 close itself, when nothing can write into it any more; what cannot be is
 named, with the reason, in :attr:`Runtime.overlays_left` and the close
 returns False. No cleanup runs after ``close()`` has returned.
@@ -312,7 +312,7 @@ class Runtime(RuntimeSessions):
         deadline = time.monotonic() + timeout
         clean = True
         self._load_probe.close()
-        # 1. The sessions, while what their speculations' reapers use still runs.
+        # 1. The sessions, while what their speculations' teardowns use still runs.
         try:
             self.root.ask(
                 StopChild(child_id="sessions"), timeout=max(0.1, deadline - time.monotonic())
@@ -320,7 +320,7 @@ class Runtime(RuntimeSessions):
         except Exception as exc:
             clean = False
             log.warning("runtime_sessions_shutdown_incomplete", error=repr(exc))
-        # 2. The reapers finish: every overlay removed, each after its worker
+        # 2. The teardowns finish: every overlay removed, each after its worker
         # stopped and its tool calls and stream were cancelled. Half of what is
         # left at most, so the rest of the shutdown keeps its time.
         self.overlays.wait_removed(timeout=max(0.0, (deadline - time.monotonic()) / 2))
@@ -339,7 +339,7 @@ class Runtime(RuntimeSessions):
         # async tools and MCP servers (each server's process is stopped here)
         clean = self.tool_loop.close(max(0.5, deadline - time.monotonic())) and clean
         # 4. Nothing runs any more that could write into an overlay: what a
-        # reaper did not finish (past its deadline, stopped early, its removal
+        # teardown did not finish (past its deadline, stopped early, its removal
         # dropped by the shut-down lane) is removed here, or named.
         left = self.overlays.remove_outstanding(timeout=max(0.1, deadline - time.monotonic()))
         self.overlays_left = tuple(left)

@@ -498,8 +498,8 @@ class RuntimeSessions:
             )
         except Exception as exc:
             log.warning("session_close_incomplete", session=session_id, error=repr(exc))
-        # Its speculators are stopped; their reapers remove the overlays in
-        # order (worker stopped, tools and stream cancelled, then the overlay).
+        # Its controller let its speculations go: each overlay is removed once
+        # its worker stopped and its tool calls and stream were cancelled.
         left = self.overlays.wait_removed(session_id, timeout=max(0.0, deadline - time.monotonic()))
         if left:
             log.warning(

@@ -17,8 +17,8 @@ controller -- the session's subscribers and the status last sent -- is a
 every incarnation, in the manner of the alert sink's state.
 
 On close the controller stops first (reverse start order): it stops its
-speculators, whose reapers remove their overlays, and fails held submits;
-then the worker stops.
+speculations' workers, leaves each overlay's removal to the settling of its
+run's work (under a deadline), and fails held submits; then the worker stops.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The rule:
   <actors.blobs.fs_store.FsBlobStore.owner>`), so it survives restarts of the
   blob-store actor and a new process: a session resumed under the same id
   reads its blobs again.
-* **A speculation is its session.** The speculator runs its worker with the
+* **A speculation is its session.** A speculation's worker runs with the
   parent's session id (``WorkerConfig(session_id=main.session_id)``), so a
   speculation reads the session's blobs, and what it stores belongs to the
   session: items inserted into the main history on accept stay readable.

@@ -1,6 +1,6 @@
 """The speculation tool gate: may this tool call run before the user approves it?
 
-The speculator asks before every call. Three answers (the seed's "Tool Gate"
+A speculation asks before every call. Three answers (the seed's "Tool Gate"
 table): ``allow`` -- the call only reads, run it; ``redirect`` -- the call
 writes, but the approval mode lets edits run, so run it with its writes sent
 into the speculation overlay; ``boundary`` -- stop the speculation before this
@@ -12,7 +12,7 @@ pending action for the user's ``resolve``, which a speculation's throwaway
 store would lose.
 
 The gate is a pure function of the call: it reads ``arguments`` and never
-changes them (the speculator rewrites paths into the overlay itself).
+changes them (a speculation's tools run on its overlay, which maps the paths).
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ to the same path are serialised by a per-path lock, upper files are replaced
 atomically (readers see the old or the new bytes); in-flight mutations are
 counted so that closing and removing wait for them (:mod:`.lifetime`). The
 upper layer is bounded: a write that would exceed ``max_bytes`` raises
-:class:`OverlayFull`, which the speculator turns into a boundary.
+:class:`OverlayFull`, which the speculation gate turns into a
+boundary.
 
 Layout: this module is the view itself -- resolution, reads and mutations
 under its one lock -- one concept, kept whole although it is a little over

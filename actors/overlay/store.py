@@ -21,8 +21,8 @@ counting as before) with the session that owns it, so whoever closes a
 session or a runtime can wait for that session's overlays -- or all of the
 store's -- to be removed, and finish or name the ones that are not
 (:meth:`OverlayStore.wait_removed`, :meth:`OverlayStore.remove_outstanding`).
-Removal is otherwise asynchronous (a speculation's reaper, the blocking
-lane), and a close that did not wait for it returned "clean" with overlays
+Removal is otherwise asynchronous (a speculation's teardown in its
+controller, the blocking lane), and a close that did not wait for it returned "clean" with overlays
 still on disk -- some of them never removed, because the lane drops work
 still queued when it shuts down.
 """
@@ -203,8 +203,9 @@ class OverlayStore:
     def wait_removed(self, owner: str | None = None, *, timeout: float) -> list[OverlayLeft]:
         """Wait up to ``timeout`` s for the overlays (of ``owner``, or all) to be removed.
 
-        Removal is someone else's job here (a speculation's reaper, an overlay
-        actor's stop); this only waits for it. Returns what is still left.
+        Removal is someone else's job here (a speculation's teardown, or its
+        controller letting it go when the session closes); this only waits for
+        it. Returns what is still left.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:

@@ -1,23 +1,29 @@
 """The accept protocol: Tab (or submitting the suggestion) and what it must never break.
 
-An accept's critical section runs from Tab to the moment its items are
-handed to the worker (InsertItems sent; the record moves from ACCEPTING to
-INSERTING): while it lasts, a different submit must not reach the worker
-first -- the speculator would apply the overlay and the insert would then
-find the worker busy (files changed, no history). So a different submit
-during it (a) calls the accept off if the speculation has not been applied
-yet (the user moved on: it is aborted, nothing is written, the accept
-answers ``aborted``), and (b) waits in ``_held`` until the accept has sent
-its items, so it always reaches the worker after them. The same call-off
-happens when the accept's own caller stops waiting (its ask's deadline),
-instead of the files being written later with nobody looking.
+An accept runs, in the controller itself: Tab detaches the offered
+speculation (ACCEPTING: typing no longer aborts it); once its run is over,
+its overlay is applied on the blocking lane (APPLYING: conflict check,
+journal, ``os.replace``; all or nothing), then its items are handed to the
+worker (INSERTING, ``InsertItems``), then the pipelined suggestion becomes
+current. With the speculation already finished that is six hops: Session →
+controller → lane → controller → worker → controller → Session.
 
-:class:`AcceptProtocol` is a part of
-:class:`~actors.speculation.controller.SpeculationController` (its base
-class), kept in its own module because it is one concept: its handlers
-(``AcceptSuggestion``, ``SubmitPrompt``) and the steps of an accept. The
-state and helpers it shares with the rest of the controller are declared
-below and defined there.
+The accept's critical section runs from Tab to the moment its items are
+handed to the worker: while it lasts, a different submit must not reach the
+worker first -- the overlay would be applied and the insert would then find
+the worker busy (files changed, no history). So a different submit during it
+(a) calls the accept off if the speculation has not been applied yet (the
+user moved on: it is aborted, nothing is written, the accept answers
+``aborted``), and (b) waits in ``_held`` until the accept has sent its items,
+so it always reaches the worker after them. The same call-off happens when
+the accept's own caller stops waiting (its ask's deadline), instead of the
+files being written later with nobody looking. An apply already running is
+not stopped: it completes, and its items go in.
+
+:class:`AcceptProtocol` is one part of
+:class:`~actors.speculation.controller.SpeculationController` (see
+:mod:`.base`): its handlers (``AcceptSuggestion``, ``SubmitPrompt``) and the
+steps of an accept.
 """
 
 from __future__ import annotations
@@ -25,117 +31,43 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ForeActor, handles, tell_quietly
+from fore.actors.core.pooled import handles
+from fore.actors.overlay.apply import apply_overlay
+from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.fork import extend
-from fore.actors.speculation.states import SpecPhase, Speculation
+from fore.actors.speculation.states import AcceptCall, SpecPhase, Speculation
 from fore.actors.telemetry.context import trace_context_of
-from fore.actors.worker.worker import WorkerConfig
-from fore.errors import ApplyOutcomeUnknown
+from fore.errors import ApplyOutcomeUnknown, OverlayApplyFailed, OverlayClosed
 from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import AssistantMessage, Item, UserMessage
+from fore.messages.overlay import ApplyResult, ConflictReport
 from fore.messages.session import Submit, TurnResult
 from fore.messages.speculation import (
-    AbortSpeculation,
     AcceptResult,
-    AcceptSpeculation,
     AcceptSuggestion,
-    ForkSnapshot,
     InsertItems,
-    SpeculationConfig,
-    SpeculationOutcome,
     SpeculationResult,
     SubmitPrompt,
     Suggestion,
-    SuggestionSource,
 )
+
+__all__ = ["APPLY_CLOSE_TIMEOUT", "AcceptProtocol"]
+
+APPLY_CLOSE_TIMEOUT = 10.0
+"""Seconds an apply waits for writes still in flight into the overlay before it closes it."""
 
 _seq = itertools.count(1)
 
 Answer = Callable[[AcceptResult], None]
 
 
-class AcceptProtocol(ForeActor):
+class AcceptProtocol(ControllerBase):
     """The accept protocol of the speculation controller (see the module docs)."""
-
-    # -- shared with the controller (defined there) -----------------------------------
-    session_id: str | None
-    spec_config: SpeculationConfig
-    worker_config: WorkerConfig
-    _worker: Any
-    _suggestion: Suggestion | None
-    _shown: bool
-    _epoch: int
-    _fork: ForkSnapshot | None
-    _status_spec: Speculation | None
-    _continuations: dict[str, Callable[[TurnResult], None]]
-    _last_accept: float
-    _held: list[tuple[Submit, PooledFuture[Any] | None]]
-    """Submits held for an accept in its critical section (they reach the worker after it)."""
-    _accept_submits: set[CancelScope]
-    """The scopes of the normal runs accepts started (``CancelAccept`` cancels them)."""
-
-    @property
-    def _current(self) -> Speculation | None:
-        raise NotImplementedError
-
-    @property
-    def _accepting(self) -> Speculation | None:
-        raise NotImplementedError
-
-    def _invalidate(self, reason: str, at: float | None = None) -> None:
-        raise NotImplementedError
-
-    def _stale_reason(self, snapshot: ForkSnapshot, config_gen: int) -> str | None:
-        raise NotImplementedError
-
-    def _abort(
-        self, spec: Speculation, reason: str, *, stale: bool = False, at: float | None = None
-    ) -> None:
-        raise NotImplementedError
-
-    def _set_suggestion(
-        self,
-        text: str,
-        source: SuggestionSource,
-        snapshot: ForkSnapshot,
-        *,
-        show_now: bool = False,
-    ) -> None:
-        raise NotImplementedError
-
-    def _alert(self, level: AlertLevel, text: str) -> None:
-        raise NotImplementedError
-
-    def _report(
-        self,
-        spec: Speculation,
-        outcome: SpeculationOutcome,
-        *,
-        result: SpeculationResult | None = None,
-        reason: str | None = None,
-        cancel_latency: float | None = None,
-        cleanup_latency: float | None = None,
-        steps: tuple[tuple[str, float], ...] = (),
-        was_running: bool | None = None,
-        tokens: int | None = None,
-        estimated_tokens: int | None = None,
-    ) -> None:
-        raise NotImplementedError
-
-    def _report_abort(self, spec: Speculation) -> None:
-        raise NotImplementedError
-
-    def _take_reply(self) -> PooledFuture[Any] | None:
-        raise NotImplementedError
-
-    def _forward(self, message: Any, reply: PooledFuture[Any] | None) -> None:
-        raise NotImplementedError
-
-    # -- the protocol ---------------------------------------------------------------------
 
     @handles(AcceptSuggestion)
     def _on_accept(self, message: AcceptSuggestion) -> None:
@@ -204,27 +136,30 @@ class AcceptProtocol(ForeActor):
         self._forward(submit, reply)
 
     def _call_off(self, spec: Speculation, reason: str, at: float | None = None) -> None:
-        """Call off an accept still waiting for its speculation (see the section's notes).
+        """Call off an accept still waiting for its speculation (see the module docs).
 
-        The speculator decides: a speculation not yet being applied is aborted
-        (the accept then answers ``aborted``); one already being applied is
-        too late to stop, and its accept completes as usual.
+        While its run goes on (ACCEPTING) the speculation is aborted: its
+        worker stopped, nothing applied, and the accept answers ``aborted``.
+        Once its apply runs (APPLYING) it is too late to stop it: the accept
+        completes as usual, except that a conflict or a failed apply no longer
+        runs the suggestion normally (the user moved on).
         """
-        if spec.phase is not SpecPhase.ACCEPTING or spec.accept_cancelled is not None:
+        if spec.phase not in (SpecPhase.ACCEPTING, SpecPhase.APPLYING):
             return
-        if spec.reported:
-            return  # its speculator crashed: the accept is ending anyway
-        if spec.result is not None and (spec.result.applied or spec.result.conflicts):
-            return  # the apply already happened: nothing left to call off
+        if spec.accept_cancelled is not None or spec.reported:
+            return  # already called off, or failed and ending anyway
         spec.accept_cancelled = reason
+        self.log.info("speculation_accept_called_off", speculation=spec.id, reason=reason)
+        if spec.phase is SpecPhase.APPLYING:
+            return
         spec.abort_reason = reason
         spec.abort_requested = time.monotonic() if at is None else at
-        self.log.info("speculation_accept_called_off", speculation=spec.id, reason=reason)
-        tell_quietly(spec.handle, AbortSpeculation(reason=reason, at=spec.abort_requested))
+        spec.steps = [("abort_requested", time.monotonic())]
+        self._stop_worker(spec)  # its run ends "aborted": then the accept answers
 
     def _accept_given_up(self, spec: Speculation) -> None:
         spec.give_up_timer = None
-        if spec.phase is SpecPhase.ACCEPTING:
+        if spec.phase in (SpecPhase.ACCEPTING, SpecPhase.APPLYING):
             self._call_off(spec, "the accept's caller stopped waiting")
 
     def _accept_done(self, spec: Speculation | None) -> None:
@@ -268,115 +203,126 @@ class AcceptProtocol(ForeActor):
             return
         spec.accept_epoch = self._epoch
         self._status_spec = spec
+        spec.accept = AcceptCall(answer=answer, wait=wait, tab_at=tab_at, started=started)
         if deadline is not None:
             spec.give_up_timer = self.call_after(
                 max(0.0, deadline - time.monotonic()), self._accept_given_up, spec
             )
+        if spec.finished:
+            self._continue_accept(spec)
+        # Otherwise its run's end continues the accept (Lifecycle._finish).
 
-        def called_off() -> None:
-            """Nothing was applied and the user moved on: answer, and let the abort report."""
-            spec.move(SpecPhase.ABORTING, state="aborted")
-            spec.reason = spec.accept_cancelled
-            answer(
-                AcceptResult(
-                    outcome="aborted",
-                    suggestion=suggestion.text,
-                    waited_s=time.monotonic() - started,
-                )
-            )
-            if spec.overlay_removed:
-                self._report_abort(spec)
+    def _continue_accept(self, spec: Speculation) -> None:
+        """The run of a speculation Tab waits for is over: apply it, or say why not."""
+        call, result = spec.accept, spec.result
+        assert call is not None and result is not None
+        suggestion = spec.suggestion
+        cancelled = spec.accept_cancelled is not None
+        if cancelled and result.state not in ("completed", "boundary"):
+            self._called_off(spec)
+            return
+        if result.state == "empty":  # nothing to accept: the prompt runs normally
+            spec.move(SpecPhase.ENDED)
+            self._report(spec, "empty", result=result)
+            self._submit_normally(suggestion, call.answer, "submitted")
             self._accept_done(spec)
-
-        def speculated(result: SpeculationResult) -> None:
-            spec.result = result
-            cancelled = spec.accept_cancelled is not None
-            if result.conflicts:
-                spec.move(SpecPhase.ENDED)
-                self._alert(AlertLevel.WARN, result.conflict_summary or "the speculation conflicts")
-                self._report(spec, "conflict", reason=", ".join(result.conflicts))
-                if cancelled:  # the user has moved on: no normal run of the suggestion
-                    answer(
-                        AcceptResult(
-                            outcome="conflict",
-                            suggestion=suggestion.text,
-                            conflicts=result.conflicts,
-                        )
-                    )
-                    self._accept_done(spec)
-                    return
-                self._submit_normally(suggestion, answer, "conflict", conflicts=result.conflicts)
-                self._accept_done(spec)
-                return
-            if result.state == "empty":  # nothing to accept: the prompt runs normally
-                if cancelled:
-                    called_off()
-                    return
-                spec.move(SpecPhase.ENDED)
-                self._report(spec, "empty", result=result)
-                self._submit_normally(suggestion, answer, "submitted")
-                self._accept_done(spec)
-                return
-            if result.state not in ("completed", "boundary") or not (
-                result.applied or result.apply_started is not None
-            ):
-                if cancelled and not result.applied:
-                    called_off()
-                    return
-                self._accept_failed(
-                    spec,
-                    suggestion,
-                    answer,
-                    result.error or result.state,
-                    result.applied,
-                    # Not when the user moved on, and never on a half-applied tree
-                    # (a failed apply rolls back; ``applied`` names what it could not).
-                    run_normally=not cancelled and not result.applied,
-                )
-                self._accept_done(spec)
-                return
-            # Applied (too late to call off, if that was tried): the items go in now.
-            spec.accept_cancelled = None
-            self._insert(
-                spec,
-                suggestion=suggestion,
-                result=result,
-                tab_at=tab_at,
-                started=started,
-                wait=wait,
-                answer=answer,
-            )
+            return
+        if result.state not in ("completed", "boundary"):
+            self._accept_failed(spec, call.answer, result.error or result.state, ())
             self._accept_done(spec)
-
-        def failed(error: BaseException) -> None:
-            if isinstance(error, ApplyOutcomeUnknown):
-                # Files may have changed: say so, and do not run the suggestion on them.
-                self._alert(
-                    AlertLevel.ERROR,
-                    f"accepting the speculation failed and may have changed files ({error})",
-                )
-                self._accept_failed(spec, suggestion, answer, repr(error), (), run_normally=False)
-                self._accept_done(spec)
-                return
-            if spec.accept_cancelled is not None:
-                called_off()  # the abort overtook the accept and stopped the speculator
-                return
-            self._accept_failed(spec, suggestion, answer, repr(error), ())
-            self._accept_done(spec)
-
-        budget = self.spec_config.time_budget_s or 600.0
-        self.ask_then(
-            spec.handle,
-            AcceptSpeculation(),
-            then=speculated,
-            on_error=failed,
-            timeout=budget + 120.0,
+            return
+        overlay = spec.overlay
+        assert overlay is not None
+        spec.move(SpecPhase.APPLYING)  # held submits stay held; the overlay stays
+        spec.apply_started = time.monotonic()
+        spec.apply_job = self.run_blocking(
+            partial(
+                apply_overlay,
+                overlay,
+                self.overlays.journal_dir,
+                durable=False,
+                close_timeout=APPLY_CLOSE_TIMEOUT,
+            ),
+            then=partial(self._applied, spec),
+            on_error=partial(self._apply_failed, spec),
         )
+
+    def _called_off(self, spec: Speculation) -> None:
+        """Nothing was applied and the user moved on: answer, and let the abort report."""
+        call = spec.accept
+        assert call is not None
+        spec.move(SpecPhase.ABORTING, state="aborted")
+        spec.reason = spec.accept_cancelled
+        call.answer(
+            AcceptResult(
+                outcome="aborted",
+                suggestion=spec.suggestion.text,
+                waited_s=time.monotonic() - call.started,
+            )
+        )
+        self._accept_done(spec)
+
+    def _applied(self, spec: Speculation, answer: ApplyResult | ConflictReport) -> None:
+        spec.apply_job = None  # its callbacks refer back to this actor: let go of it
+        call = spec.accept
+        assert call is not None and spec.result is not None
+        if isinstance(answer, ConflictReport):
+            spec.move(SpecPhase.ENDED)
+            self._alert(AlertLevel.WARN, answer.summary() or "the speculation conflicts")
+            self._report(spec, "conflict", reason=", ".join(answer.paths))
+            if spec.accept_cancelled is not None:  # the user moved on: no normal run of it
+                call.answer(
+                    AcceptResult(
+                        outcome="conflict",
+                        suggestion=spec.suggestion.text,
+                        conflicts=answer.paths,
+                    )
+                )
+            else:
+                self._submit_normally(
+                    spec.suggestion, call.answer, "conflict", conflicts=answer.paths
+                )
+            self._accept_done(spec)
+            return
+        # Applied (too late to call off, if that was tried): the items go in now.
+        spec.accept_cancelled = None
+        self._insert(spec, call, spec.result, answer.paths)
+        self._accept_done(spec)
+
+    def _apply_failed(self, spec: Speculation, error: BaseException) -> None:
+        spec.apply_job = None
+        call = spec.accept
+        assert call is not None
+        if not isinstance(error, OverlayApplyFailed | OverlayClosed):
+            # A crash of the apply itself: nobody knows what reached the disk. Say
+            # so, and do not run the suggestion on files that may have changed.
+            unknown = ApplyOutcomeUnknown(f"applying the overlay: {error!r}")
+            self._alert(
+                AlertLevel.ERROR,
+                f"accepting the speculation failed and may have changed files ({unknown})",
+            )
+            self._accept_failed(spec, call.answer, repr(unknown), (), run_normally=False)
+            self._accept_done(spec)
+            return
+        # Rolled back in process (or never begun): ``applied`` names exactly
+        # the paths that stayed changed, normally none.
+        applied = tuple(getattr(error, "applied", ()))
+        if spec.accept_cancelled is not None and not applied:
+            self._called_off(spec)  # the user moved on, and nothing changed: as if never
+            return
+        self._accept_failed(
+            spec,
+            call.answer,
+            f"applying the overlay failed: {error}",
+            applied,
+            # Not when the user moved on, and never on a half-applied tree.
+            run_normally=spec.accept_cancelled is None and not applied,
+        )
+        self._accept_done(spec)
 
     def _accept_failed(
         self,
         spec: Speculation,
-        suggestion: Suggestion,
         answer: Answer,
         reason: str,
         applied: Sequence[str],
@@ -395,25 +341,24 @@ class AcceptProtocol(ForeActor):
         if not run_normally:
             answer(
                 AcceptResult(
-                    outcome="failed", suggestion=suggestion.text, files_applied=tuple(applied)
+                    outcome="failed",
+                    suggestion=spec.suggestion.text,
+                    files_applied=tuple(applied),
                 )
             )
             return
-        self._submit_normally(suggestion, answer, "failed", files_applied=applied)
+        self._submit_normally(spec.suggestion, answer, "failed", files_applied=applied)
 
     def _insert(
         self,
         spec: Speculation,
-        *,
-        suggestion: Suggestion,
+        call: AcceptCall,
         result: SpeculationResult,
-        tab_at: float,
-        started: float,
-        wait: bool,
-        answer: Answer,
+        applied: tuple[str, ...],
     ) -> None:
         """Insert the accepted transcript (the overlay is already applied)."""
         spec.move(SpecPhase.INSERTING)  # held submits may follow the items now
+        suggestion = spec.suggestion
         items = (UserMessage(text=suggestion.text), *result.items[1:]) if result.items else ()
         boundary = result.state == "boundary"
         continue_calls = result.boundary_calls if boundary else ()
@@ -422,21 +367,21 @@ class AcceptProtocol(ForeActor):
         # picks the turn up where it stopped, through the normal flow.
         continue_turn = boundary and not continue_calls and not _ends_with_answer(items)
         completed = result.completed_at or time.time()
-        saved = max(0.0, min(completed, tab_at) - result.started_at)
+        saved = max(0.0, min(completed, call.tab_at) - result.started_at)
         if spec.span is not None:
             spec.span.saved(saved)
         outcome: Literal["accepted", "boundary"] = "boundary" if boundary else "accepted"
         # Tab pressed while the speculation still ran: the accept itself starts
-        # when the speculator could apply; the wait is reported separately.
-        begin = max(started, result.apply_started or started)
-        waited = begin - started
+        # when its apply could start; the wait is reported separately.
+        begin = max(call.started, spec.apply_started or call.started)
+        waited = begin - call.started
 
         def report(latency: float, turn: TurnResult | None) -> None:
-            answer(
+            call.answer(
                 AcceptResult(
                     outcome=outcome,
                     suggestion=suggestion.text,
-                    files_applied=result.applied,
+                    files_applied=applied,
                     items_inserted=len(items),
                     items=tuple(items),
                     boundary_tool=result.boundary_tool,
@@ -461,23 +406,21 @@ class AcceptProtocol(ForeActor):
                 nxt = spec.next_suggestion
                 if nxt and spec.accept_epoch == self._epoch and self._suggestion is None:
                     self._set_suggestion(nxt, "pipelined", accepted, show_now=True)
-            if run_id is not None and wait:
+            if run_id is not None and call.wait:
                 self._continuations[run_id] = lambda turn: report(latency, turn)
             else:
                 report(latency, None)
 
         def failed(error: BaseException) -> None:
-            applied = ", ".join(result.applied) or "no files"
             self._alert(
                 AlertLevel.ERROR,
-                f"inserting the accepted speculation failed ({applied} already applied): {error}",
+                f"inserting the accepted speculation failed ({', '.join(applied) or 'no files'} "
+                f"already applied): {error}",
             )
             spec.move(SpecPhase.ENDED)
             self._report(spec, "failed", reason=f"insert failed: {error!r}")
-            answer(
-                AcceptResult(
-                    outcome="failed", suggestion=suggestion.text, files_applied=result.applied
-                )
+            call.answer(
+                AcceptResult(outcome="failed", suggestion=suggestion.text, files_applied=applied)
             )
 
         self.ask_then(

@@ -14,17 +14,17 @@ replacement adds), summed over the writes already allowed in the same batch.
 Should a write still hit the bound while running (an estimate is an
 estimate), its ``OverlayFull`` error is not the end of the speculation
 either: the call is recorded as a *late boundary*, the batch finishes, and
-the run stops before its next LLM request; the speculator then takes that
-call (and its error result) out of the transcript and hands it over as the
-boundary call, so after Tab it runs for real -- exactly as if the gate had
-refused it up front.
+the run stops before its next LLM request; the run's outcome
+(:mod:`actors.speculation.outcome`) then takes that call (and its error
+result) out of the transcript and hands it over as the boundary call, so
+after Tab it runs for real -- exactly as if the gate had refused it up front.
 
 **The session's own interceptor** (``open_session(interceptor=...)``) runs
 too, after the gate, with strict semantics: at ``pre_tool_call`` anything but
 Continue -- or Continue with rewritten arguments, which the gate never saw --
 is a boundary; an ``Abort`` at ``post_tool_call`` is a late boundary (above);
 a ``Cancel`` at ``on_prompt_submit`` / ``pre_llm_request`` ends the run, and
-the speculator reports it as a boundary (or, before the prompt was even in
+the run's outcome is a boundary (or, before the prompt was even in
 history, as nothing to offer). The policy object is shared with the main
 worker, so it is called from two threads when both run: a policy must be
 thread-safe (the built-in ones are stateless per call).
@@ -117,7 +117,7 @@ class SpeculationGate(Interceptor):
         self._batch_bytes = 0
         self.decisions: list[tuple[str, str, str]] = []
         self.late: list[LateBoundary] = []
-        """Calls that ran but end the speculation at a boundary (read by the speculator)."""
+        """Calls that ran but end the speculation at a boundary (read by the run's outcome)."""
         self.refused: str | None = None
         """Why the policy cancelled the prompt or a request (the run ended ``rejected``)."""
 

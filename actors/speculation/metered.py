@@ -1,4 +1,4 @@
-"""A speculation's view of its model provider: usage per request, and when no stream is left.
+"""A speculation's view of its model provider: usage per request, and its live spend.
 
 The speculation's worker owns its LLM requests (it sends and cancels them),
 but three facts about them belong to the speculation:
@@ -7,13 +7,16 @@ but three facts about them belong to the speculation:
   worker reports usage only when its run ends, which is too late to stop a
   runaway run, and even a request's own usage arrives only at its end. So
   the spend is tracked live -- completed requests' usage plus an estimate for
-  the request in flight -- and the speculator is told the moment it passes
-  the budget (:class:`~messages.speculation.TokenBudgetReached`);
+  the request in flight -- and the speculation's controller is told the
+  moment it passes the budget (:class:`~messages.speculation.TokenBudgetReached`,
+  naming the speculation: one controller runs many);
 * tokens spent on a stream that never completes (cancelled by an abort or a
   budget, or failed) still cost money: they are estimated and counted, so the
   waste of a discarded speculation is not under-reported;
-* an abort must not remove the overlay before the LLM stream is really gone
-  (the task finished and its connection closed), not merely asked to stop.
+* a cancelled stream's estimate is final only once the stream is really gone
+  (its task finished and its connection closed): the controller reads
+  :meth:`MeteredModel.spent` for an abort's report after the run's scope has
+  settled (when the overlay goes).
 
 **The budget travels with each request** as well: ``max_tokens`` is capped
 at what the budget leaves after the spend so far and this request's prompt
@@ -56,7 +59,7 @@ from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.telemetry.usage import CHARS_PER_TOKEN, estimate_tokens
 from fore.messages.conversation import AssistantMessage, ToolResult
 from fore.messages.llm import LlmRequest, LlmTextDelta, LlmToolCallDelta, Usage
-from fore.messages.speculation import SpeculationUsage, StreamsIdle, TokenBudgetReached
+from fore.messages.speculation import SpeculationUsage, TokenBudgetReached
 
 
 def prompt_chars(request: LlmRequest) -> int:
@@ -113,8 +116,11 @@ class MeteredModel:
         *,
         token_budget: int | None = None,
         governor: LoadGovernor | None = None,
+        speculation_id: str = "",
     ) -> None:
         self.inner = inner
+        self.speculation_id = speculation_id
+        """Named in every message to ``usage_to`` (one controller runs many speculations)."""
         self._governor = governor
         """Each request first waits for headroom under it (:mod:`actors.speculation.governor`)."""
         self._usage_to = usage_to
@@ -125,7 +131,6 @@ class MeteredModel:
         self._estimated = 0
         self._budget_told = False
         self._closed = False
-        self._idle_waiters: list[tuple[Any, Any]] = []
 
     def __repr__(self) -> str:
         return f"MeteredModel({self.inner!r})"
@@ -175,7 +180,7 @@ class MeteredModel:
             if isinstance(event, str | LlmTextDelta):
                 # Counted, not passed on: nobody reads a speculation's text as it
                 # streams (its answer arrives whole in LlmCompleted), and each piece
-                # would be two actor messages (to the worker, on to the speculator).
+                # would be two actor messages (to the worker, on to its controller).
                 return
             emit(event)
 
@@ -189,7 +194,11 @@ class MeteredModel:
         if result is not None:
             tell_quietly(
                 self._usage_to,
-                SpeculationUsage(request_id=request.request_id, usage=result.usage),
+                SpeculationUsage(
+                    speculation_id=self.speculation_id,
+                    request_id=request.request_id,
+                    usage=result.usage,
+                ),
             )
             # An answer cut at the cap: the provider stopped at what the budget left.
             self._check_budget(reached=cap is not None and result.finish_reason == "length")
@@ -212,7 +221,7 @@ class MeteredModel:
         return max(1, left)
 
     def _check_budget(self, *, reached: bool = False) -> None:
-        """Tell the speculator once the spend passes the budget (or it is ``reached``)."""
+        """Tell the controller once the spend passes the budget (or it is ``reached``)."""
         budget = self._budget
         if budget is None:
             return
@@ -223,26 +232,16 @@ class MeteredModel:
             if total <= budget and not reached:
                 return
             self._budget_told = True
-        tell_quietly(self._usage_to, TokenBudgetReached(spent=total))
+        tell_quietly(
+            self._usage_to, TokenBudgetReached(speculation_id=self.speculation_id, spent=total)
+        )
 
-    # -- streams in flight --------------------------------------------------------------
-
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._in_flight)
+    # -- the end ---------------------------------------------------------------------------
 
     def close(self) -> None:
         """Refuse every later stream (the speculation has ended)."""
         with self._lock:
             self._closed = True
-
-    def when_idle(self, address: Any, message: Any) -> None:
-        """Tell ``address`` ``message`` once no stream is in flight (at once if none is)."""
-        with self._lock:
-            if self._in_flight:
-                self._idle_waiters.append((address, message))
-                return
-        tell_quietly(address, message)
 
     def _ended(self, stream: _Stream, usage: Usage | None) -> None:
         with self._lock:
@@ -253,11 +252,6 @@ class MeteredModel:
                 estimate = stream.estimate()
                 self._spent += estimate
                 self._estimated += estimate
-            if self._in_flight or not self._idle_waiters:
-                return
-            waiters, self._idle_waiters = self._idle_waiters, []
-        for address, message in waiters:
-            tell_quietly(address, message)
 
 
 def _model_limit(model: Any) -> int | None:
@@ -270,7 +264,6 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "MeteredModel",
     "SpeculationUsage",
-    "StreamsIdle",
     "estimate_tokens",
     "prompt_chars",
 ]

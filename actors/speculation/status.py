@@ -2,8 +2,8 @@
 
 :func:`status_of` is what ``s.speculation`` answers for a record;
 :func:`finished_event` is its one :class:`SpeculationFinished`, and
-:func:`abort_timings` reads an abort's timings from the reaper's steps. All
-three are plain functions of the record (the controller only decides when).
+:func:`abort_timings` reads an abort's timings from its teardown's steps.
+All three are plain functions of the record (the controller only decides when).
 
 **Status events**: push what ``s.speculation`` would answer, when it changes.
 
@@ -11,7 +11,9 @@ A front end shows what the speculation behind the grey suggestion is doing
 (*speculating: 2 calls, 1 file* → *ready* / *stopped at shell: why* /
 *aborted*). Polling ``Session.speculation`` for it costs an ask per poll and
 still lags; instead the speculation controller hands this publisher the status
-after every message it handles, and the publisher emits a
+after every message it handles -- while any subscriber reads
+``speculation_status`` (``Subscribe(kinds=...)``); with none, no status is
+built at all -- and the publisher emits a
 :class:`~messages.speculation.SpeculationStatusChanged` only when the status or
 the suggestion on offer differ from the last one sent. Checking after *every*
 message -- rather than at each place that changes the state -- means no
@@ -64,6 +66,9 @@ class StatusEvents:
 IDLE = SpeculationStatus()
 """A session's status before its first suggestion."""
 
+_ACCEPTING = (SpecPhase.ACCEPTING, SpecPhase.APPLYING, SpecPhase.INSERTING)
+"""Phases in which ``SpeculationStatus.accepting`` is true: Tab pressed, items not yet in."""
+
 
 def status_of(spec: Speculation) -> SpeculationStatus:
     """What ``s.speculation`` answers for ``spec`` (its result once its run ended)."""
@@ -82,7 +87,7 @@ def status_of(spec: Speculation) -> SpeculationStatus:
         boundary_tool=result.boundary_tool if result else None,
         boundary_reason=result.boundary_reason if result else None,
         next_suggestion=spec.next_suggestion,
-        accepting=spec.phase in (SpecPhase.ACCEPTING, SpecPhase.INSERTING),
+        accepting=spec.phase in _ACCEPTING,
         reason=spec.reason,
     )
 
@@ -95,20 +100,17 @@ class AbortTimings:
     cancel_latency: float | None
     cleanup_latency: float | None
     was_running: bool | None
-    tokens: int | None
-    estimated_tokens: int | None
 
 
 def abort_timings(spec: Speculation) -> AbortTimings:
     """An aborted speculation's telemetry, timed from the user's keystroke.
 
     ``cancel_latency``: keystroke -> LLM stream closed *and* tool calls
-    cancelled (the reaper's confirmations), only for a speculation that was
+    cancelled (its teardown's confirmations), only for a speculation that was
     still running when the abort reached it; ``cleanup_latency``:
     keystroke -> overlay removed, for every abort.
     """
-    removal = spec.removal
-    steps = tuple(removal.steps) if removal is not None else ()
+    steps = tuple(spec.steps)
     at: dict[str, float] = {}
     for name, when in steps:
         at.setdefault(name, when)
@@ -125,8 +127,6 @@ def abort_timings(spec: Speculation) -> AbortTimings:
         cancel_latency=cancel,
         cleanup_latency=None if start is None or removed is None else removed - start,
         was_running=was_running if "abort_requested" in at else None,
-        tokens=None if removal is None else removal.tokens,
-        estimated_tokens=None if removal is None else removal.estimated_tokens,
     )
 
 
@@ -137,17 +137,16 @@ def finished_event(
     *,
     result: SpeculationResult | None,
     reason: str | None = None,
-    cancel_latency: float | None = None,
-    cleanup_latency: float | None = None,
-    steps: tuple[tuple[str, float], ...] = (),
-    was_running: bool | None = None,
-    tokens: int | None = None,
-    estimated_tokens: int | None = None,
+    abort: AbortTimings | None = None,
+    tokens: tuple[int, int] | None = None,
 ) -> SpeculationFinished:
     """The speculation's one telemetry event.
 
     ``duration_s`` is the run's own duration (start to its end), never the
-    time the user then spent reading before Tab or typing.
+    time the user then spent reading before Tab or typing. ``abort``: an
+    abort's timings (:func:`abort_timings`); ``tokens``: ``(spent, of which
+    estimated)`` counted once every stream has ended, used when not less than
+    the result's.
     """
     if result is not None and result.completed_at is not None:
         duration = max(0.0, result.completed_at - result.started_at)
@@ -155,8 +154,8 @@ def finished_event(
         duration = time.time() - spec.started_at
     spent = result.tokens if result else 0
     estimated = result.estimated_tokens if result else 0
-    if tokens is not None and tokens >= spent:
-        spent, estimated = tokens, estimated_tokens or 0
+    if tokens is not None and tokens[0] >= spent:
+        spent, estimated = tokens
     return SpeculationFinished(
         session_id=session_id,
         speculation_id=spec.id,
@@ -172,8 +171,8 @@ def finished_event(
         boundary_tool=result.boundary_tool if result else None,
         boundary_reason=result.boundary_reason if result else None,
         reason=reason,
-        was_running=was_running,
-        cancel_latency_s=cancel_latency,
-        cleanup_latency_s=cleanup_latency,
-        abort_steps=steps,
+        was_running=None if abort is None else abort.was_running,
+        cancel_latency_s=None if abort is None else abort.cancel_latency,
+        cleanup_latency_s=None if abort is None else abort.cleanup_latency,
+        abort_steps=() if abort is None else abort.steps,
     )

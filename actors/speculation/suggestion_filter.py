@@ -191,7 +191,7 @@ class SuggestionVerdict(Message):
     """The filter's decision on one candidate.
 
     A frozen pydantic message (not a dataclass) because the verdict travels:
-    the speculator logs it and the session emits rejected and accepted
+    the controller logs it and the session emits rejected and accepted
     suggestions as telemetry events, which must serialize like every other
     Fore message.
     """

@@ -83,11 +83,7 @@ class WorkerBase(ForeActor):
         )
 
     def _emit(self, event: Any) -> None:
-        for subscriber in list(self.state.subscribers):
-            try:
-                subscriber.tell(event)
-            except ActorDeadError:
-                self.state.subscribers.remove(subscriber)
+        self.state.subscribers.emit(event)
 
     def alert(self, level: AlertLevel, text: str, source: str) -> Alert:
         alert = Alert(level=level, text=text, session=self.config.session_id, source=source)

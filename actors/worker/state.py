@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fore.actors.core.subscribers import Subscribers
 from fore.actors.worker.hookrun import HookGate
 from fore.messages.alerts import Alert
 from fore.messages.conversation import AssistantMessage, Item, ToolResult
@@ -30,7 +31,7 @@ class SessionState:
 
     history: list[Item] = field(default_factory=list)
     alerts: deque[Alert] = field(default_factory=lambda: deque(maxlen=MAX_ALERTS))
-    subscribers: list[Any] = field(default_factory=list)
+    subscribers: Subscribers = field(default_factory=Subscribers)
     output: Any = None
     """The current run's structured-output contract (``actors.output.OutputRun``), if any."""
     hook_gate: HookGate = field(default_factory=HookGate)

@@ -218,12 +218,11 @@ class Worker(
 
     @handles(Subscribe)
     def _on_subscribe(self, message: Subscribe) -> None:
-        self.state.subscribers.append(message.address)
+        self.state.subscribers.add(message.address, message.kinds)
 
     @handles(Unsubscribe)
     def _on_unsubscribe(self, message: Unsubscribe) -> None:
-        if message.address in self.state.subscribers:
-            self.state.subscribers.remove(message.address)
+        self.state.subscribers.remove(message.address)
 
     @handles(AddTool)
     def _on_add_tool(self, message: AddTool) -> None:

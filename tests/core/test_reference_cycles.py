@@ -25,20 +25,22 @@ import pytest
 
 from fore.actors.core import ActorSystem, PooledActor, handles
 from fore.actors.core.cancel import CancelScope
-from fore.actors.llm import FunctionModel
+from fore.actors.llm import FunctionModel, ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.models import OpenAICompatible
 from fore.actors.llm.netio import FastAsyncTransport
 from fore.actors.llm.script import ScriptFile, ScriptReply
-from fore.actors.overlay import OverlayActor, OverlayStore
+from fore.actors.overlay import OverlayFs, OverlayStore
+from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.tools import ToolRegistry, WorkspaceFs
 from fore.messages.base import Message
 from fore.messages.conversation import UserMessage
+from fore.messages.gate import ApprovalMode
 from fore.messages.llm import LlmRequest
-from fore.messages.overlay import ApplyOverlay, ApplyResult
 from fore.messages.session import Submit
 from fore.messages.tools import RunToolBatch, ToolBatchFinished
 from fore.supervision import Runtime
+from tests.speculation.test_speculation import bump_script, settled, spec
 from tests.tools.test_tool_pool import Collector, Probe, calls, quick_tool, start_pool, wait_until
 
 WAIT = 15.0
@@ -120,26 +122,42 @@ def test_a_stopped_actor_is_freed_without_the_collector() -> None:
         assert system.shutdown(timeout=WAIT)
 
 
-def test_an_applied_overlay_actor_is_freed_without_the_collector(tmp_path: Path) -> None:
+def test_an_accepted_speculations_overlay_is_freed_without_the_collector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Applied on the blocking lane by its controller, then removed: nothing keeps the
+    overlay (its finished apply, its stopped worker, the controller's record) in a cycle."""
+    made: list[weakref.ref[OverlayFs]] = []
+    create = OverlayStore.create
+
+    def remembered(self: OverlayStore, *args: Any, **kwargs: Any) -> OverlayFs:
+        overlay = create(self, *args, **kwargs)
+        made.append(weakref.ref(overlay))
+        return overlay
+
+    monkeypatch.setattr(OverlayStore, "create", remembered)
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "a.txt").write_text("alpha\n")
-    system = ActorSystem(name="cycles-overlay")
-    store = OverlayStore(tmp_path / "overlays")
+    (ws / "app.py").write_text("x = 1\n")
+    rt = Runtime(
+        name="cycles-overlay",
+        overlay_root=tmp_path / "overlays",
+        speculation_governor=LoadGovernor(enabled=False),
+    )
     try:
-        with system.activated():
-            ref, overlay = OverlayActor.for_store(store, ws, session_id="s1")
-        overlay.write_bytes("a.txt", b"omega\n")
-        assert isinstance(ref.ask(ApplyOverlay(), timeout=WAIT), ApplyResult)
-        assert (ws / "a.txt").read_text() == "omega\n"
-        ref.stop(timeout=WAIT)
-        assert overlay.gone.wait(WAIT)
-        gone = weakref.ref(overlay)
-        del ref, overlay
-        assert freed(gone), "an overlay actor keeps its finished apply in a reference cycle"
+        config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+        model = ScriptedModel(bump_script())
+        with rt.open_session(workspace=ws, model=model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            assert settled(s) == "completed"
+            assert s.accept(timeout=WAIT).outcome == "accepted"
+            assert (ws / "app.py").read_text() == "x = 2\n"
+            first = made[0]
+            wait_until(lambda: (overlay := first()) is None or overlay.gone.is_set())
+            assert freed(first), "an accepted speculation's overlay stays in a reference cycle"
     finally:
-        store.close()
-        assert system.shutdown(timeout=WAIT)
+        assert rt.close(timeout=30)
 
 
 def test_an_llm_answer_is_freed_without_the_collector() -> None:

@@ -22,9 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fore.actors.core import ActorSystem
 from fore.actors.overlay import (
-    OverlayActor,
     OverlayClosed,
     OverlayFs,
     OverlayFull,
@@ -41,15 +39,7 @@ from fore.actors.tools.fs import FsView, IsADirectory, NotADirectory, NotFound, 
 from fore.actors.tools.fsclock import Instant, wait_for_tick
 from fore.actors.tools.paths import FsError, PathOutOfScope
 from fore.messages.conversation import ToolCall
-from fore.messages.overlay import (
-    ApplyOverlay,
-    ApplyResult,
-    ConflictReport,
-    DiscardOverlay,
-    GetOverlayStatus,
-    OverlayDiscarded,
-    OverlayStatus,
-)
+from fore.messages.overlay import ApplyResult, ConflictReport
 
 WAIT = 15.0
 REGISTRY = default_registry()
@@ -1067,98 +1057,48 @@ def test_overlay_matches_a_plain_copy_and_applies_to_it(ops: list[Any]) -> None:
         store.close()
 
 
-# -- the actor ----------------------------------------------------------------------------
+# -- apply, then removal (the speculation controller's order) ---------------------------
+# The controller applies an overlay on the blocking lane and removes it only after
+# (tests/speculation/test_speculation_states.py: its record refuses a removal while
+# an apply runs; tests/supervision/test_runtime_close_overlays.py: end to end).
 
 
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    s = ActorSystem(name="overlay-test")
-    try:
-        yield s
-    finally:
-        assert s.shutdown(timeout=WAIT)
-
-
-def start_actor(system: ActorSystem, store: OverlayStore, ws: Path) -> tuple[Any, OverlayFs]:
-    with system.activated():
-        ref, overlay = OverlayActor.for_store(store, ws, session_id="s1")
-    return ref, overlay
-
-
-def test_actor_applies_and_discards_through_messages(
-    system: ActorSystem, store: OverlayStore, ws: Path
+def test_an_applied_overlay_is_removed_and_then_refuses_everything(
+    store: OverlayStore, ws: Path
 ) -> None:
-    ref, overlay = start_actor(system, store, ws)
+    overlay = store.create(ws, owner="s1")
     ok(overlay, "write_file", path="src/new.py", content="new\n")
     ok(overlay, "edit", path="a.txt", old_string="alpha", new_string="omega")
-    status = ref.ask(GetOverlayStatus(), timeout=WAIT)
-    assert isinstance(status, OverlayStatus)
-    assert (status.state, status.files_written, status.has_writes) == ("open", 2, True)
-    assert status.bytes_used == len("new\n") + len("omega\n")
-    result = ref.ask(ApplyOverlay(), timeout=WAIT)
+    assert overlay.counts()[0] == 2  # files written
+    assert overlay.has_writes
+    assert overlay.bytes_used == len("new\n") + len("omega\n")
+    result = apply_overlay(overlay, store.journal_dir)
     assert isinstance(result, ApplyResult)
     assert result.written == ("a.txt", "src/new.py")
     assert (ws / "a.txt").read_text() == "omega\n"
-    assert ref.ask(ApplyOverlay(), timeout=WAIT) == result  # idempotent
-    assert ref.ask(GetOverlayStatus(), timeout=WAIT).state == "applied"
-    discarded = ref.ask(DiscardOverlay(), timeout=WAIT)
-    assert discarded == OverlayDiscarded(overlay_id=overlay.overlay_id, removed=True)
+    assert overlay.remove(WAIT) is True
     assert not overlay.directory.exists()
-    assert ref.ask(DiscardOverlay(), timeout=WAIT).removed is True
-    assert ref.ask(GetOverlayStatus(), timeout=WAIT).state == "discarded"
+    assert overlay.remove(WAIT) is True  # idempotent
     with pytest.raises(OverlayClosed):
-        ref.ask(ApplyOverlay(), timeout=WAIT)
-    ref.stop(timeout=WAIT)
+        apply_overlay(overlay, store.journal_dir)
+    with pytest.raises(OverlayClosed):
+        overlay.write_bytes("late.txt", b"no")
 
 
-def test_actor_reports_conflicts_and_writes_nothing(
-    system: ActorSystem, store: OverlayStore, ws: Path
+def test_a_conflicting_apply_writes_nothing_and_the_overlay_still_goes(
+    store: OverlayStore, ws: Path
 ) -> None:
-    ref, overlay = start_actor(system, store, ws)
+    overlay = store.create(ws, owner="s1")
     overlay.write_bytes("a.txt", b"speculated")
     overlay.write_bytes("b.txt", b"new")
     (ws / "a.txt").write_text("the user's edit\n")
-    report = ref.ask(ApplyOverlay(), timeout=WAIT)
+    report = apply_overlay(overlay, store.journal_dir)
     assert isinstance(report, ConflictReport)
     assert [(c.path, c.change) for c in report.conflicts] == [("a.txt", "modified")]
     assert (ws / "a.txt").read_text() == "the user's edit\n"
     assert not (ws / "b.txt").exists()
-    assert ref.ask(GetOverlayStatus(), timeout=WAIT).state == "conflicted"
-    ref.stop(timeout=WAIT)
-    assert overlay.gone.wait(WAIT)  # removal runs on the blocking lane after on_stop
-    assert not overlay.directory.exists()
-
-
-def test_actor_stop_removes_the_overlay_after_in_flight_writes(
-    system: ActorSystem, tmp_path: Path, ws: Path, store: OverlayStore
-) -> None:
-    overlay = GatedOverlay(WorkspaceFs(ws), tmp_path / SECRET / "actor-gated")
-    with system.activated():
-        ref = OverlayActor.start(overlay, journal_dir=store.journal_dir)
-    writer, errors = start_gated_write(overlay)
-    ref.stop(timeout=WAIT)  # on_stop hands removal to the blocking lane
-    assert overlay.closing.wait(WAIT)
-    assert overlay.directory.exists()
-    overlay.release.set()
-    writer.join(WAIT)
-    assert errors == []
-    assert overlay.gone.wait(WAIT)
-    assert not overlay.directory.exists()
-
-
-def test_a_discard_during_apply_waits_for_the_apply(
-    system: ActorSystem, store: OverlayStore, ws: Path
-) -> None:
-    ref, overlay = start_actor(system, store, ws)
-    overlay.write_bytes("a.txt", b"applied")
-    applying = ref.ask(ApplyOverlay(), block=False)
-    discarding = ref.ask(DiscardOverlay(), block=False)
-    result = applying.get(timeout=WAIT)
-    assert isinstance(result, ApplyResult) and result.written == ("a.txt",)
-    assert discarding.get(timeout=WAIT).removed is True
-    assert (ws / "a.txt").read_bytes() == b"applied"
-    assert not overlay.directory.exists()
-    ref.stop(timeout=WAIT)
+    assert overlay.remove(WAIT) is True
+    assert overlay.gone.is_set() and not overlay.directory.exists()
 
 
 def test_apply_waits_for_a_write_in_flight_and_includes_it(

@@ -23,9 +23,9 @@ from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.fork import trim_history
 from fore.actors.speculation.governor import LoadGovernor
-from fore.actors.speculation.speculator import Speculator
 from fore.actors.worker.hooks import Continue, Hooks, Skip, ToolCallContext
 from fore.actors.worker.state import pairing_problems
+from fore.actors.worker.worker import Worker
 from fore.messages.conversation import AssistantMessage, SystemMessage, ToolResult, UserMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import LlmRequest
@@ -92,7 +92,7 @@ def tails() -> list[psutil.Process]:
 
 
 class Boom(EventBase):
-    """Sent by a test to a speculator whose event handler it made buggy: a real crash, on cue."""
+    """Sent by a test to a speculation's worker it made buggy: a real crash, on cue."""
 
 
 DEFAULTS: dict[str, Any] = {
@@ -559,13 +559,17 @@ def test_a_different_submit_aborts_and_runs_normally(runtime: Runtime, ws: Path)
         wait_until(lambda: overlay_dirs(runtime) == [])
 
 
-def test_a_crashing_speculator_fails_only_its_speculation(
+def test_a_crashing_speculation_worker_fails_only_its_speculation(
     runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: Speculator, result: Any) -> None:
-        raise RuntimeError("speculator bug")
+    original = Worker._on_llm_completed
 
-    monkeypatch.setattr(Speculator, "_run_ended", broken)
+    def broken(self: Worker, message: Any) -> None:
+        if self.config.purpose == "speculation":  # a bug in the speculation's agent loop
+            raise RuntimeError("speculation bug")
+        original(self, message)
+
+    monkeypatch.setattr(Worker, "_on_llm_completed", broken)
     script = bump_script(main_reply("still fine"))
     config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
     with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=config) as s:
@@ -703,9 +707,10 @@ def test_the_tree_shows_a_session_supervisor_with_its_worker_and_controller(
         assert node.actor_class == "SessionSupervisor"
         kinds = {c.id.split(":")[0]: c.actor_class for c in node.children}
         assert kinds == {"worker": "Worker", "speculation": "SpeculationController"}
-        # The running speculation's Speculator is the controller's (not supervised).
-        child = f"speculator:{s.speculation.speculation_id}"
-        speculator = s.controller.ask(GetChild(child_id=child), timeout=WAIT)
-        assert speculator is not None
-        assert type(speculator._actor_weakref()).__name__ == "Speculator"
+        # The running speculation's worker is the controller's (not supervised).
+        child = f"speculation:{s.speculation.speculation_id}"
+        worker = s.controller.ask(GetChild(child_id=child), timeout=WAIT)
+        assert worker is not None
+        actor = worker._actor_weakref()
+        assert type(actor).__name__ == "Worker" and actor.config.purpose == "speculation"
         s.keystroke("stop")

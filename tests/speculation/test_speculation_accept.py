@@ -149,7 +149,7 @@ def test_completion_does_not_wait_for_the_pipelined_suggestion(runtime: Runtime,
             assert (ws / "app.py").read_text() == "x = 2\n"
             assert s.speculation.state == "accepted"
             assert s.suggestion is None
-            # the accepted speculation is cleaned up (speculator and overlay gone) first
+            # the accepted speculation is cleaned up (its worker and overlay gone) first
             wait_until(lambda: overlay_dirs(runtime) == [])
             assert s.speculation.state == "accepted"  # a round trip through the supervisor
             slow_pipelined.set()  # it arrives after the accept: it becomes current then ...

@@ -22,7 +22,6 @@ from fore.actors.worker.interceptor import Interceptor
 from fore.actors.worker.state import pairing_problems
 from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
 from fore.messages.gate import ApprovalMode
-from fore.messages.runtime import GetChild
 from fore.messages.speculation import TokenBudgetReached
 from fore.supervision import Runtime
 from tests.speculation.test_speculation import (
@@ -234,10 +233,9 @@ def test_a_hard_budget_cancels_running_tool_calls_and_hands_them_over(
     with runtime.open_session(workspace=ws, model=ScriptedModel(script), speculation=spec()) as s:
         start(s)
         wait_until(lambda: len(tails()) == 1)  # the batch is running
-        child = f"speculator:{s.speculation.speculation_id}"
-        handle = s.supervisor.ask(GetChild(child_id=child), timeout=WAIT)
-        # what the metered model tells the speculator when the spend passes the budget
-        handle.tell(TokenBudgetReached(spent=10**9))
+        # what the metered model tells the controller when the spend passes the budget
+        spec_id = s.speculation.speculation_id
+        s.controller.tell(TokenBudgetReached(speculation_id=spec_id, spent=10**9))
         assert settled(s) == "boundary"
         wait_until(lambda: tails() == [])  # the tool's process is gone
         status = s.speculation

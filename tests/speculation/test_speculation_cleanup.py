@@ -1,12 +1,12 @@
-"""Ending a speculation's work: the abort order, and crashes (of the speculator itself).
+"""Ending a speculation's work: the abort order, and crashes (of the speculation's worker).
 
 Abort order (the seed's): the LLM request is cancelled and the running tool calls
 are cancelled, the worker stops, and only then is the overlay removed. It is asserted
 by event order -- the telemetry's recorded steps, a tool's own cancel callback looking
 for the overlay, the mock server's disconnect -- never by durations.
 
-A crash is injected for real: the speculator's event handler is made buggy for one
-event type (``Boom``) that the test sends at the moment it chooses.
+A crash is injected for real: the speculation's worker is made buggy for one
+message type (``Boom``) that the test sends it at the moment it chooses.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import pytest
 from fore.actors.llm import OpenAICompatible, ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
-from fore.actors.speculation.speculator import Speculator
 from fore.actors.tools.base import FunctionTool, ToolArgs, ToolContext
+from fore.actors.worker.worker import Worker
 from fore.messages.gate import ApprovalMode
 from fore.messages.runtime import GetChild
-from fore.messages.session import EventBase
 from fore.messages.speculation import SpeculationFinished
 from fore.supervision import Runtime
 from tests.speculation.test_speculation import (
@@ -32,9 +31,11 @@ from tests.speculation.test_speculation import (
     WAIT,
     Boom,
     Replies,
+    bump_script,
     call,
     main_reply,
     overlay_dirs,
+    settled,
     spec,
     speculated,
     suggestion,
@@ -54,21 +55,22 @@ def ws(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def buggy_speculator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The speculator crashes on ``Boom`` and handles every other event as usual."""
-    original = Speculator._on_event
+def buggy_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker crashes on ``Boom`` (a tell it has no handler for) and is otherwise unchanged."""
+    original = Worker.on_unhandled
 
-    def on_event(self: Speculator, event: EventBase) -> None:
-        if isinstance(event, Boom):
-            raise RuntimeError("speculator bug")
-        original(self, event)
+    def on_unhandled(self: Worker, message: Any) -> Any:
+        if isinstance(message, Boom):
+            raise RuntimeError("speculation worker bug")
+        return original(self, message)
 
-    monkeypatch.setattr(Speculator, "_on_event", on_event)
+    monkeypatch.setattr(Worker, "on_unhandled", on_unhandled)
 
 
-def crash_speculator(s: Any) -> None:
-    child = f"speculator:{s.speculation.speculation_id}"
-    handle = s.supervisor.ask(GetChild(child_id=child), timeout=WAIT)
+def crash_speculation(s: Any) -> None:
+    """Crash the running speculation's worker (found through the controller)."""
+    child = f"speculation:{s.speculation.speculation_id}"
+    handle = s.controller.ask(GetChild(child_id=child), timeout=WAIT)
     assert handle is not None
     handle.tell(Boom(session_id=s.id))
 
@@ -100,7 +102,7 @@ def assert_in_order(steps: tuple[tuple[str, float], ...]) -> None:
 
 
 def test_a_crash_during_a_running_tool_cancels_it_then_removes_the_overlay(
-    runtime: Runtime, ws: Path, buggy_speculator: None
+    runtime: Runtime, ws: Path, buggy_worker: None
 ) -> None:
     script = [
         *TWO_TURNS,
@@ -113,7 +115,7 @@ def test_a_crash_during_a_running_tool_cancels_it_then_removes_the_overlay(
         s.submit("what is x?", timeout=WAIT)
         wait_until(lambda: len(tails()) == 1)  # the speculative tool is running
         before = s.history
-        crash_speculator(s)
+        crash_speculation(s)
         wait_until(lambda: s.speculation.state == "failed")
         # the worker was stopped in order (its on_stop cancelled the tool) ...
         wait_until(lambda: tails() == [])
@@ -121,7 +123,7 @@ def test_a_crash_during_a_running_tool_cancels_it_then_removes_the_overlay(
         wait_until(lambda: overlay_dirs(runtime) == [])
         assert any(a.level == "info" and "speculation" in a.text for a in s.alerts)
         report = finished(s)
-        assert report.outcome == "failed" and "speculator bug" in (report.reason or "")
+        assert report.outcome == "failed" and "speculation worker bug" in (report.reason or "")
         # the main session is untouched and goes on
         assert s.history == before
         assert (ws / "app.py").read_text() == "x = 1\n"
@@ -129,7 +131,7 @@ def test_a_crash_during_a_running_tool_cancels_it_then_removes_the_overlay(
 
 
 def test_a_crash_while_tab_waits_runs_the_prompt_normally_and_reports_once(
-    runtime: Runtime, ws: Path, buggy_speculator: None
+    runtime: Runtime, ws: Path, buggy_worker: None
 ) -> None:
     config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
     edit = {"text": "", "tool_calls": [call("edit", path="app.py", old_string="x", new_string="y")]}
@@ -148,7 +150,7 @@ def test_a_crash_while_tab_waits_runs_the_prompt_normally_and_reports_once(
             thread = threading.Thread(target=lambda: results.append(s.accept(timeout=WAIT)))
             thread.start()
             wait_until(lambda: s.speculation.accepting)
-            crash_speculator(s)
+            crash_speculation(s)
             thread.join(WAIT)
             (result,) = results
             assert result.outcome == "failed"
@@ -227,3 +229,29 @@ def test_the_llm_stream_is_cancelled_before_the_overlay_is_removed(
             (spec_id,) = [r.request_id for r in server.requests() if r.purpose == "speculation"]
             server.wait_for_stats(lambda st: spec_id in st.disconnected_request_ids, timeout_s=WAIT)
             wait_until(lambda: overlay_dirs(runtime) == [])
+
+
+# -- the records ------------------------------------------------------------------
+
+
+def test_the_controller_keeps_no_record_of_a_speculation_that_is_done(
+    runtime: Runtime, ws: Path
+) -> None:
+    """Accepted, aborted: once its overlay is gone and nothing is owed, its record goes
+    (only the offered speculation, if any, is left)."""
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with runtime.open_session(
+        workspace=ws, model=ScriptedModel(bump_script()), speculation=config
+    ) as s:
+        controller = s.controller._actor_weakref()
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "completed"
+        accepted = s.speculation.speculation_id
+        assert s.accept(timeout=WAIT).outcome == "accepted"
+        wait_until(lambda: s.speculation.speculation_id not in (None, accepted))
+        pipelined = s.speculation.speculation_id  # Tab-Tab-Tab: the next one runs
+        wait_until(lambda: set(dict(controller._specs)) == {pipelined})
+        s.keystroke("no")
+        wait_until(lambda: overlay_dirs(runtime) == [])
+        wait_until(lambda: not controller._specs)

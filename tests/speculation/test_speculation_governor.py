@@ -25,6 +25,7 @@ from fore.supervision import Runtime
 from tests.speculation.test_speculation import (
     TWO_TURNS,
     WAIT,
+    Replies,
     main_reply,
     spec,
     suggestion,
@@ -221,3 +222,30 @@ def test_the_runtime_probe_feeds_its_governor(tmp_path: Path) -> None:
     with Runtime(name="probe-test", speculation_governor=governor):
         wait_until(lambda: len(governor._waits) >= 10)
         assert 0.0 <= governor.pressure_ms() < 10_000
+
+
+def test_a_controller_stopped_under_a_running_speculation_gives_its_slot_back(
+    tmp_path: Path,
+) -> None:
+    """A runtime that closes stops every session's controller while its speculation
+    runs (no abort reaches it first, as ``Session.close`` sends one): the controller
+    lets the speculation go, and the governor's slot is free again -- a slot kept
+    would shrink the cap of every session sharing the governor."""
+    governor = LoadGovernor(enabled=False)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "app.py").write_text("x = 1\n")
+    rt = Runtime(
+        name="slot-test", overlay_root=tmp_path / "overlays", speculation_governor=governor
+    )
+    with Replies(main=["Hello.", "x is 1."], suggestion=['{"suggestion": "bump x"}']) as replies:
+        replies.hold("speculation")  # it runs until the runtime closes
+        try:
+            s = rt.open_session(workspace=ws, model=replies.model, speculation=spec())
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(replies.seen("speculation")) == 1)
+            assert governor.running == 1
+        finally:
+            assert rt.close(timeout=30)
+    assert governor.running == 0

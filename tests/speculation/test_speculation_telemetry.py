@@ -6,16 +6,19 @@ tokens and duration, for accepted, boundary, failed and aborted speculations.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fore.actors.llm import ScriptedModel, llm_error
+from fore.actors.speculation.controller import SpeculationController
 from fore.actors.worker.state import pairing_problems
 from fore.messages.conversation import ToolResult
 from fore.messages.gate import ApprovalMode
 from fore.messages.llm import LlmRequest
+from fore.messages.session import Subscribe, Unsubscribe
 from fore.messages.speculation import SpeculationFinished
 from fore.supervision import Runtime
 from tests.speculation.test_speculation import (
@@ -153,3 +156,57 @@ def test_an_aborted_speculation_reports_the_files_it_had_written(
     assert names[0] == "keystroke" and "already_finished" in names
     assert names[-1] == "overlay_removed"
     assert report.duration_s > 0
+
+
+class Inbox:
+    """A subscriber (``tell`` only) that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+        self.lock = threading.Lock()
+
+    def tell(self, event: Any) -> None:
+        with self.lock:
+            self.got.append(event)
+
+    def kinds(self) -> list[str]:
+        with self.lock:
+            return [event.kind for event in self.got]
+
+
+def test_a_subscriber_gets_only_the_kinds_it_asked_for_and_no_status_is_built_unread(
+    runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Subscribe(kinds=...)``: the controller sends only those kinds, and builds a
+    status (``SpeculationStatusChanged``) only while a subscriber reads that kind."""
+    built: list[object] = []
+    original = SpeculationController._status_now
+
+    def counted(self: SpeculationController) -> Any:
+        built.append(self)
+        return original(self)
+
+    monkeypatch.setattr(SpeculationController, "_status_now", counted)
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    model = ScriptedModel(bump_script(main_reply("Leaving it.")))
+    with runtime.open_session(workspace=ws, model=model, speculation=config) as s:
+        finished = Inbox()
+        # As the Ray shard does: the session's own queue (every kind) goes away.
+        s.controller.ask(Unsubscribe(address=s._events), timeout=WAIT)
+        s.controller.ask(
+            Subscribe(address=finished, kinds=frozenset({"speculation_finished"})), timeout=WAIT
+        )
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "completed"  # GetSpeculation builds the status it answers
+        asked = len(built)
+        s.keystroke("no")
+        wait_until(lambda: finished.kinds() == ["speculation_finished"])
+        wait_until(lambda: overlay_dirs(s.runtime) == [])
+        assert len(built) == asked  # nobody reads statuses: none was built for them
+        everything = Inbox()
+        s.controller.ask(Subscribe(address=everything), timeout=WAIT)
+        s.submit("anything else?", timeout=WAIT)
+        wait_until(lambda: "speculation_status" in everything.kinds())
+    assert len(built) > asked
+    assert finished.kinds() == ["speculation_finished"]

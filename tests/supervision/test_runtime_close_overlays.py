@@ -4,7 +4,7 @@
 they are responsible for is gone from disk -- or say they could not (the
 close returns False, and what is left is named with its reason). The
 failures reproduced here were all in the hand-off: the overlay's removal is
-asynchronous (a speculation's reaper, the blocking lane), and a close that did
+asynchronous (a speculation's teardown, the blocking lane), and a close that did
 not wait for it returned "clean" with overlays on disk, some of which were
 never removed at all.
 
@@ -15,7 +15,6 @@ by the test, an apply held at a fault hook. Nothing is timed.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,15 +22,12 @@ from typing import Any
 
 import pytest
 
-import fore.actors.overlay.actor as overlay_actor_module
-import fore.actors.speculation.speculator as speculator_module
-from fore.actors.core.system import ActorSystem
+import fore.actors.speculation.accept as accept_module
 from fore.actors.llm import ScriptedModel
-from fore.actors.overlay import OverlayActor, OverlayClosed, OverlayStore, apply_overlay
+from fore.actors.overlay import apply_overlay
+from fore.actors.speculation.controller import SpeculationController
 from fore.actors.speculation.governor import LoadGovernor
-from fore.actors.speculation.reaper import ReapOrder, SpeculationReaper
 from fore.messages.gate import ApprovalMode
-from fore.messages.overlay import ApplyOverlay
 from fore.supervision import Runtime
 from tests.speculation.test_speculation import (
     WAIT,
@@ -90,7 +86,7 @@ def test_runtime_close_does_not_return_clean_with_an_overlay_on_disk(
 ) -> None:
     """The benchmark's leak: the removal, queued on the blocking lane, dropped at its shutdown.
 
-    A speculation's overlay is removed by its reaper through the blocking
+    A speculation's overlay is removed by its teardown through the blocking
     lane. Here the lane's one thread is busy until the lane shuts down, so
     that removal is still queued then -- and a lane drops queued work when it
     shuts down. ``close()`` used to return True with the overlay still on
@@ -162,17 +158,15 @@ def test_runtime_close_removes_overlays_of_open_sessions(
 def test_session_close_returns_only_after_its_overlays_are_removed(
     tmp_path: Path, runtimes: list[Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reaper still waits for the speculation's model request when the session closes.
+    """The teardown still waits for the speculation's model request when the session closes.
 
-    The request is held by the test for the whole close, so the reaper
-    reaches the overlay only at its own deadline (shortened here): a close
-    that does not wait for the reaper returns with the overlay still there.
+    The request is held by the test for the whole close, so the overlay's
+    removal waits for the request to end, or for its deadline (shortened
+    here): a close that does not wait for the removal returns with the
+    overlay still there.
     """
-    monkeypatch.setattr(
-        speculator_module,
-        "ReapOrder",
-        functools.partial(ReapOrder, stop_timeout=1.0, settle_timeout=1.0),
-    )
+    monkeypatch.setattr(SpeculationController, "stop_timeout", 1.0)
+    monkeypatch.setattr(SpeculationController, "settle_timeout", 1.0)
     rt = make_runtime(tmp_path, "close-session")
     runtimes.append(rt)
     ws = workspace(tmp_path)
@@ -208,19 +202,20 @@ def test_session_close_reports_what_it_could_not_remove(
     assert overlay_dirs(rt) == []
 
 
-# -- the reaper and an apply in flight ----------------------------------------------
+# -- an apply in flight ----------------------------------------------------------------
 
 
-def test_a_reaper_stopped_during_an_apply_never_removes_the_overlay_under_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_session_closed_during_an_apply_never_removes_the_overlay_under_it(
+    tmp_path: Path, runtimes: list[Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Removal is the overlay actor's alone: it waits for the apply.
+    """Removal waits for the apply, even when the controller stops under it.
 
-    A runtime shutdown stops a reaper that waits for an apply to finish. Its
-    last resort used to remove the overlay itself, at once, on the blocking
-    lane: the apply then went on and wrote ``displaced/`` -- the old inodes
-    it keeps until the overlay goes -- into the overlay's directory again,
-    and that directory stayed.
+    Tab's apply runs on the blocking lane, held at a fault hook; the session
+    closes meanwhile, so its controller lets the speculation go while the
+    apply runs. Removing the overlay then (as a shutdown's last resort once
+    did) would pull the upper layer from under the apply, which would write
+    ``displaced/`` -- the old inodes it keeps until the overlay goes -- into
+    the overlay's directory again, and that directory would stay.
     """
     staged, release, applied = threading.Event(), threading.Event(), threading.Event()
 
@@ -235,40 +230,43 @@ def test_a_reaper_stopped_during_an_apply_never_removes_the_overlay_under_it(
         finally:
             applied.set()
 
-    monkeypatch.setattr(overlay_actor_module, "apply_overlay", held_apply)
-    ws = workspace(tmp_path)
-    store = OverlayStore(tmp_path / "overlays")
+    monkeypatch.setattr(accept_module, "apply_overlay", held_apply)
     # two lane threads: the apply holds one; the other runs everything else in order
-    system = ActorSystem(name="reaper-apply", blocking_threads=2)
+    rt = make_runtime(tmp_path, "close-apply", blocking_threads=2)
+    runtimes.append(rt)
+    ws = workspace(tmp_path)
+    s = completed_speculation(rt, ws)
+    answers: list[Any] = []
+
+    def tab() -> None:
+        try:
+            answers.append(s.accept(timeout=WAIT))
+        except Exception as exc:  # the controller stopped under the accept
+            answers.append(exc)
+
+    accepting = threading.Thread(target=tab)
+    accepting.start()
+    closes: list[bool] = []
     try:
-        with system.activated():
-            actor, overlay = OverlayActor.for_store(store, ws, session_id="s1")
-            overlay.write_bytes("app.py", b"x = 2\n")
-            answer = actor.ask(ApplyOverlay(), block=False)
-            assert staged.wait(WAIT)
-            reaper = SpeculationReaper.start(
-                ReapOrder(
-                    speculation_id="spec-1",
-                    session_id="s1",
-                    worker=None,
-                    overlay_actor=actor,
-                    overlay=overlay,
-                    tool_pool=None,
-                    model=None,
-                    supervisor=None,
-                )
-            )
-        reaper.stop(timeout=WAIT)  # a shutdown: the reaper's last resort
-        # Whatever the last resort queued on the free lane thread has run once
-        # a job queued after it has.
-        system.blocking.submit(lambda: None).result(WAIT)
-        release.set()
-        assert applied.wait(WAIT)
-        with pytest.raises(OverlayClosed):  # the stopped actor answered its asker
-            answer.get(timeout=WAIT)
-        assert overlay.gone.wait(WAIT)
-        assert not overlay.directory.exists()
-        assert (ws / "app.py").read_text() == "x = 2\n"  # the apply itself completed
+        assert staged.wait(WAIT)
+        closing = threading.Thread(target=lambda: closes.append(s.close(timeout=WAIT)))
+        closing.start()
+        wait_until(lambda: _no_session(rt, s.id))  # its controller has stopped
+        # Whatever the controller left queued on the free lane thread has run
+        # once a job queued after it has: the overlay is still there, untouched.
+        rt.system.blocking.submit(lambda: None).result(WAIT)
+        assert len(overlay_dirs(rt)) == 1
     finally:
         release.set()
-        system.shutdown(10)
+    assert applied.wait(WAIT)
+    closing.join(WAIT)
+    accepting.join(WAIT)
+    assert closes == [True]  # the close waited for the removal, after the apply
+    assert overlay_dirs(rt) == []
+    assert (ws / "app.py").read_text() == "x = 2\n"  # the apply itself completed
+    assert len(answers) == 1
+
+
+def _no_session(rt: Runtime, session_id: str) -> bool:
+    sessions = next(c for c in rt.tree().children if c.id == "sessions")
+    return not any(c.id == f"session:{session_id}" for c in sessions.children)

@@ -16,7 +16,8 @@ from typing import Any
 
 from pykka import ActorDeadError, ActorRef
 
-from fore.actors.core.pooled import ActorExit, PooledActor, tell_quietly
+from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.pooled import ActorExit, PooledActor
 from fore.actors.core.system import ActorSystem
 from fore.actors.core.timer import TimerHandle
 from fore.messages.runtime import ChildExited, ChildSpec, ChildStatus

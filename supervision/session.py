@@ -22,8 +22,8 @@ import pykka
 from pykka import ActorDeadError
 
 from fore.actors.core.cancel import CancelScope
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import tell_quietly
 from fore.actors.gate.tool_gate import parse_approval_mode
 from fore.actors.output.contract import (
     DEFAULT_MAX_OUTPUT_RETRIES,

@@ -50,8 +50,10 @@ from typing import Any, Literal
 from pykka.messages import _ActorStop
 
 from fore.actors.alerts import send_alert
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import ForeActor, PooledActor, handles, tell_quietly
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor, PooledActor
 from fore.actors.core.timer import TimerHandle
 from fore.errors import ChildRejectedError, SupervisorIntensityError
 from fore.messages.alerts import AlertLevel

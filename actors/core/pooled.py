@@ -68,10 +68,10 @@ from pykka import ActorDeadError, ActorRef, ActorRegistry
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
-from fore.actors.core.continuations import Continuations, _Call, _UrgentCall, tell_quietly
+from fore.actors.core.continuations import Continuations, _Call, _UrgentCall
 from fore.actors.core.errors import ActorCrashed
 from fore.actors.core.future import PooledFuture, check_ask_timeout
-from fore.actors.core.handlers import TypedDispatch, handles
+from fore.actors.core.handlers import TypedDispatch
 from fore.actors.core.logs import get_logger
 from fore.actors.core.mailbox import Mailbox
 from fore.actors.core.system import ActorSystem, current_system
@@ -85,15 +85,9 @@ __all__ = [
     "ExitWatcher",
     "ForeActor",
     "PooledActor",
-    "handles",
     "stop_now",
     "stop_now_all",
-    "tell_quietly",
 ]
-# ``handles`` (:mod:`.handlers`) and ``tell_quietly`` (:mod:`.continuations`) are
-# re-exported only for the modules that still import them from here (issue 22 point 5:
-# the worker, speculation, supervision and LLM-loop modules); drop them once those
-# import from their homes.
 
 _log = get_logger(__name__)
 _pykka_log = logging.getLogger("pykka")

@@ -20,7 +20,8 @@ latency p99 with speculation on went from 1.40x to 0.95x of speculation off.
 
 from __future__ import annotations
 
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ForeActor
 from fore.actors.llm.loop import LlmLoop
 from fore.messages.llm import GatewayStats, GetGatewayStats, LlmRequest
 

@@ -43,8 +43,8 @@ from typing import Any
 import httpx
 
 from fore.actors.core.cancel import Lease, Registration
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.logs import get_logger
-from fore.actors.core.pooled import tell_quietly
 from fore.actors.llm import evloop
 from fore.actors.llm.errors import LlmException
 from fore.actors.llm.models import ChatModel, RetryPolicy

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.overlay.apply import apply_overlay
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.fork import extend

@@ -65,7 +65,7 @@ from typing import Any
 
 from pykka import ActorDeadError
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.speculation.accept import AcceptProtocol
 from fore.actors.speculation.base import SpeculationBook
 from fore.actors.speculation.fork import assistant_answers

@@ -17,7 +17,7 @@ from typing import Any
 from pykka import ActorDeadError, ActorRef
 
 from fore.actors.core.future import PooledFuture
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.states import Teardown
 from fore.actors.speculation.status import status_of

@@ -44,8 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fore.actors.core.handlers import handles
 from fore.actors.core.logs import get_logger
-from fore.actors.core.pooled import ForeActor, handles
+from fore.actors.core.pooled import ForeActor
 from fore.messages.speculation import LoadSample
 
 log = get_logger(__name__)

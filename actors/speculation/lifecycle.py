@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pykka import ActorDeadError
 
-from fore.actors.core.pooled import ActorExit, PooledActor, handles
+from fore.actors.core.handlers import handles
+from fore.actors.core.pooled import ActorExit, PooledActor
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.metered import MeteredModel
 from fore.actors.speculation.outcome import Limit, RunOutcome, run_outcome

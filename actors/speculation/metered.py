@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from fore.actors.core.pooled import tell_quietly
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.llm.errors import llm_error
 from fore.actors.llm.models import Emit, StreamResult
 from fore.actors.speculation.governor import LoadGovernor

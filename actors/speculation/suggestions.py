@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.speculation.base import ControllerBase, SuggestionRequest
 from fore.actors.speculation.fork import extend, last_answer
 from fore.actors.speculation.states import SpecPhase, Speculation

@@ -51,7 +51,8 @@ from functools import partial
 from typing import Any
 
 from fore.actors.core.blocking import BlockingLane
-from fore.actors.core.pooled import ActorExit, PooledActor, stop_now, tell_quietly
+from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.pooled import ActorExit, PooledActor, stop_now
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.states import OVER, SpecPhase, Speculation, Teardown

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hookrun import DetachedChain
 from fore.actors.worker.hooks import AbortContext, ChainState, HookError, HookEvent

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.telemetry.limits import LimitGuard
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hooks import (

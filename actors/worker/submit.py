@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from fore.actors.core.cancel import CancelScope
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.filerefs.prepare import PreparedInput, prepare_plain, submit_segments
 from fore.actors.output.interceptor import start_output
 from fore.actors.worker.base import WorkerBase

@@ -12,7 +12,7 @@ import copy
 import functools
 from collections.abc import Sequence
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.worker.approval import refusal
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hooks import (

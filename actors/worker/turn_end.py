@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.worker.base import WorkerBase
 from fore.actors.worker.hooks import (
     ChainState,

@@ -77,7 +77,7 @@ from typing import Any
 
 from pykka._envelope import Envelope
 
-from fore.actors.core.pooled import handles
+from fore.actors.core.handlers import handles
 from fore.actors.worker.chain_driver import ChainDriver
 from fore.actors.worker.config import (
     DEFAULT_MAX_ARGUMENT_RETRIES,

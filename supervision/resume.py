@@ -108,35 +108,6 @@ class SessionArgs:
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Open-session arguments added later (other issues) that this module does not know."""
 
-    def as_kwargs(self) -> dict[str, Any]:
-        """The arguments as ``open_session`` keywords."""
-        return {
-            "workspace": self.workspace,
-            "model": self.model,
-            "system_prompt": self.system_prompt,
-            "tools": self.tools,
-            "builtin": self.builtin,
-            "mcp_servers": self.mcp_servers,
-            "hooks": self.hooks,
-            "interceptor": self.interceptor,
-            "model_name": self.model_name,
-            "max_turns": self.max_turns,
-            "wrap_up": self.wrap_up,
-            "call_timeout": self.call_timeout,
-            "tool_concurrency": self.tool_concurrency,
-            "max_batch_calls": self.max_batch_calls,
-            "max_argument_retries": self.max_argument_retries,
-            "purpose": self.purpose,
-            "file_ref_cap": self.file_ref_cap,
-            "speculation": self.speculation,
-            "fast_model": self.fast_model,
-            "approval": self.approval,
-            "approver": self.approver,
-            "usage_limits": self.usage_limits,
-            "labels": self.labels,
-            **self.extra,
-        }
-
     def tool_names(self) -> tuple[str, ...]:
         """The names of the session's own tools (functions by their name, as ``@tool`` does)."""
         names: list[str] = []

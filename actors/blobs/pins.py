@@ -120,7 +120,7 @@ class PinTable:
             return
         with self._publish:
             try:
-                journal.rewrite(self.pinned())
+                journal.rewrite(self.pinned)
             except OSError as exc:
                 log.warning("blob_pins_not_compacted", error=str(exc))
 

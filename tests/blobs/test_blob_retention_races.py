@@ -1,8 +1,8 @@
 """Retention races, made deterministic: a blob a live session shows is never collected.
 
-Each race is driven in the order it needs -- a compaction paused between two
-of its steps, a pin file compacted twice between two collections -- never by
-sleeping and hoping.
+Each race is driven in the order it needs -- a blocking-lane job held at a
+gate, a compaction paused between two of its steps, a pin file compacted
+twice between two collections -- never by sleeping and hoping.
 """
 
 from __future__ import annotations
@@ -15,9 +15,20 @@ from typing import Any
 
 import pytest
 
+from fore.actors.blobs import actor as actor_module
+from fore.actors.blobs.actor import BlobStoreActor
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.blobs.pins import PinTable
 from fore.actors.blobs.shared_pins import PINS_DIR, PinJournal
+from fore.actors.core import ActorSystem
+from fore.messages.blob_store import (
+    CollectBlobs,
+    CollectReport,
+    GetBlobStoreStats,
+    ReferenceBlobs,
+    ReleaseSession,
+    StoreBlob,
+)
 from fore.messages.blobs import Text
 from tests.blobs.test_blob_shared_pins import FAR_FUTURE, collector
 
@@ -26,6 +37,103 @@ WAIT = 30.0
 
 def quoting(blob: uuid.UUID) -> str:
     return f"the user pasted [blob:{blob}] text | 1 lines"
+
+
+# -- in one process: a release must not overtake a quote still on the lane ----------------
+
+
+def test_a_quote_on_the_lane_is_not_overtaken_by_the_creators_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handoff of a blob from its closing creator to a live reader.
+
+    The reader's ``ReferenceBlobs`` arrives first, but its pin lands on the
+    blocking lane (scanning texts is CPU work), while the creator's
+    ``ReleaseSession`` used to take effect at once on the dispatcher: a
+    collection in between saw the blob pinned by nobody and deleted a blob the
+    reader's history shows. Here the reader's scan is held at a gate until the
+    collection had its chance.
+    """
+    scanning, go_on = threading.Event(), threading.Event()
+    real_scan = actor_module.referenced_blob_ids
+
+    def held_scan(texts: Any) -> set[uuid.UUID]:
+        if any("pasted" in t for t in texts):
+            scanning.set()
+            assert go_on.wait(WAIT)
+        return real_scan(texts)
+
+    monkeypatch.setattr(actor_module, "referenced_blob_ids", held_scan)
+    # Two lane threads: the held scan takes one, the rest queue on the other in order.
+    system = ActorSystem(name="blob-handoff", blocking_threads=2)
+    try:
+        store = collector(tmp_path)
+        with system.activated():
+            ref = BlobStoreActor.start(store, collect_interval=3600.0)
+        blob = ref.ask(
+            StoreBlob(content=Text(text="tool output"), session_id="creator"), timeout=WAIT
+        )
+        ref.tell(ReferenceBlobs(session_id="reader", texts=(quoting(blob),)))
+        assert scanning.wait(WAIT)
+        ref.tell(ReleaseSession(session_id="creator"))
+        report = ref.ask(CollectBlobs(), block=False)
+        # The stats job queues behind the collection (if it started) on the free thread:
+        # once it is answered, a collection that could run has run.
+        ref.ask(GetBlobStoreStats(), timeout=WAIT)
+        assert store.exists(blob), "collected while the reader's history quotes it"
+        go_on.set()
+        first: CollectReport = report.get(timeout=WAIT)
+        assert blob not in first.removed and store.exists(blob)
+        # Once the reader closes too, nothing keeps it.
+        ref.tell(ReleaseSession(session_id="reader"))
+        assert ref.ask(CollectBlobs(), timeout=WAIT).removed == (blob,)
+        ref.stop(timeout=WAIT)
+    finally:
+        go_on.set()
+        assert system.shutdown(timeout=WAIT)
+
+
+def test_a_release_waits_only_for_pins_announced_before_it(tmp_path: Path) -> None:
+    """A session closed and reopened (resumed) under one id: its new pins stay.
+
+    Its release is held behind another session's pin still on the lane; a pin
+    the reopened session takes meanwhile is newer than the release and
+    survives it.
+    """
+    pins = PinTable()
+    old, new, other = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    pins.pin("s", [old])
+    ticket = pins.announce()  # someone's quote, still on the lane
+    assert pins.release("s") == 0  # held behind it
+    assert pins.is_pinned(old)
+    pins.pin("s", [new])  # the session, reopened, pins again
+    pins.pin("t", [other], ticket=ticket)
+    assert pins.retire(ticket)  # the held release goes now: the old pin with it ...
+    assert pins.session_pins("s") == {new}  # ... not the one taken after the release
+    assert pins.release("s") == 1 and pins.pinned() == {other}
+    # A blob pinned again after the release stays pinned too.
+    ticket = pins.announce()
+    pins.pin("t", [old])
+    assert pins.release("t") == 0
+    pins.pin("t", [old])
+    assert pins.retire(ticket)  # ``other`` goes with the release ...
+    assert pins.session_pins("t") == {old}  # ... ``old``, pinned again after it, stays
+
+
+def test_a_collection_waits_for_the_pins_announced_before_it(tmp_path: Path) -> None:
+    """A quote received before a collection is honoured even when nothing else pins the blob."""
+    pins = PinTable()
+    blob = uuid.uuid4()
+    ticket = pins.announce()
+    started: list[str] = []
+    position = pins.position()
+    assert not pins.when_settled(position, lambda: started.append("collect"))
+    pins.pin("reader", [blob], ticket=ticket)
+    assert started == []  # landed, not yet retired
+    pins.retire(ticket)
+    assert started == ["collect"] and pins.is_pinned(blob)
+    assert pins.when_settled(pins.position(), lambda: started.append("again"))
+    assert started == ["collect"]  # nothing in flight: the caller goes on itself
 
 
 # -- the store's own pin file is never another store's -----------------------------------

@@ -2,18 +2,34 @@
 
 Each race is driven in the order it needs -- a blocking-lane job held at a
 gate, a compaction paused between two of its steps, a pin file compacted
-twice between two collections -- never by sleeping and hoping.
+twice between two collections -- never by sleeping and hoping. The state
+machine at the end runs whole sequences of opens, stores, quotes, closes and
+collections of sessions in one or two "processes" (stores with their own
+blob-store actor, publishing their pins to one shared blob directory) on a
+stepped blocking lane: hypothesis picks how long each queued job waits.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from fore.actors.blobs import actor as actor_module
 from fore.actors.blobs.actor import BlobStoreActor
@@ -28,6 +44,8 @@ from fore.messages.blob_store import (
     ReferenceBlobs,
     ReleaseSession,
     StoreBlob,
+    StoredOutput,
+    StoreToolOutput,
 )
 from fore.messages.blobs import Text
 from tests.blobs.test_blob_shared_pins import FAR_FUTURE, collector
@@ -255,3 +273,286 @@ def test_a_release_during_a_compaction_is_compacted_by_the_next_one(tmp_path: Pa
     other = collector(tmp_path)
     report = other.collect(now=FAR_FUTURE)
     assert set(report.removed) == {released, gone} and report.protected == (kept,)
+
+
+# -- whole sequences, across stores, on a stepped blocking lane ---------------------------
+
+
+@dataclass
+class _Job:
+    future: Future[Any]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    waits: int | None = None
+    """Actions it still waits before it runs (the state machine draws it)."""
+
+
+class SteppedLane:
+    """A blocking lane that runs nothing by itself: the test runs the job it picks.
+
+    Jobs run on the test's thread, one at a time, in whatever order the test
+    chooses -- the orders a loaded machine produces only now and then.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.jobs: list[_Job] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._cond:
+            self.jobs.append(_Job(future, fn, args, kwargs))
+            self._cond.notify_all()
+        return future
+
+    def run(self, index: int) -> None:
+        with self._cond:
+            job = self.jobs.pop(index)
+        if not job.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = job.fn(*job.args, **job.kwargs)
+        except BaseException as exc:
+            job.future.set_exception(exc)
+        else:
+            job.future.set_result(result)
+
+    def run_stats(self) -> None:
+        """Wait for the (one) stats job and run it: every earlier message is handled then."""
+        with self._cond:
+            assert self._cond.wait_for(
+                lambda: any(getattr(j.fn, "__name__", "") == "_stats" for j in self.jobs), WAIT
+            ), "the blob-store actor did not get to its stats request"
+            index = next(
+                i for i, j in enumerate(self.jobs) if getattr(j.fn, "__name__", "") == "_stats"
+            )
+        self.run(index)
+
+    def shutdown(self, **_kwargs: Any) -> bool:
+        with self._cond:
+            jobs, self.jobs = self.jobs, []
+        for job in jobs:
+            job.future.cancel()
+        return True
+
+
+@dataclass
+class _Process:
+    """One blob store and its actor: a process sharing the blob directory."""
+
+    system: ActorSystem
+    store: FsBlobStore
+    ref: Any
+
+
+@dataclass
+class _Session:
+    process: int
+    live: bool = True
+    refs: set[uuid.UUID] = field(default_factory=set)
+    """Blobs its history shows that must exist while it is live."""
+
+
+class RetentionMachine(RuleBasedStateMachine):
+    """Sessions of one or two processes on one blob directory, on a stepped lane.
+
+    The model: a blob a session stored, or quoted while a live session of the
+    same process already kept it (a handoff), must exist while the session is
+    live. A quote of a blob only another process keeps counts once its pin
+    landed -- across processes nothing orders a release before a pin still on
+    the other process's lane. Every collection removes everything unprotected.
+    """
+
+    root: Path
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lane = SteppedLane()
+        self.processes: list[_Process] = []
+        self.sessions: dict[str, _Session] = {}
+        self.pending: list[tuple[str, Future[Any], uuid.UUID | None]] = []
+        """Asks in flight: (session, reply, quoted blob or None for a store)."""
+        self.ids = itertools.count()
+
+    @initialize(processes=st.integers(1, 2), sessions=st.integers(2, 4))
+    def start(self, processes: int, sessions: int) -> None:
+        root = self.root / f"run-{uuid.uuid4().hex[:8]}"
+        for index in range(processes):
+            system = ActorSystem(name=f"retention-{index}", dispatcher_threads=2)
+            system.blocking = self.lane  # type: ignore[assignment]
+            store = collector(root)
+            with system.activated():
+                ref = BlobStoreActor.start(store, collect_interval=3600.0)
+            self.processes.append(_Process(system, store, ref))
+        for index in range(sessions):
+            self.sessions[f"s{next(self.ids)}"] = _Session(index % processes)
+
+    def teardown(self) -> None:
+        for process in self.processes:
+            process.system.shutdown(timeout=WAIT)
+            process.store.close()
+
+    # -- helpers -------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Every actor has handled its mail; replies of finished work are in the model."""
+        for process in self.processes:
+            stats = process.ref.ask(GetBlobStoreStats(), block=False)
+            self.lane.run_stats()
+            stats.get(timeout=WAIT)
+        for item in list(self.pending):
+            session, reply, quoted = item
+            if not reply.done():
+                continue
+            self.pending.remove(item)
+            answer = reply.get(timeout=0)
+            if isinstance(answer, StoredOutput):
+                assert answer.blob_id is not None
+                self.sessions[session].refs.add(uuid.UUID(answer.blob_id))
+            elif quoted is not None and self.exists(quoted):
+                # The pin landed in the job just run; the blob was there then.
+                self.sessions[session].refs.add(quoted)
+
+    def exists(self, blob: uuid.UUID) -> bool:
+        return self.processes[0].store.exists(blob)
+
+    def live(self) -> list[str]:
+        return sorted(s for s, v in self.sessions.items() if v.live)
+
+    def shown(self) -> list[uuid.UUID]:
+        """Blobs live sessions must keep (sorted, for hypothesis to pick from)."""
+        return sorted({b for s in self.sessions.values() if s.live for b in s.refs})
+
+    def advance(self, data: st.DataObject) -> None:
+        """Run the jobs whose turn has come; a new job waits as many actions as hypothesis says.
+
+        Jobs run oldest first among those due: a job overtakes older ones when
+        they were drawn longer waits -- the orders a loaded lane produces only
+        now and then, and the races need.
+        """
+        while True:
+            for job in self.lane.jobs:
+                if job.waits is None:
+                    job.waits = data.draw(st.integers(0, 3), label="job waits")
+            due = next((i for i, job in enumerate(self.lane.jobs) if job.waits == 0), None)
+            if due is None:
+                break
+            self.lane.run(due)
+            self.settle()
+        for job in self.lane.jobs:
+            job.waits = None if job.waits is None else job.waits - 1
+
+    def quotable(self) -> list[tuple[str, uuid.UUID]]:
+        """(session, blob): a live session and a blob another live session shows."""
+        return [(s, b) for s in self.live() for b in self.shown() if b not in self.sessions[s].refs]
+
+    # -- actions: each sends one message; then some queued jobs run ------------------------
+    #
+    # One rule draws the action: hypothesis's swarm testing disables whole rules
+    # per example, and a race needs stores, quotes, closes and collections together.
+
+    def open_session(self, data: st.DataObject) -> None:
+        process = data.draw(st.integers(0, len(self.processes) - 1), label="process")
+        self.sessions[f"s{next(self.ids)}"] = _Session(process)
+
+    def store_output(self, data: st.DataObject) -> None:
+        session = data.draw(st.sampled_from(self.live()), label="session")
+        ref = self.processes[self.sessions[session].process].ref
+        message = StoreToolOutput(session_id=session, call_id="c", output="row\n" * 400)
+        self.pending.append((session, ref.ask(message, block=False), None))
+        self.settle()
+
+    def quote(self, data: st.DataObject) -> None:
+        session, blob = data.draw(st.sampled_from(self.quotable()), label="quote")
+        here = self.sessions[session].process
+        kept_here = any(
+            s.live and s.process == here and blob in s.refs for s in self.sessions.values()
+        )
+        ref = self.processes[here].ref
+        reply = ref.ask(ReferenceBlobs(session_id=session, texts=(quoting(blob),)), block=False)
+        if kept_here:
+            self.sessions[session].refs.add(blob)  # a handoff: protected from now on
+        else:
+            self.pending.append((session, reply, blob))
+        self.settle()
+
+    def close(self, data: st.DataObject) -> None:
+        # A session that shows nothing releases nothing: close one that does, if any.
+        showing = [s for s in self.live() if self.sessions[s].refs]
+        session = data.draw(st.sampled_from(showing or self.live()), label="session")
+        self.sessions[session].live = False
+        self.processes[self.sessions[session].process].ref.tell(ReleaseSession(session_id=session))
+        self.settle()
+
+    def collect(self, data: st.DataObject) -> None:
+        process = data.draw(st.integers(0, len(self.processes) - 1), label="process")
+        self.processes[process].ref.ask(CollectBlobs(), block=False)
+        self.settle()
+
+    def run_every_job(self, data: st.DataObject) -> None:
+        while self.lane.jobs:
+            self.lane.run(0)
+            self.settle()
+
+    @rule(data=st.data())
+    def act(self, data: st.DataObject) -> None:
+        # Listed twice: drawn twice as often (a quote needs a stored blob to quote).
+        possible: list[Callable[[st.DataObject], None]] = []
+        if len(self.live()) < 2:
+            possible.append(self.open_session)
+        if self.live():
+            possible += [self.store_output, self.store_output, self.close]
+        if self.shown():
+            possible.append(self.collect)
+        if self.quotable():
+            possible += [self.quote, self.quote]
+        if self.lane.jobs:
+            possible.append(self.run_every_job)
+        action = data.draw(st.sampled_from(possible), label="action")
+        action(data)
+        self.advance(data)
+
+    @invariant()
+    def live_sessions_keep_what_they_show(self) -> None:
+        for name, session in self.sessions.items():
+            if session.live:
+                missing = [b for b in session.refs if not self.exists(b)]
+                assert not missing, f"{name} shows collected blobs {missing}"
+
+    def drain_and_check_collections_remove_the_rest(self) -> None:
+        """Run everything; then a collection leaves only what live sessions keep."""
+        for process in self.processes:
+            while self.lane.jobs:
+                self.lane.run(0)
+                self.settle()
+            process.ref.ask(CollectBlobs(), block=False)
+            self.settle()
+            while self.lane.jobs:
+                self.lane.run(0)
+                self.settle()
+        kept = set(self.shown())
+        left = set(self.processes[0].store.blob_ids())
+        assert kept <= left, f"collected while shown: {kept - left}"
+        assert left <= kept, f"kept although nothing protects them: {left - kept}"
+
+
+def test_retention_state_machine(tmp_path: Path) -> None:
+    class Machine(RetentionMachine):
+        root = tmp_path
+
+        def teardown(self) -> None:
+            try:
+                self.drain_and_check_collections_remove_the_rest()
+            finally:
+                super().teardown()
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=120,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

@@ -23,6 +23,14 @@ blob its history text references, and releases them when it closes
 (:class:`~messages.blob_store.ReleaseSession`). Retention runs on a timer and
 whenever the store grows past its size limit.
 
+Pins land on the blocking lane, releases arrive here: so every request that
+pins is announced to the table as it is received, and its job retires the
+ticket when it ends, whatever happened. A release is held until the pins
+announced before it have landed (a quote of session A's blob by session B,
+received before A's close, keeps the blob through the handoff), and a
+collection starts only once they have (it honours every quote received
+before it). See :mod:`actors.blobs.pins`.
+
 Sessions that outlive the process (a runtime with a session store) quote
 blobs after they are closed, when nothing pins them any more: given
 ``referenced`` -- the session store's
@@ -43,9 +51,8 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, TypeVar
 
 from fore.actors.blobs.fs_store import (
     BlobNotFound,
@@ -86,6 +93,8 @@ __all__ = ["BlobStoreActor", "store_output"]
 
 log = get_logger(__name__)
 
+T = TypeVar("T")
+
 
 def _decide(message: StoreToolOutput, limits: BlobLimits) -> ToolOutput:
     if message.tool_output is not None:
@@ -102,22 +111,25 @@ def store_output(
     message: StoreToolOutput,
     limits: BlobLimits,
     pins: PinTable | None = None,
+    ticket: int | None = None,
 ) -> StoredOutput:
     """Classify, summarise and store one output (blocking; any thread).
 
     The new blob, and every blob the resulting history text references, is
-    pinned for ``message.session_id`` in ``pins`` (default ``store.pins``)
-    before this returns, so the only unprotected moment is the instant
-    between the rename and the pin, which the store's grace period covers.
+    pinned for ``message.session_id`` in ``pins`` (default ``store.pins``;
+    ``ticket``: the pin's announcement, see :meth:`PinTable.announce`) before
+    this returns, so the only unprotected moment is the instant between the
+    rename and the pin, which the store's grace period covers.
     """
     table = store.pins if pins is None else pins
     output = _decide(message, limits)
     if isinstance(output, Inline):
-        table.pin(message.session_id, referenced_blob_ids([output.text]))
+        table.pin(message.session_id, referenced_blob_ids([output.text]), ticket=ticket)
         return StoredOutput(history_text=output.text)
     blob_id = store.store(output.content, owner=message.session_id)
     text = history_text(blob_id, output.summary)
-    table.pin(message.session_id, {blob_id} | referenced_blob_ids([output.summary]))
+    pinned = {blob_id} | referenced_blob_ids([output.summary])
+    table.pin(message.session_id, pinned, ticket=ticket)
     try:
         size = store.size(blob_id)
     except BlobStoreError:
@@ -126,12 +138,25 @@ def store_output(
 
 
 def _store_blob(
-    store: FsBlobStore, pins: PinTable, content: Content, session_id: str | None
+    store: FsBlobStore, pins: PinTable, content: Content, session_id: str | None, ticket: int
 ) -> uuid.UUID:
     blob_id = store.store(content, owner=session_id)
     if session_id is not None:
-        pins.pin(session_id, (blob_id,))
+        pins.pin(session_id, (blob_id,), ticket=ticket)
     return blob_id
+
+
+def _landing(pins: PinTable, ticket: int, fn: Callable[..., T], *args: Any) -> T:
+    """Run pinning work on the lane, then retire its ticket whatever happened.
+
+    Retiring applies the releases the ticket held back; their pins leave the
+    published file at once (this thread may block).
+    """
+    try:
+        return fn(*args)
+    finally:
+        if pins.retire(ticket):
+            pins.sync()
 
 
 def _load(store: FsBlobStore, blob_id: uuid.UUID, session_id: str | None) -> Content:
@@ -146,7 +171,7 @@ def _exists(store: FsBlobStore, blob_id: uuid.UUID, session_id: str | None) -> b
     return store.exists(blob_id)
 
 
-def _reference(pins: PinTable, message: ReferenceBlobs) -> int:
+def _reference(pins: PinTable, message: ReferenceBlobs, ticket: int) -> int:
     """Pin what ``message`` references (see its docstring); returns the new pins."""
     ids = referenced_blob_ids(message.texts)
     for raw in message.blob_ids:
@@ -154,7 +179,7 @@ def _reference(pins: PinTable, message: ReferenceBlobs) -> int:
             ids.add(parse_blob_id(raw))
         except InvalidBlobId:
             log.warning("blob_reference_invalid_id", session=message.session_id, blob_id=raw[:80])
-    return pins.pin(message.session_id, ids)
+    return pins.pin(message.session_id, ids, ticket=ticket)
 
 
 def _stats(store: FsBlobStore, pins: PinTable, stored: int) -> BlobStoreStats:
@@ -193,40 +218,37 @@ class BlobStoreActor(ForeActor):
         self._collecting = False
         self._last_collect = 0.0
         self._collect_waiters: list[PooledFuture[Any]] = []
-        self._busy: Counter[str] = Counter()
-        """Pinning work in flight per session (it pins on the blocking lane)."""
-        self._release_after: set[str] = set()
-        """Sessions released while pinning work was in flight: released again after it."""
 
     def on_start(self) -> None:
         self.send_after(self.collect_interval, CollectBlobs())
 
     # -- pinning work and session release ------------------------------------------
 
-    def _begin(self, session_id: str | None) -> None:
-        if session_id is not None:
-            self._busy[session_id] += 1
-
-    def _end(self, session_id: str | None) -> None:
-        if session_id is None:
-            return
-        self._busy[session_id] -= 1
-        if self._busy[session_id] <= 0:
-            del self._busy[session_id]
-            if session_id in self._release_after:
-                # The session closed while this work ran; its late pins must go too.
-                self._release_after.discard(session_id)
-                self._release(session_id)
+    def _pinning(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        then: Callable[[T], Any],
+        on_error: Callable[[BaseException], Any],
+    ) -> None:
+        """Run ``fn(*args, ticket)`` on the lane: work that pins, announced as received."""
+        ticket = self.pins.announce()
+        try:
+            self.run_blocking(
+                _landing, self.pins, ticket, fn, *args, ticket, then=then, on_error=on_error
+            )
+        except BaseException:
+            self.pins.retire(ticket)  # never queued: nothing will land
+            raise
 
     @handles(ReleaseSession)
     def _on_release(self, message: ReleaseSession) -> None:
-        self._release(message.session_id)
-        if self._busy.get(message.session_id):
-            self._release_after.add(message.session_id)
+        """Drop the pins in memory (once the pins announced before have landed).
 
-    def _release(self, session_id: str) -> None:
-        """Drop the pins in memory now; compact the published ones on the blocking lane."""
-        if self.pins.release(session_id):
+        The published ones are compacted on the blocking lane: now, or by the
+        job that lands the last pin the release waited for.
+        """
+        if self.pins.release(message.session_id):
             self.run_blocking(self.pins.sync, on_error=self._sync_failed)
 
     def _sync_failed(self, error: BaseException) -> None:
@@ -239,26 +261,22 @@ class BlobStoreActor(ForeActor):
     @handles(StoreBlob)
     def _on_store_blob(self, message: StoreBlob) -> None:
         reply = self.defer_reply()
-        session = message.session_id
-        self._begin(session)
 
         def stored(blob_id: uuid.UUID) -> None:
-            self._end(session)
             self._stored += 1
             self._maybe_collect()
             _answer(reply, blob_id)
 
         def failed(error: BaseException) -> None:
-            self._end(session)
             self.log.error("blob_store_failed", error=repr(error))
             _fail(reply, error)
 
-        self.run_blocking(
+        self._pinning(
             _store_blob,
             self.store,
             self.pins,
             message.content,
-            session,
+            message.session_id,
             then=stored,
             on_error=failed,
         )
@@ -317,25 +335,21 @@ class BlobStoreActor(ForeActor):
             self.log.debug("store_skipped", call_id=message.call_id, reason=scope.reason)
             _fail(reply, Cancelled(scope.reason))
             return
-        session = message.session_id
-        self._begin(session)
 
         def stored(result: StoredOutput) -> None:
-            self._end(session)
             if result.blob_id is not None:
                 self._stored += 1
                 self._maybe_collect()
             _answer(reply, result)
 
         def failed(error: BaseException) -> None:
-            self._end(session)
             if isinstance(error, Cancelled):  # called off while it waited for the lane
                 self.log.debug("store_skipped", call_id=message.call_id, reason=str(error))
             else:
                 self.log.error("blob_store_failed", error=repr(error), call_id=message.call_id)
             _fail(reply, error)
 
-        self.run_blocking(
+        self._pinning(
             unless_cancelled,
             scope,
             store_output,
@@ -350,20 +364,15 @@ class BlobStoreActor(ForeActor):
     @handles(ReferenceBlobs)
     def _on_reference(self, message: ReferenceBlobs) -> None:
         reply = self.defer_reply()
-        session = message.session_id
-        self._begin(session)
-
-        def done(added: int) -> None:
-            self._end(session)
-            _answer(reply, added)
 
         def failed(error: BaseException) -> None:
-            self._end(session)
             self.log.error("blob_reference_failed", error=repr(error))
             _fail(reply, error)
 
         # Scanning long texts is CPU work: off the dispatcher thread too.
-        self.run_blocking(_reference, self.pins, message, then=done, on_error=failed)
+        self._pinning(
+            _reference, self.pins, message, then=functools.partial(_answer, reply), on_error=failed
+        )
 
     # -- retention -----------------------------------------------------------------------
 
@@ -394,9 +403,14 @@ class BlobStoreActor(ForeActor):
         self._run_collect([] if reply is None else [reply])
 
     def _run_collect(self, replies: list[PooledFuture[Any]]) -> None:
+        """Start a collection once the pins announced before it have landed."""
         self._collecting = True
         self._last_collect = time.monotonic()
+        start = functools.partial(self._start_collect, replies)
+        if self.pins.when_settled(self.pins.position(), functools.partial(self.post, start)):
+            start()
 
+    def _start_collect(self, replies: list[PooledFuture[Any]]) -> None:
         def finished() -> None:
             self._collecting = False
             waiters, self._collect_waiters = self._collect_waiters, []

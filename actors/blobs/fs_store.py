@@ -213,10 +213,12 @@ class FsBlobStore(IndexedReads, Retention):
     def close(self) -> None:
         """Withdraw this store's published pins (the runtime closes). Idempotent.
 
-        The store stays usable; a later pin publishes again.
+        Also closes the other stores' pin files it holds open. The store
+        stays usable; a later pin publishes again, a later collection reopens.
         """
         if self._own_pins:
             self.pins.close()
+        self._foreign.close()
 
     def path_for(self, blob_id: uuid.UUID | str, kind: BlobKind) -> Path:
         """Where a blob of ``kind`` with this id lives (whether or not it exists)."""

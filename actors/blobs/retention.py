@@ -194,9 +194,12 @@ class Retention:
         now = time.time() if now is None else now
         refs = {parse_blob_id(r) for r in referenced}
         tables = [self.pins] if pins is None or pins is self.pins else [self.pins, pins]
-        own = {
-            t.journal.token for t in tables if t.journal is not None and t.journal.token is not None
-        }
+        journals = [t.journal for t in tables if t.journal is not None]
+
+        def own() -> set[str]:
+            """Our journals' names *now*: a compaction may withdraw one and publish anew."""
+            return {token for j in journals if (token := j.token) is not None}
+
         foreign = self._foreign
 
         def is_protected(blob_id: uuid.UUID) -> bool:

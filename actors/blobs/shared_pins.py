@@ -36,7 +36,18 @@ Rules:
   it skips that blob (kept; retried next run).
 * **Releases cost nothing at once.** Releasing a session only marks the file
   stale (it over-protects, the safe direction); :meth:`PinJournal.rewrite`
-  compacts it on the blocking lane.
+  compacts it on the blocking lane. A release during a compaction marks it
+  stale again (staleness is cleared *before* the snapshot is taken).
+* **A file read is a file held.** A collector keeps every live store's pin
+  file open and reads only what was appended since; a compaction is a new
+  file (a new inode: the old one cannot be reused while it is held open),
+  read whole. Identity by name, inode and size alone was fooled by a
+  compaction that got the freed inode of the file read before back at the
+  same size (ext4 reuses inodes at once), and missed the pins in it.
+* **A store never reads its own file.** Its pins are in memory; its name is
+  asked before and after each listing, and a withdrawal forgets the name only
+  after the files are gone (a stale own file taken for another store's kept
+  released blobs).
 
 Limits: ``flock`` must work on the file system (local file systems do; on one
 where it does not, every other store's pins count as live and their files are
@@ -75,7 +86,8 @@ PIN_LOCK_TIMEOUT_S = 2.0
 COLLECT_LOCK_TIMEOUT_S = 5.0
 """How long a collector waits for ``gc.lock`` before it keeps the blob for the next run."""
 MAX_PIN_FILE_BYTES = 64 * 1024 * 1024
-"""Bytes read of one store's pin file (~1.7 million pins): a bound, not a format limit."""
+"""Bytes read of one store's pin file (~1.7 million pins): a bigger one is not read,
+and a collector that cannot read a live store's pins removes nothing."""
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
@@ -169,9 +181,14 @@ class _Published:
     """The process that published (a forked child must not withdraw its parent's files)."""
 
     def withdraw(self, pins_dir: Path) -> None:
-        """Remove the files, then close the descriptors (dropping the lock). Idempotent."""
+        """Remove the files, close the descriptors (dropping the lock), then forget the name.
+
+        Idempotent. The name goes last: a collection of this store takes a
+        file under its own name for its own and never reads it, so while the
+        files are still there (their lock still held) the name must still be
+        known -- forgotten first, the stale file passed for another live store's.
+        """
         token, lock_fd, data_fd = self.token, self.lock_fd, self.data_fd
-        self.token = self.lock_fd = self.data_fd = None
         if token is not None and self.pid == os.getpid():
             for suffix in (DATA_SUFFIX, LOCK_SUFFIX):
                 with contextlib.suppress(OSError):
@@ -180,6 +197,7 @@ class _Published:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        self.token = self.lock_fd = self.data_fd = None
 
 
 class PinJournal:
@@ -244,7 +262,7 @@ class PinJournal:
             if files.data_fd is None:
                 if files.lock_fd is None:
                     self._open()
-                self._replace(everything())
+                self._replace_with(everything)
                 return
             if ids:
                 self._write_all(files.data_fd, _format_ids(ids))
@@ -259,20 +277,25 @@ class PinJournal:
             return False
         return named == os.fstat(files.data_fd).st_ino
 
-    def rewrite(self, ids: Iterable[uuid.UUID]) -> None:
-        """Replace the file with exactly ``ids`` (atomically: readers see old or new).
+    def rewrite(self, everything: Callable[[], Iterable[uuid.UUID]]) -> None:
+        """Replace the file with exactly ``everything()`` (atomically: readers see old or new).
 
         With no ids left the publication is withdrawn (:meth:`close`): a store
         whose sessions all closed holds no file and no descriptor.
         """
         with self._lock:
-            wanted = list(ids)
-            if not wanted:
-                self.close()
-                return
-            if self._files.lock_fd is None:
-                self._open()
-            self._replace(wanted)
+            self._stale = False  # before the snapshot: a release after it marks it again
+            try:
+                wanted = list(everything())
+                if not wanted:
+                    self.close()
+                    return
+                if self._files.lock_fd is None:
+                    self._open()
+                self._replace(wanted)
+            except BaseException:
+                self._stale = True
+                raise
 
     def close(self) -> None:
         """Withdraw the publication: files removed, lock released. Idempotent."""
@@ -308,6 +331,15 @@ class PinJournal:
             return
         raise OSError(f"could not publish pins in {self.pins_dir}")
 
+    def _replace_with(self, everything: Callable[[], Iterable[uuid.UUID]]) -> None:
+        """Write a fresh file of ``everything()``; staleness is cleared before the snapshot."""
+        self._stale = False
+        try:
+            self._replace(everything())
+        except BaseException:
+            self._stale = True
+            raise
+
     def _replace(self, ids: Iterable[uuid.UUID]) -> None:
         token = self._files.token
         assert token is not None
@@ -330,7 +362,6 @@ class PinJournal:
             with contextlib.suppress(OSError):
                 os.close(self._files.data_fd)
         self._files.data_fd = new_fd
-        self._stale = False
 
     @staticmethod
     def _write_all(fd: int, data: bytes) -> None:
@@ -342,11 +373,45 @@ class PinJournal:
 
 @dataclass
 class _Seen:
-    """A live store's pin file as last read: its identity and the ids it held."""
+    """A live store's pin file as read so far, held open.
 
-    key: tuple[int, int]
-    """(inode, size) of the file when read: appends grow it, a rewrite replaces it."""
-    ids: frozenset[uuid.UUID]
+    Holding the file open is what makes "same inode, so the same file" true:
+    an inode cannot be handed to a new file while a descriptor keeps the old
+    one. Compared by (device, inode) and size alone, a compaction that got the
+    inode of the file read before back (ext4 reuses a freed inode at once) with
+    the same size passed for the old file, and its new pins went unseen.
+    """
+
+    fd: int
+    file: tuple[int, int]
+    """(device, inode) of the open file: a rewrite is a new file, appends grow this one."""
+    consumed: int
+    """Bytes parsed: up to the end of the last whole line (a torn line is read again)."""
+    ids: set[uuid.UUID]
+
+
+def _close_all(seen: dict[str, _Seen]) -> None:
+    for entry in seen.values():
+        with contextlib.suppress(OSError):
+            os.close(entry.fd)
+    seen.clear()
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` (fewer only at the end of the file)."""
+    parts: list[bytes] = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+        offset += len(part)
+    return b"".join(parts)
+
+
+def _nobody() -> Collection[str]:
+    return ()
 
 
 LEFTOVER_GRACE_S = 60.0
@@ -361,12 +426,16 @@ class ForeignPins:
 
     :meth:`refresh` lists ``pins_dir``, tests the lock of every store it has
     not seen alive (``full``: of every store) -- taking it means its owner is
-    gone, and its files are removed -- and re-reads the pin files that
-    changed (by inode and size), so a refresh per removal costs a listing and
-    a stat per store. Tokens in ``own`` are this store's own journal (its pins
-    are in memory) and are never tested or read. When the listing or a live
-    store's file cannot be read, :attr:`certain` is False and a collector
-    removes nothing. Thread-safe.
+    gone, and its files are removed -- and reads what changed in the pin
+    files: each is held open, so a refresh per removal costs a listing, a
+    stat per store and the bytes appended since (a compaction, a new file,
+    is read whole). ``own()`` names this store's own journal (its pins are in
+    memory), asked before and after the listing, so a journal that changes
+    its name meanwhile is never taken for another store. When the listing or
+    a live store's file cannot be read -- or a file is over
+    :data:`MAX_PIN_FILE_BYTES` -- :attr:`certain` is False and a collector
+    removes nothing. Thread-safe; :meth:`close` (or garbage collection)
+    closes the files held.
     """
 
     def __init__(self, pins_dir: Path) -> None:
@@ -376,11 +445,19 @@ class ForeignPins:
         self._live: set[str] = set()
         self.certain = True
         """False when the last refresh could not read everything: remove nothing then."""
+        self._finalizer = weakref.finalize(self, _close_all, self._seen)
 
-    def refresh(self, own: Collection[str] = (), *, full: bool = False) -> None:
+    def close(self) -> None:
+        """Close the files held open (a later refresh opens them again). Idempotent."""
+        with self._lock:
+            _close_all(self._seen)
+            self._live.clear()
+
+    def refresh(self, own: Callable[[], Collection[str]] = _nobody, *, full: bool = False) -> None:
         """Bring the view up to date (see the class docs)."""
         with self._lock:
             self.certain = True
+            mine = set(own())
             try:
                 names = os.listdir(self.pins_dir)
             except FileNotFoundError:
@@ -389,17 +466,18 @@ class ForeignPins:
                 log.warning("blob_pins_unreadable", pins_dir=str(self.pins_dir), error=str(exc))
                 self.certain = False
                 return
+            mine.update(own())
             locks = {n[: -len(LOCK_SUFFIX)] for n in names if n.endswith(LOCK_SUFFIX)}
             locks.discard(GC_LOCK[: -len(LOCK_SUFFIX)])
             live = {
                 token
                 for token in locks
-                if token not in own and ((token in self._live and not full) or self._alive(token))
+                if token not in mine and ((token in self._live and not full) or self._alive(token))
             }
             self._live = live
             for token in list(self._seen):
                 if token not in live:
-                    del self._seen[token]
+                    self._forget(token)
             for token in live:
                 self._read(token)
             if full:
@@ -459,23 +537,43 @@ class ForeignPins:
         finally:
             os.close(fd)
 
+    def _forget(self, token: str) -> None:
+        seen = self._seen.pop(token, None)
+        if seen is not None:
+            with contextlib.suppress(OSError):
+                os.close(seen.fd)
+
     def _read(self, token: str) -> None:
+        """Read what is new in ``token``'s pin file (a new file whole, else its tail)."""
         path = self.pins_dir / f"{token}{DATA_SUFFIX}"
         try:
-            with path.open("rb") as fh:
-                st = os.fstat(fh.fileno())
-                key = (st.st_ino, st.st_size)
-                seen = self._seen.get(token)
-                if seen is not None and seen.key == key:
-                    return
-                data = fh.read(MAX_PIN_FILE_BYTES)
+            named = os.stat(path)
+            seen = self._seen.get(token)
+            if seen is None or seen.file != (named.st_dev, named.st_ino):
+                self._forget(token)  # new, or replaced by a compaction: read it whole
+                fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+                try:
+                    opened = os.fstat(fd)
+                except OSError:
+                    os.close(fd)
+                    raise
+                seen = _Seen(fd, (opened.st_dev, opened.st_ino), 0, set())
+                self._seen[token] = seen
+            size = os.fstat(seen.fd).st_size
+            if size > MAX_PIN_FILE_BYTES:
+                log.warning("blob_pin_file_too_big", token=token, bytes=size)
+                self.certain = False  # pins we will not read: remove nothing
+                return
+            if size <= seen.consumed:
+                return
+            data = _pread_all(seen.fd, size - seen.consumed, seen.consumed)
         except FileNotFoundError:
-            self._seen.pop(token, None)
+            self._forget(token)  # withdrawn: its store closed (or it was never written)
             return
         except OSError as exc:
             log.warning("blob_pin_file_unreadable", token=token, error=str(exc))
             self.certain = False  # a live store whose pins we cannot read
             return
-        if len(data) >= MAX_PIN_FILE_BYTES:
-            log.warning("blob_pin_file_truncated", token=token, bytes=len(data))
-        self._seen[token] = _Seen(key, frozenset(parse_pin_data(data)))
+        whole = data.rfind(b"\n") + 1  # a torn last line is read again next time
+        seen.ids.update(parse_pin_data(data[:whole]))
+        seen.consumed += whole

@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fore.actors.blobs import retention as retention_module
+from fore.actors.blobs import shared_pins as shared_pins_module
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.blobs.pins import PinTable
 from fore.actors.blobs.shared_pins import (
@@ -238,6 +239,36 @@ def test_releases_compact_the_published_file(tmp_path: Path) -> None:
         table.release(f"s{i}")
     table.sync()  # nothing pinned: the publication is withdrawn
     assert not table.journal.is_open and [p.name for p in pins_dir.iterdir()] == ["gc.lock"]
+
+
+def test_a_pin_file_is_read_on_from_where_the_last_whole_line_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends are read as they come, a torn last line once it is whole; too big: uncertain."""
+    pins_dir = tmp_path / PINS_DIR
+    journal = PinJournal(pins_dir)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    journal.append([first], lambda: [first])
+    data = pins_dir / f"{journal.token}.pins"
+    reader = ForeignPins(pins_dir)
+    try:
+        reader.refresh()
+        assert reader.pinned() == {first}
+        line = f"{second}\n".encode()
+        with data.open("ab") as fh:
+            fh.write(line[:20])  # a writer mid-append
+        reader.refresh()
+        assert reader.pinned() == {first} and reader.certain
+        with data.open("ab") as fh:
+            fh.write(line[20:])
+        reader.refresh()
+        assert reader.pinned() == {first, second}
+        monkeypatch.setattr(shared_pins_module, "MAX_PIN_FILE_BYTES", 10)
+        reader.refresh()
+        assert not reader.certain  # pins it will not read: a collector removes nothing
+    finally:
+        reader.close()
+        journal.close()
 
 
 def test_a_removed_publication_is_noticed_and_published_again(tmp_path: Path) -> None:

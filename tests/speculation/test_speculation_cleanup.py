@@ -21,7 +21,6 @@ from fore.actors.llm import OpenAICompatible, ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.tools.base import FunctionTool, ToolArgs, ToolContext
-from fore.actors.worker.worker import Worker
 from fore.messages.gate import ApprovalMode
 from fore.messages.runtime import GetChild
 from fore.messages.speculation import SpeculationFinished
@@ -52,19 +51,6 @@ def ws(tmp_path: Path) -> Path:
     (tmp_path / "app.py").write_text("x = 1\n")
     (tmp_path / "notes.txt").write_text("alpha\n")
     return tmp_path
-
-
-@pytest.fixture
-def buggy_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker crashes on ``Boom`` (a tell it has no handler for) and is otherwise unchanged."""
-    original = Worker.on_unhandled
-
-    def on_unhandled(self: Worker, message: Any) -> Any:
-        if isinstance(message, Boom):
-            raise RuntimeError("speculation worker bug")
-        return original(self, message)
-
-    monkeypatch.setattr(Worker, "on_unhandled", on_unhandled)
 
 
 def crash_speculation(s: Any) -> None:

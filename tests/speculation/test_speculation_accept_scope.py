@@ -1,0 +1,352 @@
+"""A Tab's cancel scope: ``Session.cancel`` calls an accept off wherever the accept is.
+
+The scope is made by whoever starts the accept (``Session.accept`` / ``aaccept``,
+a submit of the suggestion's text) and travels with it, so a cancel that
+overtakes its Tab in the controller's mailbox -- Ctrl-C rides the control lane,
+the Tab the ordinary one -- still calls it off; the run an accept starts (the
+continuation after a boundary, or the normal run a Tab becomes) runs under it
+too. Hard budgets cancel the speculation's run through its scope, even before
+the run has started.
+
+Orderings come from held mailboxes, held replies and held applies, never from
+sleeps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fore.actors.speculation.accept as accept_module
+from fore.actors.core import PooledActor
+from fore.actors.worker.state import pairing_problems
+from fore.messages.conversation import ToolResult
+from fore.messages.gate import ApprovalMode
+from fore.messages.session import TurnResult
+from fore.messages.speculation import AcceptResult, SpeculationFinished
+from fore.supervision import Runtime, Session
+from tests.speculation.test_speculation import (
+    WAIT,
+    Replies,
+    call,
+    overlay_dirs,
+    settled,
+    spec,
+    wait_until,
+)
+from tests.speculation.test_speculation_accept import MAIN, SUGGEST, bump
+
+LOOKS = {"text": "", "tool_calls": [call("list_directory")]}
+TOUCH = {"text": "", "tool_calls": [call("shell", command="touch SIDE_EFFECT")]}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("alpha\n")
+    return tmp_path
+
+
+class Held:
+    """The controller's mailbox held from ``hold()`` to ``release()``: it is busy in one
+    of its handlers meanwhile, so mail waits, and control mail will overtake the
+    ordinary mail queued before it."""
+
+    def __init__(self, s: Session) -> None:
+        controller = s.controller._actor_weakref()
+        assert isinstance(controller, PooledActor)
+        self.controller = controller
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.held = False
+
+    def hold(self) -> None:
+        def hold() -> None:
+            self.entered.set()
+            self.gate.wait(WAIT)
+
+        self.controller.post(hold)
+        assert self.entered.wait(WAIT)
+        self.held = True
+
+    def release(self) -> None:
+        self.gate.set()
+        self.held = False
+
+
+@contextmanager
+def controller_held(s: Session) -> Iterator[PooledActor]:
+    """The controller held (:class:`Held`) until the block ends."""
+    held = Held(s)
+    held.hold()
+    try:
+        yield held.controller
+    finally:
+        held.release()
+
+
+@contextmanager
+def speculating(runtime: Runtime, ws: Path) -> Iterator[tuple[Session, threading.Event]]:
+    """A session whose speculation of "bump x to 2" runs, its first reply held until the
+    event is set; the next main turn answers "And now, done."."""
+    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+    with Replies(
+        main=[*MAIN, "And now, done."], suggestion=SUGGEST, speculation=[bump, bump]
+    ) as replies:
+        first_turn = replies.hold("speculation")
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            wait_until(lambda: len(replies.seen("speculation")) == 1)
+            yield s, first_turn
+
+
+LONG = 3 * WAIT
+"""The deadline of an accept whose cancel a test checks: longer than the test waits for
+its answer, so the accept's own deadline (which calls it off too) cannot answer for it."""
+
+
+def in_background(fn: Any) -> tuple[threading.Thread, list[Any]]:
+    """``fn()`` on a thread; its answer (or exception) lands in the list."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def answer_of(thread: threading.Thread, out: list[Any]) -> Any:
+    thread.join(WAIT)
+    assert not thread.is_alive(), "no answer"
+    (answer,) = out
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
+
+
+def texts(s: Session) -> list[str]:
+    return [getattr(item, "text", "") for item in s.history]
+
+
+# -- 1. the cancel that overtakes its Tab ---------------------------------------------------
+
+
+@pytest.mark.parametrize("speculation", ["running", "finished"])
+def test_a_cancel_that_overtakes_its_tab_calls_the_tab_off(
+    runtime: Runtime, ws: Path, speculation: str
+) -> None:
+    """Tab, then Ctrl-C, both queued in the controller's mailbox: the cancel goes first (it
+    is urgent), yet the Tab answers ``aborted``: nothing applied, nothing inserted, the
+    overlay removed, and the session takes the next prompt."""
+    with speculating(runtime, ws) as (s, first_turn):
+        if speculation == "finished":
+            first_turn.set()
+            assert settled(s) == "completed"
+        s.drain_events()
+        with controller_held(s) as controller:
+            thread, out = in_background(lambda: s.accept(timeout=LONG))
+            wait_until(lambda: len(controller.actor_inbox) == 1)  # the Tab, queued
+            s.cancel("Ctrl-C")
+        result: AcceptResult = answer_of(thread, out)
+        first_turn.set()  # a running speculation could finish now: nothing may be applied
+        assert (result.outcome, result.files_applied, result.items) == ("aborted", (), ())
+        report = next(e for e in s.events(timeout=WAIT) if isinstance(e, SpeculationFinished))
+        assert report.outcome == "aborted"
+        wait_until(lambda: overlay_dirs(runtime) == [])
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        assert "bump x to 2" not in texts(s)
+        assert s.suggestion is None  # the Tab took it, as a Tab called off later does
+        turn = s.submit("and now?", timeout=WAIT)
+        assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        assert pairing_problems(s.history) == []
+
+
+# -- 2. the runs an accept starts --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["tab", "typed"])
+def test_cancel_reaches_the_continuation_an_accept_started(
+    runtime: Runtime, ws: Path, how: str
+) -> None:
+    """A speculation stopped by its turn limit: Tab continues the turn in the main worker.
+    ``Session.cancel`` while the accept waits for that continuation cancels it -- also when
+    the accept is a submit of the suggestion's text (its scope is the submit's)."""
+    with Replies(
+        main=[*MAIN, "Listed.", "And now, done."],
+        suggestion=['{"suggestion": "list the files"}'],
+        speculation=[LOOKS, LOOKS],
+    ) as replies:
+        config = spec(max_turns=1)
+        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            assert settled(s) == "boundary"
+            continuation = replies.hold("main")
+            if how == "tab":
+                thread, out = in_background(lambda: s.accept(timeout=LONG))
+            else:
+                thread, out = in_background(lambda: s.submit("list the files", timeout=LONG))
+            wait_until(lambda: len(replies.seen("main")) == 3)  # the continuation asks
+            s.cancel("Ctrl-C")
+            answer = answer_of(thread, out)
+            continuation.set()
+            turn = answer.turn if how == "tab" else answer
+            assert isinstance(turn, TurnResult)
+            assert (turn.status, turn.error) == ("cancelled", "Ctrl-C")
+            if how == "tab":
+                assert answer.outcome == "boundary"
+            history = s.history
+            assert "list the files" in texts(s)  # the accepted items are in history ...
+            assert pairing_problems(history) == []  # ... well paired
+            assert "Listed." not in texts(s)  # the continuation's answer never came in
+            turn = s.submit("and now?", timeout=WAIT)
+            assert turn.status == "completed"
+
+
+def held_apply(entered: threading.Event, release: threading.Event) -> Any:
+    real = accept_module.apply_overlay
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(WAIT)
+        return real(*args, **kwargs)
+
+    return apply
+
+
+@pytest.mark.parametrize("boundary", ["turn limit", "shell"])
+def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
+    runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch, boundary: str
+) -> None:
+    """Never files without history: a cancel that comes while the overlay is applied lets
+    the apply complete and its items go in, but the turn does not go on -- the calls a
+    boundary handed over get ``cancelled`` results and never run."""
+    entered, release = threading.Event(), threading.Event()
+    monkeypatch.setattr(accept_module, "apply_overlay", held_apply(entered, release))
+    if boundary == "turn limit":
+        config = spec(max_turns=1)
+        speculated: list[Any] = [LOOKS, LOOKS]
+    else:
+        config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+        speculated = [TOUCH]
+    with (
+        Replies(
+            main=[*MAIN, "And now, done."],
+            suggestion=['{"suggestion": "do it"}'],
+            speculation=speculated,
+        ) as replies,
+        runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s,
+    ):
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        assert settled(s) == "boundary"
+        thread, out = in_background(lambda: s.accept(timeout=LONG))
+        try:
+            assert entered.wait(WAIT)  # the apply has begun
+            s.cancel("Ctrl-C")
+        finally:
+            release.set()
+        result: AcceptResult = answer_of(thread, out)
+        assert result.outcome == "boundary"  # applied and inserted
+        assert result.turn is not None
+        assert (result.turn.status, result.turn.error) == ("cancelled", "Ctrl-C")
+        history = s.history
+        assert "do it" in texts(s)
+        assert pairing_problems(history) == []
+        assert len(replies.seen("main")) == 2  # the turn did not go on
+        assert not (ws / "SIDE_EFFECT").exists()  # the handed-over call never ran
+        if boundary == "shell":
+            (cancelled,) = [i for i in history if isinstance(i, ToolResult)]
+            assert cancelled.output.startswith("Cancelled: Ctrl-C")
+        turn = s.submit("and now?", timeout=WAIT)
+        assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+
+
+# -- 4. every ordering of Tab, Ctrl-C, the speculation's end and a busy controller ----------------
+
+STEPS = ("tab", "cancel", "finish", "hold", "release")
+
+
+def allowed_outcomes(order: tuple[str, ...]) -> set[str]:
+    """What the Tab may answer, from the order of the steps alone.
+
+    A cancel before the Tab has nothing to cancel: the Tab is applied. A cancel after it
+    calls it off -- for sure if the speculation was still held then (its apply cannot
+    have begun), or if the controller was busy from before the Tab until after the
+    cancel (it had not even seen the Tab); otherwise the apply may have begun first,
+    and an accept applying completes.
+    """
+    tab, cancel = order.index("tab"), order.index("cancel")
+    if cancel < tab:
+        return {"accepted"}
+    hold, release = order.index("hold"), order.index("release")
+    if order.index("finish") > cancel or hold < tab < cancel < release:
+        return {"aborted"}
+    return {"aborted", "accepted"}
+
+
+def press_tab(s: Session, held: Held) -> tuple[threading.Thread, list[Any]]:
+    """``s.accept`` on a thread, once the controller has it queued (held) or taken it."""
+    inbox = len(held.controller.actor_inbox)
+    thread, out = in_background(lambda: s.accept(timeout=LONG))
+    if held.held:  # queued behind the hold
+        wait_until(lambda: len(held.controller.actor_inbox) > inbox)
+    else:  # taken: waiting for the speculation, or answered
+        wait_until(lambda: out or s.speculation.accepting)
+    return thread, out
+
+
+ORDERS = [
+    order for order in itertools.permutations(STEPS) if order.index("hold") < order.index("release")
+]
+"""Every order of the steps (60): few enough to walk them all, every run the same."""
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["-".join(order) for order in ORDERS])
+def test_any_order_of_tab_and_ctrl_c_never_leaves_files_without_history(
+    runtime: Runtime, ws: Path, order: tuple[str, ...]
+) -> None:
+    """Tab, Ctrl-C, the speculation's end and a busy controller, in every order: the Tab
+    answers as the order allows, files are applied exactly when their history is inserted,
+    nothing is left behind, and the session takes the next prompt."""
+    with speculating(runtime, ws) as (s, first_turn):
+        held = Held(s)
+        tab: tuple[threading.Thread, list[Any]] | None = None
+        try:
+            for step in order:
+                if step == "tab":
+                    tab = press_tab(s, held)
+                elif step == "cancel":
+                    s.cancel("Ctrl-C")
+                elif step == "finish":
+                    first_turn.set()
+                elif step == "hold":
+                    held.hold()
+                else:
+                    held.release()
+        finally:
+            held.release()
+            first_turn.set()
+        assert tab is not None
+        result: AcceptResult = answer_of(*tab)
+        assert result.outcome in allowed_outcomes(order), (order, result.outcome)
+        applied = (ws / "app.py").read_text() == "x = 2\n"
+        inserted = "bump x to 2" in texts(s)
+        assert applied == inserted == (result.outcome == "accepted")
+        assert result.files_applied == (("app.py",) if applied else ())
+        wait_until(lambda: overlay_dirs(runtime) == [])
+        turn = s.submit("and now?", timeout=WAIT)
+        assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+        assert pairing_problems(s.history) == []

@@ -204,12 +204,10 @@ class Speculation:
     model: MeteredModel | None = None
     gate: SpeculationGate | None = None
     scope: CancelScope = field(default_factory=CancelScope)
-    """Its run's scope (travels with the Submit): settled once no stream or call is left."""
+    """Its run's scope (travels with the Submit): a hard budget cancels it, wherever the
+    run is (not started yet: it never starts); settled once no stream or call is left."""
     limit: Limit | None = None
     """The budget it reached, if one did (it names the boundary)."""
-    limit_pending: bool = False
-    """The limit's PauseRun / CancelRun came before the run started: asked again on its
-    next event."""
     budget_timer: TimerHandle | None = None
     transcript_items: int = 0
     live_tool_calls: int = 0

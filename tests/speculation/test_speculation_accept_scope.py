@@ -24,12 +24,14 @@ from typing import Any
 import pytest
 
 import fore.actors.speculation.accept as accept_module
+import fore.actors.speculation.lifecycle as lifecycle_module
 from fore.actors.core import PooledActor
 from fore.actors.worker.state import pairing_problems
-from fore.messages.conversation import ToolResult
+from fore.actors.worker.worker import Worker
+from fore.messages.conversation import ToolResult, UserMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnResult
-from fore.messages.speculation import AcceptResult, SpeculationFinished
+from fore.messages.speculation import AcceptResult, SpeculationFinished, TokenBudgetReached
 from fore.supervision import Runtime, Session
 from tests.speculation.test_speculation import (
     WAIT,
@@ -272,6 +274,61 @@ def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
             assert cancelled.output.startswith("Cancelled: Ctrl-C")
         turn = s.submit("and now?", timeout=WAIT)
         assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+
+
+# -- 3. a hard budget cancels the run's scope ---------------------------------------------------
+
+
+class HeldWorker:
+    """``Worker.start`` for a speculation, with the new worker's mailbox held first: its
+    Submit waits behind the hold until the test releases it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def start(self, config: Any) -> Any:
+        ref = Worker.start(config)
+        actor = ref._actor_weakref()
+        assert isinstance(actor, PooledActor)
+
+        def hold() -> None:
+            self.entered.set()
+            self.release.wait(WAIT)
+
+        actor.post(hold)
+        return ref
+
+
+def test_a_hard_budget_reached_before_the_run_started_cancels_it_unstarted(
+    runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token budget passes while the speculation's Submit still waits in its worker's
+    mailbox: the run's scope is cancelled at once, so the run never starts (no request is
+    made) -- no retry once it has started -- and Tab runs the suggestion normally."""
+    held = HeldWorker()
+    monkeypatch.setattr(lifecycle_module, "Worker", held)
+    with Replies(main=[*MAIN, "Bumped for real."], suggestion=SUGGEST, speculation=[bump]) as r:
+        config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
+        with runtime.open_session(workspace=ws, model=r.model, speculation=config) as s:
+            s.submit("hi", timeout=WAIT)
+            s.submit("what is x?", timeout=WAIT)
+            try:
+                assert held.entered.wait(WAIT)
+                wait_until(lambda: s.speculation.state == "running")
+                spec_id = s.speculation.speculation_id
+                s.controller.tell(TokenBudgetReached(speculation_id=spec_id, spent=10**9))
+                assert s.speculation.state == "running"  # a round trip: the controller has it
+            finally:
+                held.release.set()
+            assert settled(s) == "failed"
+            assert s.speculation.reason == "the token budget reached before it started"
+            assert r.seen("speculation") == []  # the run never started
+            result = s.accept(timeout=WAIT)
+            assert result.outcome == "submitted" and result.turn is not None
+            assert result.turn.status == "completed"
+            assert isinstance(result.turn.items[0], UserMessage)
+            assert result.turn.items[-1].text == "Bumped for real."
 
 
 # -- 4. every ordering of Tab, Ctrl-C, the speculation's end and a busy controller ----------------

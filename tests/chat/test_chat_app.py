@@ -39,7 +39,7 @@ from fore.supervision.chat.demo import (
     make_workspace,
 )
 from fore.supervision.runtime import Runtime
-from tests.speculation.test_speculation_accept_scope import controller_held
+from tests.speculation.attacks import Held, controller_of, queued_at
 
 WAIT = 60.0
 FAST = Pace(main_ttft_ms=None, main_tokens_per_s=None, fork_ttft_ms=None, slow_tokens_per_s=4.0)
@@ -414,9 +414,10 @@ def test_ctrl_c_calls_off_a_tab_waiting_on_a_running_speculation(
             chat.wait(lambda: chat.app.busy == "accept", "Tab waiting for the speculation")
             chat.keys(CTRL_C)
         else:
-            with controller_held(chat.backend.session) as controller:
+            controller = controller_of(chat.backend.session)
+            with Held(controller):
                 chat.keys(TAB)
-                chat.wait(lambda: len(controller.actor_inbox) == 1, "the Tab, queued")
+                queued_at(controller, 1)  # the Tab
                 chat.keys(CTRL_C)
                 chat.wait(lambda: "cancelling" in chat.app.hint, "Ctrl-C handled")
         chat.wait_printed("(the speculation was called off)")

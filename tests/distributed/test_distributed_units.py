@@ -686,7 +686,7 @@ def test_a_shards_cancel_calls_off_a_tab_it_overtook(
     still queued in the controller's mailbox (the cancel comes first there): the Tab
     answers ``aborted`` and nothing is applied, although the speculation had finished."""
     from fore.messages.speculation import GetSpeculation
-    from tests.speculation.test_speculation_accept_scope import controller_held
+    from tests.speculation.attacks import Held, controller_of
 
     run = loop.run_until_complete
     shard = ShardServer(0, shard_config(store_url, tmp_path))
@@ -702,7 +702,8 @@ def test_a_shards_cancel_calls_off_a_tab_it_overtook(
             return status.state == "completed" and shown == "make x two"
 
         fore.testing.wait_until(finished, timeout=30)
-        with controller_held(shard._hosted["s1"].session) as controller:
+        controller = controller_of(shard._hosted["s1"].session)
+        with Held(controller):
             tab = loop.create_task(shard.accept("s1", timeout=30))
             run(asyncio.sleep(0))  # the Tab is sent (queued behind the hold)
             assert len(controller.actor_inbox) == 1

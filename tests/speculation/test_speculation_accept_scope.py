@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import fore.actors.speculation.accept as accept_module
 import fore.actors.speculation.lifecycle as lifecycle_module
 from fore.actors.core import PooledActor
 from fore.actors.worker.state import pairing_problems
@@ -33,6 +30,15 @@ from fore.messages.gate import ApprovalMode
 from fore.messages.session import TurnResult
 from fore.messages.speculation import AcceptResult, SpeculationFinished, TokenBudgetReached
 from fore.supervision import Runtime, Session
+from tests.speculation.attacks import (
+    Held,
+    HeldApply,
+    bump_replies,
+    controller_of,
+    in_background,
+    queued_at,
+    running_speculation,
+)
 from tests.speculation.test_speculation import (
     WAIT,
     Replies,
@@ -48,84 +54,13 @@ LOOKS = {"text": "", "tool_calls": [call("list_directory")]}
 TOUCH = {"text": "", "tool_calls": [call("shell", command="touch SIDE_EFFECT")]}
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    (tmp_path / "app.py").write_text("x = 1\n")
-    (tmp_path / "notes.txt").write_text("alpha\n")
-    return tmp_path
-
-
-class Held:
-    """The controller's mailbox held from ``hold()`` to ``release()``: it is busy in one
-    of its handlers meanwhile, so mail waits, and control mail will overtake the
-    ordinary mail queued before it."""
-
-    def __init__(self, s: Session) -> None:
-        controller = s.controller._actor_weakref()
-        assert isinstance(controller, PooledActor)
-        self.controller = controller
-        self.entered, self.gate = threading.Event(), threading.Event()
-        self.held = False
-
-    def hold(self) -> None:
-        def hold() -> None:
-            self.entered.set()
-            self.gate.wait(WAIT)
-
-        self.controller.post(hold)
-        assert self.entered.wait(WAIT)
-        self.held = True
-
-    def release(self) -> None:
-        self.gate.set()
-        self.held = False
-
-
-@contextmanager
-def controller_held(s: Session) -> Iterator[PooledActor]:
-    """The controller held (:class:`Held`) until the block ends."""
-    held = Held(s)
-    held.hold()
-    try:
-        yield held.controller
-    finally:
-        held.release()
-
-
-@contextmanager
-def speculating(runtime: Runtime, ws: Path) -> Iterator[tuple[Session, threading.Event]]:
-    """A session whose speculation of "bump x to 2" runs, its first reply held until the
-    event is set; the next main turn answers "And now, done."."""
-    config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
-    with Replies(
-        main=[*MAIN, "And now, done."], suggestion=SUGGEST, speculation=[bump, bump]
-    ) as replies:
-        first_turn = replies.hold("speculation")
-        with runtime.open_session(workspace=ws, model=replies.model, speculation=config) as s:
-            s.submit("hi", timeout=WAIT)
-            s.submit("what is x?", timeout=WAIT)
-            wait_until(lambda: len(replies.seen("speculation")) == 1)
-            yield s, first_turn
+AND_NOW = "And now, done."
+"""The main reply of the turn after the accept."""
 
 
 LONG = 3 * WAIT
 """The deadline of an accept whose cancel a test checks: longer than the test waits for
 its answer, so the accept's own deadline (which calls it off too) cannot answer for it."""
-
-
-def in_background(fn: Any) -> tuple[threading.Thread, list[Any]]:
-    """``fn()`` on a thread; its answer (or exception) lands in the list."""
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:
-            out.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, out
 
 
 def answer_of(thread: threading.Thread, out: list[Any]) -> Any:
@@ -151,14 +86,17 @@ def test_a_cancel_that_overtakes_its_tab_calls_the_tab_off(
     """Tab, then Ctrl-C, both queued in the controller's mailbox: the cancel goes first (it
     is urgent), yet the Tab answers ``aborted``: nothing applied, nothing inserted, the
     overlay removed, and the session takes the next prompt."""
-    with speculating(runtime, ws) as (s, first_turn):
+    with bump_replies(main=[*MAIN, AND_NOW]) as replies:
+        first_turn = replies.hold("speculation")
+        s = running_speculation(runtime, ws, replies)
         if speculation == "finished":
             first_turn.set()
             assert settled(s) == "completed"
         s.drain_events()
-        with controller_held(s) as controller:
+        controller = controller_of(s)
+        with Held(controller):
             thread, out = in_background(lambda: s.accept(timeout=LONG))
-            wait_until(lambda: len(controller.actor_inbox) == 1)  # the Tab, queued
+            queued_at(controller, 1)  # the Tab, queued
             s.cancel("Ctrl-C")
         result: AcceptResult = answer_of(thread, out)
         first_turn.set()  # a running speculation could finish now: nothing may be applied
@@ -170,9 +108,10 @@ def test_a_cancel_that_overtakes_its_tab_calls_the_tab_off(
         assert "bump x to 2" not in texts(s)
         assert s.suggestion is None  # the Tab took it, as a Tab called off later does
         turn = s.submit("and now?", timeout=WAIT)
-        assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+        assert turn.status == "completed" and turn.items[-1].text == AND_NOW
         assert (ws / "app.py").read_text() == "x = 1\n"
         assert pairing_problems(s.history) == []
+        assert s.close(timeout=WAIT)
 
 
 # -- 2. the runs an accept starts --------------------------------------------------------------
@@ -186,7 +125,7 @@ def test_cancel_reaches_the_continuation_an_accept_started(
     ``Session.cancel`` while the accept waits for that continuation cancels it -- also when
     the accept is a submit of the suggestion's text (its scope is the submit's)."""
     with Replies(
-        main=[*MAIN, "Listed.", "And now, done."],
+        main=[*MAIN, "Listed.", AND_NOW],
         suggestion=['{"suggestion": "list the files"}'],
         speculation=[LOOKS, LOOKS],
     ) as replies:
@@ -217,17 +156,6 @@ def test_cancel_reaches_the_continuation_an_accept_started(
             assert turn.status == "completed"
 
 
-def held_apply(entered: threading.Event, release: threading.Event) -> Any:
-    real = accept_module.apply_overlay
-
-    def apply(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        release.wait(WAIT)
-        return real(*args, **kwargs)
-
-    return apply
-
-
 @pytest.mark.parametrize("boundary", ["turn limit", "shell"])
 def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
     runtime: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch, boundary: str
@@ -235,8 +163,7 @@ def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
     """Never files without history: a cancel that comes while the overlay is applied lets
     the apply complete and its items go in, but the turn does not go on -- the calls a
     boundary handed over get ``cancelled`` results and never run."""
-    entered, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(accept_module, "apply_overlay", held_apply(entered, release))
+    apply = HeldApply(monkeypatch, stage="start")  # a turn limit's overlay has no files
     if boundary == "turn limit":
         config = spec(max_turns=1)
         speculated: list[Any] = [LOOKS, LOOKS]
@@ -245,7 +172,7 @@ def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
         speculated = [TOUCH]
     with (
         Replies(
-            main=[*MAIN, "And now, done."],
+            main=[*MAIN, AND_NOW],
             suggestion=['{"suggestion": "do it"}'],
             speculation=speculated,
         ) as replies,
@@ -256,10 +183,10 @@ def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
         assert settled(s) == "boundary"
         thread, out = in_background(lambda: s.accept(timeout=LONG))
         try:
-            assert entered.wait(WAIT)  # the apply has begun
+            assert apply.reached.wait(WAIT)  # the apply has begun
             s.cancel("Ctrl-C")
         finally:
-            release.set()
+            apply.release.set()
         result: AcceptResult = answer_of(thread, out)
         assert result.outcome == "boundary"  # applied and inserted
         assert result.turn is not None
@@ -273,7 +200,7 @@ def test_a_cancel_during_the_apply_inserts_and_cancels_the_continuation(
             (cancelled,) = [i for i in history if isinstance(i, ToolResult)]
             assert cancelled.output.startswith("Cancelled: Ctrl-C")
         turn = s.submit("and now?", timeout=WAIT)
-        assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+        assert turn.status == "completed" and turn.items[-1].text == AND_NOW
 
 
 # -- 3. a hard budget cancels the run's scope ---------------------------------------------------
@@ -354,12 +281,13 @@ def allowed_outcomes(order: tuple[str, ...]) -> set[str]:
     return {"aborted", "accepted"}
 
 
-def press_tab(s: Session, held: Held) -> tuple[threading.Thread, list[Any]]:
-    """``s.accept`` on a thread, once the controller has it queued (held) or taken it."""
-    inbox = len(held.controller.actor_inbox)
+def press_tab(s: Session, held: Held | None) -> tuple[threading.Thread, list[Any]]:
+    """``s.accept`` on a thread, once the controller has it queued (``held``) or taken it."""
+    controller = controller_of(s)
+    inbox = len(controller.actor_inbox)
     thread, out = in_background(lambda: s.accept(timeout=LONG))
-    if held.held:  # queued behind the hold
-        wait_until(lambda: len(held.controller.actor_inbox) > inbox)
+    if held is not None:  # queued behind the hold
+        queued_at(controller, inbox + 1)
     else:  # taken: waiting for the speculation, or answered
         wait_until(lambda: out or s.speculation.accepting)
     return thread, out
@@ -378,8 +306,10 @@ def test_any_order_of_tab_and_ctrl_c_never_leaves_files_without_history(
     """Tab, Ctrl-C, the speculation's end and a busy controller, in every order: the Tab
     answers as the order allows, files are applied exactly when their history is inserted,
     nothing is left behind, and the session takes the next prompt."""
-    with speculating(runtime, ws) as (s, first_turn):
-        held = Held(s)
+    with bump_replies(main=[*MAIN, AND_NOW]) as replies:
+        first_turn = replies.hold("speculation")
+        s = running_speculation(runtime, ws, replies)
+        held: Held | None = None
         tab: tuple[threading.Thread, list[Any]] | None = None
         try:
             for step in order:
@@ -390,11 +320,13 @@ def test_any_order_of_tab_and_ctrl_c_never_leaves_files_without_history(
                 elif step == "finish":
                     first_turn.set()
                 elif step == "hold":
-                    held.hold()
-                else:
-                    held.release()
+                    held = Held(controller_of(s))
+                elif held is not None:
+                    held.release.set()
+                    held = None
         finally:
-            held.release()
+            if held is not None:
+                held.release.set()
             first_turn.set()
         assert tab is not None
         result: AcceptResult = answer_of(*tab)
@@ -405,5 +337,6 @@ def test_any_order_of_tab_and_ctrl_c_never_leaves_files_without_history(
         assert result.files_applied == (("app.py",) if applied else ())
         wait_until(lambda: overlay_dirs(runtime) == [])
         turn = s.submit("and now?", timeout=WAIT)
-        assert turn.status == "completed" and turn.items[-1].text == "And now, done."
+        assert turn.status == "completed" and turn.items[-1].text == AND_NOW
         assert pairing_problems(s.history) == []
+        assert s.close(timeout=WAIT)

@@ -286,17 +286,6 @@ class AbortSpeculation(ControlMessage):
     """When the user did what aborts it (``time.monotonic()``)."""
 
 
-class CancelAccept(ControlMessage):
-    """Call off a Tab still waiting for its speculation (``Session.cancel()``, Ctrl-C).
-
-    If the speculation's work has not begun to be applied, it is aborted and
-    the accept answers ``aborted``: nothing is applied. An accept already
-    applying completes (files are never left without their history).
-    """
-
-    reason: str = "cancelled by user"
-
-
 class SetApprovalMode(Message):
     """The session's approval mode changed (``Session.set_approval_mode``).
 
@@ -357,9 +346,28 @@ class AcceptResult(Message):
 
 
 class AcceptSuggestion(Ask[AcceptResult]):
-    """Tab: accept the current suggestion (answered with :class:`AcceptResult`)."""
+    """Tab: accept the current suggestion (answered with :class:`AcceptResult`).
+
+    ``scope`` is the accept's :class:`~actors.core.cancel.CancelScope`, made
+    by whoever starts it before it is sent (``Session.accept`` / ``aaccept``,
+    the Ray shard's ``accept``); ``Session.cancel()`` (Ctrl-C) cancels it.
+    Cancelling it calls the accept off wherever it is: one that arrives
+    cancelled -- the cancel overtook it on its way -- answers ``aborted`` and
+    applies nothing (the suggestion it would have taken is withdrawn and its
+    speculation aborted, as when a waiting Tab is called off); one waiting
+    for its speculation's run is called off the same way; once its apply has
+    begun it completes and its items go in (files are never left without
+    their history), but the run it starts -- the continuation after a
+    boundary, or the normal run a Tab becomes -- runs under the scope and is
+    cancelled with it. Without a scope the controller makes one (then only the
+    accept's deadline calls it off).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     wait_continuation: bool = True
+    scope: CancelScope | None = Field(default=None, exclude=True)
+    """The accept's cancel scope (in-process); ``None``: the controller makes one."""
 
 
 class SubmitPrompt(Ask[TurnResult[Any]]):
@@ -381,7 +389,8 @@ class SubmitPrompt(Ask[TurnResult[Any]]):
     submit_id: str | None = Field(default=None, min_length=1, max_length=200)
     """Passed on to the worker's ``Submit`` (a ``CancelRun`` naming it reaches it)."""
     scope: CancelScope | None = Field(default=None, exclude=True)
-    """The run's cancel scope, passed on to the worker's ``Submit`` (see ``Submit.scope``)."""
+    """The run's cancel scope, passed on to the worker's ``Submit`` (see ``Submit.scope``);
+    on the accept path, the accept's (see :class:`AcceptSuggestion`)."""
     # -- telemetry (issue 28) --
     usage_limits: UsageLimits | None = None
     """Limits of this turn's main requests (passed on to its ``Submit``)."""
@@ -424,11 +433,21 @@ class InsertItems(Ask[str | None]):
     request on the history as it now is, exactly as if the run had never
     stopped. Either way the answer is the continuation's run id (its end is
     its ``TurnFinished`` event); without either, ``None``.
+
+    ``scope`` is the continuation's cancel scope (a child of the accept's):
+    the items always go in, but a continuation whose scope is cancelled --
+    before the insert arrived or while it was saved -- does not go on (the
+    calls handed over get ``cancelled`` results), and one under way ends as
+    :class:`~messages.session.CancelRun` ends a run.
     """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     items: tuple[Item, ...]
     continue_calls: tuple[ToolCall, ...] = ()
     continue_turn: bool = False
+    scope: CancelScope | None = Field(default=None, exclude=True)
+    """The continuation's cancel scope (in-process); ``None``: the worker makes one."""
 
 
 # -- from a speculation's metered model to its controller -------------------------------

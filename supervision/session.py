@@ -30,6 +30,7 @@ from fore.actors.output.contract import (
     OutputValidationError,
     output_request,
 )
+from fore.actors.speculation.accept import GAVE_UP
 from fore.actors.telemetry.context import current_context
 from fore.actors.tools.base import Tool
 from fore.actors.tools.decorator import as_tool
@@ -58,7 +59,6 @@ from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSuggestion,
-    CancelAccept,
     GetSpeculation,
     Keystroke,
     SetApprovalMode,
@@ -177,8 +177,9 @@ class Session:
         self._alert_events = _AlertEvents(session_id, self._events)
         self._closed = False
         self._pending_lock = threading.Lock()
-        self._pending_submits: set[CancelScope] = set()
-        """The scopes of this object's submits still waiting for their answer."""
+        self._pending: set[CancelScope] = set()
+        """The scopes of this object's submits and accepts still waiting for their answer
+        (:meth:`cancel` cancels them)."""
         self._final_usage: UsageSummary | None = None
         """The usage when the session closed (the runtime's ledger forgets it then)."""
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
@@ -303,15 +304,8 @@ class Session:
         scope, future = self._send_submit(
             text, segments, max_turns, timeout, output, usage_limits=usage_limits
         )
-        try:
-            result: TurnResult = future.get()
-        except pykka.Timeout:
-            # Its run, or the submit itself if it has not even reached the worker yet.
-            scope.cancel("the submit timed out")
-            raise
-        finally:
-            with self._pending_lock:
-                self._pending_submits.discard(scope)
+        # Its run, or the submit itself if it has not even reached the worker yet.
+        result: TurnResult = self._wait(scope, future, "the submit timed out")
         return result
 
     def _send_submit(
@@ -329,14 +323,11 @@ class Session:
         frozen = tuple(segments) if segments is not None else None
         # Telemetry (issue 28): the caller's active span (telemetry on) becomes the turn's parent.
         trace = current_context(self.runtime.telemetry)
-        scope = CancelScope()
-        with self._pending_lock:
-            self._pending_submits.add(scope)
-        try:
-            # Through the front door, speculation on or off: submitting exactly the
-            # suggestion takes the accept path; anything else aborts the speculation
-            # first; the worker's answer comes straight back (forwarded reply).
-            prompt = SubmitPrompt(
+        # Through the front door, speculation on or off: submitting exactly the
+        # suggestion takes the accept path; anything else aborts the speculation
+        # first; the worker's answer comes straight back (forwarded reply).
+        return self._send_scoped(
+            lambda scope: SubmitPrompt(
                 text=text,
                 segments=frozen,
                 max_turns=max_turns,
@@ -344,13 +335,57 @@ class Session:
                 output=output,
                 usage_limits=usage_limits,
                 trace=trace,
+            ),
+            timeout,
+        )
+
+    def _send_scoped(
+        self, message: Callable[[CancelScope], Any], timeout: float
+    ) -> tuple[CancelScope, PooledFuture[Any]]:
+        """Make the work's cancel scope, then ask the front door ``message(scope)``.
+
+        The scope is made here, before anything is sent, and is pending until
+        the answer is read (:meth:`_wait`, :meth:`_await`): :meth:`cancel`
+        reaches the work through it wherever the work is -- on its way (the
+        cancel may overtake it), waiting, or running.
+        """
+        scope = CancelScope()
+        with self._pending_lock:
+            self._pending.add(scope)
+        try:
+            future: PooledFuture[Any] = self._front.ask(
+                message(scope), block=False, timeout=timeout
             )
-            future: PooledFuture[Any] = self._front.ask(prompt, block=False, timeout=timeout)
         except BaseException:
-            with self._pending_lock:
-                self._pending_submits.discard(scope)
+            self._settled(scope)
             raise
         return scope, future
+
+    def _settled(self, scope: CancelScope) -> None:
+        with self._pending_lock:
+            self._pending.discard(scope)
+
+    def _wait(self, scope: CancelScope, future: PooledFuture[Any], why: str) -> Any:
+        """The answer of scoped work; past its deadline the work is cancelled (``why``)."""
+        try:
+            return future.get()
+        except pykka.Timeout:
+            scope.cancel(why)
+            raise
+        finally:
+            self._settled(scope)
+
+    async def _await(
+        self, scope: CancelScope, future: PooledFuture[Any], timeout: float, why: str
+    ) -> Any:
+        """:meth:`_wait` for asyncio: cancelling the awaiting task cancels the work too."""
+        try:
+            return await wait_answer(future, timeout)
+        except (asyncio.CancelledError, pykka.Timeout):
+            scope.cancel(why)
+            raise
+        finally:
+            self._settled(scope)
 
     @overload
     def ask(
@@ -413,10 +448,27 @@ class Session:
         self._front.tell(Keystroke(text=text))
 
     def accept(self, *, timeout: float = 60.0, wait_continuation: bool = True) -> AcceptResult:
-        """Tab: accept the current suggestion (apply its speculation, or run it)."""
-        message = AcceptSuggestion(wait_continuation=wait_continuation)
-        result: AcceptResult = self._front.ask(message, timeout=timeout)
+        """Tab: accept the current suggestion (apply its speculation, or run it).
+
+        The accept's cancel scope is made here and travels with it
+        (``AcceptSuggestion.scope``): :meth:`cancel` calls it off wherever it
+        is -- a Tab still on its way or waiting for its speculation answers
+        ``aborted`` and nothing is applied; one already applying completes,
+        but the turn it continues (or the normal run it became) is cancelled.
+        If ``timeout`` passes first the accept is called off the same way and
+        ``pykka.Timeout`` is raised.
+        """
+        scope, future = self._send_accept(wait_continuation, timeout)
+        result: AcceptResult = self._wait(scope, future, GAVE_UP)
         return result
+
+    def _send_accept(
+        self, wait_continuation: bool, timeout: float
+    ) -> tuple[CancelScope, PooledFuture[Any]]:
+        return self._send_scoped(
+            lambda scope: AcceptSuggestion(wait_continuation=wait_continuation, scope=scope),
+            timeout,
+        )
 
     @property
     def suggestion(self) -> str | None:
@@ -448,19 +500,19 @@ class Session:
     def cancel(self, reason: str = "cancelled by user") -> None:
         """Cancel the current run. Never waits.
 
-        While a :meth:`submit` of this session object is waiting, the cancel
-        cancels that submit's scope: wherever the submit is -- still on its way
-        to the worker (it is then answered ``cancelled`` without starting:
-        nothing of it enters history), queued, or running -- its run ends
-        ``cancelled``. Otherwise it cancels the run in progress, if any
-        (``CancelRun``, control lane). A Tab (:meth:`accept`) still waiting for
-        a running speculation is called off: it answers ``aborted`` and nothing
-        is applied.
+        While a :meth:`submit` or :meth:`accept` of this session object is
+        waiting, the cancel cancels its scope. A submit's run ends
+        ``cancelled`` wherever the submit is -- still on its way to the worker
+        (it is then answered ``cancelled`` without starting: nothing of it
+        enters history), queued, or running. A Tab (:meth:`accept`) on its way
+        or waiting for a running speculation is called off: it answers
+        ``aborted`` and nothing is applied; the turn an accept started (a
+        continuation, or the normal run it became) is cancelled. With nothing
+        waiting, it cancels the run in progress, if any (``CancelRun``,
+        control lane).
         """
-        # A Tab still waiting for its speculation is called off (nothing applied).
-        self._front.tell(CancelAccept(reason=reason))
         with self._pending_lock:
-            pending = list(self._pending_submits)
+            pending = list(self._pending)
         if not pending:
             self._front.tell(CancelRun(reason=reason))
             return
@@ -647,14 +699,9 @@ class Session:
         scope, future = self._send_submit(
             text, segments, max_turns, timeout, output, usage_limits=usage_limits
         )
-        try:
-            result: TurnResult[Any] = await wait_answer(future, timeout)
-        except (asyncio.CancelledError, pykka.Timeout):
-            scope.cancel("the submit was cancelled")
-            raise
-        finally:
-            with self._pending_lock:
-                self._pending_submits.discard(scope)
+        result: TurnResult[Any] = await self._await(
+            scope, future, timeout, "the submit was cancelled"
+        )
         return result
 
     async def aaccept(
@@ -662,16 +709,13 @@ class Session:
     ) -> AcceptResult:
         """:meth:`accept` (Tab) for asyncio: awaits the accept without blocking the loop.
 
-        Cancelling the awaiting task calls the accept off: a speculation still
-        running is aborted and nothing is applied (as :meth:`cancel` does).
+        Cancelling the awaiting task -- or ``timeout`` passing -- calls the
+        accept off through its scope, as :meth:`cancel` does: a speculation
+        still running is aborted and nothing is applied.
         """
-        message = AcceptSuggestion(wait_continuation=wait_continuation)
-        future: PooledFuture[Any] = self._front.ask(message, block=False, timeout=timeout)
-        try:
-            result: AcceptResult = await wait_answer(future, timeout)
-        except asyncio.CancelledError:
-            self._front.tell(CancelAccept(reason="the accept was cancelled"))
-            raise
+        scope, future = self._send_accept(wait_continuation, timeout)
+        why = "the accept was cancelled"
+        result: AcceptResult = await self._await(scope, future, timeout, why)
         return result
 
     async def aresume(self, messages: Sequence[Item] = (), *, timeout: float = 60.0) -> TurnResult:

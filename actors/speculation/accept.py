@@ -15,10 +15,24 @@ the worker busy (files changed, no history). So a different submit during it
 (a) calls the accept off if the speculation has not been applied yet (the
 user moved on: it is aborted, nothing is written, the accept answers
 ``aborted``), and (b) waits in ``_held`` until the accept has sent its items,
-so it always reaches the worker after them. The same call-off happens when
-the accept's own caller stops waiting (its ask's deadline), instead of the
-files being written later with nobody looking. An apply already running is
+so it always reaches the worker after them. An apply already running is
 not stopped: it completes, and its items go in.
+
+**The accept's scope.** Whoever starts an accept makes its
+:class:`~actors.core.cancel.CancelScope` and sends it with it
+(``AcceptSuggestion.scope``; a submit of the suggestion's text brings its
+run's scope): ``Session.cancel()`` cancels it, and so does the accept's own
+deadline (its caller stopped waiting). The scope is the record of that
+cancel, so the order in which the Tab and its cancel reach this actor does
+not matter -- the cancel travels on the control lane and may overtake the
+Tab: an accept that arrives cancelled answers ``aborted`` and applies
+nothing (the suggestion it would have taken is withdrawn and its
+speculation aborted, as for a Tab called off while it waits); one waiting
+for its speculation's run is called off as by a different submit; one
+applying completes and inserts. The run an accept starts -- the
+continuation after a boundary (``InsertItems.scope``) or the normal run a
+Tab becomes (``Submit.scope``) -- runs under a child of the scope, so the
+same cancel ends it too, wherever it is.
 
 :class:`AcceptProtocol` is one part of
 :class:`~actors.speculation.controller.SpeculationController` (see
@@ -56,10 +70,14 @@ from fore.messages.speculation import (
     Suggestion,
 )
 
-__all__ = ["APPLY_CLOSE_TIMEOUT", "AcceptProtocol"]
+__all__ = ["APPLY_CLOSE_TIMEOUT", "GAVE_UP", "AcceptProtocol"]
 
 APPLY_CLOSE_TIMEOUT = 10.0
 """Seconds an apply waits for writes still in flight into the overlay before it closes it."""
+
+GAVE_UP = "the accept's caller stopped waiting"
+"""Why an accept is called off at its deadline (by its caller's scope or by this actor,
+whichever gives up first: the reason is the same)."""
 
 _seq = itertools.count(1)
 
@@ -72,6 +90,10 @@ class AcceptProtocol(ControllerBase):
     @handles(AcceptSuggestion)
     def _on_accept(self, message: AcceptSuggestion) -> None:
         reply = self.defer_reply()
+        scope = message.scope if message.scope is not None else CancelScope()
+        if scope.cancel_called:  # the cancel overtook it: nothing is applied
+            _answer(reply, self._called_off_on_arrival(scope))
+            return
         now = time.monotonic()
         if now - self._last_accept < self.spec_config.accept_debounce_ms / 1000.0:
             _answer(reply, AcceptResult(outcome="debounced"))
@@ -85,6 +107,7 @@ class AcceptProtocol(ControllerBase):
             suggestion,
             lambda result: _answer(reply, result),
             message.wait_continuation,
+            scope,
             deadline=None if reply is None else reply.deadline,
         )
 
@@ -94,19 +117,25 @@ class AcceptProtocol(ControllerBase):
         plain = message.segments is None and message.output is None  # structured: a new run
         if suggestion is not None and plain and message.text == suggestion.text:
             reply = self.defer_reply()  # this actor answers it (a crash answers it too)
-            # Typing the suggestion and pressing Enter is an explicit request, not a
-            # double press: it is never debounced, and its answer is a turn.
-            self._last_accept = time.monotonic()
             session_id = self.session_id or ""
 
             def as_turn(result: AcceptResult) -> None:
                 if reply is not None:
                     reply.try_set(result.turn or _as_turn(session_id, result))
 
+            # The submit's scope is the accept's: Session.cancel() reaches it.
+            scope = message.scope if message.scope is not None else CancelScope()
+            if scope.cancel_called:
+                as_turn(self._called_off_on_arrival(scope))
+                return
+            # Typing the suggestion and pressing Enter is an explicit request, not a
+            # double press: it is never debounced, and its answer is a turn.
+            self._last_accept = time.monotonic()
             self._accept(
                 suggestion,
                 as_turn,
                 True,
+                scope,
                 deadline=None if reply is None else reply.deadline,
             )
             return
@@ -157,10 +186,35 @@ class AcceptProtocol(ControllerBase):
         spec.steps = [("abort_requested", time.monotonic())]
         self._stop_worker(spec)  # its run ends "aborted": then the accept answers
 
+    def _called_off_on_arrival(self, scope: CancelScope) -> AcceptResult:
+        """An accept whose scope was cancelled before it arrived: nothing is applied.
+
+        The user pressed Tab and then called it off, so what the Tab would
+        have taken goes as it goes for a Tab called off while it waits: the
+        suggestion shown is withdrawn and its speculation aborted.
+        """
+        suggestion = self._suggestion if self._shown else None
+        if suggestion is not None:  # timed from the cancel (Ctrl-C)
+            self._invalidate(scope.reason or "the accept was called off", at=scope.cancelled_at)
+        return AcceptResult(
+            outcome="aborted", suggestion=None if suggestion is None else suggestion.text
+        )
+
+    def _accept_scope_cancelled(self, scope: CancelScope, reason: str) -> None:
+        """An accept's scope was cancelled (posted on the control lane by its callback)."""
+        for spec in self._specs.values():
+            call = spec.accept
+            if call is not None and call.scope is scope:
+                # Timed from the cancel (Ctrl-C); too late once its items were handed over.
+                self._call_off(spec, reason, scope.cancelled_at)
+                return
+
     def _accept_given_up(self, spec: Speculation) -> None:
+        """The accept's deadline passed: its caller stopped waiting, so it is called off
+        (through its scope: the run it may have started goes too)."""
         spec.give_up_timer = None
-        if spec.phase in (SpecPhase.ACCEPTING, SpecPhase.APPLYING):
-            self._call_off(spec, "the accept's caller stopped waiting")
+        if spec.accept is not None and spec.phase in (SpecPhase.ACCEPTING, SpecPhase.APPLYING):
+            spec.accept.scope.cancel(GAVE_UP)
 
     def _accept_done(self, spec: Speculation | None) -> None:
         """The accept's critical section is over: held submits may go to the worker now."""
@@ -176,6 +230,7 @@ class AcceptProtocol(ControllerBase):
         suggestion: Suggestion,
         answer: Answer,
         wait: bool,
+        scope: CancelScope,
         *,
         deadline: float | None = None,
     ) -> None:
@@ -196,14 +251,25 @@ class AcceptProtocol(ControllerBase):
             spec.move(SpecPhase.ACCEPTING)
         self._invalidate("the suggestion was accepted")
         if spec is None:  # nothing was speculated for it: Tab is a normal turn
-            self._submit_normally(suggestion, answer, "submitted")
+            self._submit_normally(suggestion, answer, "submitted", scope)
             return
         if stale is not None:
-            self._submit_normally(suggestion, answer, "stale")
+            self._submit_normally(suggestion, answer, "stale", scope)
             return
         spec.accept_epoch = self._epoch
         self._status_spec = spec
-        spec.accept = AcceptCall(answer=answer, wait=wait, tab_at=tab_at, started=started)
+        # Its cancel reaches this actor on the control lane; the callback is
+        # taken back once the accept has answered.
+        called_off = partial(self.post_urgent, self._accept_scope_cancelled, scope)
+        registration = scope.on_cancel(called_off)
+        spec.accept = AcceptCall(
+            answer=_then(registration.remove, answer),
+            wait=wait,
+            scope=scope,
+            registration=registration,
+            tab_at=tab_at,
+            started=started,
+        )
         if deadline is not None:
             spec.give_up_timer = self.call_after(
                 max(0.0, deadline - time.monotonic()), self._accept_given_up, spec
@@ -217,18 +283,20 @@ class AcceptProtocol(ControllerBase):
         call, result = spec.accept, spec.result
         assert call is not None and result is not None
         suggestion = spec.suggestion
-        cancelled = spec.accept_cancelled is not None
-        if cancelled and result.state not in ("completed", "boundary"):
+        scope = call.scope
+        if scope.cancel_called:  # before its callback got here: called off all the same
+            self._call_off(spec, scope.reason or "the accept was called off", scope.cancelled_at)
+        if spec.accept_cancelled is not None:  # its run was stopped: nothing is applied
             self._called_off(spec)
             return
         if result.state == "empty":  # nothing to accept: the prompt runs normally
             spec.move(SpecPhase.ENDED)
             self._report(spec, "empty", result=result)
-            self._submit_normally(suggestion, call.answer, "submitted")
+            self._submit_normally(suggestion, call.answer, "submitted", call.scope)
             self._accept_done(spec)
             return
         if result.state not in ("completed", "boundary"):
-            self._accept_failed(spec, call.answer, result.error or result.state, ())
+            self._accept_failed(spec, call, result.error or result.state, ())
             self._accept_done(spec)
             return
         overlay = spec.overlay
@@ -280,11 +348,12 @@ class AcceptProtocol(ControllerBase):
                 )
             else:
                 self._submit_normally(
-                    spec.suggestion, call.answer, "conflict", conflicts=answer.paths
+                    spec.suggestion, call.answer, "conflict", call.scope, conflicts=answer.paths
                 )
             self._accept_done(spec)
             return
-        # Applied (too late to call off, if that was tried): the items go in now.
+        # Applied (too late to call off, if that was tried): the items go in now,
+        # and a turn they continue goes on only if the accept's scope was not cancelled.
         spec.accept_cancelled = None
         self._insert(spec, call, spec.result, answer.paths)
         self._accept_done(spec)
@@ -301,7 +370,7 @@ class AcceptProtocol(ControllerBase):
                 AlertLevel.ERROR,
                 f"accepting the speculation failed and may have changed files ({unknown})",
             )
-            self._accept_failed(spec, call.answer, repr(unknown), (), run_normally=False)
+            self._accept_failed(spec, call, repr(unknown), (), run_normally=False)
             self._accept_done(spec)
             return
         # Rolled back in process (or never begun): ``applied`` names exactly
@@ -312,7 +381,7 @@ class AcceptProtocol(ControllerBase):
             return
         self._accept_failed(
             spec,
-            call.answer,
+            call,
             f"applying the overlay failed: {error}",
             applied,
             # Not when the user moved on, and never on a half-applied tree.
@@ -323,7 +392,7 @@ class AcceptProtocol(ControllerBase):
     def _accept_failed(
         self,
         spec: Speculation,
-        answer: Answer,
+        call: AcceptCall,
         reason: str,
         applied: Sequence[str],
         *,
@@ -339,7 +408,7 @@ class AcceptProtocol(ControllerBase):
             )
         self._report(spec, "failed", reason=reason)
         if not run_normally:
-            answer(
+            call.answer(
                 AcceptResult(
                     outcome="failed",
                     suggestion=spec.suggestion.text,
@@ -347,7 +416,9 @@ class AcceptProtocol(ControllerBase):
                 )
             )
             return
-        self._submit_normally(spec.suggestion, answer, "failed", files_applied=applied)
+        self._submit_normally(
+            spec.suggestion, call.answer, "failed", call.scope, files_applied=applied
+        )
 
     def _insert(
         self,
@@ -423,10 +494,15 @@ class AcceptProtocol(ControllerBase):
                 AcceptResult(outcome="failed", suggestion=suggestion.text, files_applied=applied)
             )
 
+        continues = bool(continue_calls) or continue_turn
         self.ask_then(
             self._worker,
             InsertItems(
-                items=tuple(items), continue_calls=continue_calls, continue_turn=continue_turn
+                items=tuple(items),
+                continue_calls=continue_calls,
+                continue_turn=continue_turn,
+                # The turn it continues runs under the accept's scope (a child of it).
+                scope=call.scope.child() if continues else None,
             ),
             then=inserted,
             on_error=failed,
@@ -438,18 +514,17 @@ class AcceptProtocol(ControllerBase):
         suggestion: Suggestion,
         answer: Answer,
         outcome: Literal["submitted", "conflict", "stale", "failed"],
+        scope: CancelScope,
         *,
         conflicts: Sequence[str] = (),
         files_applied: Sequence[str] = (),
     ) -> None:
-        """Run the suggestion as an ordinary prompt on the current files."""
+        """Run the suggestion as an ordinary prompt on the current files, under a child of
+        the accept's ``scope`` (its cancel reaches the run wherever the run is)."""
 
         submit_id = f"{self.session_id}-accept-{next(_seq)}"
-        scope = CancelScope()  # CancelAccept cancels it, even before the worker has it
-        self._accept_submits.add(scope)
 
         def done(turn: TurnResult) -> None:
-            self._accept_submits.discard(scope)
             answer(
                 AcceptResult(
                     outcome=outcome,
@@ -463,7 +538,6 @@ class AcceptProtocol(ControllerBase):
             )
 
         def failed(error: BaseException) -> None:
-            self._accept_submits.discard(scope)
             answer(
                 AcceptResult(
                     outcome="failed",
@@ -477,7 +551,7 @@ class AcceptProtocol(ControllerBase):
             Submit(
                 text=suggestion.text,
                 submit_id=submit_id,
-                scope=scope,
+                scope=scope.child(),
                 trace=trace_context_of(answer),
             ),
             then=done,
@@ -491,6 +565,16 @@ def _answer(reply: PooledFuture[Any] | None, result: AcceptResult) -> None:
         reply.try_set(result)
 
 
+def _then(first: Callable[[], object], answer: Answer) -> Answer:
+    """``answer``, after ``first()`` (an accept's answer takes its cancel callback back)."""
+
+    def answered(result: AcceptResult) -> None:
+        first()
+        answer(result)
+
+    return answered
+
+
 def _ends_with_answer(items: Sequence[Item]) -> bool:
     """Whether a transcript ends with a final assistant answer (text, no calls)."""
     last = items[-1] if items else None
@@ -498,10 +582,12 @@ def _ends_with_answer(items: Sequence[Item]) -> bool:
 
 
 def _as_turn(session_id: str, result: AcceptResult) -> TurnResult:
+    """An accept that ran no turn, as the turn a submit of the suggestion's text answers."""
+    done = result.outcome in ("accepted", "boundary")
     return TurnResult(
         run_id=f"accept-{next(_seq)}",
         session_id=session_id,
-        status="completed" if result.outcome in ("accepted", "boundary") else "error",
+        status="completed" if done else "cancelled" if result.outcome == "aborted" else "error",
         items=result.items,
-        error=None if result.outcome in ("accepted", "boundary") else result.outcome,
+        error=None if done else result.outcome,
     )

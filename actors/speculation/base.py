@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fore.actors.alerts import send_alert
-from fore.actors.core.cancel import CancelScope
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.pooled import ForeActor
 from fore.actors.core.subscribers import Subscribers
@@ -150,8 +149,6 @@ class ControllerBase(ForeActor):
         self._last_accept = float("-inf")
         self._held: list[tuple[Submit, PooledFuture[Any] | None]] = []
         """Submits held for an accept in its critical section (they reach the worker after it)."""
-        self._accept_submits: set[CancelScope] = set()
-        """The scopes of the normal runs accepts started (``CancelAccept`` cancels them)."""
         self._closing = False
         """Set when this actor stops: its speculations are let go, aborts report at once."""
 

@@ -78,7 +78,6 @@ from fore.messages.gate import ApprovalMode
 from fore.messages.session import AddTool, EventBase, SetModel, Subscribe, TurnFinished
 from fore.messages.speculation import (
     AbortSpeculation,
-    CancelAccept,
     Keystroke,
     SetApprovalMode,
     SnapshotTaken,
@@ -109,6 +108,8 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
         self._closing = True
         self._invalidate("session closed")
         for spec in list(self._specs.values()):
+            if spec.accept is not None:  # its scope no longer needs to reach this actor
+                spec.accept.registration.remove()
             self._cancel_pipelined(spec, "session closed")
             self._let_go(spec, "session closed")
         held, self._held = self._held, []
@@ -201,17 +202,7 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
     def _on_abort(self, message: AbortSpeculation) -> None:
         self._invalidate(message.reason, at=message.at)
 
-    # -- issue 24: calling off a waiting Tab, the approval mode, the model ------------------
-
-    @handles(CancelAccept)
-    def _on_cancel_accept(self, message: CancelAccept) -> None:
-        """``Session.cancel()``: a Tab still waiting for its speculation is called off
-        (it answers ``aborted``, nothing applied); a normal run an accept started is
-        cancelled like any run."""
-        if self._accepting is not None:
-            self._call_off(self._accepting, message.reason)
-        for scope in list(self._accept_submits):
-            scope.cancel(message.reason)  # the worker hears of it, or finds it on arrival
+    # -- issue 24: the approval mode, the model ---------------------------------------------
 
     @handles(SetApprovalMode)
     def _on_set_approval_mode(self, message: SetApprovalMode) -> None:

@@ -20,10 +20,12 @@ supervisor. Its state lives in the controller's record
   pauses the run at its next safe point (before the next LLM request); time
   and tokens are hard -- at the time budget's deadline, or the moment the
   spend passes the token budget (live, from the request in flight:
-  :class:`~actors.speculation.metered.MeteredModel`), the run is cancelled at
-  once, LLM stream and tool calls, and ends at a boundary with its partial
-  transcript. Every budget names itself in the boundary's reason. A limit
-  reached before the run started is asked again on the run's next event;
+  :class:`~actors.speculation.metered.MeteredModel`), the run's scope is
+  cancelled at once, which stops its LLM stream and tool calls wherever they
+  are, and the run ends at a boundary with its partial transcript. Every
+  budget names itself in the boundary's reason. The scope is the record of
+  that cancel: a run whose Submit has not reached its worker yet never
+  starts (nothing to accept: Tab runs the suggestion normally);
 * **its end**: the run's answer becomes the record's result
   (:func:`~actors.speculation.outcome.run_outcome`), its governor slot is
   freed and its worker is stopped at once (:mod:`.teardown`; the overlay
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pykka import ActorDeadError
 
+from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.handlers import handles
 from fore.actors.core.pooled import ActorExit, PooledActor
 from fore.actors.speculation.base import ControllerBase
@@ -55,7 +58,6 @@ from fore.actors.tools.fsclock import Instant
 from fore.actors.worker.worker import Worker
 from fore.messages.alerts import AlertLevel
 from fore.messages.session import (
-    CancelRun,
     ItemAdded,
     PauseRun,
     Submit,
@@ -76,9 +78,8 @@ from fore.messages.speculation import (
 
 __all__ = ["Lifecycle", "RunEvents", "new_speculation_id"]
 
-RUN_EVENTS = frozenset({"run_started", "item_added", "tool_started"})
-"""A speculation worker's events the controller reads (progress, the message limit,
-and a limit asked again once the run has started)."""
+RUN_EVENTS = frozenset({"item_added", "tool_started"})
+"""A speculation worker's events the controller reads (progress and the message limit)."""
 
 
 def new_speculation_id() -> str:
@@ -249,8 +250,6 @@ class Lifecycle(ControllerBase):
         spec = self._specs.get(speculation_id)
         if spec is None or spec.finished:
             return
-        if spec.limit_pending:
-            self._request_limit(spec)
         if isinstance(event, ItemAdded) and event.run_id is not None:
             spec.transcript_items += 1
             if spec.transcript_items > self.spec_config.max_messages:
@@ -303,41 +302,22 @@ class Lifecycle(ControllerBase):
     def _reach_limit(self, spec: Speculation, what: str, hard: bool = False) -> None:
         """A budget is spent: the reason names it.
 
-        Soft (the transcript length): pause at the next safe point. Hard (time,
-        tokens): cancel the run now -- its LLM stream and tool calls -- and
-        keep the partial transcript (:func:`~actors.speculation.outcome.run_outcome`).
+        Soft (the transcript length, counted from the run's own items, so the
+        run is under way): ``PauseRun``, at the next safe point. Hard (time,
+        tokens): the run's scope is cancelled now -- its LLM stream and tool
+        calls stop wherever they are, and a run not started yet never starts --
+        and the partial transcript is kept
+        (:func:`~actors.speculation.outcome.run_outcome`).
         """
         if spec.finished or spec.limit is not None:
             return
-        spec.limit = Limit(f"speculation {what} reached", hard)
+        limit = spec.limit = Limit(f"speculation {what} reached", hard)
         self.log.info("speculation_limit", speculation=spec.id, limit=what, hard=hard)
-        self._progress(spec, "limit", spec.limit.reason)
-        self._request_limit(spec)
-
-    def _request_limit(self, spec: Speculation) -> None:
-        """Ask its worker to stop at the limit: PauseRun (soft) or CancelRun (hard).
-
-        Refused while the run has not started yet (our Submit is still queued,
-        and control mail overtakes it): asked again on the run's next event,
-        so the limit is never lost.
-        """
-        spec.limit_pending = False
-        limit = spec.limit
-        if spec.finished or spec.worker is None or limit is None:
-            return
-
-        def answered(done: bool) -> None:
-            if not done and not spec.finished:
-                spec.limit_pending = True
-
-        message = (
-            CancelRun(reason=limit.reason, submit_id=spec.id)
-            if limit.hard
-            else PauseRun(reason=limit.reason)
-        )
-        self.ask_then(
-            spec.worker, message, then=answered, on_error=lambda _error: None, timeout=30.0
-        )
+        self._progress(spec, "limit", limit.reason)
+        if hard:
+            spec.scope.cancel(limit.reason)  # the worker hears of it, or finds it on arrival
+        elif spec.worker is not None:
+            tell_quietly(spec.worker, PauseRun(reason=limit.reason))
 
     # -- the run's end ------------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ from typing import Any
 
 from pykka import ActorRef
 
-from fore.actors.core.cancel import CancelScope
+from fore.actors.core.cancel import CancelScope, Registration
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.gate import SpeculationGate
@@ -165,11 +165,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class AcceptCall:
-    """A Tab waiting for its speculation: how to answer it, and its clock."""
+    """A Tab waiting for its speculation: how to answer it, its scope, and its clock."""
 
     answer: Callable[[AcceptResult], None]
     wait: bool
     """Whether the answer waits for a continuation's end (a boundary accept)."""
+    scope: CancelScope
+    """The accept's cancel scope (its sender's, ``AcceptSuggestion.scope``): its cancel
+    calls the accept off, and the run the accept starts runs under a child of it."""
+    registration: Registration
+    """The controller's callback on ``scope``: taken back when the accept answers (or the
+    controller stops), so the scope does not keep the controller alive."""
     tab_at: float
     """``time.time()`` of the Tab (what the speculation saved is measured up to it)."""
     started: float
@@ -198,12 +204,10 @@ class Speculation:
     model: MeteredModel | None = None
     gate: SpeculationGate | None = None
     scope: CancelScope = field(default_factory=CancelScope)
-    """Its run's scope (travels with the Submit): settled once no stream or call is left."""
+    """Its run's scope (travels with the Submit): a hard budget cancels it, wherever the
+    run is (not started yet: it never starts); settled once no stream or call is left."""
     limit: Limit | None = None
     """The budget it reached, if one did (it names the boundary)."""
-    limit_pending: bool = False
-    """The limit's PauseRun / CancelRun came before the run started: asked again on its
-    next event."""
     budget_timer: TimerHandle | None = None
     transcript_items: int = 0
     live_tool_calls: int = 0
@@ -222,7 +226,8 @@ class Speculation:
     accept_epoch: int | None = None
     accepted_snapshot: ForkSnapshot | None = None
     accept_cancelled: str | None = None
-    """Why an accept waiting for it was called off (a different submit, the caller gave up)."""
+    """Why an accept waiting for it was called off (its scope was cancelled, a different
+    submit came, the approval mode narrowed)."""
     give_up_timer: TimerHandle | None = None
     apply_started: float | None = None
     apply_job: Future[Any] | None = None

@@ -204,6 +204,11 @@ class WorkerBase(ForeActor):
         ) -> None:
             raise NotImplementedError
 
+        def _plan_calls(
+            self, run: Run, assistant: AssistantMessage, only: Sequence[ToolCall] | None = None
+        ) -> None:
+            raise NotImplementedError
+
         def _post_tools(self, run: Run) -> None:
             raise NotImplementedError
 
@@ -216,9 +221,7 @@ class WorkerBase(ForeActor):
         def _save_then(self, run: Run | None, then: Callable[[str | None], None]) -> bool:
             raise NotImplementedError
 
-        def _start_tools(
-            self, run: Run, assistant: AssistantMessage, only: Sequence[ToolCall] | None = None
-        ) -> None:
+        def _start_tools(self, run: Run, assistant: AssistantMessage) -> None:
             raise NotImplementedError
 
         def _store_failed(self, problem: str, what: str) -> str:

@@ -1,7 +1,8 @@
 """Phase: a submit becomes a run -- queueing, ``@path`` preparation, on_prompt_submit.
 
 Also an accepted speculation's ``InsertItems``: its items enter history and
-its turn goes on from where the speculation stopped.
+its turn goes on from where the speculation stopped, under the accept's scope
+(``InsertItems.scope``) like a submit under its own.
 """
 
 from __future__ import annotations
@@ -63,7 +64,14 @@ class SubmitPhase(WorkerBase):
             start_len=len(self.state.history),
             max_turns=self.config.max_turns,
             started=True,
+            scope=message.scope if message.scope is not None else CancelScope(),
         )
+        if message.scope is not None:
+            # The accept's caller may call it off at any time (Ctrl-C): as for a submit,
+            # the worker hears of it on its control lane (_scope_cancelled).
+            run.cancel_registration = message.scope.on_cancel(
+                functools.partial(self.post_urgent, self._scope_cancelled, run)
+            )
         self._run = run
         self._observe(run, None)
         if not message.continue_calls:
@@ -91,7 +99,10 @@ class SubmitPhase(WorkerBase):
         assistant = items[last]
         assert isinstance(assistant, AssistantMessage)
         run.assistant_index = run.start_len + last
-        return self._inserted(run, lambda: self._start_tools(run, assistant, only=extra))
+        # Planned now: however the run ends from here (a cancel while its items are
+        # saved included), each handed-over call gets a result.
+        self._plan_calls(run, assistant, only=extra)
+        return self._inserted(run, lambda: self._pre_tools(run, None))
 
     def _inserted(self, run: Run, go_on: Callable[[], None]) -> str | None:
         """The accepted items are in history: save them (a store), answer, continue the turn."""
@@ -109,6 +120,13 @@ class SubmitPhase(WorkerBase):
                 self._emit(
                     RunStarted(session_id=self.config.session_id, run_id=run.run_id, text="")
                 )
+                if run.scope.cancel_called:
+                    # The accept was called off before its turn could go on (Ctrl-C
+                    # while its overlay was applied): the items stay, the turn does
+                    # not go on. Its cancel, posted on the control lane, ends it --
+                    # after this insert is answered, so the accept hears of the run
+                    # before its end.
+                    return
                 go_on()
 
         if self._writer is not None:

@@ -45,9 +45,18 @@ from fore.messages.tools import RunToolBatch, ToolBatchFinished, ToolCallFinishe
 class ToolsPhase(WorkerBase):
     """Checks, approves and runs an answer's tool calls."""
 
-    def _start_tools(
+    def _start_tools(self, run: Run, assistant: AssistantMessage) -> None:
+        self._plan_calls(run, assistant)
+        self._pre_tools(run, None)
+
+    def _plan_calls(
         self, run: Run, assistant: AssistantMessage, only: Sequence[ToolCall] | None = None
     ) -> None:
+        """``run.calls``: the answer's calls (``only`` these), each pending its checks.
+
+        From here on an ending of the run gives each a result, so history stays
+        well paired whenever the run ends.
+        """
         registry = self.config.tools
         calls = assistant.tool_calls
         wanted = None if only is None else {c.id for c in only}
@@ -85,7 +94,6 @@ class ToolsPhase(WorkerBase):
                 self._synthetic(item, *refusal)
             run.calls.append(item)
         run.index = 0
-        self._pre_tools(run, None)
 
     def _pre_tools(self, run: Run, resume_from: int | None) -> None:
         """Evaluate pre_tool_call (interceptor, then hooks) per call, in order."""

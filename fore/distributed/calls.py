@@ -17,7 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from fore.actors.core.errors import AskTimeout
+from fore.actors.core.logs import get_logger
 from fore.errors import SessionNotHere
+
+log = get_logger(__name__)
 
 __all__ = [
     "CONTROL_CONCURRENCY",
@@ -25,6 +28,7 @@ __all__ = [
     "CONTROL_METHODS",
     "aresult",
     "call_error",
+    "cancel",
     "method",
     "result",
 ]
@@ -93,6 +97,18 @@ async def aresult(ref: Any) -> Any:
         if error is None:
             raise
         raise error from None
+
+
+def cancel(ref: Any) -> None:
+    """Cancel a call (``ray.cancel``): one the shard has not started never runs, a running
+    one's coroutine gets ``asyncio.CancelledError`` there. A call that has ended, or a
+    shard that is gone, has nothing left to cancel: that is logged, never raised."""
+    import ray
+
+    try:
+        ray.cancel(ref)
+    except Exception as exc:
+        log.debug("shard_call_cancel_failed", error=repr(exc))
 
 
 def _call_failures() -> tuple[type[BaseException], ...]:

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,6 @@ from fore.messages.session import (
 )
 from fore.messages.speculation import (
     AcceptResult,
-    CancelAccept,
     GetSpeculation,
     Keystroke,
     SpeculationStatus,
@@ -319,9 +318,15 @@ class RemoteSession:
             return placement
         return await asyncio.to_thread(self._runtime._ensure_placed, self)  # a move: blocking
 
-    async def _acall(self, method: str, *args: Any, timeout: float, on_cancel: Any = None) -> Any:
-        """:meth:`_call` for asyncio (the same failures; ``on_cancel`` runs if the awaiting
-        task is cancelled)."""
+    async def _acall(
+        self,
+        method: str,
+        *args: Any,
+        timeout: float,
+        on_cancel: Callable[[Any], object] | None = None,
+    ) -> Any:
+        """:meth:`_call` for asyncio (the same failures; ``on_cancel(ref)`` runs with the
+        call's Ray object ref if the awaiting task is cancelled)."""
         self._check_open()
         for attempt in (1, 2):
             placement = await self._aplacement()
@@ -332,7 +337,7 @@ class RemoteSession:
                 raise AskTimeout("the shard did not answer before the call's deadline") from None
             except asyncio.CancelledError:
                 if on_cancel is not None:
-                    on_cancel()
+                    on_cancel(ref)
                 raise
             except (_NotHere, _Died) as exc:
                 lost = self._shard_failed(placement, exc)
@@ -364,7 +369,7 @@ class RemoteSession:
             timeout,
             max_turns,
             timeout=timeout,
-            on_cancel=lambda: self._tell_quietly("cancel", "the submit was cancelled"),
+            on_cancel=lambda _ref: self._tell_quietly("cancel", "the submit was cancelled"),
         )
         return result
 
@@ -372,15 +377,18 @@ class RemoteSession:
         self, *, timeout: float = 60.0, wait_continuation: bool = True
     ) -> AcceptResult:
         """:meth:`accept` (Tab) for asyncio. Cancelling the awaiting task calls the accept
-        off: a speculation still running is aborted and nothing is applied."""
+        off: a speculation still running is aborted and nothing is applied.
+
+        The call itself is cancelled (``ray.cancel``): one the shard has not started
+        never runs, and a running one cancels its accept's scope (the shard's
+        ``accept``), so the cancel cannot be overtaken by the Tab it cancels.
+        """
         result: AcceptResult = await self._acall(
             "accept",
             timeout,
             wait_continuation,
             timeout=timeout,
-            on_cancel=lambda: self._tell_quietly(
-                "tell", "supervisor", CancelAccept(reason="the accept was cancelled")
-            ),
+            on_cancel=calls.cancel,
         )
         return result
 

@@ -45,6 +45,7 @@ from fore.actors.core.cancel import CancelScope
 from fore.actors.core.errors import AskTimeout
 from fore.actors.core.future import PooledFuture
 from fore.actors.core.logs import configure_logging, get_logger
+from fore.actors.speculation.accept import GAVE_UP
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.store import SessionLeased, SessionStore, StoreError, open_store
 from fore.distributed import shipping
@@ -114,8 +115,9 @@ class _Hosted:
     session: Session
     sink: EventSink
     alerts: AlertForwarder
-    pending_submits: set[CancelScope] = field(default_factory=set)
-    """The scopes of the submits still waiting for their answer (``cancel`` cancels them)."""
+    pending: set[CancelScope] = field(default_factory=set)
+    """The scopes of the submits and Tabs still waiting for their answer (``cancel`` cancels
+    them)."""
     models: tuple[Any, ...] = ()
     """The shard's copies of the session's models: closed with the last session using
     them (a fork shares its source's)."""
@@ -350,7 +352,7 @@ class ShardServer:
         hosted = self._get(session_id)
         session = hosted.session
         scope = CancelScope()
-        hosted.pending_submits.add(scope)
+        hosted.pending.add(scope)
         try:
             if hosted.spec.speculation:
                 prompt = SubmitPrompt(
@@ -365,19 +367,35 @@ class ShardServer:
             scope.cancel("the submit timed out")
             raise
         finally:
-            hosted.pending_submits.discard(scope)
+            hosted.pending.discard(scope)
         return turn
 
     async def accept(
         self, session_id: str, timeout: float = 60.0, wait_continuation: bool = True
     ) -> AcceptResult:
         """Tab: ``Session.accept`` here (the accepted items are stored before the answer:
-        the worker writes an insert ahead of answering it)."""
+        the worker writes an insert ahead of answering it).
+
+        Under a cancel scope made here, before the Tab is sent: :meth:`cancel`, the
+        deadline, or this call's own cancellation (``ray.cancel``: a cancelled
+        ``RemoteSession.aaccept``) calls the accept off wherever it is.
+        """
         hosted = self._get(session_id)
-        message = AcceptSuggestion(wait_continuation=wait_continuation)
-        result: AcceptResult = await _bridged(
-            hosted.session.controller.ask(message, block=False, timeout=timeout), timeout
-        )
+        scope = CancelScope()
+        hosted.pending.add(scope)
+        try:
+            message = AcceptSuggestion(wait_continuation=wait_continuation, scope=scope)
+            result: AcceptResult = await _bridged(
+                hosted.session.controller.ask(message, block=False, timeout=timeout), timeout
+            )
+        except AskTimeout:
+            scope.cancel(GAVE_UP)
+            raise
+        except asyncio.CancelledError:
+            scope.cancel("the accept was cancelled")
+            raise
+        finally:
+            hosted.pending.discard(scope)
         return result
 
     async def keystroke(self, session_id: str, text: str = "", at: float | None = None) -> None:
@@ -405,10 +423,10 @@ class ShardServer:
         hosted.models = (*hosted.models, model)
 
     async def cancel(self, session_id: str, reason: str = "cancelled by user") -> None:
-        """Cancel the running run, or the submits of this shard still waiting for their answer
-        (their scopes: wherever each submit is, on its way or running)."""
+        """Cancel the running run, or the submits and Tabs of this shard still waiting for
+        their answer (their scopes: wherever each is, on its way, waiting or running)."""
         hosted = self._get(session_id)
-        pending = list(hosted.pending_submits)
+        pending = list(hosted.pending)
         if not pending:
             hosted.session.worker.tell(CancelRun(reason=reason))
             return

@@ -39,6 +39,7 @@ from fore.supervision.chat.demo import (
     make_workspace,
 )
 from fore.supervision.runtime import Runtime
+from tests.speculation.attacks import Held, controller_of, queued_at
 
 WAIT = 60.0
 FAST = Pace(main_ttft_ms=None, main_tokens_per_s=None, fork_ttft_ms=None, slow_tokens_per_s=4.0)
@@ -395,9 +396,12 @@ class HeldSpeculation:
         return self.demo(request)
 
 
+@pytest.mark.parametrize("order", ["tab first", "ctrl-c overtakes tab"])
 def test_ctrl_c_calls_off_a_tab_waiting_on_a_running_speculation(
-    open_chat: Callable[..., Chat], demo_ws: Path
+    open_chat: Callable[..., Chat], demo_ws: Path, order: str
 ) -> None:
+    """Ctrl-C after Tab calls the Tab off, also when the cancel overtakes the Tab in the
+    controller's mailbox (as it may under load: Ctrl-C rides the control lane)."""
     held = HeldSpeculation()
     chat = open_chat(opening=OPENING, model=FunctionModel(held, name="fore-demo"))
     try:
@@ -405,9 +409,17 @@ def test_ctrl_c_calls_off_a_tab_waiting_on_a_running_speculation(
         chat.wait_ghost(ADD_TEST)
         chat.wait(held.running.is_set, "the speculation to run")
         chat.wait_spec("running")
-        chat.keys(TAB)
-        chat.wait(lambda: chat.app.busy == "accept", "Tab waiting for the speculation")
-        chat.keys(CTRL_C)
+        if order == "tab first":
+            chat.keys(TAB)
+            chat.wait(lambda: chat.app.busy == "accept", "Tab waiting for the speculation")
+            chat.keys(CTRL_C)
+        else:
+            controller = controller_of(chat.backend.session)
+            with Held(controller):
+                chat.keys(TAB)
+                queued_at(controller, 1)  # the Tab
+                chat.keys(CTRL_C)
+                chat.wait(lambda: "cancelling" in chat.app.hint, "Ctrl-C handled")
         chat.wait_printed("(the speculation was called off)")
         chat.wait_idle()
     finally:

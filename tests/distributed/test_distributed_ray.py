@@ -446,6 +446,8 @@ def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
     try:
         asyncio.run(main())
         wait_until(lambda: session.speculation.state == "aborted")
+        # called off by the cancelled call itself (ray.cancel), not by the accept's deadline
+        assert session.speculation.reason == "the accept was cancelled"
         release.write_text("1")  # the speculation would edit now: nothing may be applied
         turn = session.submit("and now?", timeout=WAIT)
         assert turn.status == "completed"

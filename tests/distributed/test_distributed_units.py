@@ -665,3 +665,52 @@ def test_a_fork_is_a_stored_session_of_its_own_on_the_same_shard(
     finally:
         report = run(shard.shutdown(30))
     assert report["live_actors"] == 0 and report["threads"] == 0, report
+
+
+def _suggests_an_edit(request: LlmRequest) -> Any:
+    """Two main answers, the suggestion "make x two", and a speculation that makes it so."""
+    if request.purpose == "main":
+        return "ok"
+    if request.purpose in ("suggestion", "pipelined"):
+        return '{"suggestion": "make x two"}'
+    if isinstance(request.messages[-1], ToolResult):
+        return "x is two now."
+    edit = {"path": "app.py", "old_string": "x = 1", "new_string": "x = 2"}
+    return {"text": "", "tool_calls": [{"name": "edit", "arguments": edit}]}
+
+
+def test_a_shards_cancel_calls_off_a_tab_it_overtook(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The shard makes each Tab's scope before sending it, so its ``cancel`` reaches a Tab
+    still queued in the controller's mailbox (the cancel comes first there): the Tab
+    answers ``aborted`` and nothing is applied, although the speculation had finished."""
+    from fore.messages.speculation import GetSpeculation
+    from tests.speculation.attacks import Held, controller_of
+
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    config = SpeculationConfig(enabled=True, approval_mode="auto-edit", suggestion_delay_ms=0)
+    spec = spec_for("s1", ws, FunctionModel(_suggests_an_edit), speculation=config)
+    try:
+        run(shard.open(spec))
+        run(shard.submit("s1", "hi", timeout=30))
+        run(shard.submit("s1", "what is x?", timeout=30))
+
+        def finished() -> bool:
+            status, shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+            return status.state == "completed" and shown == "make x two"
+
+        fore.testing.wait_until(finished, timeout=30)
+        controller = controller_of(shard._hosted["s1"].session)
+        with Held(controller):
+            tab = loop.create_task(shard.accept("s1", timeout=30))
+            run(asyncio.sleep(0))  # the Tab is sent (queued behind the hold)
+            assert len(controller.actor_inbox) == 1
+            run(shard.cancel("s1", "Ctrl-C"))
+        result = run(tab)
+        assert (result.outcome, result.files_applied) == ("aborted", ())
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        assert run(shard.submit("s1", "and now?", timeout=30)).status == "completed"
+    finally:
+        run(shard.shutdown(30))

@@ -107,7 +107,8 @@ def completed(rt: Runtime, ws: Path, *extra: dict[str, Any]) -> Any:
 
 
 class HeldApply:
-    """The accept's apply held on the blocking lane once it has staged every file."""
+    """The accept's apply held on the blocking lane once it has staged every file (or,
+    with ``stage="start"``, before it begins: an overlay with no files stages none)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, stage: str = "staged") -> None:
         self.stage = stage
@@ -124,6 +125,8 @@ class HeldApply:
 
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
         try:
+            if self.stage == "start":
+                self._hold("start", 0)
             answer = apply_overlay(*args, fault=self._hold, **kwargs)
             self.outcome.append(answer)
             return answer

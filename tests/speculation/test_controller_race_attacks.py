@@ -92,13 +92,6 @@ def test_a_key_typed_before_tab_wins(rt: Runtime, ws: Path) -> None:
     assert s.close(timeout=WAIT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: CancelAccept (control lane) overtakes the Tab queued before it, finds no accept "
-        "to call off, and the Tab then applies"
-    ),
-)
 def test_a_cancel_after_tab_calls_the_tab_off(rt: Runtime, ws: Path) -> None:
     """The user presses Tab, then Ctrl-C (``Session.cancel()``) while the controller is
     busy: the cancel must reach the Tab it follows -- nothing applied, the Tab answers

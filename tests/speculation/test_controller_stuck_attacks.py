@@ -328,7 +328,7 @@ def test_a_keystroke_storm_over_many_speculations_keeps_everything_bounded(
         assert len(started) == 100 + rounds  # each round speculated
         # Records still tearing down at a time: a backlog, never one per round so far.
         assert peak_records < 50, peak_records
-        assert not controller._continuations and not controller._accept_submits
+        assert not controller._continuations and not s._pending  # no accept's scope kept
         assert not controller._held
         assert rt.speculation_governor.running == 0
         # Pools whose threads come and go: the lane (2 threads) and the tool runner's

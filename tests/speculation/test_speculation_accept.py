@@ -546,23 +546,23 @@ def test_a_full_disk_during_the_accept_leaves_the_tree_as_it_was(
 def test_ctrl_c_cancels_a_tabs_normal_run_even_before_the_worker_has_it(
     runtime: Runtime, ws: Path
 ) -> None:
-    """Tab with no speculation submits the suggestion as a normal run, under a scope the
-    controller keeps: a cancel that comes while that submit still waits for the worker
-    ends it unstarted (the scope is the record; nobody remembers submit ids)."""
+    """Tab with no speculation submits the suggestion as a normal run, under a child of the
+    accept's scope: a cancel that comes while that submit still waits for the worker ends
+    it unstarted (the scope is the record; nobody remembers submit ids)."""
     model = ScriptedModel([*TWO_TURNS, suggestion("bump x to 2"), main_reply("never asked")])
     with runtime.open_session(workspace=ws, model=model, speculation=spec(speculate=False)) as s:
         s.submit("hi", timeout=WAIT)
         s.submit("what is x?", timeout=WAIT)
         wait_until(lambda: s.suggestion == "bump x to 2")
-        controller = s.controller._actor_weakref()
+        worker = s.worker._actor_weakref()
         out: dict[str, AcceptResult] = {}
         with worker_held(s):  # the Tab's submit waits in the worker's mailbox
             tab = threading.Thread(target=lambda: out.update(result=s.accept(timeout=WAIT)))
             tab.start()
-            wait_until(lambda: len(controller._accept_submits) == 1)
-            (scope,) = controller._accept_submits
+            wait_until(lambda: len(worker.actor_inbox) == 1)
+            (scope,) = s._pending  # the accept's
             s.cancel("Ctrl-C")
-            wait_until(lambda: scope.cancel_called)
+            assert scope.cancel_called
         tab.join(WAIT)
         result = out["result"]
         assert result.outcome == "submitted" and result.turn is not None
@@ -572,4 +572,4 @@ def test_ctrl_c_cancels_a_tabs_normal_run_even_before_the_worker_has_it(
             (),
         )
         assert len(s.history) == 4  # the two turns: nothing of the Tab's run
-        assert not controller._accept_submits
+        assert not s._pending

@@ -290,7 +290,7 @@ def test_a_cancel_that_arrives_before_its_submit_cancels_it_unstarted(
         with worker_held(s):
             thread = threading.Thread(target=lambda: out.update(turn=s.submit("go", timeout=WAIT)))
             thread.start()
-            wait_until(lambda: len(s._pending_submits) == 1)
+            wait_until(lambda: len(s._pending) == 1)
             s.cancel("typed")
         thread.join(WAIT)
         turn = out["turn"]

@@ -132,6 +132,32 @@ def _text_lines(text: str, style: str) -> list[Line]:
     return [((style, line),) for line in text.split("\n")]
 
 
+def _committable(text: str) -> int:
+    """Where a streaming text's final lines end (the newline after the last one), or -1.
+
+    A whole line is final, except a blank line that only newlines follow: the run
+    of newlines at the end may turn out to be the answer's trailing newlines, which
+    are never shown. So ``"a\\n\\n"`` commits ``"a"`` and keeps one blank line
+    pending, and an all-newline text commits nothing.
+    """
+    body = text.rstrip("\n")
+    if body and len(body) < len(text):
+        return len(body)
+    return body.rfind("\n")
+
+
+def _shown_live(text: str) -> str:
+    """A streaming text as the live area shows it: pending trailing blank lines hidden.
+
+    They are printed once text follows them (see :func:`_committable`); hiding them
+    keeps the live area a few rows tall even when a model streams a flood of newlines.
+    """
+    body = text.rstrip("\n")
+    if len(body) == len(text):
+        return text
+    return body + "\n" if body else ""
+
+
 def _skip_reason(output: str) -> str:
     reason = output.removeprefix("Skipped:").strip()
     return "refused" if "refused" in reason else one_line(reason or "skipped", 60)
@@ -239,8 +265,8 @@ class Transcript:
                 if len(self._committed) > 4096:
                     self._committed.pop(next(iter(self._committed)))
             elif block.open:
-                cut = block.text.rfind("\n")
-                if cut < 0 and len(block.text) > MAX_LIVE_CHARS:
+                cut = _committable(block.text)
+                if cut < 0 and "\n" not in block.text and len(block.text) > MAX_LIVE_CHARS:
                     cut = len(block.text)
                 if cut >= 0:
                     out.extend(_text_lines(block.text[:cut], block.style))
@@ -267,7 +293,9 @@ class Transcript:
                     hidden += 1
                     continue
                 out.append(tool_line(block, now))
-            elif block.text or block.open:
+            elif block.open:
+                out.extend(_text_lines(_shown_live(block.text), block.style))
+            elif block.text:
                 out.extend(_text_lines(block.text, block.style))
         if hidden:
             out.append((("class:dim", f"  … {hidden} more tool calls"),))
@@ -293,9 +321,10 @@ class Transcript:
         text = sanitize(text)
         last = self.blocks[-1] if self.blocks else None
         if not (isinstance(last, TextBlock) and last.open):
-            text = text.lstrip("\n")
             last = TextBlock("")
             self.blocks.append(last)
+        if not last.size:  # an answer's leading newlines, over however many deltas, are not shown
+            text = text.lstrip("\n")
         last.add(text)
 
     def _close_text(self) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fore.actors.speculation.suggestion_filter import filter_suggestion
@@ -250,6 +250,12 @@ def test_diff_summary_counts_lines_per_file() -> None:
 
 
 @given(st.lists(st.text(max_size=80), max_size=40))
+# an empty or all-newline delta before the first text, and newlines that turn out trailing
+@example(["", "\n0"])
+@example(["", "\n", "0"])
+@example(["\n", "\n0"])
+@example(["a\n", "\n"])
+@example(["a", "\n\n", "\n"])
 def test_streamed_text_is_never_lost_or_duplicated(chunks: list[str]) -> None:
     t = Transcript()
     printed: list[str] = []
@@ -290,6 +296,10 @@ def test_the_live_area_stays_a_few_rows_whatever_the_model_does() -> None:
     printed = plain(u.commit())
     assert printed == ["y" * (MAX_LIVE_CHARS * 5 + 7)]
     assert plain(u.live()) == [""]
+    v = Transcript()
+    v.event(TextDelta(session_id=S, run_id="r1", text="y\n" + "\n" * (MAX_LIVE_CHARS * 5)))
+    assert plain(v.commit()) == ["y"]
+    assert plain(v.live()) == [""]  # the pending blank lines are not shown (nor printed yet)
 
 
 def test_an_answer_prints_a_bounded_amount_and_says_how_much_it_left_out() -> None:

@@ -317,10 +317,24 @@ def test_many_timers_share_one_thread_and_cancelled_ones_never_fire(
             if len(fired) == len(kept):
                 all_fired.set()
 
-    handles_ = [system.timer.call_later((n % 20) / 1000, fire, n) for n in range(count)]
-    for n, handle in enumerate(handles_):
-        if n % 2:
-            handle.cancel()
+    # The timer thread is held in a callback while the timers are set and half of them
+    # cancelled: a timer cancelled before it is due never fires, but on a loaded machine
+    # setting a thousand timers can take longer than the first ones' 1 ms delay.
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        release.wait(WAIT)
+
+    system.timer.call_later(0, hold)
+    assert entered.wait(WAIT)
+    try:
+        handles_ = [system.timer.call_later((n % 20) / 1000, fire, n) for n in range(count)]
+        for n, handle in enumerate(handles_):
+            if n % 2:
+                handle.cancel()
+    finally:
+        release.set()
     assert all_fired.wait(WAIT)
     marker = threading.Event()
     system.timer.call_later(0.05, marker.set)  # after every kept timer's deadline

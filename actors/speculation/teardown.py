@@ -255,6 +255,19 @@ class TeardownSteps(ControllerBase):
             if pending is not None:
                 pending.cancel()
         self._release_slot(spec)  # its run is over: the governor admits another
+        job, handover = spec.apply_job, spec.handover
+        if job is not None and handover is not None:
+            # The apply's outcome will never reach this actor: its completion hands the
+            # items to the worker itself (before the overlay's removal is asked for).
+            main = self.worker_config
+            deliver = partial(
+                handover.deliver_orphaned,
+                worker=self._worker,
+                state=main.state,
+                persist=main.persist,
+                lane=self.system.blocking,
+            )
+            job.add_done_callback(deliver)
         if spec.teardown in (Teardown.REMOVING, Teardown.REMOVED):
             return  # its removal is under way on the lane (or done)
         timer = self.system.timer
@@ -278,7 +291,6 @@ class TeardownSteps(ControllerBase):
             except RuntimeError:  # the timer is shut down: the runtime is closing anyway
                 pass
 
-        job = spec.apply_job
         if job is not None and not job.done():
             # Never pull the upper layer from under a running apply.
             job.add_done_callback(lambda _done: once_nothing_applies())

@@ -149,14 +149,6 @@ def test_a_controller_crash_while_tab_waits_for_the_run_applies_nothing(
 # -- never files without history -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a controller that stops during Tab's apply lets the apply finish (teardown._let_go) "
-        "but its outcome is posted to the dead incarnation, so InsertItems is never sent: "
-        "files applied, history without them"
-    ),
-)
 def test_a_controller_crash_during_tabs_apply_leaves_no_files_without_history(
     rt: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,13 +193,6 @@ def test_a_controller_crash_while_the_items_are_inserted_keeps_files_and_history
     assert s.close(timeout=WAIT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: the controller's on_stop fails held submits with 'the session closed' on a crash "
-        "too; the session is alive and the prompt is lost"
-    ),
-)
 def test_a_submit_held_behind_an_apply_still_runs_after_a_controller_crash(
     rt: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,18 +227,7 @@ def test_a_submit_held_behind_an_apply_still_runs_after_a_controller_crash(
     "crash",
     [
         pytest.param(False, id="no_crash"),
-        pytest.param(
-            True,
-            id="after_a_crash",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "bug: SetApprovalMode changes only the controller's own spec_config; a "
-                    "restarted controller starts from the session's opening config, so "
-                    "speculation runs under the wider mode again"
-                ),
-            ),
-        ),
+        pytest.param(True, id="after_a_crash"),
     ],
 )
 def test_a_narrowed_approval_mode_holds_for_speculation(crash: bool, rt: Runtime, ws: Path) -> None:

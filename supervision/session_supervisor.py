@@ -20,6 +20,10 @@ every incarnation, in the manner of the alert sink's state.
 On close the controller stops first (reverse start order): it stops its
 speculations' workers, leaves each overlay's removal to the settling of its
 run's work (under a deadline), and fails held submits; then the worker stops.
+A Tab's apply still running completes and its items go to the worker, or --
+the worker gone by then -- to the session's store, so closing waits for them
+(the overlay is removed only after). After a crash of the controller, held
+submits go to the worker instead (after the items of an apply still running).
 """
 
 from __future__ import annotations

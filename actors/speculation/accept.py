@@ -16,7 +16,11 @@ the worker busy (files changed, no history). So a different submit during it
 user moved on: it is aborted, nothing is written, the accept answers
 ``aborted``), and (b) waits in ``_held`` until the accept has sent its items,
 so it always reaches the worker after them. An apply already running is
-not stopped: it completes, and its items go in.
+not stopped: it completes, and its items go in -- even if this actor stops
+meanwhile: the ``InsertItems`` is built from the record when the apply
+starts, and the apply's completion delivers it itself when the controller
+that started it is gone (:mod:`.handover`), followed by the submits a crash
+left held (a close fails them).
 
 **The accept's scope.** Whoever starts an accept makes its
 :class:`~actors.core.cancel.CancelScope` and sends it with it

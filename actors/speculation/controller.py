@@ -8,7 +8,8 @@ lives here, all of it per session -- nothing is process-global. Each
 speculation is one record (:class:`~actors.speculation.states.Speculation`,
 the only one of it) and one worker the controller starts and watches itself
 (a speculation is never restarted, so it needs no supervisor); what must
-outlive a restart of this actor -- the session's subscribers and the last
+outlive a restart of this actor -- the speculation config as last set, the
+hook gate the speculations share, the session's subscribers and the last
 status sent -- is kept in a :class:`~actors.speculation.base.SpeculationBook`
 the supervisor owns. The parts, one module each:
 

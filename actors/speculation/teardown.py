@@ -38,8 +38,10 @@ teardown never waits behind queued mail. When the controller itself stops --
 the session closes -- nothing may wait on it any more: :meth:`_let_go` stops
 each worker, cancels each scope and leaves the overlay's removal to the scope's
 settlement and a deadline on the runtime's timer (after an apply still
-running, if one is). Closing a session or the runtime waits for what this is
-for -- the session's overlays gone from disk (``OverlayStore.wait_removed``).
+running, if one is: its completion first hands the accepted items to the
+worker, or to the session's store if the worker is gone too -- :mod:`.handover`).
+Closing a session or the runtime waits for what this is for -- the session's
+overlays gone from disk (``OverlayStore.wait_removed``).
 """
 
 from __future__ import annotations

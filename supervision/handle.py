@@ -4,7 +4,9 @@ Callers hold a :class:`Handle`, not an ``ActorRef``. When the child crashes,
 the mail still queued in its mailbox and everything sent meanwhile is kept in
 the handle, in order, and delivered to the restarted actor once the
 supervisor re-points the handle. So a restart is invisible except for the one
-message that crashed the child (whose asker got the error). If the child is
+message that crashed the child (whose asker got the error) and the dead
+incarnation's own continuations (calls it posted to itself: a blocking
+result, a timer, an ask's answer), which act on its state and go with it. If the child is
 not restarted, every kept ask is answered with :class:`pykka.ActorDeadError`.
 
 A handle is as stable as the supervisor that owns it: it follows restarts of
@@ -30,6 +32,7 @@ from pykka import ActorDeadError, ActorProxy, ActorRef
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
+from fore.actors.core.continuations import is_private_call
 from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import ActorExit, PooledActor
@@ -202,7 +205,13 @@ class Handle(Generic[A]):
             if self._state == "dead":
                 return
             self._state = "restarting"
-            kept = [e for e in record.claim_leftovers() if not _stops(e)]
+            # The dead incarnation's own continuations (a blocking result, a timer, an
+            # ask's answer) act on its state, not the next one's: they go with it.
+            kept = [
+                e
+                for e in record.claim_leftovers()
+                if not _stops(e) and not is_private_call(e.message)
+            ]
             self._buffer.extendleft(reversed(kept))
 
     def repoint(self, ref: ActorRef[A]) -> None:

@@ -12,13 +12,18 @@ The worker starts first, so the controller is handed the worker's
 subscribes to its events. Everything about suggestions, speculations, accepts
 and status events is the controller's (see
 :mod:`actors.speculation.controller`); what must outlive a restart of the
-controller -- the session's subscribers and the status last sent -- is a
+controller -- the speculation config as last set, the hook gate its
+speculations share, the session's subscribers and the status last sent -- is a
 :class:`~actors.speculation.controller.SpeculationBook` kept here and handed to
 every incarnation, in the manner of the alert sink's state.
 
 On close the controller stops first (reverse start order): it stops its
 speculations' workers, leaves each overlay's removal to the settling of its
 run's work (under a deadline), and fails held submits; then the worker stops.
+A Tab's apply still running completes and its items go to the worker, or --
+the worker gone by then -- to the session's store, so closing waits for them
+(the overlay is removed only after). After a crash of the controller, held
+submits go to the worker instead (after the items of an apply still running).
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ class SessionSupervisor(Supervisor):
             period=30.0,
             children=[worker_spec],
         )
-        self.book = SpeculationBook(session_id=session_id or "")
+        self.book = SpeculationBook(session_id=session_id or "", config=speculation)
         """The session state that survives a restart of the controller."""
         worker = self._children[worker_spec.id].handle
 
@@ -71,7 +76,6 @@ class SessionSupervisor(Supervisor):
                 session_id=session_id,
                 worker=worker,
                 worker_config=worker_config,
-                speculation=speculation,
                 overlays=overlays,
                 workspace=workspace,
                 book=self.book,

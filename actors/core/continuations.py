@@ -81,6 +81,16 @@ class _UrgentCall(ControlMessage):
     args: tuple[Any, ...]
 
 
+def is_private_call(message: object) -> bool:
+    """Whether ``message`` is a continuation an actor posted to itself (:class:`_Call`).
+
+    Such a call belongs to the incarnation that posted it (its callable is bound
+    to that object's state): a supervisor's handle never carries it over to the
+    next incarnation.
+    """
+    return isinstance(message, _Call | _UrgentCall)
+
+
 def tell_quietly(recipient: Recipient[M], message: M) -> bool:
     """Tell ``message``; False (instead of ``ActorDeadError``) if the recipient is gone.
 

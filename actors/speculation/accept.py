@@ -16,7 +16,11 @@ the worker busy (files changed, no history). So a different submit during it
 user moved on: it is aborted, nothing is written, the accept answers
 ``aborted``), and (b) waits in ``_held`` until the accept has sent its items,
 so it always reaches the worker after them. An apply already running is
-not stopped: it completes, and its items go in.
+not stopped: it completes, and its items go in -- even if this actor stops
+meanwhile: the ``InsertItems`` is built from the record when the apply
+starts, and the apply's completion delivers it itself when the controller
+that started it is gone (:mod:`.handover`), followed by the submits a crash
+left held (a close fails them).
 
 **The accept's scope.** Whoever starts an accept makes its
 :class:`~actors.core.cancel.CancelScope` and sends it with it
@@ -54,17 +58,16 @@ from fore.actors.core.handlers import handles
 from fore.actors.overlay.apply import apply_overlay
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.fork import extend
+from fore.actors.speculation.handover import Handover, insert_message
 from fore.actors.speculation.states import AcceptCall, SpecPhase, Speculation
 from fore.actors.telemetry.context import trace_context_of
 from fore.errors import ApplyOutcomeUnknown, OverlayApplyFailed, OverlayClosed
 from fore.messages.alerts import AlertLevel
-from fore.messages.conversation import AssistantMessage, Item, UserMessage
 from fore.messages.overlay import ApplyResult, ConflictReport
 from fore.messages.session import Submit, TurnResult
 from fore.messages.speculation import (
     AcceptResult,
     AcceptSuggestion,
-    InsertItems,
     SpeculationResult,
     SubmitPrompt,
     Suggestion,
@@ -301,6 +304,9 @@ class AcceptProtocol(ControllerBase):
             return
         overlay = spec.overlay
         assert overlay is not None
+        # Built now, from the record alone: if this actor is gone when the apply is
+        # done, the apply's completion delivers it (never files without history).
+        spec.handover = Handover(insert_message(suggestion.text, result, scope))
         spec.move(SpecPhase.APPLYING)  # held submits stay held; the overlay stays
         spec.apply_started = time.monotonic()
         spec.apply_job = self.run_blocking(
@@ -332,6 +338,8 @@ class AcceptProtocol(ControllerBase):
 
     def _applied(self, spec: Speculation, answer: ApplyResult | ConflictReport) -> None:
         spec.apply_job = None  # its callbacks refer back to this actor: let go of it
+        if not _take(spec):
+            return  # delivered by the apply's completion (not this incarnation's to answer)
         call = spec.accept
         assert call is not None and spec.result is not None
         if isinstance(answer, ConflictReport):
@@ -360,6 +368,8 @@ class AcceptProtocol(ControllerBase):
 
     def _apply_failed(self, spec: Speculation, error: BaseException) -> None:
         spec.apply_job = None
+        if not _take(spec):
+            return
         call = spec.accept
         assert call is not None
         if not isinstance(error, OverlayApplyFailed | OverlayClosed):
@@ -430,13 +440,9 @@ class AcceptProtocol(ControllerBase):
         """Insert the accepted transcript (the overlay is already applied)."""
         spec.move(SpecPhase.INSERTING)  # held submits may follow the items now
         suggestion = spec.suggestion
-        items = (UserMessage(text=suggestion.text), *result.items[1:]) if result.items else ()
-        boundary = result.state == "boundary"
-        continue_calls = result.boundary_calls if boundary else ()
-        # A budget or the turn limit stopped it between turns (its transcript
-        # ends with tool results, or with no answer at all): the real worker
-        # picks the turn up where it stopped, through the normal flow.
-        continue_turn = boundary and not continue_calls and not _ends_with_answer(items)
+        assert spec.handover is not None
+        insert = spec.handover.insert
+        items, boundary = insert.items, insert.boundary
         completed = result.completed_at or time.time()
         saved = max(0.0, min(completed, call.tab_at) - result.started_at)
         if spec.span is not None:
@@ -494,16 +500,9 @@ class AcceptProtocol(ControllerBase):
                 AcceptResult(outcome="failed", suggestion=suggestion.text, files_applied=applied)
             )
 
-        continues = bool(continue_calls) or continue_turn
         self.ask_then(
             self._worker,
-            InsertItems(
-                items=tuple(items),
-                continue_calls=continue_calls,
-                continue_turn=continue_turn,
-                # The turn it continues runs under the accept's scope (a child of it).
-                scope=call.scope.child() if continues else None,
-            ),
+            insert.message,  # a turn it continues runs under a child of the accept's scope
             then=inserted,
             on_error=failed,
             timeout=60.0,
@@ -575,10 +574,9 @@ def _then(first: Callable[[], object], answer: Answer) -> Answer:
     return answered
 
 
-def _ends_with_answer(items: Sequence[Item]) -> bool:
-    """Whether a transcript ends with a final assistant answer (text, no calls)."""
-    last = items[-1] if items else None
-    return isinstance(last, AssistantMessage) and not last.tool_calls
+def _take(spec: Speculation) -> bool:
+    """Claim the delivery of an apply's outcome (see :mod:`.handover`)."""
+    return spec.handover is None or spec.handover.take()
 
 
 def _as_turn(session_id: str, result: AcceptResult) -> TurnResult:

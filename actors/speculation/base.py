@@ -32,6 +32,7 @@ from fore.actors.speculation.states import (
 )
 from fore.actors.speculation.status import AbortTimings, StatusEvents, finished_event
 from fore.actors.tools.base import ToolRegistry
+from fore.actors.worker.hookrun import HookGate
 from fore.actors.worker.worker import WorkerConfig
 from fore.messages.alerts import AlertLevel
 from fore.messages.llm import LlmRequest
@@ -69,14 +70,22 @@ class SuggestionRequest:
 class SpeculationBook:
     """What a session keeps across a restart of its controller (owned by its supervisor).
 
-    The session's subscribers (``Session`` subscribes once, when it opens),
-    each with the event kinds it reads, and the status events' memory of what
-    was last sent, so a restarted controller goes on emitting to the same
-    front ends without repeating itself. Like the alert sink's state: built by
+    The session's speculation config (as last changed), the hook gate its
+    speculations share, the session's subscribers (``Session`` subscribes
+    once, when it opens), each with the event kinds it reads, and the status
+    events' memory of what was last sent, so a restarted controller goes on
+    emitting to the same front ends without repeating itself and speculating
+    as the user last asked. Like the alert sink's state: built by
     the supervisor, handed to every incarnation.
     """
 
     session_id: str
+    config: SpeculationConfig = field(default_factory=SpeculationConfig)
+    """The session's speculation config as the user last set it (``SetApprovalMode``
+    narrows it): a restarted controller speculates under it, not the opening one."""
+    hook_gate: HookGate = field(default_factory=HookGate)
+    """The session's speculations' admission to the hook lane, shared by all of them (apart
+    from the main worker's): their abandoned hooks count against one cap, across restarts."""
     subscribers: Subscribers = field(default_factory=Subscribers)
     status_events: StatusEvents | None = None
 
@@ -108,7 +117,6 @@ class ControllerBase(ForeActor):
         session_id: str,
         worker: Any,
         worker_config: WorkerConfig,
-        speculation: SpeculationConfig,
         overlays: OverlayStore,
         workspace: Path,
         book: SpeculationBook,
@@ -120,7 +128,6 @@ class ControllerBase(ForeActor):
         """The session supervisor's id: alerts name it, as they did when this was the supervisor."""
         self.session_id = session_id
         self.worker_config = worker_config
-        self.spec_config = speculation
         self.overlays = overlays
         self.workspace = workspace
         self.fast_model = fast_model
@@ -151,6 +158,15 @@ class ControllerBase(ForeActor):
         """Submits held for an accept in its critical section (they reach the worker after it)."""
         self._closing = False
         """Set when this actor stops: its speculations are let go, aborts report at once."""
+
+    @property
+    def spec_config(self) -> SpeculationConfig:
+        """The session's speculation config (kept in the book: it outlives this actor)."""
+        return self.book.config
+
+    @spec_config.setter
+    def spec_config(self, config: SpeculationConfig) -> None:
+        self.book.config = config
 
     # -- queries over the records ---------------------------------------------------------
 

@@ -8,7 +8,8 @@ lives here, all of it per session -- nothing is process-global. Each
 speculation is one record (:class:`~actors.speculation.states.Speculation`,
 the only one of it) and one worker the controller starts and watches itself
 (a speculation is never restarted, so it needs no supervisor); what must
-outlive a restart of this actor -- the session's subscribers and the last
+outlive a restart of this actor -- the speculation config as last set, the
+hook gate the speculations share, the session's subscribers and the last
 status sent -- is kept in a :class:`~actors.speculation.base.SpeculationBook`
 the supervisor owns. The parts, one module each:
 
@@ -99,20 +100,39 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
             self._worker.tell(Subscribe(address=self.actor_ref, kinds=_WORKER_EVENTS))
 
     def on_failure(self, *_exc_info: Any) -> None:
-        self.on_stop()  # a crash takes its speculations down, as a stop does
+        self._let_go_all(crashed=True)  # a crash takes its speculations down, as a stop does
 
     def on_stop(self) -> None:
-        # An abort that reaches a speculation now has nobody to wait for and
-        # reports at once; then every speculation's work is let go (its worker
-        # stopped, its overlay removed once nothing can write through it).
+        self._let_go_all(crashed=False)
+
+    def _let_go_all(self, *, crashed: bool) -> None:
+        """This actor is stopping: nothing may wait on it any more.
+
+        An abort that reaches a speculation now has nobody to wait for and
+        reports at once; then every speculation's work is let go (its worker
+        stopped, its overlay removed once nothing can write through it). An
+        apply still running delivers its items itself (:mod:`.handover`).
+        Submits held behind an accept are failed when the session closes; after
+        a crash (the session lives on, a new incarnation takes over) they go to
+        the worker -- after the items of an apply still running, never before.
+        """
         self._closing = True
+        held, self._held = self._held, []
+        if crashed:
+            applying = self._accepting
+            handover = None if applying is None else applying.handover
+            if applying is not None and applying.apply_job is not None and handover is not None:
+                handover.held.extend(held)  # before _let_go: the apply may end any moment
+            else:
+                for submit, reply in held:
+                    self._forward_submit(submit, reply)
+            held = []
         self._invalidate("session closed")
         for spec in list(self._specs.values()):
             if spec.accept is not None:  # its scope no longer needs to reach this actor
                 spec.accept.registration.remove()
             self._cancel_pipelined(spec, "session closed")
             self._let_go(spec, "session closed")
-        held, self._held = self._held, []
         for _submit, reply in held:
             if reply is not None:
                 reply.try_set_exception(ActorDeadError("the session closed"))

@@ -200,6 +200,7 @@ class Lifecycle(ControllerBase):
             gate=spec.gate,
             model=spec.model,
             model_name=model_name,
+            hook_gate=self.book.hook_gate,
         )
         with self.system.activated():
             spec.worker = Worker.start(worker_config)

@@ -13,7 +13,9 @@ the worker and owns everything it is given):
   after the gate with strict semantics (:mod:`actors.speculation.gate`);
 * the session's ``pre_tool_call`` and ``post_tool_call`` hooks also run, and
   any answer but Continue is a boundary -- speculation never bypasses
-  permission policy;
+  permission policy; they pass one hook gate the session's speculations
+  share (kept in the controller's book), so their hung hooks count against
+  one ``max_in_flight`` cap, apart from the main worker's;
 * its history is the session's fork snapshot trimmed at a cache-safe point,
   its model the session's fast model when one is configured (model object
   *and* name), wrapped in a :class:`~actors.speculation.metered.MeteredModel`;
@@ -31,6 +33,7 @@ from fore.actors.speculation.fork import trim_history
 from fore.actors.speculation.gate import SpeculationGate
 from fore.actors.speculation.metered import MeteredModel
 from fore.actors.tools.base import ToolRegistry, ToolServices
+from fore.actors.worker.hookrun import HookGate
 from fore.actors.worker.hooks import HookEvent, HooksView
 from fore.actors.worker.state import SessionState
 from fore.actors.worker.worker import WorkerConfig
@@ -67,13 +70,16 @@ def speculation_worker_config(
     gate: SpeculationGate,
     model: MeteredModel,
     model_name: str,
+    hook_gate: HookGate,
 ) -> WorkerConfig:
     """The speculation worker's configuration (see module docs).
 
     ``tools``: the session's tools when the speculation started (they execute
     its calls; what the requests *describe* is always ``snapshot.tools``).
     ``model_name``: the wire name to send (empty: the snapshot's, i.e. the
-    main request's).
+    main request's). ``hook_gate``: the one the session's speculations share, so
+    together they hold at most the session's ``max_in_flight`` lane threads with
+    their hooks (hung ones included) and never take the lane from the user's turn.
     """
     history = trim_history(snapshot.history, config.max_history, config.history_trim_step)
     return WorkerConfig(
@@ -85,7 +91,7 @@ def speculation_worker_config(
         tools=tools,
         hooks=HooksView(main.hooks, frozenset({HookEvent.PRE_TOOL_CALL, HookEvent.POST_TOOL_CALL})),  # type: ignore[arg-type]
         interceptor=gate,
-        state=SessionState(history=list(history)),
+        state=SessionState(history=list(history), hook_gate=hook_gate),
         services=ToolServices(blobs=main.services.blobs, pending_actions=PendingActions()),
         model_name=model_name or snapshot.model_name,
         system_prompt=snapshot.system_prompt,

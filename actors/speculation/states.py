@@ -66,6 +66,7 @@ from fore.actors.core.cancel import CancelScope, Registration
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.gate import SpeculationGate
+from fore.actors.speculation.handover import Handover
 from fore.actors.speculation.metered import MeteredModel
 from fore.actors.speculation.outcome import Limit
 from fore.errors import SpeculationPhaseError
@@ -232,6 +233,9 @@ class Speculation:
     apply_started: float | None = None
     apply_job: Future[Any] | None = None
     """The apply running on the blocking lane (its overlay is removed only after it)."""
+    handover: Handover | None = None
+    """The items its apply owes the worker, built when the apply starts: delivered by the
+    controller, or by the apply's completion if the controller is gone by then."""
     next_suggestion: str | None = None
     pipelined_request: LlmRequest | None = None
     """The pipelined suggestion request in flight (cancelled through its own scope)."""

@@ -38,8 +38,10 @@ teardown never waits behind queued mail. When the controller itself stops --
 the session closes -- nothing may wait on it any more: :meth:`_let_go` stops
 each worker, cancels each scope and leaves the overlay's removal to the scope's
 settlement and a deadline on the runtime's timer (after an apply still
-running, if one is). Closing a session or the runtime waits for what this is
-for -- the session's overlays gone from disk (``OverlayStore.wait_removed``).
+running, if one is: its completion first hands the accepted items to the
+worker, or to the session's store if the worker is gone too -- :mod:`.handover`).
+Closing a session or the runtime waits for what this is for -- the session's
+overlays gone from disk (``OverlayStore.wait_removed``).
 """
 
 from __future__ import annotations
@@ -255,6 +257,19 @@ class TeardownSteps(ControllerBase):
             if pending is not None:
                 pending.cancel()
         self._release_slot(spec)  # its run is over: the governor admits another
+        job, handover = spec.apply_job, spec.handover
+        if job is not None and handover is not None:
+            # The apply's outcome will never reach this actor: its completion hands the
+            # items to the worker itself (before the overlay's removal is asked for).
+            main = self.worker_config
+            deliver = partial(
+                handover.deliver_orphaned,
+                worker=self._worker,
+                state=main.state,
+                persist=main.persist,
+                lane=self.system.blocking,
+            )
+            job.add_done_callback(deliver)
         if spec.teardown in (Teardown.REMOVING, Teardown.REMOVED):
             return  # its removal is under way on the lane (or done)
         timer = self.system.timer
@@ -278,7 +293,6 @@ class TeardownSteps(ControllerBase):
             except RuntimeError:  # the timer is shut down: the runtime is closing anyway
                 pass
 
-        job = spec.apply_job
         if job is not None and not job.done():
             # Never pull the upper layer from under a running apply.
             job.add_done_callback(lambda _done: once_nothing_applies())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.controller import SpeculationController
 from fore.messages.speculation import AcceptResult
 from fore.supervision import Runtime
@@ -149,14 +150,6 @@ def test_a_controller_crash_while_tab_waits_for_the_run_applies_nothing(
 # -- never files without history -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a controller that stops during Tab's apply lets the apply finish (teardown._let_go) "
-        "but its outcome is posted to the dead incarnation, so InsertItems is never sent: "
-        "files applied, history without them"
-    ),
-)
 def test_a_controller_crash_during_tabs_apply_leaves_no_files_without_history(
     rt: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,13 +194,6 @@ def test_a_controller_crash_while_the_items_are_inserted_keeps_files_and_history
     assert s.close(timeout=WAIT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: the controller's on_stop fails held submits with 'the session closed' on a crash "
-        "too; the session is alive and the prompt is lost"
-    ),
-)
 def test_a_submit_held_behind_an_apply_still_runs_after_a_controller_crash(
     rt: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,18 +228,7 @@ def test_a_submit_held_behind_an_apply_still_runs_after_a_controller_crash(
     "crash",
     [
         pytest.param(False, id="no_crash"),
-        pytest.param(
-            True,
-            id="after_a_crash",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "bug: SetApprovalMode changes only the controller's own spec_config; a "
-                    "restarted controller starts from the session's opening config, so "
-                    "speculation runs under the wider mode again"
-                ),
-            ),
-        ),
+        pytest.param(True, id="after_a_crash"),
     ],
 )
 def test_a_narrowed_approval_mode_holds_for_speculation(crash: bool, rt: Runtime, ws: Path) -> None:
@@ -274,3 +249,33 @@ def test_a_narrowed_approval_mode_holds_for_speculation(crash: bool, rt: Runtime
         assert status.files_written == 0 and status.boundary_tool == "edit"
         assert s.close(timeout=WAIT)
     nothing_left(rt)
+
+
+def test_a_crashed_controllers_own_callbacks_never_run_on_the_restarted_one(
+    rt: Runtime, ws: Path
+) -> None:
+    """A continuation the controller posted to itself (a blocking result, a timer, an
+    ask's answer) is queued behind the message that crashes it. It acts on the dead
+    incarnation's state, so it goes with it: the restarted controller never runs it,
+    while the mail sent to the session is carried over and answered."""
+    s = rt.open_session(
+        workspace=ws, model=ScriptedModel([main_reply("Hello.")]), speculation=AUTO_EDIT
+    )
+    old = controller_of(s)
+    ran: list[str] = []
+
+    def boom() -> None:
+        raise RuntimeError("controller bug (test)")
+
+    with Held(old):
+        assert old.post(lambda: ran.append("the dead incarnation's callback"))
+        prompt, results = in_background(lambda: s.submit("hi", timeout=WAIT))
+        wait_until(lambda: len(old.actor_inbox) >= 2)
+        assert old.post_urgent(boom)  # (control lane: ahead of the queued mail)
+    wait_until(lambda: old.has_exited)
+    prompt.join(WAIT)
+    (result,) = results  # the session's mail was carried over to the new incarnation
+    assert not isinstance(result, Exception) and result.items[-1].text == "Hello."
+    assert controller_of(s) is not old
+    assert ran == []
+    assert s.close(timeout=WAIT)

@@ -143,13 +143,6 @@ def test_a_close_at_each_phase_returns_once_every_overlay_is_gone(
 # -- a stored session closed under an apply ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: closing the session during Tab's apply lets it finish but never inserts its "
-        "items; the stored history lacks what the files hold"
-    ),
-)
 def test_closing_a_stored_session_during_tabs_apply_leaves_no_files_without_history(
     tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

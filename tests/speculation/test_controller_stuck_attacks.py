@@ -115,14 +115,6 @@ def test_a_tool_that_ignores_its_cancel_cannot_write_after_the_overlay_is_gone(
     assert s.close(timeout=WAIT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: each speculation's worker gets a fresh SessionState and with it a fresh HookGate "
-        "(sandbox.py), so speculations escape the session's max_in_flight cap and their hung "
-        "hooks fill the shared hook lane"
-    ),
-)
 def test_hung_speculative_hooks_never_take_the_lane_from_the_users_turn(
     tmp_path: Path, ws: Path
 ) -> None:

@@ -47,14 +47,6 @@ from tests.worker.test_worker_lifecycle import worker_held
 # -- the order of the user's keys ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: Keystroke travels on the control lane and AcceptSuggestion on the normal one, "
-        "so a key typed after Tab overtakes it, aborts the speculation and Tab answers "
-        "no_suggestion"
-    ),
-)
 def test_a_key_typed_after_tab_does_not_overtake_it(rt: Runtime, ws: Path) -> None:
     """The user presses Tab, then starts typing the next prompt, while the controller is
     busy. The keys must take effect in the order they were pressed: the Tab accepts the

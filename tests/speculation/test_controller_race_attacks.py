@@ -67,6 +67,27 @@ def test_a_key_typed_after_tab_does_not_overtake_it(rt: Runtime, ws: Path) -> No
     assert s.close(timeout=WAIT)
 
 
+def test_a_key_typed_after_submitting_the_suggestion_does_not_overtake_it(
+    rt: Runtime, ws: Path
+) -> None:
+    """The user types the suggestion's text and presses Enter, then starts typing while
+    the controller is busy: the submit takes the accept path (the speculation's work is
+    applied), as it would had the key come later."""
+    s = completed(rt, ws)
+    controller = controller_of(s)
+    with Held(controller):
+        enter, answers = in_background(lambda: s.submit("bump x to 2", timeout=WAIT))
+        queued_at(controller, 1)  # the submit first ...
+        s.keystroke("now run the tests")  # ... then a key
+    enter.join(WAIT)
+    (turn,) = answers
+    assert turn.status == "completed", turn
+    assert (ws / "app.py").read_text() == "x = 2\n"
+    files_match_history(s, ws)
+    nothing_left(rt, s.id)
+    assert s.close(timeout=WAIT)
+
+
 def test_a_key_typed_before_tab_wins(rt: Runtime, ws: Path) -> None:
     """A key that does not continue the suggestion, then Tab: the key aborts the
     speculation first, and Tab finds nothing on offer."""

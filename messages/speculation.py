@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -368,6 +369,9 @@ class AcceptSuggestion(Ask[AcceptResult]):
     wait_continuation: bool = True
     scope: CancelScope | None = Field(default=None, exclude=True)
     """The accept's cancel scope (in-process); ``None``: the controller makes one."""
+    arrived: Callable[[], None] | None = Field(default=None, exclude=True)
+    """Called by the controller first thing when it handles the Tab (in-process): the
+    sender's keys typed after it were held until then (``supervision.input_order``)."""
 
 
 class SubmitPrompt(Ask[TurnResult[Any]]):
@@ -391,6 +395,8 @@ class SubmitPrompt(Ask[TurnResult[Any]]):
     scope: CancelScope | None = Field(default=None, exclude=True)
     """The run's cancel scope, passed on to the worker's ``Submit`` (see ``Submit.scope``);
     on the accept path, the accept's (see :class:`AcceptSuggestion`)."""
+    arrived: Callable[[], None] | None = Field(default=None, exclude=True)
+    """As ``AcceptSuggestion.arrived``: keys typed after the prompt were held until it arrived."""
     # -- telemetry (issue 28) --
     usage_limits: UsageLimits | None = None
     """Limits of this turn's main requests (passed on to its ``Submit``)."""

@@ -66,6 +66,7 @@ from fore.messages.speculation import (
     SubmitPrompt,
 )
 from fore.messages.usage import UsageLimits, UsageSummary
+from fore.supervision.input_order import InputOrder, OnTheWay
 from fore.supervision.session_async import DEFAULT_STREAM_MAXLEN, EventStream, wait_answer
 
 if TYPE_CHECKING:
@@ -177,9 +178,12 @@ class Session:
         self._alert_events = _AlertEvents(session_id, self._events)
         self._closed = False
         self._pending_lock = threading.Lock()
-        self._pending: set[CancelScope] = set()
+        self._pending: dict[CancelScope, OnTheWay] = {}
         """The scopes of this object's submits and accepts still waiting for their answer
-        (:meth:`cancel` cancels them)."""
+        (:meth:`cancel` cancels them), each with its place in :attr:`input_order`."""
+        self.input_order = InputOrder(front)
+        """Low level: keeps the keys typed after a submit or Tab behind it (:meth:`keystroke`);
+        a relay that sends its own submits and Tabs (the Ray shard) registers them here."""
         self._final_usage: UsageSummary | None = None
         """The usage when the session closed (the runtime's ledger forgets it then)."""
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
@@ -327,7 +331,7 @@ class Session:
         # suggestion takes the accept path; anything else aborts the speculation
         # first; the worker's answer comes straight back (forwarded reply).
         return self._send_scoped(
-            lambda scope: SubmitPrompt(
+            lambda scope, arrived: SubmitPrompt(
                 text=text,
                 segments=frozen,
                 max_turns=max_turns,
@@ -335,26 +339,30 @@ class Session:
                 output=output,
                 usage_limits=usage_limits,
                 trace=trace,
+                arrived=arrived,
             ),
             timeout,
         )
 
     def _send_scoped(
-        self, message: Callable[[CancelScope], Any], timeout: float
+        self, message: Callable[[CancelScope, OnTheWay], Any], timeout: float
     ) -> tuple[CancelScope, PooledFuture[Any]]:
-        """Make the work's cancel scope, then ask the front door ``message(scope)``.
+        """Make the work's cancel scope, then ask the front door ``message(scope, arrived)``.
 
         The scope is made here, before anything is sent, and is pending until
         the answer is read (:meth:`_wait`, :meth:`_await`): :meth:`cancel`
         reaches the work through it wherever the work is -- on its way (the
-        cancel may overtake it), waiting, or running.
+        cancel may overtake it), waiting, or running. ``arrived`` is the
+        message's place among the user's inputs (:mod:`supervision.input_order`):
+        keys typed from now on reach the controller after it.
         """
         scope = CancelScope()
+        arrived = self.input_order.sending()
         with self._pending_lock:
-            self._pending.add(scope)
+            self._pending[scope] = arrived
         try:
             future: PooledFuture[Any] = self._front.ask(
-                message(scope), block=False, timeout=timeout
+                message(scope, arrived), block=False, timeout=timeout
             )
         except BaseException:
             self._settled(scope)
@@ -362,8 +370,12 @@ class Session:
         return scope, future
 
     def _settled(self, scope: CancelScope) -> None:
+        """The work's answer was read (or its wait given up): the keys typed after it go
+        now if it never arrived."""
         with self._pending_lock:
-            self._pending.discard(scope)
+            arrived = self._pending.pop(scope, None)
+        if arrived is not None:
+            arrived()
 
     def _wait(self, scope: CancelScope, future: PooledFuture[Any], why: str) -> Any:
         """The answer of scoped work; past its deadline the work is cancelled (``why``)."""
@@ -443,9 +455,17 @@ class Session:
 
     # -- suggestions and speculation ------------------------------------------------
 
-    def keystroke(self, text: str = "") -> None:
-        """The user is typing ``text``: anything but a prefix of the suggestion aborts it."""
-        self._front.tell(Keystroke(text=text))
+    def keystroke(self, text: str = "", *, _at: float | None = None) -> None:
+        """The user is typing ``text``: anything but a prefix of the suggestion aborts it.
+
+        Told on the controller's control lane, so it aborts a speculation ahead of
+        whatever mail waits there -- but never ahead of a :meth:`submit` or Tab
+        (:meth:`accept`) sent before it: while one is on its way to the controller the
+        key waits for it (:mod:`supervision.input_order`). (``_at``: when the key was
+        pressed, for a caller that relays it, as the Ray shard.)
+        """
+        key = Keystroke(text=text) if _at is None else Keystroke(text=text, at=_at)
+        self.input_order.keystroke(key)
 
     def accept(self, *, timeout: float = 60.0, wait_continuation: bool = True) -> AcceptResult:
         """Tab: accept the current suggestion (apply its speculation, or run it).
@@ -466,7 +486,9 @@ class Session:
         self, wait_continuation: bool, timeout: float
     ) -> tuple[CancelScope, PooledFuture[Any]]:
         return self._send_scoped(
-            lambda scope: AcceptSuggestion(wait_continuation=wait_continuation, scope=scope),
+            lambda scope, arrived: AcceptSuggestion(
+                wait_continuation=wait_continuation, scope=scope, arrived=arrived
+            ),
             timeout,
         )
 

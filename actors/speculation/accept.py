@@ -92,6 +92,8 @@ class AcceptProtocol(ControllerBase):
 
     @handles(AcceptSuggestion)
     def _on_accept(self, message: AcceptSuggestion) -> None:
+        if message.arrived is not None:
+            message.arrived()  # the keys typed after it come next (supervision.input_order)
         reply = self.defer_reply()
         scope = message.scope if message.scope is not None else CancelScope()
         if scope.cancel_called:  # the cancel overtook it: nothing is applied
@@ -116,6 +118,8 @@ class AcceptProtocol(ControllerBase):
 
     @handles(SubmitPrompt)
     def _on_submit_prompt(self, message: SubmitPrompt) -> None:
+        if message.arrived is not None:
+            message.arrived()  # the keys typed after it come next (supervision.input_order)
         suggestion = self._suggestion
         plain = message.segments is None and message.output is None  # structured: a new run
         if suggestion is not None and plain and message.text == suggestion.text:

@@ -107,6 +107,7 @@ from fore.messages.session import (
     RunState,
     SetModel,
     Subscribe,
+    TurnFinished,
     Unsubscribe,
 )
 
@@ -170,6 +171,15 @@ class Worker(
             self._answer_unstarted(successor[0], "cancelled", "session closed")
 
     def on_failure(self, *exc_info: Any) -> None:
+        """The worker crashed under a run: end it visibly, as every run ends.
+
+        Its on_abort runs detached, its work is called off, and its
+        ``TurnFinished`` (status ``error``) goes out before its submit is
+        answered with the failure: a waiter that only reads events -- the
+        controller's Tab waiting for a boundary's continuation, ``fore chat``
+        -- learns of the end now, not at its deadline. Nothing else reports
+        the run: the restarted worker only repairs history.
+        """
         run = self._run
         if run is not None and not run.ended:
             reason = f"the session's worker failed: {exc_info[1]!r}"
@@ -177,6 +187,12 @@ class Worker(
                 run.span.fail(reason)
             self._abort_detached(run, "error", reason)
             self._cancel_inflight(run, "worker failed")
+            run.error_kind = "worker"
+            self._emit(
+                TurnFinished(
+                    session_id=self.config.session_id, result=self._result(run, "error", reason)
+                )
+            )
             if run.reply is not None:
                 run.reply.try_set_exception(RuntimeError(reason))
             if run.successor is not None:

@@ -69,7 +69,6 @@ from fore.messages.speculation import (
     AbortSpeculation,
     AcceptResult,
     AcceptSuggestion,
-    Keystroke,
     SubmitPrompt,
 )
 from fore.supervision.runtime import Runtime
@@ -353,10 +352,11 @@ class ShardServer:
         session = hosted.session
         scope = CancelScope()
         hosted.pending.add(scope)
+        arrived = session.input_order.sending()  # later keys reach the controller after it
         try:
             if hosted.spec.speculation:
                 prompt = SubmitPrompt(
-                    text=text, segments=segments, max_turns=max_turns, scope=scope
+                    text=text, segments=segments, max_turns=max_turns, scope=scope, arrived=arrived
                 )
                 future = session.controller.ask(prompt, block=False, timeout=timeout)
             else:
@@ -368,6 +368,7 @@ class ShardServer:
             raise
         finally:
             hosted.pending.discard(scope)
+            arrived()  # (if it never arrived)
         return turn
 
     async def accept(
@@ -383,8 +384,11 @@ class ShardServer:
         hosted = self._get(session_id)
         scope = CancelScope()
         hosted.pending.add(scope)
+        arrived = hosted.session.input_order.sending()  # later keys reach the controller after it
         try:
-            message = AcceptSuggestion(wait_continuation=wait_continuation, scope=scope)
+            message = AcceptSuggestion(
+                wait_continuation=wait_continuation, scope=scope, arrived=arrived
+            )
             result: AcceptResult = await _bridged(
                 hosted.session.controller.ask(message, block=False, timeout=timeout), timeout
             )
@@ -396,14 +400,14 @@ class ShardServer:
             raise
         finally:
             hosted.pending.discard(scope)
+            arrived()  # (if it never arrived)
         return result
 
     async def keystroke(self, session_id: str, text: str = "", at: float | None = None) -> None:
-        """The user typed: told on the control lane (``at``: the caller's ``time.monotonic()``,
-        when the caller is on this machine, so abort latency counts the trip here)."""
-        hosted = self._get(session_id)
-        stamp = time.monotonic() if at is None else at
-        hosted.session.controller.tell(Keystroke(text=text, at=stamp))
+        """The user typed: ``Session.keystroke`` here -- on the control lane, after a submit
+        or Tab sent before it (``at``: the caller's ``time.monotonic()``, when the caller is
+        on this machine, so abort latency counts the trip here)."""
+        self._get(session_id).session.keystroke(text, _at=at)
 
     async def set_approval_mode(self, session_id: str, mode: ApprovalMode) -> None:
         """``Session.set_approval_mode`` here (never waits)."""

@@ -47,14 +47,6 @@ from tests.worker.test_worker_lifecycle import worker_held
 # -- the order of the user's keys ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: Keystroke travels on the control lane and AcceptSuggestion on the normal one, "
-        "so a key typed after Tab overtakes it, aborts the speculation and Tab answers "
-        "no_suggestion"
-    ),
-)
 def test_a_key_typed_after_tab_does_not_overtake_it(rt: Runtime, ws: Path) -> None:
     """The user presses Tab, then starts typing the next prompt, while the controller is
     busy. The keys must take effect in the order they were pressed: the Tab accepts the
@@ -69,6 +61,27 @@ def test_a_key_typed_after_tab_does_not_overtake_it(rt: Runtime, ws: Path) -> No
     (result,) = answers
     assert isinstance(result, AcceptResult)
     assert result.outcome == "accepted", result
+    assert (ws / "app.py").read_text() == "x = 2\n"
+    files_match_history(s, ws)
+    nothing_left(rt, s.id)
+    assert s.close(timeout=WAIT)
+
+
+def test_a_key_typed_after_submitting_the_suggestion_does_not_overtake_it(
+    rt: Runtime, ws: Path
+) -> None:
+    """The user types the suggestion's text and presses Enter, then starts typing while
+    the controller is busy: the submit takes the accept path (the speculation's work is
+    applied), as it would had the key come later."""
+    s = completed(rt, ws)
+    controller = controller_of(s)
+    with Held(controller):
+        enter, answers = in_background(lambda: s.submit("bump x to 2", timeout=WAIT))
+        queued_at(controller, 1)  # the submit first ...
+        s.keystroke("now run the tests")  # ... then a key
+    enter.join(WAIT)
+    (turn,) = answers
+    assert turn.status == "completed", turn
     assert (ws / "app.py").read_text() == "x = 2\n"
     files_match_history(s, ws)
     nothing_left(rt, s.id)

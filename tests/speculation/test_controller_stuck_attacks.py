@@ -191,14 +191,6 @@ def test_hung_speculative_hooks_never_take_the_lane_from_the_users_turn(
 # -- the main worker fails under an accept -------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: a worker that fails under a continuation emits no TurnFinished for it, so the "
-        "Tab waiting for it is answered only at its deadline and its entry stays in the "
-        "controller's _continuations"
-    ),
-)
 def test_tab_waiting_for_a_boundarys_continuation_is_answered_when_the_worker_crashes(
     rt: Runtime, ws: Path, buggy_worker: None
 ) -> None:

@@ -47,7 +47,14 @@ from fore.messages.conversation import (
     UserMessage,
 )
 from fore.messages.llm import LlmRequest
-from fore.messages.session import Submit, TextDelta, ToolFinished, ToolStarted, TurnResult
+from fore.messages.session import (
+    Submit,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnResult,
+)
 from fore.supervision import Runtime
 
 WAIT = 20.0
@@ -694,6 +701,26 @@ def test_a_crashing_worker_restarts_keeping_history(runtime: Runtime, workspace:
         assert turn.status == "completed"
         texts = [getattr(i, "text", "") for i in s.history]
         assert texts == ["hello", "first", "again", "after restart"]
+
+
+def test_a_run_the_worker_crashes_under_ends_with_one_turn_finished(
+    runtime: Runtime, workspace: Path
+) -> None:
+    """A waiter that reads events learns of the crashed run's end at once: one
+    ``TurnFinished`` (status ``error``, kind ``worker``), before the submit is answered
+    with the failure; the restarted worker reports nothing more for it."""
+    model = ScriptedModel([reply("after restart")])
+    with runtime.open_session(workspace=workspace, model=model, interceptor=Crashing()) as s:
+        with pytest.raises((RuntimeError, ActorCrashed)):
+            s.submit("crash", timeout=WAIT)
+        assert s.submit("again", timeout=WAIT).status == "completed"
+        ends = [e.result for e in s.drain_events() if isinstance(e, TurnFinished)]
+        assert [(r.status, r.error_kind) for r in ends] == [
+            ("error", "worker"),
+            ("completed", None),
+        ]
+        assert "interceptor bug" in (ends[0].error or "")
+        assert ends[0].run_id != ends[1].run_id
 
 
 def test_an_llm_failure_ends_the_run_with_an_error_and_alert(

@@ -5,6 +5,14 @@ the typed messages it sends (``Submit``, ``Resume``, ``CancelRun`` ...) are the
 real interface. Every blocking call has a timeout. asyncio applications use
 the ``a``-prefixed counterparts and :meth:`Session.stream`, which never block
 the event loop (:mod:`supervision.session_async`).
+
+One concept, kept whole although it is over 600 lines: it *is* the session's
+public API, and each method is a short translation of a call into the typed
+message it sends and the answer it waits for (with its deadline). What is not
+that translation lives beside it: the event queue (:mod:`supervision.session_events`),
+the order of the user's inputs (:mod:`supervision.input_order`), the asyncio
+waits (:mod:`supervision.session_async`), the wiring of a session's actors
+(:mod:`supervision.session_wiring`).
 """
 
 from __future__ import annotations
@@ -12,14 +20,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pykka
-from pykka import ActorDeadError
 
 from fore.actors.core.cancel import CancelScope
 from fore.actors.core.continuations import tell_quietly
@@ -41,7 +47,6 @@ from fore.messages.conversation import Item, Segment
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import (
     AddTool,
-    AlertRaised,
     CancelRun,
     EventBase,
     GetHistory,
@@ -68,6 +73,7 @@ from fore.messages.speculation import (
 from fore.messages.usage import UsageLimits, UsageSummary
 from fore.supervision.input_order import InputOrder, OnTheWay
 from fore.supervision.session_async import DEFAULT_STREAM_MAXLEN, EventStream, wait_answer
+from fore.supervision.session_events import AlertEvents, EventQueue
 
 if TYPE_CHECKING:
     from fore.actors.worker.worker import Worker
@@ -75,74 +81,6 @@ if TYPE_CHECKING:
     from fore.supervision.runtime import Runtime
 
 T = TypeVar("T")
-
-
-class EventQueue:
-    """A bounded, thread-safe event buffer that actors can ``tell``.
-
-    Events are observability: if nobody reads them, the oldest are dropped
-    (and counted) rather than growing without bound. The history is the
-    source of truth.
-    """
-
-    def __init__(self, maxlen: int = 10_000) -> None:
-        self._events: deque[Any] = deque()
-        self._maxlen = maxlen
-        self._cond = threading.Condition()
-        self._closed = False
-        self.dropped = 0
-        self.on_close: list[Callable[[], None]] = []
-        """Called once when the queue closes (the session's async streams end with it)."""
-
-    def tell(self, event: Any) -> None:
-        with self._cond:
-            if self._closed:
-                raise ActorDeadError("event queue closed")
-            if len(self._events) >= self._maxlen:
-                self._events.popleft()
-                self.dropped += 1
-            self._events.append(event)
-            self._cond.notify_all()
-
-    def get(self, timeout: float | None = None) -> Any | None:
-        """The next event, or ``None`` when closed or when ``timeout`` passes."""
-        with self._cond:
-            if not self._events and not self._closed:
-                self._cond.wait(timeout)
-            if self._events:
-                return self._events.popleft()
-            return None
-
-    def drain(self) -> list[Any]:
-        with self._cond:
-            events = list(self._events)
-            self._events.clear()
-            return events
-
-    def close(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
-        listeners, self.on_close = self.on_close, []
-        for listener in listeners:
-            listener()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-
-class _AlertEvents:
-    """Turns the alert sink's alerts for one session into session events."""
-
-    def __init__(self, session_id: str, events: Any) -> None:
-        self.session_id = session_id
-        self.events = events
-
-    def tell(self, alert: Alert) -> None:
-        self.events.tell(AlertRaised(session_id=self.session_id, alert=alert))
 
 
 class Session:
@@ -175,7 +113,7 @@ class Session:
         self._state = state
         self._alert_sink = alert_sink
         self._events = EventQueue()
-        self._alert_events = _AlertEvents(session_id, self._events)
+        self._alert_events = AlertEvents(session_id, self._events)
         self._closed = False
         self._pending_lock = threading.Lock()
         self._pending: dict[CancelScope, OnTheWay] = {}
@@ -671,7 +609,7 @@ class Session:
         if self._closed or self._events.closed:
             stream.close()
             return stream
-        alerts = _AlertEvents(self.id, stream.sink)
+        alerts = AlertEvents(self.id, stream.sink)
 
         def unsubscribe(sink: Any) -> None:
             for target, message in (

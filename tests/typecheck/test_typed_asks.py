@@ -33,7 +33,7 @@ from fore.actors.core.handlers import handles
 from fore.actors.core.pooled import ForeActor
 from fore.messages.address import Ask
 from fore.messages.base import ControlMessage, Message
-from fore.supervision.session import EventQueue
+from fore.supervision.session_events import EventQueue
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = Path(__file__).resolve().parent / "snippets"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fore.actors.core.continuations import tell_quietly
 from fore.actors.core.future import PooledFuture
 from fore.messages.address import Address, Recipient
-from fore.supervision.session import EventQueue
+from fore.supervision.session_events import EventQueue
 from tests.typecheck.snippets.asks import Asker, Name, Note, Ping, PingMessage
 
 

@@ -12,7 +12,7 @@ from fore.actors.core.future import PooledFuture
 from fore.messages.address import Address, Recipient
 from fore.messages.base import Message
 from fore.supervision.handle import Handle
-from fore.supervision.session import EventQueue
+from fore.supervision.session_events import EventQueue
 from tests.typecheck.snippets.asks import Asker, Name, Note, Pause, Ping, PingMessage
 
 

@@ -12,19 +12,7 @@ import pytest
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.worker.worker import Worker
 from fore.supervision.runtime import Runtime
-from tests.speculation.test_speculation import Boom, speculation_runtime
-
-
-@pytest.fixture(scope="module")
-def runtime(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Runtime]:
-    """Overrides the suite's default ``runtime`` for every module of this folder.
-
-    Named after the module, like the default one; see :func:`speculation_runtime`.
-    """
-    name = request.module.__name__.rpartition(".")[2].removeprefix("test_").replace("_", "-")
-    yield from speculation_runtime(tmp_path_factory, f"{name}-test")
+from tests.speculation.test_speculation import Boom
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
-"""The speculation tests' runtimes (one per module; one per test for the controller attacks),
-overlays in a temp dir, governor off; the attacks' workspace."""
+"""The controller attacks' runtime (one per test) and workspace; a worker that crashes on ``Boom``.
+
+The other speculation tests use the suite's ``runtime`` (tests/conftest.py: overlays in a
+temp dir, governor off)."""
 
 from __future__ import annotations
 

@@ -62,12 +62,6 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> 
         time.sleep(0.005)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "app.py").write_text("print('hello')\n")
-    return tmp_path
-
-
 class Person:
     """An approver that answers from a script and records what it was asked (and where)."""
 

@@ -55,12 +55,6 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(bounded())
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "app.py").write_text("print('hello')\n")
-    return tmp_path
-
-
 async def until(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
     deadline = time.monotonic() + timeout
     while True:

@@ -1,4 +1,4 @@
-"""Fixtures shared by the tools tests: the pool's report inbox; the MCP demo server (HTTP)."""
+"""Fixtures shared by the tools tests: a workspace, the pool's report inbox, the MCP server."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ from tests.tools.test_tool_pool import Collector
 
 DEMO = str(Path(__file__).with_name("mcp_demo_server.py"))
 WAIT = 60.0
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """An empty workspace, ``ws`` under the test's temp dir (a module may define its own)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,12 +29,6 @@ from fore.messages.llm import LlmRequest
 from fore.supervision import Runtime
 
 WAIT = 30.0
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "notes.txt").write_text("alpha\n")
-    return tmp_path
 
 
 class ToolHungry:

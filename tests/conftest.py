@@ -7,9 +7,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fore.actors.speculation.governor import LoadGovernor
 from fore.supervision.runtime import Runtime
 
 # The suite opts in to Fore's own pytest fixtures, as an application would
@@ -38,17 +41,49 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
-@pytest.fixture(scope="module")
-def runtime(request: pytest.FixtureRequest) -> Iterator[Runtime]:
-    """A default :class:`Runtime` shared by one test module; it must close cleanly.
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "runtime(**options): the test runtime's options (fixtures runtime and fresh_runtime)",
+    )
 
-    Named after the module (its thread names say whose it is). A module that
-    needs another runtime -- a blob dir, overlays, no blobs, function scope, a
-    longer close -- defines its own ``runtime`` fixture, which overrides this one.
+
+def _open_runtime(request: pytest.FixtureRequest, base: Path) -> Iterator[Runtime]:
+    """The suite's test runtime: named after the module, overlays under ``base``, load governor off.
+
+    Every speculation a test asks for must run, so the governor is off. A module
+    (``pytestmark = pytest.mark.runtime(...)``) or a test changes the runtime with
+    the ``runtime`` marker: its keywords go to :class:`Runtime` (``blobs=False``,
+    ``name=...``), ``close_timeout`` to the ``close()`` that must succeed (30 s).
     """
+    marker = request.node.get_closest_marker("runtime")
+    options: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    close_timeout = options.pop("close_timeout", 30)
     name = request.module.__name__.rpartition(".")[2].removeprefix("test_").replace("_", "-")
-    rt = Runtime(name=f"{name}-test")
+    options.setdefault("name", f"{name}-test")
+    options.setdefault("overlay_root", base / "overlays")
+    options.setdefault("speculation_governor", LoadGovernor(enabled=False))
+    rt = Runtime(**options)
     try:
         yield rt
     finally:
-        assert rt.close(timeout=30)
+        assert rt.close(timeout=close_timeout), f"runtime closed unclean: {rt.overlays_left}"
+
+
+@pytest.fixture(scope="module")
+def runtime(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runtime]:
+    """One test runtime (:func:`_open_runtime`) shared by a test module; it must close cleanly."""
+    yield from _open_runtime(request, tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.fixture
+def fresh_runtime(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Runtime]:
+    """A test runtime of one test's own: its crashes, restarts and tools meet no other test's.
+
+    Its overlays are not under ``tmp_path`` (tests use that as a workspace).
+    """
+    yield from _open_runtime(request, tmp_path_factory.mktemp("runtime"))

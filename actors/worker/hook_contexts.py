@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fore.messages.conversation import Item, Segment, ToolCall
+from fore.messages.conversation import Item, Segment
 from fore.messages.llm import ResponseSchema, ToolChoice
 from fore.messages.tools import ToolDefinition
 
@@ -99,10 +99,6 @@ class ToolCallContext(_ReadOnlyFields):
     meta: ToolMeta
     tool: Any = None
     """The tool object (for state access), ``None`` for an unknown tool."""
-
-    def to_call(self) -> ToolCall:
-        """The call to run: the original id and name with the (possibly rewritten) arguments."""
-        return ToolCall(id=self.call_id, name=self.name, arguments=self.arguments)
 
 
 @dataclass

@@ -174,7 +174,6 @@ class Transcript:
         """Calls whose line is printed (bounded): their late result items change nothing."""
         self._streamed = False
         """Text was streamed since the last assistant item (its text is already shown)."""
-        self.usage_tokens = 0
 
     # -- input ---------------------------------------------------------------------------
 
@@ -230,7 +229,6 @@ class Transcript:
     def turn_finished(self, result: TurnResult) -> None:
         """A run ended: nothing of it is live any more; say how it ended unless completed."""
         self._close_text()
-        self.usage_tokens += result.usage.total_tokens
         for block in self.blocks:
             if isinstance(block, ToolBlock) and not block.final:
                 block.state = "cancelled"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,6 @@ WAIT = 30.0
 BLOB = re.compile(r"^\[blob:([0-9a-f-]{36})\] ")
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
-    rt = Runtime(name="blob-test", blob_dir=tmp_path / "blobstore")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 class NArgs(BaseModel):
     n: int = 0
 
@@ -48,7 +38,9 @@ def tool_results(history: tuple[Any, ...]) -> list[ToolResult]:
     return [i for i in history if isinstance(i, ToolResult)]
 
 
-def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_path: Path) -> None:
+def test_a_1mb_output_is_stored_summarised_and_inspected(
+    fresh_runtime: Runtime, tmp_path: Path
+) -> None:
     lines = 20_000  # 20k lines of 53 bytes: ~1 MB
     seen_sizes: list[int] = []
     hooks = Hooks()
@@ -65,7 +57,7 @@ def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_p
     model = FunctionModel(lambda request: replies.pop(0))
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    with runtime.open_session(
+    with fresh_runtime.open_session(
         workspace=workspace, model=model, hooks=hooks, tools=[big_text_tool()]
     ) as s:
         s.submit("make a big output", timeout=WAIT)
@@ -94,37 +86,39 @@ def test_a_1mb_output_is_stored_summarised_and_inspected(runtime: Runtime, tmp_p
         assert "line 010051" not in inspected.output and "line 010000 " not in inspected.output
 
 
-def test_small_outputs_stay_inline(runtime: Runtime, tmp_path: Path) -> None:
+def test_small_outputs_stay_inline(fresh_runtime: Runtime, tmp_path: Path) -> None:
     model = ScriptedModel(
         [{"tool_calls": [{"name": "big", "arguments": {"n": 3}}]}, {"text": "ok"}]
     )
-    with runtime.open_session(workspace=tmp_path, model=model, tools=[big_text_tool()]) as s:
+    with fresh_runtime.open_session(workspace=tmp_path, model=model, tools=[big_text_tool()]) as s:
         s.submit("go", timeout=WAIT)
         (result,) = tool_results(s.history)
         assert result.output.startswith("line 000001 ")
         assert BLOB.match(result.output) is None
 
 
-def test_json_array_output_becomes_a_structured_blob(runtime: Runtime, tmp_path: Path) -> None:
+def test_json_array_output_becomes_a_structured_blob(
+    fresh_runtime: Runtime, tmp_path: Path
+) -> None:
     class Args(BaseModel):
         pass
 
     rows = [{"id": i, "name": f"user{i}", "active": i % 2 == 0} for i in range(200)]
     tool = FunctionTool("rows", "rows", Args, lambda a, c: __import__("json").dumps(rows))
     model = ScriptedModel([{"tool_calls": [{"name": "rows", "arguments": {}}]}, {"text": "ok"}])
-    with runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
+    with fresh_runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
         s.submit("go", timeout=WAIT)
         (result,) = tool_results(s.history)
     assert BLOB.match(result.output)
     assert "json_array | 200 entries" in result.output
     assert "── schema ──" in result.output and "id: integer" in result.output
     blob_id = uuid.UUID(BLOB.match(result.output).group(1))  # type: ignore[union-attr]
-    assert runtime.blob_fs is not None
-    content = runtime.blob_fs.load(blob_id)
+    assert fresh_runtime.blob_fs is not None
+    content = fresh_runtime.blob_fs.load(blob_id)
     assert isinstance(content, Structured) and content.value == rows
 
 
-def test_a_tool_may_supply_its_own_summary(runtime: Runtime, tmp_path: Path) -> None:
+def test_a_tool_may_supply_its_own_summary(fresh_runtime: Runtime, tmp_path: Path) -> None:
     class Args(BaseModel):
         pass
 
@@ -136,7 +130,7 @@ def test_a_tool_may_supply_its_own_summary(runtime: Runtime, tmp_path: Path) -> 
         lambda a, c: Stored(summary="5000 rows of the report", content=Text(text=body)),
     )
     model = ScriptedModel([{"tool_calls": [{"name": "report", "arguments": {}}]}, {"text": "ok"}])
-    with runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
+    with fresh_runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
         s.submit("go", timeout=WAIT)
         (result,) = tool_results(s.history)
     assert BLOB.match(result.output)
@@ -144,7 +138,7 @@ def test_a_tool_may_supply_its_own_summary(runtime: Runtime, tmp_path: Path) -> 
 
 
 def test_an_explicit_inline_output_stays_inline_whatever_its_size(
-    runtime: Runtime, tmp_path: Path
+    fresh_runtime: Runtime, tmp_path: Path
 ) -> None:
     class Args(BaseModel):
         pass
@@ -152,14 +146,14 @@ def test_an_explicit_inline_output_stays_inline_whatever_its_size(
     body = "y" * 5000
     tool = FunctionTool("whole", "whole", Args, lambda a, c: Inline(text=body))
     model = ScriptedModel([{"tool_calls": [{"name": "whole", "arguments": {}}]}, {"text": "ok"}])
-    with runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
+    with fresh_runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
         s.submit("go", timeout=WAIT)
         (result,) = tool_results(s.history)
     assert result.output == body
 
 
 def test_an_explicit_stored_output_is_stored_whatever_its_size(
-    runtime: Runtime, tmp_path: Path
+    fresh_runtime: Runtime, tmp_path: Path
 ) -> None:
     class Args(BaseModel):
         pass
@@ -171,30 +165,30 @@ def test_an_explicit_stored_output_is_stored_whatever_its_size(
         lambda a, c: Stored(summary="the tiny record", content=Structured(value={"k": 1})),
     )
     model = ScriptedModel([{"tool_calls": [{"name": "tiny", "arguments": {}}]}, {"text": "ok"}])
-    with runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
+    with fresh_runtime.open_session(workspace=tmp_path, model=model, tools=[tool]) as s:
         s.submit("go", timeout=WAIT)
         (result,) = tool_results(s.history)
     match = BLOB.match(result.output)
     assert match, result.output
     assert result.output.endswith("] the tiny record")
-    assert runtime.blob_fs is not None
-    content = runtime.blob_fs.load(uuid.UUID(match.group(1)))
+    assert fresh_runtime.blob_fs is not None
+    content = fresh_runtime.blob_fs.load(uuid.UUID(match.group(1)))
     assert isinstance(content, Structured) and content.value == {"k": 1}
 
 
 def test_a_failing_store_raises_an_alert_and_truncates(
-    runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fresh_runtime: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert runtime.blob_fs is not None
+    assert fresh_runtime.blob_fs is not None
 
     def broken(content: Any) -> Any:
         raise OSError("disk full")
 
-    monkeypatch.setattr(runtime.blob_fs, "store", broken)
+    monkeypatch.setattr(fresh_runtime.blob_fs, "store", broken)
     model = ScriptedModel(
         [{"tool_calls": [{"name": "big", "arguments": {"n": 2000}}]}, {"text": "ok"}]
     )
-    with runtime.open_session(workspace=tmp_path, model=model, tools=[big_text_tool()]) as s:
+    with fresh_runtime.open_session(workspace=tmp_path, model=model, tools=[big_text_tool()]) as s:
         turn = s.submit("go", timeout=WAIT)
         assert turn.status == "completed"
         (result,) = tool_results(s.history)

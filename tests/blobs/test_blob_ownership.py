@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,6 @@ from tests.speculation.test_speculation import (
     call,
     settled,
     spec,
-    speculation_runtime,
     wait_until,
 )
 
@@ -234,23 +232,14 @@ def store_big(turns: Turns, session: Any) -> str:
     return match.group(1)
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
-    rt = Runtime(name="blob-owner", blob_dir=tmp_path / "blobstore")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 def test_only_the_storing_session_reads_its_blob_quoting_grants_nothing(
-    runtime: Runtime, tmp_path: Path
+    fresh_runtime: Runtime, tmp_path: Path
 ) -> None:
     a_turns, b_turns = Turns(), Turns()
-    a = runtime.open_session(
+    a = fresh_runtime.open_session(
         workspace=tmp_path, model=a_turns.model, tools=[big_tool()], session_id="alpha"
     )
-    b = runtime.open_session(
+    b = fresh_runtime.open_session(
         workspace=tmp_path, model=b_turns.model, tools=[big_tool()], session_id="beta"
     )
     try:
@@ -264,8 +253,8 @@ def test_only_the_storing_session_reads_its_blob_quoting_grants_nothing(
         assert "alpha" not in stolen.output
         # The user of B pastes A's id: pinned for B, still not readable by B.
         b_turns.run(b, f"look at [blob:{a_blob}]", "ok")
-        assert runtime.blob_fs is not None
-        pins = runtime.blob_fs.pins
+        assert fresh_runtime.blob_fs is not None
+        pins = fresh_runtime.blob_fs.pins
         # The pin travels as a tell (ReferenceBlobs): wait for it, never for a duration.
         wait_until(lambda: uuid.UUID(a_blob) in pins.session_pins("beta"))
         quoted = b_turns.inspect(b, f"[blob:{a_blob}]")
@@ -280,7 +269,7 @@ def test_only_the_storing_session_reads_its_blob_quoting_grants_nothing(
         assert same_words(after.output) == same_words(missing.output)
         # A session resumed under A's id reads A's blobs again.
         resumed_turns = Turns()
-        with runtime.open_session(
+        with fresh_runtime.open_session(
             workspace=tmp_path, model=resumed_turns.model, session_id="alpha"
         ) as resumed:
             again = resumed_turns.inspect(resumed, a_blob, "lines:2-2")
@@ -329,13 +318,8 @@ def test_ownership_survives_a_new_process(tmp_path: Path) -> None:
 # -- speculation -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spec_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "blob-owner-spec")
-
-
 def test_what_an_accepted_speculation_stored_stays_readable_by_its_session(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     (tmp_path / "big.txt").write_text("".join(f"row {i:05d}\n" for i in range(400)))
     seen: list[str] = []
@@ -363,7 +347,7 @@ def test_what_an_accepted_speculation_stored_stays_readable_by_its_session(
             suggestion=['{"suggestion": "read big.txt"}'],
             speculation=[speculate, speculate],
         ) as replies,
-        spec_runtime.open_session(workspace=tmp_path, model=replies.model, speculation=config) as s,
+        runtime.open_session(workspace=tmp_path, model=replies.model, speculation=config) as s,
     ):
         s.submit("hi", timeout=WAIT)
         s.submit("what is in big.txt?", timeout=WAIT)

@@ -154,7 +154,8 @@ class Chat:
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+def fore_chat_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    """The runtime ``fore chat`` itself runs on (:func:`chat_runtime`: its process tuning too)."""
     rt = chat_runtime(name="chat-app-test", overlay_root=tmp_path_factory.mktemp("overlays"))
     try:
         yield rt
@@ -168,13 +169,13 @@ def demo_ws(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_chat(runtime: Runtime, demo_ws: Path) -> Iterator[Callable[..., Chat]]:
+def open_chat(fore_chat_runtime: Runtime, demo_ws: Path) -> Iterator[Callable[..., Chat]]:
     chats: list[Chat] = []
 
     def start(**options: Any) -> Chat:
         model = options.pop("model", None) or DemoModel(FAST).model()
         workspace = options.pop("workspace", demo_ws)
-        chat = Chat(runtime, workspace, model, **options)
+        chat = Chat(fore_chat_runtime, workspace, model, **options)
         chats.append(chat)
         return chat
 

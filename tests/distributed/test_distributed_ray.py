@@ -96,14 +96,6 @@ def rt(ray_instance: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         assert all(value == 0 for value in report.values()), report
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    (path / "app.py").write_text("x = 1\n")
-    return path
-
-
 def no_spec() -> SpeculationConfig:
     return SpeculationConfig(enabled=False)
 

@@ -422,14 +422,6 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite://{tmp_path}/sessions.db"
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    (path / "app.py").write_text("x = 1\n")
-    return path
-
-
 def shard_config(store_url: str, tmp_path: Path) -> ShardConfig:
     return ShardConfig(
         store_url=store_url,

@@ -24,14 +24,6 @@ from hypothesis import strategies as st
 
 from fore.actors.gate.rules import sed_script_problem
 from fore.actors.gate.shell import classify_shell_command
-from fore.bench.shell_corpus import make_workspace
-
-
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The corpus workspace: commands are classified as a speculation would."""
-    return make_workspace(tmp_path_factory.mktemp("corpus"))
-
 
 # ---------------------------------------------------------------------------
 # The reported holes: a label that ends at a blank hides the next command

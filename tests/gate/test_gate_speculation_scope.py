@@ -11,7 +11,6 @@ tools refuse.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     settled,
     spec,
-    speculation_runtime,
     wait_until,
 )
 
@@ -32,11 +30,6 @@ MAIN = ["Hello.", "x is 1. Shall I look around?"]
 SUGGESTION = ['{"suggestion": "look at the files"}']
 SECRET = "sk-test-0123456789abcdefSECRET"
 OUTSIDE = "outside-file-content-SECRET"
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "spec-scope-test")
 
 
 @pytest.fixture

@@ -20,19 +20,13 @@ from hypothesis import strategies as st
 from fore.actors.gate.git_config import program_setting
 from fore.actors.gate.rules import parse_gnu, sed_script_problem
 from fore.actors.gate.shell import MAX_COMMAND_CHARS, classify_shell_command, explain_shell_command
-from fore.bench.shell_corpus import CORPUS, make_workspace
+from fore.bench.shell_corpus import CORPUS
 
 CLASSES = {"read-only", "write", "unknown"}
 
 
 def _id(command: str) -> str:
     return repr(command)[1:-1][:60] or "<empty>"
-
-
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The corpus workspace: every command here is classified as a speculation would."""
-    return make_workspace(tmp_path_factory.mktemp("corpus"))
 
 
 # ---------------------------------------------------------------------------

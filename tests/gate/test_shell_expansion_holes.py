@@ -17,14 +17,6 @@ from pathlib import Path
 import pytest
 
 from fore.actors.gate.shell import classify_shell_command, explain_shell_command
-from fore.bench.shell_corpus import make_workspace
-
-
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The corpus workspace: commands are classified as a speculation would."""
-    return make_workspace(tmp_path_factory.mktemp("corpus"))
-
 
 HOLES: tuple[str, ...] = (
     "echo ${PWD,`touch MARK`}",

@@ -20,13 +20,7 @@ from hypothesis import strategies as st
 
 from fore.actors.gate.rules import HARMLESS_ENVIRONMENT, awk_program_problem
 from fore.actors.gate.shell import classify_shell_command
-from fore.bench.shell_corpus import load_corpus, make_workspace
-
-
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_workspace(tmp_path_factory.mktemp("corpus"))
-
+from fore.bench.shell_corpus import load_corpus
 
 # ---------------------------------------------------------------------------
 # awk

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ from tests.speculation.test_speculation import (
     main_reply,
     overlay_dirs,
     spec,
-    speculation_runtime,
     suggestion,
     wait_until,
 )
@@ -45,11 +43,6 @@ LONG_SYSTEM = "You are a careful coding agent. Read before you write. " * 120
 TOOL = ToolDefinition(
     name="read_file", description="read", parameters={"type": "object", "properties": {}}
 )
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "anthropic-test")
 
 
 def _model(server: MockLlmServer, **kw: Any) -> AnthropicModel:

@@ -11,7 +11,6 @@ speculation what its budget leaves, never above the model's output limit.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from tests.speculation.test_speculation import (
     WAIT,
     overlay_dirs,
     spec,
-    speculation_runtime,
     suggestion,
     wait_until,
 )
@@ -49,11 +47,6 @@ LONG_SPECULATION = ScriptFile.model_validate(
         ]
     }
 )
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "fork-requests-test")
 
 
 def test_forks_are_streamed_and_capped_by_default(runtime: Runtime, tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +46,6 @@ TOOL_TURN = ScriptFile.model_validate(
         ]
     }
 )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(name="quirks-test", overlay_root=tmp_path_factory.mktemp("overlays"))
-    try:
-        yield rt
-    finally:
-        rt.close()
 
 
 def model_for(server: Any, **options: Any) -> OpenAICompatible:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,7 +55,6 @@ from tests.speculation.test_speculation import (
     overlay_dirs,
     settled,
     spec,
-    speculation_runtime,
     wait_until,
 )
 
@@ -610,13 +608,8 @@ def test_the_capability_flag_is_checked() -> None:
 # -- speculation -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spec_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    yield from speculation_runtime(tmp_path_factory, "structured-spec-test")
-
-
 def test_a_structured_submit_of_the_suggestion_runs_anew_and_applies_nothing(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     (tmp_path / "app.py").write_text("x = 1\n")
     edit = tool_call("edit", path="app.py", old_string="x = 1", new_string="x = 2")
@@ -630,9 +623,7 @@ def test_a_structured_submit_of_the_suggestion_runs_anew_and_applies_nothing(
         speculation=[speculate, speculate],
     ) as replies:
         config = spec(approval_mode=ApprovalMode.AUTO_EDIT)
-        with spec_runtime.open_session(
-            workspace=tmp_path, model=replies.model, speculation=config
-        ) as s:
+        with runtime.open_session(workspace=tmp_path, model=replies.model, speculation=config) as s:
             s.submit("hi", timeout=WAIT)
             s.submit("what is x?", timeout=WAIT)
             assert settled(s) == "completed"
@@ -641,13 +632,13 @@ def test_a_structured_submit_of_the_suggestion_runs_anew_and_applies_nothing(
             result = s.submit("bump x to 2", output_type=Positive, timeout=WAIT)
             assert result.status == "completed" and result.output == Positive(n=1)
             assert (tmp_path / "app.py").read_text() == "x = 1\n"
-            wait_until(lambda: overlay_dirs(spec_runtime) == [])
+            wait_until(lambda: overlay_dirs(runtime) == [])
             last_main = replies.seen("main")[-1]
             assert last_main.response_schema is not None
 
 
 def test_forks_after_a_tool_strategy_turn_never_see_the_final_answer_tool(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     (tmp_path / "app.py").write_text("x = 1\n")
     with Replies(
@@ -657,7 +648,7 @@ def test_forks_after_a_tool_strategy_turn_never_see_the_final_answer_tool(
     ) as replies:
         model = replies.model
         model.structured_output = "tool"
-        with spec_runtime.open_session(
+        with runtime.open_session(
             workspace=tmp_path, model=model, speculation=spec(speculate=True)
         ) as s:
             s.submit("hi", timeout=WAIT)

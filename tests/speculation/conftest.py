@@ -1,5 +1,7 @@
-"""The speculation tests' runtimes (one per module; one per test for the controller attacks),
-overlays in a temp dir, governor off; the attacks' workspace."""
+"""The controller attacks' runtime (one per test) and workspace; a worker that crashes on ``Boom``.
+
+The other speculation tests use the suite's ``runtime`` (tests/conftest.py: overlays in a
+temp dir, governor off)."""
 
 from __future__ import annotations
 
@@ -12,19 +14,7 @@ import pytest
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.worker.worker import Worker
 from fore.supervision.runtime import Runtime
-from tests.speculation.test_speculation import Boom, speculation_runtime
-
-
-@pytest.fixture(scope="module")
-def runtime(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Runtime]:
-    """Overrides the suite's default ``runtime`` for every module of this folder.
-
-    Named after the module, like the default one; see :func:`speculation_runtime`.
-    """
-    name = request.module.__name__.rpartition(".")[2].removeprefix("test_").replace("_", "-")
-    yield from speculation_runtime(tmp_path_factory, f"{name}-test")
+from tests.speculation.test_speculation import Boom
 
 
 @pytest.fixture

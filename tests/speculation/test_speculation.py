@@ -7,7 +7,6 @@ Replies are tagged by purpose (``main`` / ``suggestion`` / ``speculation`` /
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -22,7 +21,6 @@ from fore.actors.llm import FunctionModel, OpenAICompatible, ScriptedModel
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.fork import trim_history
-from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.worker.hooks import Continue, Hooks, Skip, ToolCallContext
 from fore.actors.worker.state import pairing_problems
 from fore.actors.worker.worker import Worker
@@ -160,22 +158,6 @@ def overlay_dirs(rt: Runtime) -> list[Path]:
     if not process.exists():
         return []
     return [p for p in process.iterdir() if p != rt.overlays.journal_dir]
-
-
-def speculation_runtime(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Runtime]:
-    """A runtime for speculation tests (module fixtures ``yield from`` it).
-
-    Every speculation a test asks for must run, so the load governor is off.
-    """
-    rt = Runtime(
-        name=name,
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from fore.actors.core import ActorCrashed
 from fore.actors.llm import ScriptedModel
-from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.worker.approval import (
     ApprovalDecision,
     ApprovalPolicy,
@@ -61,25 +60,6 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.005)
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="approvals-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "app.py").write_text("print('hello')\n")
-    return tmp_path
 
 
 class Person:

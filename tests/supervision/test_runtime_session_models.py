@@ -9,7 +9,6 @@ new session that reuses an id starts afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ import pytest
 from fore.actors.llm import ScriptedModel
 from fore.messages.conversation import AssistantMessage
 from fore.supervision import Runtime
+
+pytestmark = pytest.mark.runtime(blobs=False)
 
 WAIT = 30.0
 
@@ -33,15 +34,6 @@ class ForgetfulScript(ScriptedModel):
         super().forget(session_id)
 
 
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="session-models", blobs=False)
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 def answer(rt: Runtime, workspace: Path, model: ScriptedModel, session_id: str) -> str:
     session = rt.open_session(workspace=workspace, model=model, session_id=session_id)
     try:
@@ -54,10 +46,12 @@ def answer(rt: Runtime, workspace: Path, model: ScriptedModel, session_id: str) 
         session.close()
 
 
-def test_closing_a_session_makes_its_models_forget_it(runtime: Runtime, tmp_path: Path) -> None:
+def test_closing_a_session_makes_its_models_forget_it(
+    fresh_runtime: Runtime, tmp_path: Path
+) -> None:
     model = ForgetfulScript(["first", "second"])
     fast = ForgetfulScript(["suggestion"])
-    session = runtime.open_session(
+    session = fresh_runtime.open_session(
         workspace=tmp_path, model=model, fast_model=fast, session_id="s1"
     )
     assert session.submit("hello", timeout=WAIT).status == "completed"
@@ -66,10 +60,12 @@ def test_closing_a_session_makes_its_models_forget_it(runtime: Runtime, tmp_path
     assert fast.forgotten == ["s1"]
 
 
-def test_a_reused_session_id_starts_the_script_afresh(runtime: Runtime, tmp_path: Path) -> None:
+def test_a_reused_session_id_starts_the_script_afresh(
+    fresh_runtime: Runtime, tmp_path: Path
+) -> None:
     model = ScriptedModel([{"text": "first"}, {"text": "second"}])
-    assert answer(runtime, tmp_path, model, "again") == "first"
-    assert answer(runtime, tmp_path, model, "again") == "first"
+    assert answer(fresh_runtime, tmp_path, model, "again") == "first"
+    assert answer(fresh_runtime, tmp_path, model, "again") == "first"
 
 
 def test_closing_the_runtime_makes_the_models_of_open_sessions_forget_them(

@@ -45,14 +45,7 @@ from tests.supervision.test_supervision import (
     wait_until,
 )
 
-
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="sup-edge")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=20)
+pytestmark = pytest.mark.runtime(close_timeout=20)
 
 
 @pytest.fixture
@@ -86,7 +79,7 @@ def ids(sup: Handle[Supervisor]) -> list[str]:
 
 @pytest.mark.parametrize("strategy", [Strategy.ONE_FOR_ALL, Strategy.REST_FOR_ONE])
 def test_a_temporary_sibling_taken_down_by_a_restart_is_removed_not_restarted(
-    runtime: Runtime, strategy: Strategy
+    fresh_runtime: Runtime, strategy: Strategy
 ) -> None:
     journal: list[str] = []
     specs = [
@@ -95,7 +88,7 @@ def test_a_temporary_sibling_taken_down_by_a_restart_is_removed_not_restarted(
         spec("tr", journal, RestartType.TRANSIENT),
         spec("z", journal),
     ]
-    sup = start_supervisor(runtime, "s", specs, strategy=strategy)
+    sup = start_supervisor(fresh_runtime, "s", specs, strategy=strategy)
     t = child(sup, "t")
     tr = child(sup, "tr")
     tr_before = urn(tr)
@@ -235,8 +228,8 @@ class Gizmo(PooledActor):
         raise RuntimeError("gizmo crashed")
 
 
-def test_a_handle_proxy_follows_the_child_across_a_restart(runtime: Runtime) -> None:
-    g = runtime.start_child(ChildSpec(id="g", start=Gizmo.start))
+def test_a_handle_proxy_follows_the_child_across_a_restart(fresh_runtime: Runtime) -> None:
+    g = fresh_runtime.start_child(ChildSpec(id="g", start=Gizmo.start))
     proxy = g.proxy()
     first = proxy.whoami().get(timeout=WAIT)
     assert first == g.actor_urn
@@ -250,17 +243,17 @@ def test_a_handle_proxy_follows_the_child_across_a_restart(runtime: Runtime) -> 
 
 
 def test_a_proxy_made_while_the_child_restarts_reaches_the_next_incarnation(
-    runtime: Runtime,
+    fresh_runtime: Runtime,
 ) -> None:
     sup = start_supervisor(
-        runtime,
+        fresh_runtime,
         "s",
         [ChildSpec(id="g", start=Gizmo.start)],
         backoff=Backoff(initial=0.05, maximum=0.05, jitter=0.0),
     )
     g = child(sup, "g")
     first = g.actor_urn
-    with parked_timer(runtime):
+    with parked_timer(fresh_runtime):
         g.tell(Crash())
         wait_until(lambda: status(sup, "g") == (ChildStatus.RESTARTING, 1))
         proxy = g.proxy()  # made between incarnations

@@ -15,7 +15,7 @@ import gc
 import itertools
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +23,6 @@ import pytest
 
 from fore.actors.core import AskTimeout
 from fore.actors.llm import FunctionModel, ScriptedModel, ScriptReply
-from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.worker.worker import WorkerBusy
 from fore.messages.llm import LlmRequest
 from fore.messages.session import (
@@ -54,25 +53,6 @@ def run(coro: Awaitable[T]) -> T:
         return await asyncio.wait_for(coro, WAIT * 2)
 
     return asyncio.run(bounded())
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="session-async-test",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "app.py").write_text("print('hello')\n")
-    return tmp_path
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:

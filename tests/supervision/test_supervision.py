@@ -40,6 +40,8 @@ from fore.supervision import (
 )
 from fore.testing import wait_until
 
+pytestmark = pytest.mark.runtime(close_timeout=20)
+
 WAIT = 10.0
 
 
@@ -127,15 +129,6 @@ def spec(
 def urn(handle: Handle[Any]) -> str:
     _name, actor_urn = handle.ask(Who(), timeout=WAIT)
     return str(actor_urn)
-
-
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="sup-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=20)
 
 
 def start_supervisor(
@@ -258,16 +251,18 @@ def test_backoff_grows_exponentially_within_jitter_and_cap() -> None:
         (RestartType.TEMPORARY, "finish", False),
     ],
 )
-def test_restart_types(runtime: Runtime, restart: RestartType, how: str, restarted: bool) -> None:
+def test_restart_types(
+    fresh_runtime: Runtime, restart: RestartType, how: str, restarted: bool
+) -> None:
     journal: list[str] = []
-    handle = runtime.start_child(spec("w", journal, restart))
+    handle = fresh_runtime.start_child(spec("w", journal, restart))
     first = urn(handle)
     handle.tell(Crash() if how == "crash" else Finish())
     if restarted:
         wait_until(lambda: journal.count("start:w") == 2)
         assert urn(handle) != first
     else:
-        wait_until(lambda: runtime.child("w") is None)
+        wait_until(lambda: fresh_runtime.child("w") is None)
         with pytest.raises(pykka.ActorDeadError):
             handle.ask(Who(), timeout=WAIT)
         assert not handle.is_alive()
@@ -276,9 +271,9 @@ def test_restart_types(runtime: Runtime, restart: RestartType, how: str, restart
 # -- strategies --------------------------------------------------------------------
 
 
-def test_one_for_one_restarts_only_the_failed_child(runtime: Runtime) -> None:
+def test_one_for_one_restarts_only_the_failed_child(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
-    sup = start_supervisor(runtime, "s", [spec(n, journal) for n in "abc"])
+    sup = start_supervisor(fresh_runtime, "s", [spec(n, journal) for n in "abc"])
     a, b, c = (child(sup, n) for n in "abc")
     before = [urn(h) for h in (a, b, c)]
     b.tell(Crash())
@@ -288,10 +283,10 @@ def test_one_for_one_restarts_only_the_failed_child(runtime: Runtime) -> None:
     assert after[1] != before[1]
 
 
-def test_one_for_all_restarts_every_child_stopping_in_reverse_order(runtime: Runtime) -> None:
+def test_one_for_all_restarts_every_child_stopping_in_reverse_order(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
     sup = start_supervisor(
-        runtime, "s", [spec(n, journal) for n in "abc"], strategy=Strategy.ONE_FOR_ALL
+        fresh_runtime, "s", [spec(n, journal) for n in "abc"], strategy=Strategy.ONE_FOR_ALL
     )
     handles_ = [child(sup, n) for n in "abc"]
     before = [urn(h) for h in handles_]
@@ -304,10 +299,10 @@ def test_one_for_all_restarts_every_child_stopping_in_reverse_order(runtime: Run
     assert journal == ["stop:c", "stop:b", "start:a", "start:b", "start:c"]
 
 
-def test_rest_for_one_restarts_the_failed_child_and_those_after_it(runtime: Runtime) -> None:
+def test_rest_for_one_restarts_the_failed_child_and_those_after_it(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
     sup = start_supervisor(
-        runtime, "s", [spec(n, journal) for n in "abcd"], strategy=Strategy.REST_FOR_ONE
+        fresh_runtime, "s", [spec(n, journal) for n in "abcd"], strategy=Strategy.REST_FOR_ONE
     )
     hs = [child(sup, n) for n in "abcd"]
     before = [urn(h) for h in hs]
@@ -324,11 +319,11 @@ def test_rest_for_one_restarts_the_failed_child_and_those_after_it(runtime: Runt
 
 
 def test_intensity_exceeded_stops_children_in_reverse_order_and_escalates(
-    runtime: Runtime,
+    fresh_runtime: Runtime,
 ) -> None:
     journal: list[str] = []
     sup = start_supervisor(
-        runtime, "s", [spec(n, journal) for n in "abc"], max_restarts=1, period=60
+        fresh_runtime, "s", [spec(n, journal) for n in "abc"], max_restarts=1, period=60
     )
     first_sup_urn = sup.actor_urn
     exits: list[Any] = []
@@ -355,18 +350,18 @@ def test_intensity_exceeded_stops_children_in_reverse_order_and_escalates(
     assert journal[:2] == ["stop:c", "stop:a"]
     # The failure reached the root, which restarted the (permanent) supervisor.
     wait_until(lambda: sup.actor_urn not in (None, first_sup_urn) and sup.state == "running")
-    tree = runtime.tree()
+    tree = fresh_runtime.tree()
     (node,) = [c for c in tree.children if c.id == "s"]
     assert node.restarts == 1
     assert [c.id for c in node.children] == ["a", "b", "c"]
     assert tree.restarts == 1
 
 
-def test_tree_snapshot_is_typed_and_nested(runtime: Runtime) -> None:
+def test_tree_snapshot_is_typed_and_nested(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
-    start_supervisor(runtime, "outer", [spec("x", journal)])
-    runtime.start_child(spec("top", journal))
-    tree = runtime.tree()
+    start_supervisor(fresh_runtime, "outer", [spec("x", journal)])
+    fresh_runtime.start_child(spec("top", journal))
+    tree = fresh_runtime.tree()
     assert tree.id == "root"
     ids = [c.id for c in tree.children]
     services = ["alert_sink", "blob_store", "tool_pool", "llm_gateway", "sessions"]  # the runtime's
@@ -383,10 +378,10 @@ def test_tree_snapshot_is_typed_and_nested(runtime: Runtime) -> None:
 # -- backoff ----------------------------------------------------------------------------
 
 
-def test_backoff_delays_restart_and_mail_waits_in_the_handle(runtime: Runtime) -> None:
+def test_backoff_delays_restart_and_mail_waits_in_the_handle(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
     sup = start_supervisor(
-        runtime,
+        fresh_runtime,
         "s",
         [spec("w", journal)],
         backoff=Backoff(initial=0.05, maximum=0.05, jitter=0.0),
@@ -394,7 +389,7 @@ def test_backoff_delays_restart_and_mail_waits_in_the_handle(runtime: Runtime) -
     )
     w = child(sup, "w")
     first = urn(w)
-    with parked_timer(runtime):
+    with parked_timer(fresh_runtime):
         w.tell(Crash())
         # The supervisor has taken the crash in and armed the backoff timer,
         # which cannot fire while the timer thread is parked: nothing is
@@ -413,10 +408,10 @@ def test_backoff_delays_restart_and_mail_waits_in_the_handle(runtime: Runtime) -
 
 
 def test_handle_delivers_mail_queued_behind_the_crash_to_the_new_incarnation(
-    runtime: Runtime,
+    fresh_runtime: Runtime,
 ) -> None:
     journal: list[str] = []
-    w = runtime.start_child(spec("w", journal))
+    w = fresh_runtime.start_child(spec("w", journal))
     first = urn(w)
     entered, release = gate("h1")
     w.tell(Block(token="h1"))
@@ -428,9 +423,9 @@ def test_handle_delivers_mail_queued_behind_the_crash_to_the_new_incarnation(
     assert len(urns) == 1 and first not in urns  # all answered, all by the new incarnation
 
 
-def test_ask_to_a_crashing_actor_gets_an_error_not_a_hang(runtime: Runtime) -> None:
+def test_ask_to_a_crashing_actor_gets_an_error_not_a_hang(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
-    w = runtime.start_child(spec("w", journal))
+    w = fresh_runtime.start_child(spec("w", journal))
     with pytest.raises(ActorCrashed):
         w.ask(Die(), timeout=WAIT)
     # and the handle keeps working across the restart
@@ -455,24 +450,24 @@ def test_asks_to_a_plain_ref_of_a_crashing_actor_all_resolve() -> None:
         rt.close()
 
 
-def test_start_child_rejects_duplicate_ids(runtime: Runtime) -> None:
+def test_start_child_rejects_duplicate_ids(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
-    runtime.start_child(spec("dup", journal))
+    fresh_runtime.start_child(spec("dup", journal))
     with pytest.raises(ValueError, match="duplicate child id"):
-        runtime.root.ask(StartChild(spec=spec("dup", journal)), timeout=WAIT)
+        fresh_runtime.root.ask(StartChild(spec=spec("dup", journal)), timeout=WAIT)
 
 
-def test_stop_child_removes_it_for_good(runtime: Runtime) -> None:
+def test_stop_child_removes_it_for_good(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
-    w = runtime.start_child(spec("w", journal))
-    assert runtime.root.ask(StopChild(child_id="w"), timeout=WAIT) is True
+    w = fresh_runtime.start_child(spec("w", journal))
+    assert fresh_runtime.root.ask(StopChild(child_id="w"), timeout=WAIT) is True
     assert journal == ["start:w", "stop:w"]
-    assert runtime.child("w") is None
+    assert fresh_runtime.child("w") is None
     with pytest.raises(pykka.ActorDeadError):
         w.tell(Who())
 
 
-def test_failing_start_function_is_retried_then_escalates(runtime: Runtime) -> None:
+def test_failing_start_function_is_retried_then_escalates(fresh_runtime: Runtime) -> None:
     attempts: list[int] = []
     incarnations: list[Any] = []
 
@@ -489,7 +484,7 @@ def test_failing_start_function_is_retried_then_escalates(runtime: Runtime) -> N
         incarnations.append(ref)
         return ref
 
-    sup = runtime.start_child(
+    sup = fresh_runtime.start_child(
         ChildSpec(id="s", kind="supervisor", start=start_sup, shutdown_timeout=20)
     )
     # The first incarnation may give up (and be replaced) before start_child
@@ -537,10 +532,10 @@ def test_shutdown_timeout_kills_a_stuck_child_and_answers_its_mail() -> None:
         release.set()
 
 
-def test_system_exit_in_one_supervised_actor_leaves_others_running(runtime: Runtime) -> None:
+def test_system_exit_in_one_supervised_actor_leaves_others_running(fresh_runtime: Runtime) -> None:
     journal: list[str] = []
-    a = runtime.start_child(spec("a", journal))
-    b = runtime.start_child(spec("b", journal))
+    a = fresh_runtime.start_child(spec("a", journal))
+    b = fresh_runtime.start_child(spec("b", journal))
     b_urn = urn(b)
     with pytest.raises(ActorCrashed):
         a.ask(Die(), timeout=WAIT)

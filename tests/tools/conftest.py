@@ -1,18 +1,40 @@
-"""Fixtures shared by the tools tests: the MCP demo server over streamable HTTP."""
+"""Fixtures shared by the tools tests: a workspace, the pool's report inbox, the MCP server."""
 
 from __future__ import annotations
 
+import queue
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fore.supervision.runtime import Runtime
+from tests.tools.test_tool_pool import Collector
+
 DEMO = str(Path(__file__).with_name("mcp_demo_server.py"))
 WAIT = 60.0
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """An empty workspace, ``ws`` under the test's temp dir (a module may define its own)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def inbox(fresh_runtime: Runtime) -> tuple[queue.Queue[Any], Any]:
+    """A :class:`Collector` on the test's runtime and the queue it puts what it receives on."""
+    q: queue.Queue[Any] = queue.Queue()
+    with fresh_runtime.system.activated():
+        collector = Collector.start(q)
+    return q, collector
 
 
 @pytest.fixture(scope="module")

@@ -32,13 +32,6 @@ BUILTIN_NAMES = ["edit", "glob", "grep", "list_directory", "read_file", "shell",
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def ctx(ws: Path) -> ToolContext:
     return make_ctx(ws)
 

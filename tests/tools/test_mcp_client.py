@@ -15,7 +15,6 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,8 @@ from fore.messages.conversation import ToolResult
 from fore.messages.llm import LlmRequest
 from fore.supervision import Runtime
 
+pytestmark = pytest.mark.runtime(close_timeout=60)
+
 WAIT = 60.0
 DEMO = str(Path(__file__).with_name("mcp_demo_server.py"))
 
@@ -48,15 +49,6 @@ def demo(**options: Any) -> MCPServerStdio:
     options.setdefault("startup_timeout", 60.0)
     extra = options.pop("extra_args", [])
     return MCPServerStdio(sys.executable, [DEMO, *extra], **options)
-
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="mcp-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=60)
 
 
 # fore.testing's bounded poll, with this module's deadline.
@@ -453,13 +445,6 @@ def test_a_chatty_servers_stderr_is_kept_small(
 # -- speculation: trusted read-only tools ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spec_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    from tests.speculation.test_speculation import speculation_runtime
-
-    yield from speculation_runtime(tmp_path_factory, "mcp-speculation")
-
-
 def speculation_of(rt: Runtime, workspace: Path, config: MCPServerStdio, name: str) -> Any:
     from fore.actors.llm import ScriptedModel
     from tests.speculation.test_speculation import TWO_TURNS, settled, spec, speculated, suggestion
@@ -482,21 +467,21 @@ def speculation_of(rt: Runtime, workspace: Path, config: MCPServerStdio, name: s
 
 
 def test_a_trusted_servers_read_only_closed_world_tool_runs_in_a_speculation(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     trusted = demo(name="tdemo", trusted=True)
-    status = speculation_of(spec_runtime, tmp_path, trusted, "tdemo__echo")
+    status = speculation_of(runtime, tmp_path, trusted, "tdemo__echo")
     assert status.state == "completed", status
 
 
 def test_hints_alone_do_not_let_a_tool_run_in_a_speculation(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     untrusted = demo(name="udemo")
-    status = speculation_of(spec_runtime, tmp_path, untrusted, "udemo__echo")
+    status = speculation_of(runtime, tmp_path, untrusted, "udemo__echo")
     assert status.state == "boundary" and status.boundary_tool == "udemo__echo"
     trusted = demo(name="tdemo", trusted=True)
-    status = speculation_of(spec_runtime, tmp_path, trusted, "tdemo__fetch_weather")
+    status = speculation_of(runtime, tmp_path, trusted, "tdemo__fetch_weather")
     assert status.state == "boundary"  # read-only, but open-world
 
 

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ import pytest
 
 from fore.supervision import Runtime
 from tests.tools.test_mcp_client import WAIT, Caller, ask, server_pids, wait_until
+
+pytestmark = pytest.mark.runtime(close_timeout=60)
 
 pytest.importorskip("mcp_server_git")
 
@@ -60,18 +61,9 @@ def git_server(repo: Path, **options: Any) -> Any:
     )
 
 
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="mcp-git-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=60)
-
-
-def test_its_tools_are_listed_with_their_schemas(runtime: Runtime, repo: Path) -> None:
+def test_its_tools_are_listed_with_their_schemas(fresh_runtime: Runtime, repo: Path) -> None:
     caller = Caller()
-    session = runtime.open_session(model=caller.model, mcp_servers=[git_server(repo)])
+    session = fresh_runtime.open_session(model=caller.model, mcp_servers=[git_server(repo)])
     try:
         ask(session)
         sent = {d.name: d for d in caller.model.requests[-1].tools}
@@ -82,11 +74,11 @@ def test_its_tools_are_listed_with_their_schemas(runtime: Runtime, repo: Path) -
         session.close()
 
 
-def test_git_status_and_git_log_through_a_session(runtime: Runtime, repo: Path) -> None:
+def test_git_status_and_git_log_through_a_session(fresh_runtime: Runtime, repo: Path) -> None:
     caller = Caller(
         [("git__git_status", {"repo_path": str(repo)}), ("git__git_log", {"repo_path": str(repo)})]
     )
-    session = runtime.open_session(model=caller.model, mcp_servers=[git_server(repo)])
+    session = fresh_runtime.open_session(model=caller.model, mcp_servers=[git_server(repo)])
     try:
         status, log = ask(session)
         assert status.startswith("git__git_status:Repository status:")
@@ -101,13 +93,13 @@ def test_git_status_and_git_log_through_a_session(runtime: Runtime, repo: Path) 
         session.close()
 
 
-def test_killing_it_mid_call_restarts_it(runtime: Runtime, repo: Path) -> None:
+def test_killing_it_mid_call_restarts_it(fresh_runtime: Runtime, repo: Path) -> None:
     marker = str(repo)
     caller = Caller(
         [("git__git_log", {"repo_path": str(repo)})],
         [("git__git_status", {"repo_path": str(repo)})],
     )
-    session = runtime.open_session(
+    session = fresh_runtime.open_session(
         model=caller.model, mcp_servers=[git_server(repo)], call_timeout=300
     )
     try:
@@ -116,7 +108,7 @@ def test_killing_it_mid_call_restarts_it(runtime: Runtime, repo: Path) -> None:
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 pending = pool.submit(ask, session)
-                connection = runtime.mcp.find("git")
+                connection = fresh_runtime.mcp.find("git")
                 assert connection is not None
                 wait_until(lambda: connection.in_flight == 1)  # the call is with the server
                 os.kill(pid, signal.SIGKILL)
@@ -136,16 +128,16 @@ def test_killing_it_mid_call_restarts_it(runtime: Runtime, repo: Path) -> None:
 
 
 def test_a_trusted_git_server_offers_its_read_only_tools_as_such(
-    runtime: Runtime, repo: Path
+    fresh_runtime: Runtime, repo: Path
 ) -> None:
-    session = runtime.open_session(
+    session = fresh_runtime.open_session(
         model=Caller().model, mcp_servers=[git_server(repo, trusted=True)]
     )
     try:
         ask(session)
-        tools = {t.name: t for t in runtime.mcp.find("git").tools}  # type: ignore[union-attr]
+        tools = {t.name: t for t in fresh_runtime.mcp.find("git").tools}  # type: ignore[union-attr]
         assert tools["git_status"].annotations.read_only_hint is True
-        registry = session_registry(runtime, session)
+        registry = session_registry(fresh_runtime, session)
         assert registry["git__git_status"].read_only is True
         assert registry["git__git_log"].read_only is True
         assert registry["git__git_commit"].read_only is False
@@ -164,9 +156,9 @@ def session_registry(runtime: Runtime, session: Any) -> dict[str, Any]:
     return {t.name: t for t in tools}
 
 
-def test_results_are_json_serialisable_tool_outputs(runtime: Runtime, repo: Path) -> None:
+def test_results_are_json_serialisable_tool_outputs(fresh_runtime: Runtime, repo: Path) -> None:
     caller = Caller([("git__git_show", {"repo_path": str(repo), "revision": "HEAD"})])
-    session = runtime.open_session(model=caller.model, mcp_servers=[git_server(repo)])
+    session = fresh_runtime.open_session(model=caller.model, mcp_servers=[git_server(repo)])
     try:
         (show,) = ask(session)
         assert "add the app" in show and "+x = 1" in show

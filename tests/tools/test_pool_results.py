@@ -21,16 +21,12 @@ from tests.tools.test_tool_pool import (
     Probe,
     Reports,
     TagArgs,
-    inbox,
     quick_tool,
-    runtime,
     start_pool,
     stats,
     submit,
     wait_until,
 )
-
-__all__ = ["inbox", "runtime"]  # pytest fixtures used by name below
 
 
 def test_a_result_carries_the_id_of_its_call() -> None:
@@ -43,12 +39,12 @@ def test_a_result_carries_the_id_of_its_call() -> None:
 
 
 def test_a_reused_call_id_in_a_batch_is_refused_so_each_id_has_one_result(
-    runtime: Any, inbox: Any, tmp_path: Path
+    fresh_runtime: Any, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     probe.release.set()
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (
         ToolCall(id="same", name="quick", arguments={"tag": "first"}),
@@ -99,13 +95,13 @@ class Steps:
 
 
 def test_sessions_waiting_for_a_slot_are_served_first_come_first_served(
-    runtime: Any, inbox: Any, tmp_path: Path
+    fresh_runtime: Any, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     steps = Steps()
     registry = ToolRegistry([steps.tool()])
     fs = WorkspaceFs(tmp_path)
-    pool = start_pool(runtime, max_running=1, per_session=1)
+    pool = start_pool(fresh_runtime, max_running=1, per_session=1)
     reports = Reports(q)
 
     def step_calls(tags: list[str]) -> tuple[ToolCall, ...]:

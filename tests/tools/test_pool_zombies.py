@@ -29,16 +29,12 @@ from tests.tools.test_tool_pool import (
     Reports,
     TagArgs,
     gate_tool,
-    inbox,
     quick_tool,
-    runtime,
     start_pool,
     stats,
     submit,
     wait_until,
 )
-
-__all__ = ["inbox", "runtime"]  # pytest fixtures used by name below
 
 
 class WriteArgs(BaseModel):
@@ -95,10 +91,10 @@ def write(call_id: str, text: str, *, stall: bool = False, path: str = "x") -> T
 
 
 def test_a_later_write_waits_for_the_thread_of_a_timed_out_write(
-    runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -122,13 +118,13 @@ def test_a_later_write_waits_for_the_thread_of_a_timed_out_write(
 
 
 def test_a_call_after_a_cancelled_exclusive_call_waits_for_its_thread(
-    runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
 ) -> None:
     q, collector = inbox
     probe = Probe()
     probe.release.set()
     registry = ToolRegistry([writer.tool("solo", exclusive=True), quick_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     solo = ToolCall(id="solo", name="solo", arguments={"path": "s", "text": "S", "stall": True})
     after = ToolCall(id="after", name="quick", arguments={"tag": "after"})
@@ -146,10 +142,10 @@ def test_a_call_after_a_cancelled_exclusive_call_waits_for_its_thread(
 
 
 def test_a_write_in_a_later_batch_waits_for_a_zombie_of_an_earlier_batch(
-    runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)  # one session, one view, as the worker sends them
     registry = ToolRegistry([writer.tool()])
@@ -170,10 +166,10 @@ def test_a_write_in_a_later_batch_waits_for_a_zombie_of_an_earlier_batch(
 
 
 def test_a_write_blocked_by_a_thread_that_never_ends_gets_an_error_at_its_deadline(
-    runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, writer: Writer
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     result = reports.batch(
         submit(
@@ -229,13 +225,13 @@ def _calls(name: str, tags: list[str]) -> tuple[ToolCall, ...]:
 
 
 def test_timed_out_calls_keep_their_slots_until_their_threads_end(
-    runtime: Any, inbox: Any, tmp_path: Path, blocker: Blocker
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, blocker: Blocker
 ) -> None:
     q, collector = inbox
     quick = Probe()
     quick.release.set()
     registry = ToolRegistry([blocker.tool(), quick_tool(quick)])
-    pool = start_pool(runtime, max_running=3, per_session=2)
+    pool = start_pool(fresh_runtime, max_running=3, per_session=2)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     hog = reports.batch(
@@ -280,12 +276,12 @@ def test_timed_out_calls_keep_their_slots_until_their_threads_end(
 
 
 def test_a_zombie_holds_its_slot_and_the_queue_moves_on_when_it_ends(
-    runtime: Any, inbox: Any, tmp_path: Path, blocker: Blocker
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, blocker: Blocker
 ) -> None:
     q, collector = inbox
     gated = Probe()
     registry = ToolRegistry([blocker.tool(), gate_tool(gated)])
-    pool = start_pool(runtime, max_running=8, per_session=2)
+    pool = start_pool(fresh_runtime, max_running=8, per_session=2)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     stuck = submit(pool, collector, fs, registry, _calls("block", ["z"]), call_timeout=0.3)
@@ -302,13 +298,13 @@ def test_a_zombie_holds_its_slot_and_the_queue_moves_on_when_it_ends(
 
 
 def test_when_zombies_hold_every_slot_new_calls_get_a_clear_error(
-    runtime: Any, inbox: Any, tmp_path: Path, blocker: Blocker
+    fresh_runtime: Any, inbox: Any, tmp_path: Path, blocker: Blocker
 ) -> None:
     q, collector = inbox
     quick = Probe()
     quick.release.set()
     registry = ToolRegistry([blocker.tool(), quick_tool(quick)])
-    pool = start_pool(runtime, max_running=2, per_session=1)
+    pool = start_pool(fresh_runtime, max_running=2, per_session=1)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     for session in ("a", "b"):
@@ -349,14 +345,14 @@ def _hanging_planner(release: threading.Event) -> FunctionTool[TagArgs]:
 
 
 def test_a_session_cannot_tie_up_threads_with_plannings_that_hang(
-    runtime: Any, inbox: Any, tmp_path: Path
+    fresh_runtime: Any, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     release = threading.Event()
     quick = Probe()
     quick.release.set()
     registry = ToolRegistry([_hanging_planner(release), quick_tool(quick)])
-    pool = start_pool(runtime, per_session=2)
+    pool = start_pool(fresh_runtime, per_session=2)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     try:
@@ -381,14 +377,14 @@ def test_a_session_cannot_tie_up_threads_with_plannings_that_hang(
 
 
 def test_a_planning_that_timed_out_counts_as_a_stuck_thread_of_its_session(
-    runtime: Any, inbox: Any, tmp_path: Path
+    fresh_runtime: Any, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     release = threading.Event()
     quick = Probe()
     quick.release.set()
     registry = ToolRegistry([_hanging_planner(release), quick_tool(quick)])
-    pool = start_pool(runtime, per_session=1)
+    pool = start_pool(fresh_runtime, per_session=1)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     try:

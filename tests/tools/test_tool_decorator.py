@@ -12,7 +12,6 @@ import datetime
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,6 +35,8 @@ from fore.messages.conversation import ToolCall, ToolResult
 from fore.messages.llm import LlmRequest
 from fore.messages.speculation import SpeculationConfig
 from fore.supervision import Runtime
+
+pytestmark = pytest.mark.runtime(blobs=False)
 
 WAIT = 30.0
 
@@ -377,15 +378,6 @@ def calling(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
     return FunctionModel(decide)
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="tool-decorator-test", blobs=False)
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
 def answer(session: Any, prompt: str = "go") -> str:
     turn = session.submit(prompt, timeout=WAIT)
     assert turn.status == "completed", turn
@@ -528,13 +520,6 @@ def test_make_tool_wraps_someone_elses_function(tmp_path: Path) -> None:
 # -- read_only: a speculation may run the tool ----------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spec_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    from tests.speculation.test_speculation import speculation_runtime
-
-    yield from speculation_runtime(tmp_path_factory, "read-only-tools")
-
-
 def speculate_call(
     rt: Runtime, workspace: Path, tools: list[Any], *calls: dict[str, Any], **config: Any
 ) -> Any:
@@ -552,7 +537,7 @@ def speculate_call(
         return s.speculation
 
 
-def test_a_read_only_tool_runs_in_a_speculation(spec_runtime: Runtime, tmp_path: Path) -> None:
+def test_a_read_only_tool_runs_in_a_speculation(runtime: Runtime, tmp_path: Path) -> None:
     ran: list[str] = []
 
     @tool(read_only=True)
@@ -561,14 +546,14 @@ def test_a_read_only_tool_runs_in_a_speculation(spec_runtime: Runtime, tmp_path:
         return key.upper()
 
     status = speculate_call(
-        spec_runtime, tmp_path, [lookup], {"name": "lookup", "arguments": {"key": "k"}}
+        runtime, tmp_path, [lookup], {"name": "lookup", "arguments": {"key": "k"}}
     )
     assert status.state == "completed", status
     assert ran == ["k"]
 
 
 def test_an_undeclared_tool_is_a_boundary_in_a_speculation(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     ran: list[str] = []
 
@@ -578,7 +563,7 @@ def test_an_undeclared_tool_is_a_boundary_in_a_speculation(
         return key
 
     status = speculate_call(
-        spec_runtime, tmp_path, [lookup], {"name": "lookup", "arguments": {"key": "k"}}
+        runtime, tmp_path, [lookup], {"name": "lookup", "arguments": {"key": "k"}}
     )
     assert status.state == "boundary" and status.boundary_tool == "lookup"
     assert "unknown or custom tool" in (status.boundary_reason or "")
@@ -586,7 +571,7 @@ def test_an_undeclared_tool_is_a_boundary_in_a_speculation(
 
 
 def test_a_read_only_tool_after_a_speculative_write_is_a_boundary(
-    spec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
     from fore.messages.gate import ApprovalMode
 
@@ -599,7 +584,7 @@ def test_a_read_only_tool_after_a_speculative_write_is_a_boundary(
         return key
 
     status = speculate_call(
-        spec_runtime,
+        runtime,
         tmp_path,
         [lookup],
         {"name": "write_file", "arguments": {"path": "new.txt", "content": "n"}},

@@ -29,15 +29,11 @@ from fore.messages.tools import CancelToolCalls
 from tests.tools.test_tool_pool import (
     WAIT,
     Reports,
-    inbox,
-    runtime,
     start_pool,
     stats,
     submit,
     wait_until,
 )
-
-__all__ = ["inbox", "runtime"]  # pytest fixtures used by name below
 
 EVIL = "(a|aa)+$"
 EVIL_LINE = "a" * 64 + "b"  # about 10^13 paths: effectively forever without a bound
@@ -135,10 +131,10 @@ def test_grep_keeps_python_regex_syntax(tmp_path: Path) -> None:
 
 
 def test_a_cancelled_grep_in_the_pool_gives_its_thread_back(
-    runtime: Any, inbox: Any, evil_tree: Path
+    fresh_runtime: Any, inbox: Any, evil_tree: Path
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = SignallingFs(evil_tree)
     call = ToolCall(id="g", name="grep", arguments={"pattern": EVIL})
@@ -152,10 +148,10 @@ def test_a_cancelled_grep_in_the_pool_gives_its_thread_back(
 
 
 def test_a_timed_out_grep_in_the_pool_gives_its_thread_back(
-    runtime: Any, inbox: Any, evil_tree: Path
+    fresh_runtime: Any, inbox: Any, evil_tree: Path
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     call = ToolCall(id="g", name="grep", arguments={"pattern": EVIL})
     result = reports.batch(

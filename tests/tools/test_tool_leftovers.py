@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,14 +26,7 @@ from fore.messages.llm import LlmRequest
 from fore.supervision import Runtime
 from tests.tools.test_mcp_client import WAIT, Caller, ask, demo, wait_until
 
-
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="tool-leftovers-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=60)
+pytestmark = pytest.mark.runtime(close_timeout=60)
 
 
 def test_add_tool_takes_plain_and_async_functions(runtime: Runtime) -> None:

@@ -21,9 +21,7 @@ from fore.actors.tools import FunctionTool, ToolRegistry, WorkspaceFs, default_r
 from fore.actors.tools.text import valid_json, valid_output, valid_unicode
 from fore.messages.blobs import Inline, Stored, Structured, Text
 from fore.messages.conversation import ToolCall
-from tests.tools.test_tool_pool import Reports, TagArgs, inbox, runtime, start_pool, submit
-
-__all__ = ["inbox", "runtime"]  # pytest fixtures used by name below
+from tests.tools.test_tool_pool import Reports, TagArgs, start_pool, submit
 
 LATIN1_NAME = b"caf\xe9.txt"
 
@@ -91,10 +89,10 @@ def test_outputs_and_json_values_are_cleaned_only_when_needed() -> None:
 
 
 def test_list_directory_glob_and_grep_of_a_non_utf8_name_leave_the_pool_valid(
-    runtime: Any, inbox: Any, odd_tree: Path
+    fresh_runtime: Any, inbox: Any, odd_tree: Path
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (
         ToolCall(id="ls", name="list_directory", arguments={}),
@@ -114,7 +112,7 @@ def test_list_directory_glob_and_grep_of_a_non_utf8_name_leave_the_pool_valid(
 
 
 def test_a_tools_own_output_and_error_messages_are_cleaned(
-    runtime: Any, inbox: Any, tmp_path: Path
+    fresh_runtime: Any, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
 
@@ -126,7 +124,7 @@ def test_a_tools_own_output_and_error_messages_are_cleaned(
         return "plain\udce9"
 
     tool = FunctionTool("odd", "returns odd text", TagArgs, run)
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = tuple(
         ToolCall(id=t, name="odd", arguments={"tag": t}) for t in ("raise", "stored", "plain")

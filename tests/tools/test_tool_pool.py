@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -141,23 +141,6 @@ def calls(name: str, tags: list[str], **extra: Any) -> tuple[ToolCall, ...]:
     )
 
 
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="pool-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
-@pytest.fixture
-def inbox(runtime: Runtime) -> tuple[queue.Queue[Any], Any]:
-    q: queue.Queue[Any] = queue.Queue()
-    with runtime.system.activated():
-        collector = Collector.start(q)
-    return q, collector
-
-
 def start_pool(runtime: Runtime, **options: Any) -> Any:
     with runtime.system.activated():
         return ToolPool.start(**options)
@@ -242,12 +225,12 @@ wait_until = partial(fore.testing.wait_until, timeout=WAIT)
 # -- caps and fairness -----------------------------------------------------------------
 
 
-def test_global_and_per_session_caps(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_global_and_per_session_caps(fresh_runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
     fs = WorkspaceFs(tmp_path)
-    pool = start_pool(runtime, max_running=5, per_session=3)
+    pool = start_pool(fresh_runtime, max_running=5, per_session=3)
     reports = Reports(q)
     batches = [
         submit(
@@ -268,14 +251,14 @@ def test_global_and_per_session_caps(runtime: Runtime, inbox: Any, tmp_path: Pat
 
 
 def test_a_session_with_one_call_is_not_starved(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     probe.release.set()
     registry = ToolRegistry([quick_tool(probe)])
     fs = WorkspaceFs(tmp_path)
-    pool = start_pool(runtime, max_running=2, per_session=2)
+    pool = start_pool(fresh_runtime, max_running=2, per_session=2)
     reports = Reports(q)
     big = submit(
         pool, collector, fs, registry, calls("quick", [f"a{i}" for i in range(40)]), session="a"
@@ -288,11 +271,11 @@ def test_a_session_with_one_call_is_not_starved(
     assert starts.index("start:b0") <= 2
 
 
-def test_per_session_cap_from_the_batch(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_per_session_cap_from_the_batch(fresh_runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
-    pool = start_pool(runtime, max_running=10, per_session=8)
+    pool = start_pool(fresh_runtime, max_running=10, per_session=8)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -313,12 +296,12 @@ def test_per_session_cap_from_the_batch(runtime: Runtime, inbox: Any, tmp_path: 
 
 
 def test_calls_writing_the_same_path_run_in_call_order(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([quick_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (
         *calls("quick", ["1"], path="x.txt"),
@@ -336,13 +319,13 @@ def test_calls_writing_the_same_path_run_in_call_order(
 
 
 def test_exclusive_tool_runs_alone_within_its_batch(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     probe.release.set()
     registry = ToolRegistry([quick_tool(probe), quick_tool(probe, "solo", exclusive=True)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (
         *calls("quick", ["p1", "p2", "p3"]),
@@ -362,7 +345,7 @@ def test_exclusive_tool_runs_alone_within_its_batch(
 
 
 def test_a_raising_tool_does_not_cancel_its_slow_sibling(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
@@ -371,7 +354,7 @@ def test_a_raising_tool_does_not_cancel_its_slow_sibling(
         raise KeyError("kaboom")
 
     registry = ToolRegistry([gate_tool(probe), FunctionTool("explode", "raises", TagArgs, explode)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (*calls("gate", ["slow"]), *calls("explode", ["x"]))
     batch = submit(pool, collector, WorkspaceFs(tmp_path), registry, batch_calls)
@@ -387,14 +370,14 @@ def test_a_raising_tool_does_not_cancel_its_slow_sibling(
 
 
 def test_a_hanging_tool_times_out_and_its_sibling_completes(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     hang = Probe()
     fast = Probe()
     fast.release.set()
     registry = ToolRegistry([gate_tool(hang), quick_tool(fast)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (*calls("gate", ["stuck"]), *calls("quick", ["ok"]))
     try:
@@ -415,10 +398,10 @@ def test_a_hanging_tool_times_out_and_its_sibling_completes(
 
 
 def test_invalid_arguments_and_unknown_tools_become_error_results(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (
         ToolCall(id="bad", name="read_file", arguments={"path": 3, "limit": "many"}),
@@ -452,10 +435,10 @@ def _group_gone(pgid: int) -> bool:
 
 
 def test_cancelling_a_running_shell_kills_its_process_group(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     call = ToolCall(
         id="sleepy",
@@ -473,13 +456,13 @@ def test_cancelling_a_running_shell_kills_its_process_group(
 
 
 def test_cancel_a_whole_session_leaves_other_sessions_alone(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     other = Probe()
     registry = ToolRegistry([gate_tool(probe), gate_tool(other, "other")])
-    pool = start_pool(runtime, max_running=4, per_session=2)
+    pool = start_pool(fresh_runtime, max_running=4, per_session=2)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     mine = submit(pool, collector, fs, registry, calls("gate", list("abcde")), session="mine")
@@ -494,11 +477,11 @@ def test_cancel_a_whole_session_leaves_other_sessions_alone(
     probe.release.set()
 
 
-def test_cancel_one_batch_only(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_cancel_one_batch_only(fresh_runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     first = submit(pool, collector, fs, registry, calls("gate", ["a", "b"]))
@@ -524,12 +507,12 @@ class CrashablePool(ToolPool):
 
 
 def test_runner_crash_mid_batch_gives_every_call_a_result_and_restarts(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
-    pool = runtime.start_child(ChildSpec(id="crashable_pool", start=CrashablePool.start))
+    pool = fresh_runtime.start_child(ChildSpec(id="crashable_pool", start=CrashablePool.start))
     first_urn = pool.actor_urn
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
@@ -547,9 +530,9 @@ def test_runner_crash_mid_batch_gives_every_call_a_result_and_restarts(
     assert reports.batch(again).results[0].outcome == "ok"
 
 
-def test_empty_batch_finishes_at_once(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_empty_batch_finishes_at_once(fresh_runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     result = reports.batch(submit(pool, collector, WorkspaceFs(tmp_path), default_registry(), ()))
     assert result.results == ()
@@ -559,7 +542,7 @@ def test_empty_batch_finishes_at_once(runtime: Runtime, inbox: Any, tmp_path: Pa
 
 
 def test_a_failing_write_paths_fails_only_its_own_call(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
@@ -573,7 +556,7 @@ def test_a_failing_write_paths_fails_only_its_own_call(
         "broken", "raises in write_paths", TagArgs, lambda a, c: "ran", writes=no_paths
     )
     registry = ToolRegistry([gate_tool(probe), broken, quick_tool(quick)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     elsewhere = submit(pool, collector, fs, registry, calls("gate", ["other"]), session="other")
@@ -597,7 +580,7 @@ def test_a_failing_write_paths_fails_only_its_own_call(
 
 
 def test_a_hanging_write_paths_times_out_its_batch_only(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     stuck = threading.Event()
@@ -612,7 +595,7 @@ def test_a_hanging_write_paths_times_out_its_batch_only(
         "slow_plan", "hangs in write_paths", TagArgs, lambda a, c: "ran", writes=slow_paths
     )
     registry = ToolRegistry([slow, quick_tool(quick)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     try:
@@ -630,12 +613,12 @@ def test_a_hanging_write_paths_times_out_its_batch_only(
 
 
 def test_a_duplicate_batch_id_is_rejected_and_harms_nobody(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
 
@@ -695,7 +678,7 @@ def test_dependencies_order_a_shell_against_every_write_but_not_reads() -> None:
 
 
 def test_a_shell_call_runs_after_earlier_writes_and_before_later_ones(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
@@ -708,7 +691,7 @@ def test_a_shell_call_runs_after_earlier_writes_and_before_later_ones(
             gate_tool(probe, "read"),
         ]
     )
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -731,10 +714,10 @@ def test_a_shell_call_runs_after_earlier_writes_and_before_later_ones(
 
 
 def test_builtin_shell_sees_the_writes_before_it_and_none_after(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     for attempt in range(5):
         batch_calls = (
@@ -763,7 +746,7 @@ def test_builtin_shell_sees_the_writes_before_it_and_none_after(
     ],
 )
 def test_writes_to_one_file_under_different_names_run_in_call_order(
-    runtime: Runtime, inbox: Any, tmp_path: Path, spellings: list[str], target: str
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path, spellings: list[str], target: str
 ) -> None:
     q, collector = inbox
     (tmp_path / "d").mkdir()
@@ -773,7 +756,7 @@ def test_writes_to_one_file_under_different_names_run_in_call_order(
     (tmp_path / "dlink").symlink_to("d")
     probe = Probe()
     registry = ToolRegistry([quick_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = tuple(
         call
@@ -805,13 +788,13 @@ def _token_looper(started: threading.Event, saw: queue.Queue[str]) -> FunctionTo
 
 
 def test_a_python_tool_sees_its_token_when_the_pool_cancels_it(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     started = threading.Event()
     saw: queue.Queue[str] = queue.Queue()
     runner = ThreadRunner(name="token-test")
-    pool = start_pool(runtime, runner=runner)
+    pool = start_pool(fresh_runtime, runner=runner)
     reports = Reports(q)
     try:
         looper = calls("looper", ["x"])
@@ -837,13 +820,13 @@ def test_a_python_tool_sees_its_token_when_the_pool_cancels_it(
 
 
 def test_a_call_timeout_cancels_a_python_tools_token(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     started = threading.Event()
     saw: queue.Queue[str] = queue.Queue()
     runner = ThreadRunner(name="timeout-test")
-    pool = start_pool(runtime, runner=runner)
+    pool = start_pool(fresh_runtime, runner=runner)
     reports = Reports(q)
     try:
         batch = submit(
@@ -867,7 +850,7 @@ def test_a_call_timeout_cancels_a_python_tools_token(
 
 
 def test_a_full_runner_gives_clear_error_results_and_recovers(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     hang = Probe()
@@ -875,7 +858,7 @@ def test_a_full_runner_gives_clear_error_results_and_recovers(
     quick.release.set()
     runner = ThreadRunner(name="tiny", max_threads=2)
     registry = ToolRegistry([gate_tool(hang), quick_tool(quick)])
-    pool = start_pool(runtime, runner=runner)
+    pool = start_pool(fresh_runtime, runner=runner)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     try:
@@ -900,7 +883,7 @@ def test_a_full_runner_gives_clear_error_results_and_recovers(
 
 
 def test_an_explicit_tool_output_is_carried_to_the_requester(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     outputs: dict[str, Any] = {
@@ -910,7 +893,7 @@ def test_an_explicit_tool_output_is_carried_to_the_requester(
         "plain": "just text",
     }
     tool = FunctionTool("out", "returns what it is told", TagArgs, lambda a, c: outputs[a.tag])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     result = reports.batch(
         submit(
@@ -935,13 +918,13 @@ def test_an_explicit_tool_output_is_carried_to_the_requester(
 
 
 def test_a_batch_whose_scope_was_cancelled_before_it_arrived_runs_nothing(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     """A cancel that overtakes its batch is not lost: the scope is its record."""
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([quick_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     scope = CancelScope()
     scope.cancel("the run was cancelled")
@@ -956,12 +939,12 @@ def test_a_batch_whose_scope_was_cancelled_before_it_arrived_runs_nothing(
 
 
 def test_cancelling_a_batchs_scope_cancels_its_calls_and_only_them(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     probe = Probe()
     registry = ToolRegistry([gate_tool(probe)])
-    pool = start_pool(runtime)
+    pool = start_pool(fresh_runtime)
     reports = Reports(q)
     fs = WorkspaceFs(tmp_path)
     scope = CancelScope()

@@ -16,7 +16,6 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,25 +34,10 @@ from fore.messages.tools import CancelToolCalls, RunToolBatch, ToolBatchFinished
 from fore.supervision import Runtime
 from tests.tools.test_tool_pool import Collector, Reports, stats, submit, wait_until
 
+pytestmark = pytest.mark.runtime(name="async-tools", blobs=False)
+
 WAIT = 20.0
 _ids = itertools.count()
-
-
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="async-tools", blobs=False)
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
-@pytest.fixture
-def inbox(runtime: Runtime) -> tuple[queue.Queue[Any], Any]:
-    q: queue.Queue[Any] = queue.Queue()
-    with runtime.system.activated():
-        collector = Collector.start(q)
-    return q, collector
 
 
 def pool_of(runtime: Runtime, **options: Any) -> Any:
@@ -98,7 +82,9 @@ def waiting_tool(signals: Signals, name: str = "wait_forever") -> Tool[Any]:
 # -- where and how async tools run ----------------------------------------------------------
 
 
-def test_an_async_tool_runs_on_the_tool_loop(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_an_async_tool_runs_on_the_tool_loop(
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
     q, collector = inbox
     seen: list[str] = []
 
@@ -109,7 +95,7 @@ def test_an_async_tool_runs_on_the_tool_loop(runtime: Runtime, inbox: Any, tmp_p
         return f"fetched {url}"
 
     assert inspect.iscoroutinefunction(fetch.execute)
-    pool = pool_of(runtime)
+    pool = pool_of(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool, collector, WorkspaceFs(tmp_path), ToolRegistry([fetch]), (call("fetch", url="x"),)
@@ -120,7 +106,7 @@ def test_an_async_tool_runs_on_the_tool_loop(runtime: Runtime, inbox: Any, tmp_p
 
 
 def test_a_tool_subclass_with_an_async_execute(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
 
@@ -136,7 +122,7 @@ def test_a_tool_subclass_with_an_async_execute(
             await asyncio.sleep(0)
             return args.n * args.n
 
-    pool = pool_of(runtime)
+    pool = pool_of(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool, collector, WorkspaceFs(tmp_path), ToolRegistry([Square()]), (call("square", n=7),)
@@ -145,7 +131,7 @@ def test_a_tool_subclass_with_an_async_execute(
 
 
 def test_many_async_calls_run_at_once_on_one_thread(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     """Eight calls each wait for all eight to have started: only concurrency ends them."""
     q, collector = inbox
@@ -162,7 +148,7 @@ def test_many_async_calls_run_at_once_on_one_thread(
                 await asyncio.sleep(0.001)
         return tag
 
-    pool = pool_of(runtime, per_session=count)
+    pool = pool_of(fresh_runtime, per_session=count)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -180,7 +166,9 @@ def test_many_async_calls_run_at_once_on_one_thread(
 # -- deadline, cancellation, isolation, ordering -----------------------------------------------
 
 
-def test_the_deadline_cancels_the_coroutine(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_the_deadline_cancels_the_coroutine(
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
+) -> None:
     q, collector = inbox
     signals = Signals()
 
@@ -188,7 +176,7 @@ def test_the_deadline_cancels_the_coroutine(runtime: Runtime, inbox: Any, tmp_pa
     async def quick(x: int) -> int:
         return x + 1
 
-    pool = pool_of(runtime)
+    pool = pool_of(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -203,13 +191,13 @@ def test_the_deadline_cancels_the_coroutine(runtime: Runtime, inbox: Any, tmp_pa
     assert (sibling.outcome, sibling.result.output) == ("ok", "2")
     assert signals.cancelled.wait(WAIT)  # the coroutine itself received the cancellation
     wait_until(lambda: stats(pool).zombies == 0)  # so it does not linger as a zombie
-    wait_until(lambda: runtime.tool_loop.running == 0)
+    wait_until(lambda: fresh_runtime.tool_loop.running == 0)
 
 
-def test_a_cancel_cancels_the_coroutine(runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
+def test_a_cancel_cancels_the_coroutine(fresh_runtime: Runtime, inbox: Any, tmp_path: Path) -> None:
     q, collector = inbox
     signals = Signals()
-    pool = pool_of(runtime)
+    pool = pool_of(fresh_runtime)
     reports = Reports(q)
     stuck = call("wait_forever")
     batch = submit(
@@ -224,7 +212,7 @@ def test_a_cancel_cancels_the_coroutine(runtime: Runtime, inbox: Any, tmp_path: 
 
 
 def test_one_failing_async_tool_does_not_take_its_siblings_down(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
 
@@ -242,7 +230,7 @@ def test_one_failing_async_tool_does_not_take_its_siblings_down(
         await asyncio.sleep(0)
         return x
 
-    pool = pool_of(runtime)
+    pool = pool_of(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -264,7 +252,7 @@ def test_one_failing_async_tool_does_not_take_its_siblings_down(
 
 
 def test_async_writes_to_one_path_run_in_call_order(
-    runtime: Runtime, inbox: Any, tmp_path: Path
+    fresh_runtime: Runtime, inbox: Any, tmp_path: Path
 ) -> None:
     q, collector = inbox
     log: list[str] = []
@@ -279,7 +267,7 @@ def test_async_writes_to_one_path_run_in_call_order(
         log.append(f"end {tag}")
         return tag
 
-    pool = pool_of(runtime)
+    pool = pool_of(fresh_runtime)
     reports = Reports(q)
     batch = submit(
         pool,
@@ -326,14 +314,16 @@ def test_a_sync_tool_returning_a_coroutine_is_a_clear_error() -> None:
     assert not [str(w.message) for w in caught if "never awaited" in str(w.message)]
 
 
-def test_a_session_shows_the_error_not_a_coroutine_object(runtime: Runtime) -> None:
+def test_a_session_shows_the_error_not_a_coroutine_object(fresh_runtime: Runtime) -> None:
     def decide(request: LlmRequest) -> Any:
         results = [i for i in request.messages if isinstance(i, ToolResult)]
         if not results:
             return {"text": "", "tool_calls": [{"name": "compute", "arguments": {"n": 2}}]}
         return results[0].output
 
-    session = runtime.open_session(model=FunctionModel(decide), tools=[coroutine_returning_tool()])
+    session = fresh_runtime.open_session(
+        model=FunctionModel(decide), tools=[coroutine_returning_tool()]
+    )
     try:
         turn = session.submit("go", timeout=WAIT)
         answer = str(turn.items[-1].text)

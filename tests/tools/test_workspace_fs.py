@@ -26,13 +26,6 @@ from fore.actors.tools.paths import FsError, PathOutOfScope
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     out = tmp_path / "outside"
     out.mkdir()

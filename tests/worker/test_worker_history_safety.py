@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from pydantic import BaseModel
 
 import fore.testing
 from fore.actors.llm import ScriptedModel
-from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.tools import FunctionTool, ToolContext
 from fore.actors.worker.hooks import Continue, Hooks, ToolCallContext
 from fore.actors.worker.state import pairing_problems
@@ -32,19 +30,6 @@ from fore.messages.tools import ToolCallFinished
 from fore.supervision import Runtime
 
 WAIT = 20.0
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    rt = Runtime(
-        name="worker-history-safety",
-        overlay_root=tmp_path_factory.mktemp("overlays"),
-        speculation_governor=LoadGovernor(enabled=False),
-    )
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
 
 
 @pytest.fixture

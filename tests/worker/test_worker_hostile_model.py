@@ -60,12 +60,6 @@ from fore.supervision import Runtime
 WAIT = 60.0
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "notes.txt").write_text("alpha\n")
-    return tmp_path
-
-
 class Counter:
     """A tool that counts how often it really ran (and with what)."""
 

@@ -45,12 +45,6 @@ from fore.supervision import Runtime
 WAIT = 20.0
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "notes.txt").write_text("alpha\n")
-    return tmp_path
-
-
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 

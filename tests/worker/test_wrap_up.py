@@ -14,10 +14,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,21 +29,6 @@ from fore.messages.llm import LlmRequest
 from fore.supervision import Runtime
 
 WAIT = 30.0
-
-
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
-    rt = Runtime(name="wrap-up-test")
-    try:
-        yield rt
-    finally:
-        assert rt.close(timeout=30)
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    (tmp_path / "notes.txt").write_text("alpha\n")
-    return tmp_path
 
 
 class ToolHungry:
@@ -73,18 +56,18 @@ def test_only_the_last_call_of_the_budget_goes_without_tools(turn: int, max_turn
 
 
 def test_without_wrap_up_a_tool_hungry_model_ends_at_max_turns(
-    runtime: Runtime, workspace: Path
+    fresh_runtime: Runtime, workspace: Path
 ) -> None:
     hungry = ToolHungry()
-    with runtime.open_session(workspace=workspace, model=hungry.model, max_turns=3) as s:
+    with fresh_runtime.open_session(workspace=workspace, model=hungry.model, max_turns=3) as s:
         turn = s.submit("list the files", timeout=WAIT)
     assert turn.status == "max_turns"
     assert hungry.choices == ["auto"] * 3
 
 
-def test_with_wrap_up_the_last_call_answers(runtime: Runtime, workspace: Path) -> None:
+def test_with_wrap_up_the_last_call_answers(fresh_runtime: Runtime, workspace: Path) -> None:
     hungry = ToolHungry()
-    with runtime.open_session(
+    with fresh_runtime.open_session(
         workspace=workspace, model=hungry.model, max_turns=3, wrap_up=True
     ) as s:
         turn = s.submit("list the files", timeout=WAIT)
@@ -97,7 +80,9 @@ def test_with_wrap_up_the_last_call_answers(runtime: Runtime, workspace: Path) -
     assert last.text == "Here is what I found." and not last.tool_calls
 
 
-def test_a_hook_that_sets_the_tool_choice_still_wins(runtime: Runtime, workspace: Path) -> None:
+def test_a_hook_that_sets_the_tool_choice_still_wins(
+    fresh_runtime: Runtime, workspace: Path
+) -> None:
     hooks = Hooks()
 
     def keep_tools(ctx: LlmRequestContext) -> None:
@@ -105,7 +90,7 @@ def test_a_hook_that_sets_the_tool_choice_still_wins(runtime: Runtime, workspace
 
     hooks.pre_llm_request(keep_tools)
     hungry = ToolHungry()
-    with runtime.open_session(
+    with fresh_runtime.open_session(
         workspace=workspace, model=hungry.model, max_turns=2, wrap_up=True, hooks=hooks
     ) as s:
         turn = s.submit("list the files", timeout=WAIT)
@@ -113,10 +98,10 @@ def test_a_hook_that_sets_the_tool_choice_still_wins(runtime: Runtime, workspace
     assert hungry.choices == ["auto", "auto"]
 
 
-def test_each_run_has_its_own_budget(runtime: Runtime, workspace: Path) -> None:
+def test_each_run_has_its_own_budget(fresh_runtime: Runtime, workspace: Path) -> None:
     """The second run of a session gets its full budget back: ``none`` only on its last call."""
     hungry = ToolHungry()
-    with runtime.open_session(
+    with fresh_runtime.open_session(
         workspace=workspace, model=hungry.model, max_turns=2, wrap_up=True
     ) as s:
         first = s.submit("list the files", timeout=WAIT)

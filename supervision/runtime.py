@@ -193,7 +193,7 @@ class Runtime(RuntimeSessions):
         # Subscribers and alert history live outside the sink actor, so a
         # restarted sink keeps every session's alert stream.
         self.alert_state = AlertSinkState()
-        self.alert_sink = self.start_child(
+        self.alert_sink: Handle[AlertSink] = self.start_child(
             ChildSpec(
                 id="alert_sink", start=functools.partial(AlertSink.start, state=self.alert_state)
             )
@@ -214,7 +214,7 @@ class Runtime(RuntimeSessions):
                     ),
                 )
             )
-        self.tool_pool = self.start_child(
+        self.tool_pool: Handle[ToolPool] = self.start_child(
             ChildSpec(
                 id="tool_pool",
                 start=lambda: ToolPool.start(
@@ -226,13 +226,13 @@ class Runtime(RuntimeSessions):
                 ),
             )
         )
-        self.llm_gateway = self.start_child(
+        self.llm_gateway: Handle[LlmGateway] = self.start_child(
             ChildSpec(
                 id="llm_gateway",
                 start=lambda: LlmGateway.start(self.llm_loop, background=self.llm_background_loop),
             )
         )
-        self.sessions_supervisor = self.start_child(
+        self.sessions_supervisor: Handle[Supervisor] = self.start_child(
             ChildSpec(
                 id="sessions",
                 kind="supervisor",

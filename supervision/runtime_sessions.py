@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from fore.actors.alerts import AlertSinkState
+from fore.actors.alerts import AlertSink, AlertSinkState
 from fore.actors.blobs.actor import BlobStoreActor
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.core.logs import get_logger
+from fore.actors.llm.gateway import LlmGateway
 from fore.actors.llm.models import ChatModel
 from fore.actors.overlay.store import OverlayLeft, OverlayStore
 from fore.actors.speculation.governor import LoadGovernor
@@ -36,6 +37,7 @@ from fore.actors.tools.base import Tool
 from fore.actors.tools.fs import WorkspaceFs
 from fore.actors.tools.mcp.config import MCPServer
 from fore.actors.tools.mcp.manager import MCPManager
+from fore.actors.tools.pool.actor import ToolPool
 from fore.actors.tools.selection import builtin_argument
 from fore.actors.worker.approval import ApprovalPolicy, Approver
 from fore.actors.worker.hooks import Hooks
@@ -66,6 +68,7 @@ from fore.supervision.resume import (
 from fore.supervision.session import Session
 from fore.supervision.session_supervisor import CONTROLLER, SessionSupervisor
 from fore.supervision.session_wiring import wire_session
+from fore.supervision.supervisor import Supervisor
 
 if TYPE_CHECKING:  # tracing for typing only: it imports opentelemetry, an optional extra
     from fore.actors.telemetry.tracing import Instrumentation
@@ -87,13 +90,13 @@ class RuntimeSessions:
     _mcp: MCPManager | None
     tool_loop: ToolLoop
     alert_state: AlertSinkState
-    alert_sink: Handle[Any]
+    alert_sink: Handle[AlertSink]
     blob_fs: FsBlobStore | None
     blob_store: Handle[BlobStoreActor] | None
     blob_limits: BlobLimits
-    tool_pool: Handle[Any]
-    llm_gateway: Handle[Any]
-    sessions_supervisor: Handle[Any]
+    tool_pool: Handle[ToolPool]
+    llm_gateway: Handle[LlmGateway]
+    sessions_supervisor: Handle[Supervisor]
     overlays: OverlayStore
     speculation_governor: LoadGovernor
     telemetry: Instrumentation | None

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fore.actors.alerts import AlertSink
 from fore.actors.blobs.actor import BlobStoreActor
 from fore.actors.blobs.fs_store import FsBlobStore
 from fore.actors.blobs.inspect_tool import Inspect
 from fore.actors.filerefs.resolver import prepare_submit
+from fore.actors.llm.gateway import LlmGateway
 from fore.actors.output.interceptor import OutputInterceptor
 from fore.actors.resolve import MultiEdit, PendingActions, Resolve
 from fore.actors.telemetry.limits import session_usage
@@ -31,6 +33,7 @@ from fore.actors.tools.decorator import as_tool
 from fore.actors.tools.fs import FsView, WorkspaceFs
 from fore.actors.tools.mcp.manager import MCPManager
 from fore.actors.tools.noworkspace import NoWorkspace
+from fore.actors.tools.pool.actor import ToolPool
 from fore.actors.tools.selection import choose_builtins
 from fore.actors.worker.approval import LiveApproval, as_policy
 from fore.actors.worker.config import WorkerConfig
@@ -72,9 +75,9 @@ def wire_session(
     *,
     history: list[Any],
     persist: Persistence | None,
-    gateway: Handle[Any],
-    tool_pool: Handle[Any],
-    alert_sink: Handle[Any],
+    gateway: Handle[LlmGateway],
+    tool_pool: Handle[ToolPool],
+    alert_sink: Handle[AlertSink],
     blob_fs: FsBlobStore | None,
     blob_store: Handle[BlobStoreActor] | None,
     blob_limits: BlobLimits,

@@ -458,6 +458,39 @@ def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
         session.close()
 
 
+def test_a_key_typed_after_tab_waits_for_the_tab_on_the_shard(rt: RayRuntime, ws: Path) -> None:
+    """The session's inputs are numbered per hosting and the shard starts them in that
+    order: a keystroke sent to the shard before the Tab numbered ahead of it (as Ray may
+    run them) waits for the Tab, which applies the finished speculation; later inputs go
+    on in order (the session's next turn runs)."""
+    from fore.distributed import calls
+
+    def reply(request: LlmRequest) -> Any:
+        last = request.messages[-1]
+        if request.purpose == "main":
+            return f"answer to {getattr(last, 'text', 'a result')}"
+        if request.purpose in ("suggestion", "pipelined"):
+            return '{"suggestion": "make x two"}'
+        if isinstance(last, ToolResult):
+            return "x is two now."
+        edit = {"path": "app.py", "old_string": "x = 1", "new_string": "x = 2"}
+        return ScriptReply(tool_calls=[{"name": "edit", "arguments": edit}])
+
+    config = SpeculationConfig(enabled=True, approval_mode="auto-edit", suggestion_delay_ms=0)
+    with rt.open_session(workspace=ws, model=FunctionModel(reply), speculation=config) as s:
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        wait_until(lambda: s.speculation.state == "completed" and s.suggestion == "make x two")
+        placement = s.placement
+        tab_number = next(placement.inputs)  # the Tab's number, taken before the key's
+        s.keystroke("no, something else")  # numbered after the Tab, sent before it
+        ref = calls.method(placement.handle, "accept").remote(s.id, WAIT, True, seq=tab_number)
+        result = calls.result(ref, WAIT)
+        assert result.outcome == "accepted", result
+        assert (ws / "app.py").read_text() == "x = 2\n"
+        assert s.submit("and now?", timeout=WAIT).status == "completed"
+
+
 def test_a_late_load_report_keeps_a_shard_placed_until_it_is_silent_too_long(
     ray_instance: None, tmp_path: Path
 ) -> None:

@@ -32,6 +32,8 @@ enters at once.
 **Events** of a session are collected in an :class:`~fore.distributed.events.EventSink`
 (the session's own in-process queue is unsubscribed) and leave through the
 ``events`` streaming generator, in order, a batch per wake-up.
+
+(Over 600 lines as one concept: the shard's side of every call a caller makes.)
 """
 
 from __future__ import annotations

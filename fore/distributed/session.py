@@ -23,12 +23,13 @@ on), as the local session's handles are.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +83,10 @@ class Placement:
     incarnation: str
     handle: Any
     info: ShardInfo
+    inputs: Iterator[int] = field(default_factory=itertools.count, compare=False, repr=False)
+    """The numbers of the session's user inputs sent to this hosting, from 0: the shard
+    starts them in this order (:mod:`fore.distributed.input_sequence`); a move starts a new
+    placement, and the new hosting's numbers, at 0."""
 
 
 class RemoteHandle:
@@ -171,12 +176,13 @@ class RemoteSession:
         if self._closed:
             raise RuntimeError(f"session {self.id!r} is closed")
 
-    def _call(self, method: str, *args: Any, timeout: float) -> Any:
-        """``method`` of the session's shard, answered (module docs for the failures)."""
+    def _call(self, method: str, *args: Any, timeout: float, numbered: bool = False) -> Any:
+        """``method`` of the session's shard, answered (module docs for the failures);
+        ``numbered``: a user input, started there in the order the user gave it."""
         self._check_open()
         for attempt in (1, 2):
             placement = self._runtime._ensure_placed(self)
-            ref = calls.method(placement.handle, method).remote(self.id, *args)
+            ref = _send(placement, method, self.id, args, numbered)
             try:
                 return calls.result(ref, timeout + GRACE_S)
             except (_NotHere, _Died) as exc:
@@ -214,11 +220,11 @@ class RemoteSession:
         ref.future().add_done_callback(settle)
         return future
 
-    def _tell(self, method: str, *args: Any) -> None:
+    def _tell(self, method: str, *args: Any, numbered: bool = False) -> None:
         """A call nobody waits for (a keystroke, a cancel); its failure moves the session."""
         self._check_open()
         placement = self._runtime._ensure_placed(self)
-        ref = calls.method(placement.handle, method).remote(self.id, *args)
+        ref = _send(placement, method, self.id, args, numbered)
         self._tells.add(ref)
 
         def done(_done: Any) -> None:
@@ -248,12 +254,16 @@ class RemoteSession:
         in the store (if it had completed) or not at all.
         """
         frozen = tuple(segments) if segments is not None else None
-        result: TurnResult = self._call("submit", text, frozen, timeout, max_turns, timeout=timeout)
+        result: TurnResult = self._call(
+            "submit", text, frozen, timeout, max_turns, timeout=timeout, numbered=True
+        )
         return result
 
     def accept(self, *, timeout: float = 60.0, wait_continuation: bool = True) -> AcceptResult:
         """Tab: accept the current suggestion (its speculation's work is applied on the shard)."""
-        result: AcceptResult = self._call("accept", timeout, wait_continuation, timeout=timeout)
+        result: AcceptResult = self._call(
+            "accept", timeout, wait_continuation, timeout=timeout, numbered=True
+        )
         return result
 
     def keystroke(self, text: str = "", *, _at: float | None = None) -> None:
@@ -262,11 +272,11 @@ class RemoteSession:
         this machine."""
         at = _at if _at is not None else time.monotonic()
         local = self._placement.info.node_id == self._runtime.node_id
-        self._tell("keystroke", text, at if local else None)
+        self._tell("keystroke", text, at if local else None, numbered=True)
 
     def cancel(self, reason: str = "cancelled by user") -> None:
         """Cancel the running run (or this session's submits still on their way)."""
-        self._tell("cancel", reason)
+        self._tell("cancel", reason, numbered=True)
 
     def pause(self, reason: str = "paused by request") -> bool:
         paused: bool = self.worker.ask(PauseRun(reason=reason), timeout=10)
@@ -324,13 +334,14 @@ class RemoteSession:
         *args: Any,
         timeout: float,
         on_cancel: Callable[[Any], object] | None = None,
+        numbered: bool = False,
     ) -> Any:
         """:meth:`_call` for asyncio (the same failures; ``on_cancel(ref)`` runs with the
         call's Ray object ref if the awaiting task is cancelled)."""
         self._check_open()
         for attempt in (1, 2):
             placement = await self._aplacement()
-            ref = calls.method(placement.handle, method).remote(self.id, *args)
+            ref = _send(placement, method, self.id, args, numbered)
             try:
                 return await asyncio.wait_for(calls.aresult(ref), timeout + GRACE_S)
             except TimeoutError:
@@ -345,9 +356,9 @@ class RemoteSession:
                     raise lost from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _tell_quietly(self, method: str, *args: Any) -> None:
+    def _tell_quietly(self, method: str, *args: Any, numbered: bool = False) -> None:
         try:
-            self._tell(method, *args)
+            self._tell(method, *args, numbered=numbered)
         except Exception as exc:  # closed, or no shard to tell: nothing left to call off
             log.warning("remote_tell_failed", session=self.id, error=repr(exc))
 
@@ -369,7 +380,10 @@ class RemoteSession:
             timeout,
             max_turns,
             timeout=timeout,
-            on_cancel=lambda _ref: self._tell_quietly("cancel", "the submit was cancelled"),
+            on_cancel=lambda _ref: self._tell_quietly(
+                "cancel", "the submit was cancelled", numbered=True
+            ),
+            numbered=True,
         )
         return result
 
@@ -389,6 +403,7 @@ class RemoteSession:
             wait_continuation,
             timeout=timeout,
             on_cancel=calls.cancel,
+            numbered=True,
         )
         return result
 
@@ -562,6 +577,14 @@ class RemoteSession:
             self._closed = True
             self._runtime._forget(self)
         return clean
+
+
+def _send(placement: Placement, method: str, session_id: str, args: Any, numbered: bool) -> Any:
+    """Call ``method`` of ``placement``'s shard; a user input numbered for that hosting."""
+    bound = calls.method(placement.handle, method)
+    if numbered:
+        return bound.remote(session_id, *args, seq=next(placement.inputs))
+    return bound.remote(session_id, *args)
 
 
 def new_session_id() -> str:

@@ -22,9 +22,18 @@ whose shard died is opened on another with ``Runtime.resume_session``, which
 leases it here (at once from a dead holder of this machine) and restores its
 history before anything else can reach it.
 
+**The user's order.** A submit, a Tab, a keystroke and a cancel carry the caller's
+number (``seq``: :mod:`fore.distributed.input_sequence`), and each enters the hosted
+session's input order (:class:`~fore.supervision.input_order.InputOrder`) in that
+order, whatever order Ray runs the calls in: one that is ahead waits (at most
+``HOLD_S``) for those before it. Without ``seq`` (a caller in this process) a call
+enters at once.
+
 **Events** of a session are collected in an :class:`~fore.distributed.events.EventSink`
 (the session's own in-process queue is unsubscribed) and leave through the
 ``events`` streaming generator, in order, a batch per wake-up.
+
+(Over 600 lines as one concept: the shard's side of every call a caller makes.)
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +60,7 @@ from fore.actors.store import SessionLeased, SessionStore, StoreError, open_stor
 from fore.distributed import shipping
 from fore.distributed.errors import WorkspaceUnreachable
 from fore.distributed.events import AlertForwarder, EventSink
+from fore.distributed.input_sequence import InputSequence
 from fore.distributed.leaks import LeakBaseline, count_overlay_dirs
 from fore.distributed.placement import ShardInfo, ShardLoad
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec
@@ -71,6 +81,7 @@ from fore.messages.speculation import (
     AcceptSuggestion,
     SubmitPrompt,
 )
+from fore.supervision.input_order import OnTheWay
 from fore.supervision.runtime import Runtime
 from fore.supervision.session import Session
 
@@ -120,6 +131,8 @@ class _Hosted:
     models: tuple[Any, ...] = ()
     """The shard's copies of the session's models: closed with the last session using
     them (a fork shares its source's)."""
+    inputs: InputSequence = field(default_factory=InputSequence)
+    """The user's inputs of this hosting, started in the caller's order (numbers from 0)."""
 
     def target(self, name: str) -> Any:
         if name == "worker":
@@ -157,6 +170,11 @@ async def _bridged(future: PooledFuture[Any], timeout: float) -> Any:
         return await asyncio.wait_for(waiter, timeout)
     except TimeoutError:
         raise AskTimeout("ask not answered before its deadline") from None
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _node() -> tuple[str, str]:
@@ -345,15 +363,23 @@ class ShardServer:
         segments: tuple[Segment, ...] | None = None,
         timeout: float = 60.0,
         max_turns: int | None = None,
+        *,
+        seq: int | None = None,
     ) -> TurnResult:
         """``Session.submit`` on this shard: a timed-out turn is cancelled, as in one process
         (through the run's scope, made here before the submit is sent)."""
         hosted = self._get(session_id)
         session = hosted.session
         scope = CancelScope()
-        hosted.pending.add(scope)
-        arrived = session.input_order.sending()  # later keys reach the controller after it
+        entered: list[OnTheWay] = []
+
+        def enter() -> None:
+            hosted.pending.add(scope)
+            entered.append(session.input_order.sending())  # later keys wait for it
+
         try:
+            await self._in_turn(hosted, seq, enter, timeout)
+            arrived = entered[0]
             if hosted.spec.speculation:
                 prompt = SubmitPrompt(
                     text=text, segments=segments, max_turns=max_turns, scope=scope, arrived=arrived
@@ -368,11 +394,17 @@ class ShardServer:
             raise
         finally:
             hosted.pending.discard(scope)
-            arrived()  # (if it never arrived)
+            for arrived in entered:
+                arrived()  # (if it never arrived)
         return turn
 
     async def accept(
-        self, session_id: str, timeout: float = 60.0, wait_continuation: bool = True
+        self,
+        session_id: str,
+        timeout: float = 60.0,
+        wait_continuation: bool = True,
+        *,
+        seq: int | None = None,
     ) -> AcceptResult:
         """Tab: ``Session.accept`` here (the accepted items are stored before the answer:
         the worker writes an insert ahead of answering it).
@@ -383,9 +415,15 @@ class ShardServer:
         """
         hosted = self._get(session_id)
         scope = CancelScope()
-        hosted.pending.add(scope)
-        arrived = hosted.session.input_order.sending()  # later keys reach the controller after it
+        entered: list[OnTheWay] = []
+
+        def enter() -> None:
+            hosted.pending.add(scope)
+            entered.append(hosted.session.input_order.sending())  # later keys wait for it
+
         try:
+            await self._in_turn(hosted, seq, enter, timeout)
+            arrived = entered[0]
             message = AcceptSuggestion(
                 wait_continuation=wait_continuation, scope=scope, arrived=arrived
             )
@@ -400,14 +438,25 @@ class ShardServer:
             raise
         finally:
             hosted.pending.discard(scope)
-            arrived()  # (if it never arrived)
+            for arrived in entered:
+                arrived()  # (if it never arrived)
         return result
 
-    async def keystroke(self, session_id: str, text: str = "", at: float | None = None) -> None:
+    async def keystroke(
+        self, session_id: str, text: str = "", at: float | None = None, *, seq: int | None = None
+    ) -> None:
         """The user typed: ``Session.keystroke`` here -- on the control lane, after a submit
         or Tab sent before it (``at``: the caller's ``time.monotonic()``, when the caller is
-        on this machine, so abort latency counts the trip here)."""
-        self._get(session_id).session.keystroke(text, _at=at)
+        on this machine, so abort latency counts the trip here). Returns at once, even when
+        the key waits for an earlier input (``seq``) still on its way here."""
+        hosted = self._get(session_id)
+        session = hosted.session
+        if seq is None:
+            session.keystroke(text, _at=at)
+        elif not hosted.inputs.arrive(
+            seq, lambda _late: session.keystroke(text, _at=at), time.monotonic()
+        ):
+            self._expire_later(hosted)
 
     async def set_approval_mode(self, session_id: str, mode: ApprovalMode) -> None:
         """``Session.set_approval_mode`` here (never waits)."""
@@ -426,16 +475,70 @@ class ShardServer:
         )
         hosted.models = (*hosted.models, model)
 
-    async def cancel(self, session_id: str, reason: str = "cancelled by user") -> None:
+    async def cancel(
+        self, session_id: str, reason: str = "cancelled by user", *, seq: int | None = None
+    ) -> None:
         """Cancel the running run, or the submits and Tabs of this shard still waiting for
-        their answer (their scopes: wherever each is, on its way, waiting or running)."""
+        their answer (their scopes: wherever each is, on its way, waiting or running) -- those
+        the user gave before the cancel (``seq``), once they have entered."""
         hosted = self._get(session_id)
-        pending = list(hosted.pending)
-        if not pending:
-            hosted.session.worker.tell(CancelRun(reason=reason))
+
+        def cancel(_late: bool) -> None:
+            pending = list(hosted.pending)
+            if not pending:
+                hosted.session.worker.tell(CancelRun(reason=reason))
+                return
+            for scope in pending:
+                scope.cancel(reason)
+
+        if seq is None:
+            cancel(False)
+        elif not hosted.inputs.arrive(seq, cancel, time.monotonic()):
+            self._expire_later(hosted)
+
+    async def _in_turn(
+        self, hosted: _Hosted, seq: int | None, enter: Callable[[], None], timeout: float
+    ) -> None:
+        """``enter()`` once input ``seq`` is next (at once if it is, or has no number);
+        waits at most ``timeout``, then the input never enters (``AskTimeout``)."""
+        if seq is None:
+            enter()
             return
-        for scope in pending:
-            scope.cancel(reason)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def start(late: bool) -> None:
+            enter()
+            if late:  # from another call, maybe on the other event loop
+                loop.call_soon_threadsafe(_wake, waiter)
+
+        if hosted.inputs.arrive(seq, start, time.monotonic()):
+            return
+        self._expire_later(hosted)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except BaseException as exc:
+            # cancelled (``ray.cancel``) or out of time while held: it never enters (if it
+            # did meanwhile, the caller's ``finally`` undoes it)
+            hosted.inputs.withdraw(seq)
+            if isinstance(exc, TimeoutError):
+                raise AskTimeout("the input waited too long for the ones before it") from None
+            raise
+
+    def _expire_later(self, hosted: _Hosted) -> None:
+        """Let inputs held behind a missing one go once they have waited ``hold_s``."""
+        asyncio.get_running_loop().call_later(hosted.inputs.hold_s + 0.01, self._expire, hosted)
+
+    def _expire(self, hosted: _Hosted) -> None:
+        given_up = hosted.inputs.expire(time.monotonic())
+        if given_up:
+            log.warning(
+                "shard_inputs_given_up",
+                shard=self.index,
+                session=hosted.spec.session_id,
+                numbers=given_up,
+                next=hosted.inputs.next,
+            )
 
     async def ask(self, session_id: str, target: str, message: Any, timeout: float = 60.0) -> Any:
         """Any message to the session's ``target`` (:data:`TARGETS`), answered as in one process."""

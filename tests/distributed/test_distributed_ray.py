@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -394,13 +394,9 @@ def _call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
-    rt: RayRuntime, ws: Path, tmp_path: Path
-) -> None:
-    """A Tab waiting for a running speculation, awaited with ``aaccept``: cancelling the task
-    calls the accept off on the shard -- the speculation is aborted, nothing is applied
-    (the edit it would make never lands), and the next turn runs."""
-    running, release = tmp_path / "running", tmp_path / "release"
+def _makes_x_two(before_the_edit: Callable[[], None] = lambda: None) -> Any:
+    """A model whose suggestion is "make x two" and whose speculation makes it so (its
+    edit answered after ``before_the_edit()``)."""
 
     def reply(request: LlmRequest) -> Any:
         last = request.messages[-1]
@@ -410,15 +406,30 @@ def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
             return '{"suggestion": "make x two"}'
         if isinstance(last, ToolResult):
             return "x is two now."
+        before_the_edit()
+        edit = {"path": "app.py", "old_string": "x = 1", "new_string": "x = 2"}
+        return ScriptReply(tool_calls=[{"name": "edit", "arguments": edit}])
+
+    return FunctionModel(reply)
+
+
+def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
+    rt: RayRuntime, ws: Path, tmp_path: Path
+) -> None:
+    """A Tab waiting for a running speculation, awaited with ``aaccept``: cancelling the task
+    calls the accept off on the shard -- the speculation is aborted, nothing is applied
+    (the edit it would make never lands), and the next turn runs."""
+    running, release = tmp_path / "running", tmp_path / "release"
+
+    def held() -> None:
         running.write_text("1")
         deadline = time.monotonic() + 120
         while not release.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        edit = {"path": "app.py", "old_string": "x = 1", "new_string": "x = 2"}
-        return ScriptReply(tool_calls=[{"name": "edit", "arguments": edit}])
 
+    model = _makes_x_two(before_the_edit=held)
     config = SpeculationConfig(enabled=True, approval_mode="auto-edit", suggestion_delay_ms=0)
-    session = rt.open_session(workspace=ws, model=FunctionModel(reply), speculation=config)
+    session = rt.open_session(workspace=ws, model=model, speculation=config)
 
     async def main() -> None:
         await session.asubmit("hi", timeout=WAIT)
@@ -448,6 +459,29 @@ def test_cancelling_an_aaccept_calls_the_tab_off_on_the_shard(
     finally:
         release.write_text("1")
         session.close()
+
+
+def test_a_key_typed_after_tab_waits_for_the_tab_on_the_shard(rt: RayRuntime, ws: Path) -> None:
+    """The session's inputs are numbered per hosting and the shard starts them in that
+    order: a keystroke sent to the shard before the Tab numbered ahead of it (as Ray may
+    run them) waits for the Tab, which applies the finished speculation; later inputs go
+    on in order (the session's next turn runs)."""
+    from fore.distributed import calls
+
+    model = _makes_x_two()
+    config = SpeculationConfig(enabled=True, approval_mode="auto-edit", suggestion_delay_ms=0)
+    with rt.open_session(workspace=ws, model=model, speculation=config) as s:
+        s.submit("hi", timeout=WAIT)
+        s.submit("what is x?", timeout=WAIT)
+        wait_until(lambda: s.speculation.state == "completed" and s.suggestion == "make x two")
+        placement = s.placement
+        tab_number = next(placement.inputs)  # the Tab's number, taken before the key's
+        s.keystroke("no, something else")  # numbered after the Tab, sent before it
+        ref = calls.method(placement.handle, "accept").remote(s.id, WAIT, True, seq=tab_number)
+        result = calls.result(ref, WAIT)
+        assert result.outcome == "accepted", result
+        assert (ws / "app.py").read_text() == "x = 2\n"
+        assert s.submit("and now?", timeout=WAIT).status == "completed"
 
 
 def test_a_late_load_report_keeps_a_shard_placed_until_it_is_silent_too_long(

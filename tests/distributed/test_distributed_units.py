@@ -706,3 +706,84 @@ def test_a_shards_cancel_calls_off_a_tab_it_overtook(
         assert run(shard.submit("s1", "and now?", timeout=30)).status == "completed"
     finally:
         run(shard.shutdown(30))
+
+
+def _speculated_edit(shard: ShardServer, ws: Path, run: Any) -> None:
+    """``s1`` open on ``shard`` with the suggestion "make x two" speculated to completion."""
+    from fore.messages.speculation import GetSpeculation
+
+    config = SpeculationConfig(enabled=True, approval_mode="auto-edit", suggestion_delay_ms=0)
+    run(shard.open(spec_for("s1", ws, FunctionModel(_suggests_an_edit), speculation=config)))
+    run(shard.submit("s1", "hi", timeout=30))
+    run(shard.submit("s1", "what is x?", timeout=30))
+
+    def finished() -> bool:
+        status, shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+        return status.state == "completed" and shown == "make x two"
+
+    fore.testing.wait_until(finished, timeout=30)
+
+
+def test_a_key_typed_after_tab_that_reaches_the_shard_first_waits_for_the_tab(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Ray may run a session's keystroke (number 1) before the Tab typed before it
+    (number 0): the key waits on the shard until the Tab has entered the session's input
+    order, so the Tab applies the speculation instead of finding it aborted."""
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        _speculated_edit(shard, ws, run)
+        run(shard.keystroke("s1", "no, something else", seq=1))  # overtook the Tab
+        assert shard._hosted["s1"].inputs.held == (1,)
+        result = run(shard.accept("s1", timeout=30, seq=0))
+        assert result.outcome == "accepted", result
+        assert result.files_applied and (ws / "app.py").read_text() == "x = 2\n"
+        assert shard._hosted["s1"].inputs.held == ()
+        # the key was not lost: it reached the controller after the Tab (a cancel, number
+        # 2, overtaken by a submit, number 3, cancels it too)
+        submit = loop.create_task(shard.submit("s1", "and now?", timeout=30, seq=3))
+        run(asyncio.sleep(0))
+        assert not submit.done() and shard._hosted["s1"].inputs.held == (3,)
+        run(shard.cancel("s1", "Ctrl-C", seq=2))
+        assert run(submit).status == "completed"  # the cancel came first: nothing to cancel
+    finally:
+        run(shard.shutdown(30))
+
+
+def test_an_input_that_never_reaches_the_shard_holds_the_later_keys_only_a_while(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Tab number 0 never arrives (its Ray call was cancelled, its caller died): the key
+    typed after it starts once it has waited ``HOLD_S`` -- it aborts the speculation. A Tab
+    held behind the missing number and cancelled meanwhile never starts."""
+    from fore.messages.speculation import GetSpeculation
+
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        _speculated_edit(shard, ws, run)
+        hosted = shard._hosted["s1"]
+        # a Tab held behind the missing 0, cancelled while it waits: it never enters
+        tab = loop.create_task(shard.accept("s1", timeout=30, seq=1))
+        run(asyncio.sleep(0))
+        assert hosted.inputs.held == (1,)
+        tab.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            run(tab)
+        assert hosted.inputs.held == () and not hosted.pending
+        run(shard.keystroke("s1", "no, something else", seq=2))
+        assert hosted.inputs.held == (2,)
+
+        def state() -> str:
+            status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+            return str(status.state)
+
+        assert state() == "completed"  # held, not lost
+        fore.testing.wait_until(lambda: run(asyncio.sleep(0.01)) or state() == "aborted")
+        assert hosted.inputs.held == () and hosted.inputs.next == 3
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        # the missing Tab arrives after all: late, it starts at once (nothing to accept now)
+        assert run(shard.accept("s1", timeout=30, seq=0)).outcome == "no_suggestion"
+    finally:
+        run(shard.shutdown(30))

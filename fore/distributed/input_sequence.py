@@ -1,0 +1,156 @@
+"""The order a session's user inputs start in on its shard, whatever order Ray runs them in.
+
+In one process a session keeps the order the user gave its inputs by
+:class:`~fore.supervision.input_order.InputOrder`: a key typed after a Tab or a
+submit waits for it -- provided the Tab or submit *entered* that order first.
+Over Ray that is not given: Ray does not run an async actor's calls in the
+order they were made, not even one caller's, and a keystroke and a Tab run on
+different event loops of the shard (``calls.CONTROL_METHODS``). A key typed
+after Tab could start first on the shard and abort the speculation the Tab
+was sent to accept.
+
+So the caller numbers each user input of a session -- submit, Tab, keystroke,
+cancel -- from 0 for each hosting of the session (``Placement.inputs``: a
+session moved to another shard starts again at 0 there, as the shard's
+:class:`InputSequence` does), and the shard starts them in that order:
+:meth:`InputSequence.arrive` starts an input whose number is the next one at
+once, and holds one that is ahead until those before it have started.
+
+An earlier input may never come: its Ray call was cancelled before it ran, its
+caller died, serialising it failed. So nothing is held for longer than
+:data:`HOLD_S`: :meth:`InputSequence.expire` gives up on the missing numbers
+before an input held that long and lets it (and what follows it) start. An
+input known never to start (:meth:`InputSequence.withdraw`: its call was
+cancelled while held) lets the next ones go at once. An input whose number was
+given up on and arrives after all starts at once: late, but not lost.
+
+Plain code, no actor, no event loop: starting an input is a callback, called
+under the sequence's lock (so two inputs released by different threads start
+in number order), with ``late`` telling whether it starts in its own
+:meth:`~InputSequence.arrive` call or later, from another's. The hot path --
+the next number arrives, nothing held -- is one uncontended lock and the call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fore.actors.core.logs import get_logger
+
+log = get_logger(__name__)
+
+__all__ = ["HOLD_S", "InputSequence", "Start"]
+
+HOLD_S = 1.0
+"""The longest an input waits for the ones numbered before it (then they are given up on)."""
+
+Start = Callable[[bool], None]
+"""Starts one input; its argument is ``late``: called after its ``arrive`` returned."""
+
+
+@dataclass
+class _Held:
+    start: Start | None
+    """``None``: withdrawn (its turn passes without starting anything)."""
+    deadline: float
+
+
+class InputSequence:
+    """The next input number to start on one hosting of a session, and those ahead of it."""
+
+    def __init__(self, hold_s: float = HOLD_S) -> None:
+        self.hold_s = hold_s
+        self._lock = threading.Lock()
+        self._next = 0
+        self._held: dict[int, _Held] = {}
+
+    @property
+    def next(self) -> int:
+        """The number that starts as soon as it arrives."""
+        return self._next
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """The numbers waiting for earlier ones, in order (not those withdrawn)."""
+        with self._lock:
+            return tuple(sorted(n for n, h in self._held.items() if h.start is not None))
+
+    def next_deadline(self) -> float | None:
+        """When the earliest held input stops waiting (``None``: nothing is held)."""
+        with self._lock:
+            return min((h.deadline for h in self._held.values()), default=None)
+
+    def arrive(self, number: int, start: Start, now: float) -> bool:
+        """Input ``number`` arrived: start it now (True), or hold it until its turn (False).
+
+        Started now with every held input it unblocks, in order. An exception of
+        ``start`` itself is raised (after the others have started); one of an
+        input started on its behalf is logged (its caller has returned).
+        """
+        with self._lock:
+            if number < self._next:
+                log.warning("input_started_late", number=number, expected=self._next)
+                start(False)
+                return True
+            if number > self._next:
+                self._held[number] = _Held(start, now + self.hold_s)
+                return False
+            self._next += 1
+            try:
+                start(False)
+            finally:
+                self._release()
+            return True
+
+    def withdraw(self, number: int) -> bool:
+        """Input ``number`` will never start (its call was cancelled, or is known lost).
+
+        True if it had not started: its turn passes and the inputs after it go
+        on. False if it had (or was given up on): nothing changes.
+        """
+        with self._lock:
+            if number < self._next:
+                return False
+            if number == self._next:
+                self._held.pop(number, None)
+                self._next += 1
+                self._release()
+            else:
+                held = self._held.get(number)
+                self._held[number] = _Held(None, held.deadline if held else float("inf"))
+            return True
+
+    def expire(self, now: float) -> tuple[int, ...]:
+        """Give up on the missing numbers before every input held past its deadline and
+        start what that lets go; returns the numbers given up on (for the log)."""
+        with self._lock:
+            due = [n for n, h in self._held.items() if h.start is not None and h.deadline <= now]
+            if not due:
+                return ()
+            last = max(due)
+            skipped = tuple(n for n in range(self._next, last) if n not in self._held)
+            # Everything up to the last due input starts (in order), gaps and all.
+            while self._next <= last:
+                held = self._held.pop(self._next, None)
+                self._next += 1
+                if held is not None and held.start is not None:
+                    self._start_late(held.start)
+            self._release()
+            return skipped
+
+    def _release(self) -> None:
+        """Start the held inputs that are next in turn (under the lock)."""
+        while self._next in self._held:
+            held = self._held.pop(self._next)
+            self._next += 1
+            if held.start is not None:
+                self._start_late(held.start)
+
+    @staticmethod
+    def _start_late(start: Start) -> None:
+        try:
+            start(True)
+        except Exception as exc:  # its caller has returned or waits: the log has it
+            log.warning("held_input_start_failed", error=repr(exc))

@@ -1,0 +1,150 @@
+"""fore.distributed.input_sequence: a shard starts a session's inputs in the caller's order.
+
+Plain code driven with explicit clock values: any arrival order starts the
+inputs in number order; a number that never arrives holds the later ones
+only until the deadline; a withdrawn one holds nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fore.distributed.input_sequence import InputSequence
+
+
+class Recorder:
+    """The inputs started, in order, and whether each started in its own ``arrive``."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.late: dict[int, bool] = {}
+
+    def start(self, number: int) -> Any:
+        def run(late: bool) -> None:
+            self.started.append(number)
+            self.late[number] = late
+
+        return run
+
+
+@given(st.permutations(range(8)))
+def test_any_arrival_order_starts_the_inputs_in_number_order(order: list[int]) -> None:
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    for number in order:
+        started_now = seq.arrive(number, seen.start(number), now=0.0)
+        # it starts in its own call exactly when every number before it has started
+        assert started_now == (number in seen.late and not seen.late[number])
+        assert seen.started == list(range(len(seen.started)))
+    assert seen.started == list(range(8))
+    assert seq.held == () and seq.next == 8
+    assert seq.expire(now=100.0) == ()
+
+
+@given(st.permutations(range(8)), st.sets(st.integers(0, 7), min_size=1, max_size=4))
+def test_a_missing_number_holds_the_later_ones_only_until_the_deadline(
+    order: list[int], missing: set[int]
+) -> None:
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    arrived = [n for n in order if n not in missing]
+    for i, number in enumerate(arrived):
+        seq.arrive(number, seen.start(number), now=float(i) * 0.01)
+    first_gap = min(missing)
+    # before the deadline nothing at or after the first missing number starts
+    assert seen.started == list(range(first_gap))
+    assert seq.expire(now=0.5) == ()
+    assert seen.started == list(range(first_gap))
+    # past every deadline all that arrived has started, in number order
+    given_up = seq.expire(now=10.0)
+    assert seen.started == sorted(arrived)
+    assert given_up == tuple(sorted(n for n in missing if n < max(arrived, default=-1)))
+    assert seq.held == ()
+    # a given-up input that arrives after all starts at once (late, not lost)
+    late = max(missing)
+    if late < seq.next:
+        assert seq.arrive(late, seen.start(late), now=20.0)
+        assert seen.started[-1] == late
+
+
+@given(st.permutations(range(6)), st.sets(st.integers(0, 5), min_size=1, max_size=3), st.data())
+def test_a_withdrawn_number_holds_nothing(
+    order: list[int], withdrawn: set[int], data: st.DataObject
+) -> None:
+    """A call cancelled before it started (or known lost) lets the next ones go at once,
+    whether the withdrawal comes before or after they arrive."""
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    arrived = [n for n in order if n not in withdrawn]
+    events: list[tuple[str, int]] = [("arrive", n) for n in arrived]
+    for n in sorted(withdrawn):
+        events.insert(data.draw(st.integers(0, len(events)), label=f"withdraw {n} at"), ("w", n))
+    for kind, number in events:
+        if kind == "arrive":
+            seq.arrive(number, seen.start(number), now=0.0)
+        else:
+            assert seq.withdraw(number)
+    assert seen.started == sorted(arrived)
+    assert seq.held == () and seq.next == 6
+    assert seq.expire(now=100.0) == ()
+
+
+def test_an_input_started_before_its_withdrawal_stays_started() -> None:
+    seq, seen = InputSequence(), Recorder()
+    assert seq.arrive(0, seen.start(0), now=0.0)
+    assert not seq.withdraw(0)
+    assert not seq.arrive(2, seen.start(2), now=0.0)
+    assert seq.withdraw(2)  # held: it never starts
+    assert seq.arrive(1, seen.start(1), now=0.0)
+    assert seen.started == [0, 1] and seq.next == 3
+
+
+def test_released_inputs_are_late_and_a_failing_one_does_not_stop_the_rest() -> None:
+    seq, seen = InputSequence(), Recorder()
+
+    def broken(late: bool) -> None:
+        raise RuntimeError("the session closed")
+
+    assert not seq.arrive(2, seen.start(2), now=0.0)
+    assert not seq.arrive(1, broken, now=0.0)
+    assert seq.arrive(0, seen.start(0), now=0.0)
+    assert seen.started == [0, 2]
+    assert seen.late == {0: False, 2: True}
+    # the arriving input's own failure is its caller's (after the held ones started)
+    assert not seq.arrive(4, seen.start(4), now=0.0)
+    with pytest.raises(RuntimeError):
+        seq.arrive(3, broken, now=0.0)
+    assert seen.started == [0, 2, 4] and seq.next == 5
+
+
+def test_the_deadline_is_the_earliest_held_inputs() -> None:
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    assert seq.next_deadline() is None
+    seq.arrive(3, seen.start(3), now=5.0)
+    seq.arrive(1, seen.start(1), now=7.0)
+    assert seq.next_deadline() == 6.0
+    # 3's deadline lets 1 go as well (gaps 0 and 2 given up on), in order
+    assert seq.expire(now=6.0) == (0, 2)
+    assert seen.started == [1, 3]
+
+
+def test_inputs_from_many_threads_start_in_number_order() -> None:
+    """Each thread arrives a share of the numbers in its own order; whichever thread
+    releases an input, they start one after the other in number order."""
+    seq, seen = InputSequence(hold_s=60.0), Recorder()
+    shares = [list(range(k, 400, 4))[::-1] if k % 2 else list(range(k, 400, 4)) for k in range(4)]
+    barrier = threading.Barrier(4)
+
+    def run(share: list[int]) -> None:
+        barrier.wait(timeout=10)
+        for number in share:
+            seq.arrive(number, seen.start(number), now=0.0)
+
+    threads = [threading.Thread(target=run, args=(share,)) for share in shares]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert seen.started == list(range(400))

@@ -63,6 +63,7 @@ from typing import Any
 from pykka import ActorRef
 
 from fore.actors.core.cancel import CancelScope, Registration
+from fore.actors.core.future import PooledFuture
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.gate import SpeculationGate
@@ -181,6 +182,9 @@ class AcceptCall:
     """``time.time()`` of the Tab (what the speculation saved is measured up to it)."""
     started: float
     """``time.monotonic()`` of the Tab (the accept's latency and wait start here)."""
+    reply: PooledFuture[Any] | None = None
+    """The asker's reply ``answer`` sets (deferred by the controller): released to the
+    accept's :class:`Handover` if the controller stops once the apply has begun."""
 
 
 @dataclass(eq=False)

@@ -235,8 +235,7 @@ class AcceptProtocol(ControllerBase):
         *,
         reply: PooledFuture[Any] | None = None,
     ) -> None:
-        """Accept ``suggestion``; ``answer`` sets ``reply`` (this actor's deferred reply,
-        whose deadline is the accept's)."""
+        """Accept ``suggestion``; ``answer`` sets ``reply`` (deferred here: the deadline)."""
         tab_at = time.time()
         started = time.monotonic()
         telemetry = self.worker_config.telemetry
@@ -446,10 +445,9 @@ class AcceptProtocol(ControllerBase):
         handover.applied = applied
         items, boundary = handover.insert.items, handover.insert.boundary
         if spec.span is not None:
-            spec.span.saved(_saved(result, call))
+            spec.span.saved(spec.time_saved)
         outcome: Literal["accepted", "boundary"] = "boundary" if boundary else "accepted"
-        begin = _begin(spec, call)
-        suggestion = spec.suggestion
+        begin = spec.accept_began
 
         def inserted(run_id: str | None) -> None:
             latency = time.monotonic() - begin  # files applied and history inserted
@@ -465,16 +463,8 @@ class AcceptProtocol(ControllerBase):
                     self._set_suggestion(nxt, "pipelined", accepted, show_now=True)
 
             def report(turn: TurnResult | None) -> None:
-                call.answer(
-                    _accepted(
-                        spec,
-                        call,
-                        applied,
-                        latency=latency,
-                        next_suggestion=spec.next_suggestion,
-                        turn=turn,
-                    )
-                )
+                nxt = spec.next_suggestion
+                call.answer(spec.accepted(applied, latency=latency, next_suggestion=nxt, turn=turn))
 
             if run_id is not None and call.wait:
                 self._continuations[run_id] = report
@@ -490,7 +480,9 @@ class AcceptProtocol(ControllerBase):
             spec.move(SpecPhase.ENDED)
             self._report(spec, "failed", reason=f"insert failed: {error!r}")
             call.answer(
-                AcceptResult(outcome="failed", suggestion=suggestion.text, files_applied=applied)
+                AcceptResult(
+                    outcome="failed", suggestion=spec.suggestion.text, files_applied=applied
+                )
             )
 
         handover.inserting = self.ask_then(
@@ -504,11 +496,10 @@ class AcceptProtocol(ControllerBase):
     def _hand_over_tab(self, spec: Speculation) -> None:
         """This actor is stopping: a Tab past the point of no return gets the truth.
 
-        Once its apply has begun the accept lands without this actor (the apply
-        completes, the items go in: :mod:`.handover`), so its answer is that
-        outcome, not this actor's end: its reply is released from this actor's
-        exit and handed to the accept's :class:`Handover`, worded as
-        :meth:`_insert` words it (no pipelined suggestion: none becomes current).
+        Once its apply has begun the accept lands without this actor (:mod:`.handover`),
+        so its answer is that outcome, not this actor's end: its reply is released from
+        this actor's exit to the accept's :class:`Handover`, worded as :meth:`_insert`
+        words it (no pipelined suggestion: none becomes current).
         """
         call, handover = spec.accept, spec.handover
         if call is None or handover is None:
@@ -517,12 +508,10 @@ class AcceptProtocol(ControllerBase):
             return
         if call.reply is not None and not self.release_reply(call.reply):
             return  # answered already
-        begin = _begin(spec, call)
+        begin = spec.accept_began
         handover.tab = OwedTab(
             answer=call.answer,
-            accepted=lambda applied: _accepted(
-                spec, call, applied, latency=time.monotonic() - begin
-            ),
+            accepted=lambda applied: spec.accepted(applied, latency=time.monotonic() - begin),
             suggestion=spec.suggestion.text,
         )
 
@@ -575,49 +564,6 @@ class AcceptProtocol(ControllerBase):
             on_error=failed,
             timeout=3600.0,
         )
-
-
-def _accepted(
-    spec: Speculation,
-    call: AcceptCall,
-    applied: tuple[str, ...],
-    *,
-    latency: float,
-    next_suggestion: str | None = None,
-    turn: TurnResult | None = None,
-) -> AcceptResult:
-    """The answer of an accept whose items are in (``latency``: Tab, or the apply's
-    start if Tab came first, to the items inserted)."""
-    result, handover = spec.result, spec.handover
-    assert result is not None and handover is not None
-    items = handover.insert.items
-    return AcceptResult(
-        outcome="boundary" if handover.insert.boundary else "accepted",
-        suggestion=spec.suggestion.text,
-        files_applied=applied,
-        items_inserted=len(items),
-        items=tuple(items),
-        boundary_tool=result.boundary_tool,
-        boundary_reason=result.boundary_reason,
-        time_saved_s=_saved(result, call),
-        accept_latency_s=latency,
-        # Tab pressed while the speculation still ran: the accept itself starts
-        # when its apply could start; the wait is reported separately.
-        waited_s=_begin(spec, call) - call.started,
-        next_suggestion=next_suggestion,
-        turn=turn,
-    )
-
-
-def _begin(spec: Speculation, call: AcceptCall) -> float:
-    """When the accept itself began: at Tab, or when its apply started if Tab waited."""
-    return max(call.started, spec.apply_started or call.started)
-
-
-def _saved(result: SpeculationResult, call: AcceptCall) -> float:
-    """What the speculation saved: its run up to Tab (or up to its end, if earlier)."""
-    completed = result.completed_at or time.time()
-    return max(0.0, min(completed, call.tab_at) - result.started_at)
 
 
 def _answer(reply: PooledFuture[Any] | None, result: AcceptResult) -> None:

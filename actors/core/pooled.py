@@ -276,6 +276,26 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
             self._fore_settle_deferred(failed=False)
         return future
 
+    def release_reply(self, future: PooledFuture[Any]) -> bool:
+        """Hand a reply taken with :meth:`defer_reply` to someone who outlives this actor.
+
+        Its exit then no longer answers it with :class:`ActorCrashed` or
+        :class:`ActorDeadError`: the caller now owes the answer (the future
+        keeps its deadline, so the asker still never waits forever). For work
+        that goes on after this actor stops and whose outcome is the true
+        answer. Returns False, releasing nothing, when it is not owed here (not
+        deferred by this actor, or answered already).
+
+        Call it on this actor's own thread -- a handler, ``on_stop`` or
+        ``on_failure``, which run before the exit answers what is owed -- never
+        from another thread, where the exit may be answering it at that moment.
+        """
+        owed = self._fore_deferred
+        if owed is None or future not in owed:
+            return False
+        owed.discard(future)
+        return not future.done()
+
     # -- exits and supervision ----------------------------------------------
 
     @property

@@ -58,7 +58,7 @@ from fore.actors.core.handlers import handles
 from fore.actors.overlay.apply import apply_overlay
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.fork import extend
-from fore.actors.speculation.handover import Handover, insert_message
+from fore.actors.speculation.handover import Handover, OwedTab, insert_message
 from fore.actors.speculation.states import AcceptCall, SpecPhase, Speculation
 from fore.actors.telemetry.context import trace_context_of
 from fore.errors import ApplyOutcomeUnknown, OverlayApplyFailed, OverlayClosed
@@ -113,7 +113,7 @@ class AcceptProtocol(ControllerBase):
             lambda result: _answer(reply, result),
             message.wait_continuation,
             scope,
-            deadline=None if reply is None else reply.deadline,
+            reply=reply,
         )
 
     @handles(SubmitPrompt)
@@ -138,13 +138,7 @@ class AcceptProtocol(ControllerBase):
             # Typing the suggestion and pressing Enter is an explicit request, not a
             # double press: it is never debounced, and its answer is a turn.
             self._last_accept = time.monotonic()
-            self._accept(
-                suggestion,
-                as_turn,
-                True,
-                scope,
-                deadline=None if reply is None else reply.deadline,
-            )
+            self._accept(suggestion, as_turn, True, scope, reply=reply)
             return
         # Forwarded (now or after an accept): the worker answers it, so it is not
         # this actor's to answer -- closing the session stops this actor first,
@@ -239,8 +233,9 @@ class AcceptProtocol(ControllerBase):
         wait: bool,
         scope: CancelScope,
         *,
-        deadline: float | None = None,
+        reply: PooledFuture[Any] | None = None,
     ) -> None:
+        """Accept ``suggestion``; ``answer`` sets ``reply`` (deferred here: the deadline)."""
         tab_at = time.time()
         started = time.monotonic()
         telemetry = self.worker_config.telemetry
@@ -276,7 +271,9 @@ class AcceptProtocol(ControllerBase):
             registration=registration,
             tab_at=tab_at,
             started=started,
+            reply=reply,
         )
+        deadline = None if reply is None else reply.deadline
         if deadline is not None:
             spec.give_up_timer = self.call_after(
                 max(0.0, deadline - time.monotonic()), self._accept_given_up, spec
@@ -443,37 +440,14 @@ class AcceptProtocol(ControllerBase):
     ) -> None:
         """Insert the accepted transcript (the overlay is already applied)."""
         spec.move(SpecPhase.INSERTING)  # held submits may follow the items now
-        suggestion = spec.suggestion
         assert spec.handover is not None
-        insert = spec.handover.insert
-        items, boundary = insert.items, insert.boundary
-        completed = result.completed_at or time.time()
-        saved = max(0.0, min(completed, call.tab_at) - result.started_at)
+        handover = spec.handover
+        handover.applied = applied
+        items, boundary = handover.insert.items, handover.insert.boundary
         if spec.span is not None:
-            spec.span.saved(saved)
+            spec.span.saved(spec.time_saved)
         outcome: Literal["accepted", "boundary"] = "boundary" if boundary else "accepted"
-        # Tab pressed while the speculation still ran: the accept itself starts
-        # when its apply could start; the wait is reported separately.
-        begin = max(call.started, spec.apply_started or call.started)
-        waited = begin - call.started
-
-        def report(latency: float, turn: TurnResult | None) -> None:
-            call.answer(
-                AcceptResult(
-                    outcome=outcome,
-                    suggestion=suggestion.text,
-                    files_applied=applied,
-                    items_inserted=len(items),
-                    items=tuple(items),
-                    boundary_tool=result.boundary_tool,
-                    boundary_reason=result.boundary_reason,
-                    time_saved_s=saved,
-                    accept_latency_s=latency,
-                    waited_s=waited,
-                    next_suggestion=spec.next_suggestion,
-                    turn=turn,
-                )
-            )
+        begin = spec.accept_began
 
         def inserted(run_id: str | None) -> None:
             latency = time.monotonic() - begin  # files applied and history inserted
@@ -487,10 +461,15 @@ class AcceptProtocol(ControllerBase):
                 nxt = spec.next_suggestion
                 if nxt and spec.accept_epoch == self._epoch and self._suggestion is None:
                     self._set_suggestion(nxt, "pipelined", accepted, show_now=True)
+
+            def report(turn: TurnResult | None) -> None:
+                nxt = spec.next_suggestion
+                call.answer(spec.accepted(applied, latency=latency, next_suggestion=nxt, turn=turn))
+
             if run_id is not None and call.wait:
-                self._continuations[run_id] = lambda turn: report(latency, turn)
+                self._continuations[run_id] = report
             else:
-                report(latency, None)
+                report(None)
 
         def failed(error: BaseException) -> None:
             self._alert(
@@ -501,15 +480,39 @@ class AcceptProtocol(ControllerBase):
             spec.move(SpecPhase.ENDED)
             self._report(spec, "failed", reason=f"insert failed: {error!r}")
             call.answer(
-                AcceptResult(outcome="failed", suggestion=suggestion.text, files_applied=applied)
+                AcceptResult(
+                    outcome="failed", suggestion=spec.suggestion.text, files_applied=applied
+                )
             )
 
-        self.ask_then(
+        handover.inserting = self.ask_then(
             self._worker,
-            insert.message,  # a turn it continues runs under a child of the accept's scope
+            handover.insert.message,  # a turn it continues runs under a child of the accept's scope
             then=inserted,
             on_error=failed,
             timeout=60.0,
+        )
+
+    def _hand_over_tab(self, spec: Speculation) -> None:
+        """This actor is stopping: a Tab past the point of no return gets the truth.
+
+        Once its apply has begun the accept lands without this actor (:mod:`.handover`),
+        so its answer is that outcome, not this actor's end: its reply is released from
+        this actor's exit to the accept's :class:`Handover`, worded as :meth:`_insert`
+        words it (no pipelined suggestion: none becomes current).
+        """
+        call, handover = spec.accept, spec.handover
+        if call is None or handover is None:
+            return
+        if spec.phase not in (SpecPhase.APPLYING, SpecPhase.INSERTING):
+            return
+        if call.reply is not None and not self.release_reply(call.reply):
+            return  # answered already
+        begin = spec.accept_began
+        handover.tab = OwedTab(
+            answer=call.answer,
+            accepted=lambda applied: spec.accepted(applied, latency=time.monotonic() - begin),
+            suggestion=spec.suggestion.text,
         )
 
     def _submit_normally(

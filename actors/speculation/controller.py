@@ -111,7 +111,9 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
         An abort that reaches a speculation now has nobody to wait for and
         reports at once; then every speculation's work is let go (its worker
         stopped, its overlay removed once nothing can write through it). An
-        apply still running delivers its items itself (:mod:`.handover`).
+        apply still running delivers its items itself, and an accept whose
+        apply has begun answers its Tab itself once its items are in
+        (:mod:`.handover`).
         Submits held behind an accept are failed when the session closes; after
         a crash (the session lives on, a new incarnation takes over) they go to
         the worker -- after the items of an apply still running, never before.
@@ -132,6 +134,7 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
             if spec.accept is not None:  # its scope no longer needs to reach this actor
                 spec.accept.registration.remove()
             self._cancel_pipelined(spec, "session closed")
+            self._hand_over_tab(spec)  # before _let_go: the apply may end any moment
             self._let_go(spec, "session closed")
         for _submit, reply in held:
             if reply is not None:

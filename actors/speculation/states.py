@@ -63,6 +63,7 @@ from typing import Any
 from pykka import ActorRef
 
 from fore.actors.core.cancel import CancelScope, Registration
+from fore.actors.core.future import PooledFuture
 from fore.actors.core.timer import TimerHandle
 from fore.actors.overlay.fs import OverlayFs
 from fore.actors.speculation.gate import SpeculationGate
@@ -71,6 +72,7 @@ from fore.actors.speculation.metered import MeteredModel
 from fore.actors.speculation.outcome import Limit
 from fore.errors import SpeculationPhaseError
 from fore.messages.llm import LlmRequest
+from fore.messages.session import TurnResult
 from fore.messages.speculation import (
     AcceptResult,
     ForkSnapshot,
@@ -181,6 +183,9 @@ class AcceptCall:
     """``time.time()`` of the Tab (what the speculation saved is measured up to it)."""
     started: float
     """``time.monotonic()`` of the Tab (the accept's latency and wait start here)."""
+    reply: PooledFuture[Any] | None = None
+    """The asker's reply ``answer`` sets (deferred by the controller): released to the
+    accept's :class:`Handover` if the controller stops once the apply has begun."""
 
 
 @dataclass(eq=False)
@@ -260,6 +265,50 @@ class Speculation:
     def finished(self) -> bool:
         """Whether its run has ended (its result is known)."""
         return self.result is not None
+
+    @property
+    def accept_began(self) -> float:
+        """When its accept itself began (``time.monotonic()``): at Tab, or when its apply
+        started if Tab waited for its run (the wait is reported separately)."""
+        call = self.accept
+        assert call is not None
+        return max(call.started, self.apply_started or call.started)
+
+    @property
+    def time_saved(self) -> float:
+        """What its accept saved: its run up to Tab (or up to its end, if earlier)."""
+        call, result = self.accept, self.result
+        assert call is not None and result is not None
+        completed = result.completed_at or time.time()
+        return max(0.0, min(completed, call.tab_at) - result.started_at)
+
+    def accepted(
+        self,
+        applied: tuple[str, ...],
+        *,
+        latency: float,
+        next_suggestion: str | None = None,
+        turn: TurnResult | None = None,
+    ) -> AcceptResult:
+        """Its accept's answer once its items are in (``latency``: from
+        :attr:`accept_began` to the items inserted), whoever gives it."""
+        call, result, handover = self.accept, self.result, self.handover
+        assert call is not None and result is not None and handover is not None
+        items = handover.insert.items
+        return AcceptResult(
+            outcome="boundary" if handover.insert.boundary else "accepted",
+            suggestion=self.suggestion.text,
+            files_applied=applied,
+            items_inserted=len(items),
+            items=tuple(items),
+            boundary_tool=result.boundary_tool,
+            boundary_reason=result.boundary_reason,
+            time_saved_s=self.time_saved,
+            accept_latency_s=latency,
+            waited_s=self.accept_began - call.started,
+            next_suggestion=next_suggestion,
+            turn=turn,
+        )
 
     def move(self, to: SpecPhase, *, state: SpeculationState | None = None) -> None:
         """Move to phase ``to`` (and set ``state`` with it); raises on a move not allowed."""

@@ -39,7 +39,8 @@ the session closes -- nothing may wait on it any more: :meth:`_let_go` stops
 each worker, cancels each scope and leaves the overlay's removal to the scope's
 settlement and a deadline on the runtime's timer (after an apply still
 running, if one is: its completion first hands the accepted items to the
-worker, or to the session's store if the worker is gone too -- :mod:`.handover`).
+worker, or to the session's store if the worker is gone too, and answers the
+Tab once they are in -- :mod:`.handover`).
 Closing a session or the runtime waits for what this is for -- the session's
 overlays gone from disk (``OverlayStore.wait_removed``).
 """
@@ -258,10 +259,10 @@ class TeardownSteps(ControllerBase):
                 pending.cancel()
         self._release_slot(spec)  # its run is over: the governor admits another
         job, handover = spec.apply_job, spec.handover
+        main = self.worker_config
         if job is not None and handover is not None:
             # The apply's outcome will never reach this actor: its completion hands the
             # items to the worker itself (before the overlay's removal is asked for).
-            main = self.worker_config
             deliver = partial(
                 handover.deliver_orphaned,
                 worker=self._worker,
@@ -270,6 +271,9 @@ class TeardownSteps(ControllerBase):
                 lane=self.system.blocking,
             )
             job.add_done_callback(deliver)
+        elif handover is not None and spec.phase is SpecPhase.INSERTING:
+            # The worker's answer to the items will never reach this actor either.
+            handover.orphaned_insert(main.state, main.persist, self.system.blocking)
         if spec.teardown in (Teardown.REMOVING, Teardown.REMOVED):
             return  # its removal is under way on the lane (or done)
         timer = self.system.timer

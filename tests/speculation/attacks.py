@@ -32,7 +32,7 @@ from fore.messages.conversation import AssistantMessage
 from fore.messages.gate import ApprovalMode
 from fore.messages.runtime import GetChild
 from fore.messages.session import GetRunState
-from fore.messages.speculation import SpeculationFinished
+from fore.messages.speculation import AcceptResult, SpeculationFinished
 from fore.supervision import Runtime
 from tests.speculation.test_speculation import (
     TWO_TURNS,
@@ -186,6 +186,23 @@ def files_match_history(s: Any, ws: Path) -> None:
     assert bumped == history_has_the_speculation(s), (
         f"app.py bumped: {bumped}, speculation in history: {history_has_the_speculation(s)}"
     )
+
+
+def answered_as_accepted(answer: Any, s: Any, ws: Path) -> None:
+    """The Tab's answer tells what landed, as it would without a crash or close: the bump
+    accepted, app.py applied and its transcript in the session's history (the only
+    difference: no pipelined next suggestion, which the stopped controller never got)."""
+    assert isinstance(answer, AcceptResult), f"the Tab was answered {answer!r}"
+    assert answer.outcome == "accepted", answer
+    assert answer.suggestion == "bump x to 2"
+    assert answer.files_applied == ("app.py",)
+    assert answer.items_inserted == len(answer.items) == 4
+    assert answer.items[-1] == AssistantMessage(text="Bumped x to 2.")
+    assert (ws / "app.py").read_text() == "x = 2\n"
+    history = [item.model_dump() for item in s.history]
+    inserted = [item.model_dump() for item in answer.items]
+    assert any(history[i : i + len(inserted)] == inserted for i in range(len(history)))
+    files_match_history(s, ws)
 
 
 class Blocking(ToolArgs):

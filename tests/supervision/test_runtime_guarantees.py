@@ -145,18 +145,62 @@ def test_a_deferred_reply_owed_when_the_actor_exits_is_answered_at_once(
         owed.get(timeout=0)
 
 
-def test_a_deferred_reply_given_before_the_exit_keeps_its_value(system: ActorSystem) -> None:
-    ref = Deferrer.start()
+class Releaser(Deferrer):
+    """Hands its owed replies on as it exits (``release_reply``): someone else answers them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released: list[bool] = []
+
+    def _let_go(self) -> None:
+        for reply in self.owed:
+            assert reply is not None
+            self.released.append(self.release_reply(reply))
+            self.released.append(self.release_reply(reply))  # twice: it is no longer owed here
+
+    def on_failure(self, *_exc_info: Any) -> None:
+        self._let_go()
+
+    def on_stop(self) -> None:
+        self._let_go()
+
+
+@pytest.mark.parametrize("how", ["crash", "stop"])
+def test_a_released_deferred_reply_is_answered_by_whoever_took_it_not_by_the_exit(
+    system: ActorSystem, how: str
+) -> None:
+    ref = Releaser.start()
     owed = ref.ask(Later(), block=False)
     assert ref.ask(Ping(), timeout=WAIT) == "pong"
     actor = ref._actor_weakref()
-    assert isinstance(actor, Deferrer)
+    assert isinstance(actor, Releaser)
+    exits = watch(ref)
+    ref.tell(Crash() if how == "crash" else Finish())
+    exits.get(timeout=WAIT)
+    assert actor.released == [True, False]
+    assert not owed.done(), "the exit answered a reply it had handed on"
+    reply = actor.owed[0]
+    assert reply is not None and reply.try_set("the truth, from whoever outlived it")
+    assert owed.get(timeout=0) == "the truth, from whoever outlived it"
+
+
+@pytest.mark.parametrize("kind", [Deferrer, Releaser])
+def test_a_deferred_reply_given_before_the_exit_keeps_its_value(
+    system: ActorSystem, kind: type[Deferrer]
+) -> None:
+    ref = kind.start()
+    owed = ref.ask(Later(), block=False)
+    assert ref.ask(Ping(), timeout=WAIT) == "pong"
+    actor = ref._actor_weakref()
+    assert isinstance(actor, kind)
     reply = actor.owed[0]
     assert reply is not None and reply.try_set("answered")
     exits = watch(ref)
     ref.tell(Crash())
     exits.get(timeout=WAIT)
     assert owed.get(timeout=0) == "answered"
+    if isinstance(actor, Releaser):
+        assert actor.released == [False, False]  # answered: nothing was owed to release
 
 
 # -- no wait-forever deadlines ----------------------------------------------------------------

@@ -18,45 +18,31 @@ MESSAGE = ("ping", 1)
 """What every measurement sends."""
 
 
-class PooledSink(PooledActor):
+class _Counting:
+    """The sinks' one body: mixed in before the actor class each one is built on."""
+
+    def __init__(
+        self, started: Callable[[], None] | None = None, done: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__()
+        self.count = 0
+        self.started = started
+        self.done = done
+
+    def on_start(self) -> None:
+        if self.started is not None:
+            self.started()
+
+    def on_receive(self, message: Any) -> Any:
+        self.count += 1
+        if self.done is not None:
+            self.done()
+        return message
+
+
+class PooledSink(_Counting, PooledActor):
     default_ask_timeout = 300.0
 
-    def __init__(
-        self, started: Callable[[], None] | None = None, done: Callable[[], None] | None = None
-    ) -> None:
-        super().__init__()
-        self.count = 0
-        self.started = started
-        self.done = done
 
-    def on_start(self) -> None:
-        if self.started is not None:
-            self.started()
-
-    def on_receive(self, message: Any) -> Any:
-        self.count += 1
-        if self.done is not None:
-            self.done()
-        return message
-
-
-class ThreadSink(pykka.ThreadingActor):
+class ThreadSink(_Counting, pykka.ThreadingActor):
     use_daemon_thread = True
-
-    def __init__(
-        self, started: Callable[[], None] | None = None, done: Callable[[], None] | None = None
-    ) -> None:
-        super().__init__()
-        self.count = 0
-        self.started = started
-        self.done = done
-
-    def on_start(self) -> None:
-        if self.started is not None:
-            self.started()
-
-    def on_receive(self, message: Any) -> Any:
-        self.count += 1
-        if self.done is not None:
-            self.done()
-        return message

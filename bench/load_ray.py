@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from fore.bench.load_options import LoadOptions
     from fore.bench.load_report import LoadReport
     from fore.distributed import RayRuntime, RemoteSession
+    from fore.distributed.placement import ShardLoad
 
 __all__ = ["BenchSession", "print_shard_table", "run_load_ray"]
 
@@ -94,8 +95,9 @@ class _Totals:
         self._rt = rt
         self.running = self.refused = self.admitted = 0
 
-    def refresh(self) -> None:
-        loads = self._rt.shard_loads()
+    def refresh(self, loads: list[ShardLoad] | None = None) -> None:
+        """Summed from ``loads``, or from the monitor's last reports."""
+        loads = self._rt.shard_loads() if loads is None else loads
         self.running = sum(s.running_speculations for s in loads)
         self.refused = sum(s.refused for s in loads)
         self.admitted = sum(s.admitted for s in loads)
@@ -182,9 +184,14 @@ def run_load_ray(
         freeze_ledger(
             ledger, options, len(sessions), interrupted=interrupted, rounds_cut=rounds_cut
         )
-        totals.refresh()
-        loads = rt.shard_loads()
-        accounting = ledger.result(_open_states(sessions), admitted=totals.admitted)
+        # The open speculations first, then the admissions, each shard asked now: the
+        # monitor's last report can be a poll old and miss a speculation admitted since,
+        # which the open states would then show without its admission (the sum would
+        # not close). Read in this order, anything open was admitted before it was read.
+        open_states = _open_states(sessions)
+        loads = rt.shard_loads(now=True)
+        totals.refresh(loads)
+        accounting = ledger.result(open_states, admitted=totals.admitted)
         closing = time.monotonic()
         for user in users:
             user.stop()

@@ -193,6 +193,22 @@ class ShardDirectory:
                 shard.alive = False
             shard.dead.add(shard.info.incarnation if incarnation is None else incarnation)
 
+    def current_loads(self, timeout: float = 10.0) -> list[ShardLoad]:
+        """Every shard's load as of now: a status call to each, answered or failed within
+        ``timeout``, apart from the monitor's poll (whose last report may be a poll
+        interval old). For a count that must be exact at one moment -- a benchmark's
+        admitted speculations read after the sessions' open ones. Files nothing: the
+        monitor stays the one writer of what the directory knows."""
+        asked = [(s, calls.method(s.handle, "status").remote()) for s in self._shards]
+        loads = []
+        for shard, ref in asked:
+            try:
+                loads.append(calls.result(ref, timeout)[1])
+            except Exception as exc:  # a dead or late shard: its last report, not alive
+                log.warning("shard_load_failed", shard=shard.index, error=repr(exc))
+                loads.append(shard.load.model_copy(update={"alive": False}))
+        return loads
+
     # -- the monitor's poll ------------------------------------------------------------------
 
     def poll(self) -> None:

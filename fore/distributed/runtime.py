@@ -239,8 +239,10 @@ class RayRuntime:
         """Every shard as last seen (index, incarnation, pid, machine)."""
         return [s.info for s in self._shards]
 
-    def shard_loads(self) -> list[ShardLoad]:
-        """Every shard's latest load report (``alive`` False: not answering)."""
+    def shard_loads(self, *, now: bool = False) -> list[ShardLoad]:
+        """Every shard's latest load report (``alive`` False: not answering); ``now``: asked now."""
+        if now:
+            return self._shards.current_loads()
         return [s.load.model_copy(update={"alive": s.alive}) for s in self._shards]
 
     def shard_handle(self, index: int) -> Any:

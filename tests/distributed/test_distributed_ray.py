@@ -143,6 +143,25 @@ def test_sessions_spread_over_two_shard_processes_and_turns_run_there(
             s.close()
 
 
+def test_loads_asked_now_count_sessions_opened_since_the_last_poll(
+    rt: RayRuntime, ws: Path
+) -> None:
+    """``shard_loads(now=True)`` asks every shard at once instead of returning the
+    monitor's last report (a poll old): a benchmark reads its exact admitted count this
+    way at the end of a run."""
+    before = sum(load.sessions for load in rt.shard_loads(now=True))
+    sessions = [
+        rt.open_session(workspace=ws, model=echo_model(), speculation=no_spec()) for _ in range(3)
+    ]
+    try:
+        loads = rt.shard_loads(now=True)
+        assert [load.alive for load in loads] == [True, True]
+        assert sum(load.sessions for load in loads) == before + 3
+    finally:
+        for s in sessions:
+            s.close()
+
+
 def test_a_burst_of_opens_splits_evenly_by_the_runtimes_own_counts(
     rt: RayRuntime, ws: Path
 ) -> None:

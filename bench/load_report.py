@@ -15,6 +15,7 @@ from typing import Any
 
 from fore.actors.speculation.governor import LoadGovernor
 from fore.bench._common import percentile
+from fore.bench.cpu import turns_done
 from fore.bench.load_options import LoadOptions
 from fore.bench.report_accounting import Accounting
 from fore.bench.sim_user import Recorder
@@ -163,7 +164,10 @@ def build_report(
     return LoadReport(
         options=asdict(options),
         sessions=options.sessions,
-        turns=recorder.rounds,
+        # From the ledger, not the users' live counter: a round that ends as the run
+        # is frozen is counted by one and not the other, and the report must agree
+        # with its own accounting.
+        turns=turns_done(accounting),
         suggestions=accounting.suggestions.total,
         speculations_started=accounting.speculations.total,
         speculations_skipped=recorder.skipped,

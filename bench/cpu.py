@@ -39,6 +39,12 @@ def turns_done(accounting: Accounting) -> int:
     return buckets.get("typed", 0) + buckets.get("tab", 0)
 
 
+def in_flight(accounting: Accounting) -> int:
+    """Rounds the users were inside when the run was frozen (cut by its duration or Ctrl-C)."""
+    buckets = accounting.turns.buckets
+    return buckets.get("in_flight_duration", 0) + buckets.get("in_flight_interrupt", 0)
+
+
 def process_role(process: psutil.Process) -> str:
     """Which of :data:`ROLES` a process of the run plays (by its command line)."""
     if process.pid == os.getpid():

@@ -57,6 +57,7 @@ from fore.actors.tools.envscrub import scrub_env
 from fore.actors.tools.gitindex import private_index
 from fore.actors.tools.proctrack import (
     CALL_MARKER,
+    MAX_NICE,
     TrackedCall,
     Tracker,
     TrackingKind,
@@ -71,6 +72,16 @@ STREAM_CAP = 30_000
 
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 600.0
+SPECULATION_NICE = 10
+"""A speculation's command runs this many ``nice`` steps below the runtime.
+
+A speculation is work nobody asked for yet; the commands of the turns users
+wait for -- and the runtime itself, which streams their answers -- come
+first. On a busy machine the kernel then gives a speculation's ``wc`` or
+``pytest`` the CPU the foreground leaves, instead of an equal share of it
+(the main turn's tool phase waits for its own shell command). 10 is
+``nice(1)``'s default; 19 would starve a speculation on a machine that is
+never idle, and a starved speculation's Tab waits for it."""
 _EXIT_GRACE = 0.2
 """After the command exits, how long to keep reading pipes held open by leftovers."""
 
@@ -149,14 +160,26 @@ class Shell(Tool[ShellArgs]):
     """A command may write any file: within a batch it runs after the writes before it
     and before the writes after it (reads still run beside it)."""
 
-    def __init__(self, *, env_allow: Iterable[str] = (), tracking: TrackingKind = "auto") -> None:
+    def __init__(
+        self,
+        *,
+        env_allow: Iterable[str] = (),
+        tracking: TrackingKind = "auto",
+        speculation_nice: int = SPECULATION_NICE,
+    ) -> None:
         """``env_allow``: variable names passed to commands even though they look secret.
 
         ``tracking``: the process-tracking backend (:mod:`actors.tools.proctrack`);
         ``"auto"`` picks the strongest that works on this machine.
+        ``speculation_nice``: how many ``nice`` steps below the runtime a
+        speculation's command runs (0: at the same priority; see
+        :data:`SPECULATION_NICE`).
         """
+        if not 0 <= speculation_nice <= MAX_NICE:
+            raise ValueError(f"speculation_nice must be within 0..{MAX_NICE}")
         self.env_allow = frozenset(env_allow)
         self.tracking: TrackingKind = tracking
+        self.speculation_nice = speculation_nice
 
     def tracker(self) -> Tracker:
         return get_tracker(self.tracking)
@@ -170,11 +193,13 @@ class Shell(Tool[ShellArgs]):
             CALL_MARKER: secrets.token_hex(16),
         }
         scratch = None
+        nice = 0
         if _speculative(ctx):
             scratch = tempfile.mkdtemp(prefix="fore-shell-")
             env.update(private_index(cwd, env, scratch))
+            nice = self.speculation_nice
         try:
-            call = self.tracker().spawn(args.command, cwd=cwd, env=env)
+            call = self.tracker().spawn(args.command, cwd=cwd, env=env, nice=nice)
         except (OSError, TrackingUnavailable) as exc:
             _remove(scratch)
             raise ToolError(f"could not start the command: {exc}") from None

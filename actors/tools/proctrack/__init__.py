@@ -78,6 +78,7 @@ from collections.abc import Callable
 
 from fore.actors.tools.proctrack.base import (
     CALL_MARKER,
+    MAX_NICE,
     TrackedCall,
     Tracker,
     TrackingKind,
@@ -90,6 +91,7 @@ from fore.errors import TrackingUnavailable
 
 __all__ = [
     "CALL_MARKER",
+    "MAX_NICE",
     "TrackedCall",
     "Tracker",
     "TrackingKind",

@@ -7,7 +7,9 @@ The backends and how one is chosen are described in :mod:`actors.tools.proctrack
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import signal
 import subprocess
 from abc import ABC, abstractmethod
@@ -30,6 +32,9 @@ SWEEP_BOUND_S = 5.0
 and logs what is left."""
 
 BASH = "/bin/bash"
+
+MAX_NICE = 19
+"""The lowest CPU priority there is (``nice(1)``'s range is -20..19)."""
 
 
 class TrackedCall(ABC):
@@ -59,8 +64,38 @@ class Tracker(ABC):
     kind: str
 
     @abstractmethod
-    def spawn(self, command: str, *, cwd: str, env: Mapping[str, str]) -> TrackedCall:
-        """Start ``bash -c command`` (stdin ``/dev/null``, stdout/stderr pipes)."""
+    def spawn(
+        self, command: str, *, cwd: str, env: Mapping[str, str], nice: int = 0
+    ) -> TrackedCall:
+        """Start ``bash -c command`` (stdin ``/dev/null``, stdout/stderr pipes).
+
+        ``nice``: how much lower than the runtime's the command's CPU priority
+        is (0 to :data:`MAX_NICE`; see :func:`bash_argv`).
+        """
+
+
+@functools.cache
+def _nice_binary() -> str | None:
+    return shutil.which("nice")
+
+
+def bash_argv(command: str, nice: int = 0) -> list[str]:
+    """The argv that runs ``bash -c command``, ``nice`` steps below the runtime's priority.
+
+    The priority is set by ``nice(1)`` exec'ing bash -- same pid, so the
+    backends' process group, cgroup join and supervisor see bash as before --
+    so it holds from the command's first instruction and every process it
+    starts inherits it (a ``setpriority`` after the spawn would race with
+    the children bash forks at once). Lowering a priority needs no privilege.
+    Without a ``nice`` binary the command runs at the runtime's priority: a
+    scheduling preference is not worth refusing a call over.
+    """
+    if not 0 <= nice <= MAX_NICE:
+        raise ValueError(f"nice must be within 0..{MAX_NICE}, not {nice}")
+    binary = _nice_binary() if nice else None
+    if binary is None:
+        return [BASH, "-c", command]
+    return [binary, "-n", str(nice), BASH, "-c", command]
 
 
 def _popen(

@@ -26,6 +26,7 @@ from fore.actors.tools.proctrack.base import (
     TrackedCall,
     Tracker,
     _popen,
+    bash_argv,
     log,
 )
 from fore.actors.tools.proctrack.sweep import kill_group, kill_marked, last_pid
@@ -264,7 +265,10 @@ class CgroupTracker(Tracker):
 
     # -- calls --------------------------------------------------------------------------
 
-    def spawn(self, command: str, *, cwd: str, env: Mapping[str, str]) -> TrackedCall:
+    def spawn(
+        self, command: str, *, cwd: str, env: Mapping[str, str], nice: int = 0
+    ) -> TrackedCall:
+        argv = bash_argv(command, nice)
         with self._lock:
             self._counter += 1
             path = os.path.join(self.root, f"c{self._counter}")
@@ -290,7 +294,7 @@ class CgroupTracker(Tracker):
         try:
             join_fd = _join_memfd(ack_w)  # per call: the runtime keeps no descriptor between calls
             child_env["BASH_ENV"] = f"/proc/self/fd/{join_fd}"
-            proc = _popen([BASH, "-c", command], cwd, child_env, pass_fds=(join_fd, ack_w))
+            proc = _popen(argv, cwd, child_env, pass_fds=(join_fd, ack_w))
         except BaseException:
             os.close(kill_fd)
             os.close(events_fd)

@@ -26,6 +26,7 @@ from fore.actors.tools.proctrack.base import (
     _pidfd,
     _popen,
     _signal_pidfd,
+    bash_argv,
     log,
 )
 from fore.actors.tools.proctrack.sweep import kill_group, kill_marked, last_pid
@@ -122,13 +123,15 @@ class SubreaperTracker(Tracker):
         if not os.access(BASH, os.X_OK):
             raise TrackingUnavailable(f"{BASH} is missing")
 
-    def spawn(self, command: str, *, cwd: str, env: Mapping[str, str]) -> TrackedCall:
+    def spawn(
+        self, command: str, *, cwd: str, env: Mapping[str, str], nice: int = 0
+    ) -> TrackedCall:
         token = env.get(CALL_MARKER, "")
         since, first = time.time(), last_pid()
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         argv = [
             sys.executable, "-I", "-S", _SUPERVISOR, str(write_fd), str(os.getpid()),
-            str(SWEEP_BOUND_S), "0" if "LC_CTYPE" in env else "1", BASH, "-c", command,
+            str(SWEEP_BOUND_S), "0" if "LC_CTYPE" in env else "1", *bash_argv(command, nice),
         ]  # fmt: skip
         try:
             proc = _popen(argv, cwd, env, pass_fds=(write_fd,))

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Mapping
 
 from fore.actors.tools.proctrack.base import (
-    BASH,
     CALL_MARKER,
     SWEEP_BOUND_S,
     TrackedCall,
@@ -29,6 +28,7 @@ from fore.actors.tools.proctrack.base import (
     _pidfd,
     _popen,
     _signal_pidfd,
+    bash_argv,
     log,
 )
 
@@ -182,8 +182,10 @@ class _GroupCall(TrackedCall):
 class GroupTracker(Tracker):
     kind = "group"
 
-    def spawn(self, command: str, *, cwd: str, env: Mapping[str, str]) -> TrackedCall:
+    def spawn(
+        self, command: str, *, cwd: str, env: Mapping[str, str], nice: int = 0
+    ) -> TrackedCall:
         token = env[CALL_MARKER]
         since, first = time.time(), last_pid()
-        proc = _popen([BASH, "-c", command], cwd, env)
+        proc = _popen(bash_argv(command, nice), cwd, env)
         return _GroupCall(proc, token, since, first)

@@ -59,7 +59,7 @@ from fore.actors.overlay.apply import apply_overlay
 from fore.actors.speculation.base import ControllerBase
 from fore.actors.speculation.fork import extend
 from fore.actors.speculation.handover import Handover, OwedTab, insert_message
-from fore.actors.speculation.states import AcceptCall, SpecPhase, Speculation
+from fore.actors.speculation.states import AcceptCall, Continuation, SpecPhase, Speculation
 from fore.actors.telemetry.context import trace_context_of
 from fore.errors import ApplyOutcomeUnknown, OverlayApplyFailed, OverlayClosed
 from fore.messages.alerts import AlertLevel
@@ -467,7 +467,7 @@ class AcceptProtocol(ControllerBase):
                 call.answer(spec.accepted(applied, latency=latency, next_suggestion=nxt, turn=turn))
 
             if run_id is not None and call.wait:
-                self._continuations[run_id] = report
+                self._continuations[run_id] = Continuation(report=report, reply=call.reply)
             else:
                 report(None)
 

@@ -11,7 +11,6 @@ the end (for the type checker only) and defined in their own module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,6 +24,7 @@ from fore.actors.overlay.store import OverlayStore
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.speculation.states import (
     TERMINAL,
+    Continuation,
     Speculation,
     Teardown,
     accepting,
@@ -36,7 +36,7 @@ from fore.actors.worker.hookrun import HookGate
 from fore.actors.worker.worker import WorkerConfig
 from fore.messages.alerts import AlertLevel
 from fore.messages.llm import LlmRequest
-from fore.messages.session import Submit, TurnResult
+from fore.messages.session import Submit
 from fore.messages.speculation import (
     ForkSnapshot,
     SpeculationConfig,
@@ -152,7 +152,8 @@ class ControllerBase(ForeActor):
         self._status_spec: Speculation | None = None
         self._last_status = SpeculationStatus()
         # -- accepts -----------------------------------------------------------------------
-        self._continuations: dict[str, Callable[[TurnResult], None]] = {}
+        self._continuations: dict[str, Continuation] = {}
+        """Run id -> the Tab waiting for that continuation's end (a boundary accept)."""
         self._last_accept = float("-inf")
         self._held: list[tuple[Submit, PooledFuture[Any] | None]] = []
         """Submits held for an accept in its critical section (they reach the worker after it)."""

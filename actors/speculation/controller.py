@@ -113,7 +113,8 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
         stopped, its overlay removed once nothing can write through it). An
         apply still running delivers its items itself, and an accept whose
         apply has begun answers its Tab itself once its items are in
-        (:mod:`.handover`).
+        (:mod:`.handover`); a Tab whose accept has landed and that waits for its
+        boundary's continuation is answered now, without the continuation's end.
         Submits held behind an accept are failed when the session closes; after
         a crash (the session lives on, a new incarnation takes over) they go to
         the worker -- after the items of an apply still running, never before.
@@ -130,6 +131,7 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
                     self._forward_submit(submit, reply)
             held = []
         self._invalidate("session closed")
+        self._answer_without_continuations()
         for spec in list(self._specs.values()):
             if spec.accept is not None:  # its scope no longer needs to reach this actor
                 spec.accept.registration.remove()
@@ -142,6 +144,22 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
         for spec in self._specs.values():  # no SpeculationFinished will come: end their spans
             if spec.span is not None and not spec.reported:
                 spec.span.closed("session closed")
+
+    def _answer_without_continuations(self) -> None:
+        """This actor is stopping while Tabs wait for their boundaries' continuations.
+
+        Each accept has landed -- files applied, transcript in the worker's history
+        -- and its continuation runs on in the worker, whose ``TurnFinished`` no
+        incarnation of this actor will read for that Tab. So each Tab is answered
+        now with that truth, ``turn`` None (as the handed-over path answers it),
+        not with this actor's crash or close.
+        """
+        waiting, self._continuations = self._continuations, {}
+        for continuation in waiting.values():
+            reply = continuation.reply
+            if reply is not None and not self.release_reply(reply):
+                continue  # answered already
+            continuation.report(None)
 
     def _handle_receive(self, message: Any) -> Any:
         """Every message; then the teardowns it made due, and a status event if it
@@ -202,7 +220,7 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
         """The end of a continuation after a boundary accept (other turns need nothing here)."""
         waiting = self._continuations.pop(event.result.run_id, None)
         if waiting is not None:
-            waiting(event.result)
+            waiting.report(event.result)
 
     @handles(AddTool)
     def _on_add_tool(self, message: AddTool) -> None:

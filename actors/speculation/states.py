@@ -167,6 +167,19 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """A Tab whose accept has landed, waiting for its boundary's continuation to end.
+
+    ``report`` answers it (with the continuation's turn, or None); ``reply`` is the
+    asker's reply it sets, released from the controller's exit when the controller
+    stops first (the Tab is then answered without the turn).
+    """
+
+    report: Callable[[TurnResult | None], None]
+    reply: PooledFuture[Any] | None
+
+
+@dataclass(frozen=True)
 class AcceptCall:
     """A Tab waiting for its speculation: how to answer it, its scope, and its clock."""
 

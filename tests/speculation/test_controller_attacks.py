@@ -16,10 +16,12 @@ import pytest
 
 from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.controller import SpeculationController
+from fore.actors.tools.base import FunctionTool, ToolContext
 from fore.messages.speculation import AcceptResult
 from fore.supervision import Runtime
 from tests.speculation.attacks import (
     AUTO_EDIT,
+    Blocking,
     Held,
     HeldApply,
     answered_as_accepted,
@@ -282,4 +284,45 @@ def test_a_crashed_controllers_own_callbacks_never_run_on_the_restarted_one(
     assert not isinstance(result, Exception) and result.items[-1].text == "Hello."
     assert controller_of(s) is not old
     assert ran == []
+    assert s.close(timeout=WAIT)
+
+
+def test_a_controller_crash_while_tab_waits_for_the_boundarys_continuation_answers_it(
+    rt: Runtime, ws: Path
+) -> None:
+    """ACCEPTED: Tab on a speculation that stopped at a boundary has applied its files and
+    inserted its transcript, and its answer waits for the continuation (the boundary call
+    run for real) when the controller crashes. The accept has landed: the Tab is answered
+    ``boundary`` then -- with its items, without the continuation's end -- not with the
+    crash and not at its deadline; the continuation runs on and the session goes on."""
+    deploying, done = threading.Event(), threading.Event()
+
+    def deploy(args: Blocking, ctx: ToolContext) -> str:
+        deploying.set()
+        done.wait(WAIT)
+        return "deployed"
+
+    tool = FunctionTool("deploy", "Deploy the app (blocks).", Blocking, deploy)
+    s = tool_session(rt, ws, tool, main_reply("deployed it"), main_reply("after the crash"))
+    try:
+        assert settled(s) == "boundary"
+        # the caller's own deadline is three times the test's: it must not be the answer
+        tab, answers = in_background(lambda: s.accept(timeout=3 * WAIT))
+        assert deploying.wait(WAIT)  # ACCEPTED: the continuation runs the boundary call
+        assert answers == []  # the Tab waits for it
+        crash_controller(s)
+        wait_until(lambda: answers != [])
+        assert deploying.is_set() and not done.is_set()  # answered while it still runs
+    finally:
+        done.set()
+    tab.join(WAIT)
+    (answer,) = answers
+    assert isinstance(answer, AcceptResult), answer
+    assert answer.outcome == "boundary" and answer.turn is None
+    assert answer.boundary_tool == "deploy" and answer.items_inserted == len(answer.items) > 0
+    # the continuation ran on: its answer is in the history, then the next turn's
+    wait_until(lambda: s.history[-1].text == "deployed it")
+    assert s.submit("go on", timeout=WAIT).items[-1].text == "after the crash"
+    assert not controller_of(s)._continuations
+    nothing_left(rt, s.id)
     assert s.close(timeout=WAIT)

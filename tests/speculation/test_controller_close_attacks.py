@@ -18,9 +18,11 @@ import pytest
 from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.controller import SpeculationController
 from fore.actors.speculation.governor import LoadGovernor
+from fore.actors.tools.base import FunctionTool, ToolContext
 from fore.messages.speculation import AcceptResult
 from fore.supervision import Runtime
 from tests.speculation.attacks import (
+    Blocking,
     Held,
     HeldApply,
     answered_as_accepted,
@@ -37,6 +39,7 @@ from tests.speculation.attacks import (
 )
 from tests.speculation.test_speculation import (
     WAIT,
+    main_reply,
     overlay_dirs,
     wait_until,
 )
@@ -186,3 +189,37 @@ def test_closing_a_stored_session_during_tabs_apply_leaves_no_files_without_hist
     finally:
         assert rt.close(timeout=30)
     assert rt.overlays_left == ()
+
+
+def test_closing_while_tab_waits_for_the_boundarys_continuation_answers_it_with_what_landed(
+    rt: Runtime, ws: Path
+) -> None:
+    """ACCEPTED: Tab's accept has landed (files applied, transcript inserted) and its answer
+    waits for the boundary's continuation when the session closes. The Tab hears what
+    landed -- ``boundary`` with its items, no continuation turn -- not "session closed"."""
+    deploying, done = threading.Event(), threading.Event()
+
+    def deploy(args: Blocking, ctx: ToolContext) -> str:
+        deploying.set()
+        done.wait(WAIT)
+        return "deployed"
+
+    tool = FunctionTool("deploy", "Deploy the app (blocks).", Blocking, deploy)
+    s = tool_session(rt, ws, tool, main_reply("deployed it"))
+    try:
+        assert s.speculation is not None
+        wait_until(lambda: s.speculation.state == "boundary")
+        tab, answers = in_background(lambda: s.accept(timeout=3 * WAIT))
+        assert deploying.wait(WAIT)  # ACCEPTED: the continuation runs the boundary call
+        closing, closes = in_background(lambda: s.close(timeout=WAIT))
+        wait_until(lambda: answers != [])
+    finally:
+        done.set()
+    closing.join(WAIT)
+    assert closes == [True]
+    tab.join(WAIT)
+    (answer,) = answers
+    assert isinstance(answer, AcceptResult), answer
+    assert answer.outcome == "boundary" and answer.turn is None
+    assert answer.boundary_tool == "deploy" and answer.items_inserted == len(answer.items) > 0
+    nothing_left(rt, s.id)

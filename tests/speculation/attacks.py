@@ -209,6 +209,23 @@ class Blocking(ToolArgs):
     pattern: str = ""
 
 
+class BlockingDeploy:
+    """A ``deploy`` tool that blocks until released: the boundary call a Tab's continuation
+    runs for real (a speculation may not deploy), held so a test can act meanwhile."""
+
+    def __init__(self) -> None:
+        self.deploying = threading.Event()
+        """Set when the call runs (the continuation reached it)."""
+        self.done = threading.Event()
+        """Set by the test to let the call return."""
+        self.tool = FunctionTool("deploy", "Deploy the app (blocks).", Blocking, self._deploy)
+
+    def _deploy(self, args: Blocking, ctx: ToolContext) -> str:
+        self.deploying.set()
+        self.done.wait(WAIT)
+        return "deployed"
+
+
 def tool_session(rt: Runtime, ws: Path, tool: FunctionTool, *after: dict[str, Any]) -> Any:
     """A session (this tool only) whose speculation calls ``tool`` first thing.
 

@@ -16,12 +16,11 @@ import pytest
 
 from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.controller import SpeculationController
-from fore.actors.tools.base import FunctionTool, ToolContext
 from fore.messages.speculation import AcceptResult
 from fore.supervision import Runtime
 from tests.speculation.attacks import (
     AUTO_EDIT,
-    Blocking,
+    BlockingDeploy,
     Held,
     HeldApply,
     answered_as_accepted,
@@ -295,26 +294,21 @@ def test_a_controller_crash_while_tab_waits_for_the_boundarys_continuation_answe
     run for real) when the controller crashes. The accept has landed: the Tab is answered
     ``boundary`` then -- with its items, without the continuation's end -- not with the
     crash and not at its deadline; the continuation runs on and the session goes on."""
-    deploying, done = threading.Event(), threading.Event()
-
-    def deploy(args: Blocking, ctx: ToolContext) -> str:
-        deploying.set()
-        done.wait(WAIT)
-        return "deployed"
-
-    tool = FunctionTool("deploy", "Deploy the app (blocks).", Blocking, deploy)
-    s = tool_session(rt, ws, tool, main_reply("deployed it"), main_reply("after the crash"))
+    deploy = BlockingDeploy()
+    s = tool_session(rt, ws, deploy.tool, main_reply("deployed it"), main_reply("after the crash"))
     try:
         assert settled(s) == "boundary"
         # the caller's own deadline is three times the test's: it must not be the answer
         tab, answers = in_background(lambda: s.accept(timeout=3 * WAIT))
-        assert deploying.wait(WAIT)  # ACCEPTED: the continuation runs the boundary call
+        assert deploy.deploying.wait(WAIT)  # ACCEPTED: the continuation runs the boundary call
         assert answers == []  # the Tab waits for it
         crash_controller(s)
         wait_until(lambda: answers != [])
-        assert deploying.is_set() and not done.is_set()  # answered while it still runs
+        assert (
+            deploy.deploying.is_set() and not deploy.done.is_set()
+        )  # answered while it still runs
     finally:
-        done.set()
+        deploy.done.set()
     tab.join(WAIT)
     (answer,) = answers
     assert isinstance(answer, AcceptResult), answer

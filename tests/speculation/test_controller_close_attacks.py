@@ -18,11 +18,10 @@ import pytest
 from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.controller import SpeculationController
 from fore.actors.speculation.governor import LoadGovernor
-from fore.actors.tools.base import FunctionTool, ToolContext
 from fore.messages.speculation import AcceptResult
 from fore.supervision import Runtime
 from tests.speculation.attacks import (
-    Blocking,
+    BlockingDeploy,
     Held,
     HeldApply,
     answered_as_accepted,
@@ -197,24 +196,17 @@ def test_closing_while_tab_waits_for_the_boundarys_continuation_answers_it_with_
     """ACCEPTED: Tab's accept has landed (files applied, transcript inserted) and its answer
     waits for the boundary's continuation when the session closes. The Tab hears what
     landed -- ``boundary`` with its items, no continuation turn -- not "session closed"."""
-    deploying, done = threading.Event(), threading.Event()
-
-    def deploy(args: Blocking, ctx: ToolContext) -> str:
-        deploying.set()
-        done.wait(WAIT)
-        return "deployed"
-
-    tool = FunctionTool("deploy", "Deploy the app (blocks).", Blocking, deploy)
-    s = tool_session(rt, ws, tool, main_reply("deployed it"))
+    deploy = BlockingDeploy()
+    s = tool_session(rt, ws, deploy.tool, main_reply("deployed it"))
     try:
         assert s.speculation is not None
         wait_until(lambda: s.speculation.state == "boundary")
         tab, answers = in_background(lambda: s.accept(timeout=3 * WAIT))
-        assert deploying.wait(WAIT)  # ACCEPTED: the continuation runs the boundary call
+        assert deploy.deploying.wait(WAIT)  # ACCEPTED: the continuation runs the boundary call
         closing, closes = in_background(lambda: s.close(timeout=WAIT))
         wait_until(lambda: answers != [])
     finally:
-        done.set()
+        deploy.done.set()
     closing.join(WAIT)
     assert closes == [True]
     tab.join(WAIT)

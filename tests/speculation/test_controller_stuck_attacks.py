@@ -30,6 +30,7 @@ from fore.supervision import Runtime
 from tests.speculation.attacks import (
     AUTO_EDIT,
     Blocking,
+    BlockingDeploy,
     Held,
     bump_replies,
     controller_of,
@@ -198,27 +199,20 @@ def test_tab_waiting_for_a_boundarys_continuation_is_answered_when_the_worker_cr
     worker run the boundary call for real; Tab's answer waits for that continuation. The
     main worker crashes during it (its supervisor restarts it): the Tab must be answered
     then -- not at its deadline -- and the controller must not keep waiting for it."""
-    deploying, done = threading.Event(), threading.Event()
-
-    def deploy(args: Blocking, ctx: ToolContext) -> str:
-        deploying.set()
-        done.wait(WAIT)
-        return "deployed"
-
-    tool = FunctionTool("deploy", "Deploy the app (blocks).", Blocking, deploy)
-    s = tool_session(rt, ws, tool, main_reply("after the crash"))
+    deploy = BlockingDeploy()
+    s = tool_session(rt, ws, deploy.tool, main_reply("after the crash"))
     try:
         assert settled(s) == "boundary"
         # The caller waits twice as long as the test does for an answer: its own deadline
         # must not be what answers it.
         tab, answers = in_background(lambda: s.accept(timeout=3 * WAIT))
-        assert deploying.wait(WAIT)  # the continuation runs the boundary call
+        assert deploy.deploying.wait(WAIT)  # the continuation runs the boundary call
         s.worker.tell(Boom(session_id=s.id))
         wait_until(lambda: answers != [])
         tab.join(WAIT)
         assert not controller_of(s)._continuations
     finally:
-        done.set()
+        deploy.done.set()
     assert s.submit("go on", timeout=WAIT).items[-1].text == "after the crash"
     assert s.close(timeout=WAIT)
     nothing_left(rt)

@@ -53,13 +53,6 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def overlay_store(tmp_path: Path) -> Iterator[OverlayStore]:
     store = OverlayStore(tmp_path / "overlays")
     yield store
@@ -82,30 +75,30 @@ def niceness(output: str) -> list[int]:
 
 
 def test_a_speculations_command_and_its_children_run_below_the_runtime(
-    workspace: Path, overlay_store: OverlayStore, backend: str
+    ws: Path, overlay_store: OverlayStore, backend: str
 ) -> None:
-    overlay = overlay_store.create(workspace)
+    overlay = overlay_store.create(ws)
     out = run(overlay, NICENESS, Shell(tracking=backend))  # type: ignore[arg-type]
     assert niceness(out) == [expected(SPECULATION_NICE)] * 2
 
 
-def test_the_users_own_turn_runs_at_the_runtimes_priority(workspace: Path, backend: str) -> None:
-    out = run(WorkspaceFs(workspace), NICENESS, Shell(tracking=backend))  # type: ignore[arg-type]
+def test_the_users_own_turn_runs_at_the_runtimes_priority(ws: Path, backend: str) -> None:
+    out = run(WorkspaceFs(ws), NICENESS, Shell(tracking=backend))  # type: ignore[arg-type]
     assert niceness(out) == [own_niceness()] * 2
 
 
 def test_the_step_is_configurable_and_zero_turns_it_off(
-    workspace: Path, overlay_store: OverlayStore
+    ws: Path, overlay_store: OverlayStore
 ) -> None:
-    overlay = overlay_store.create(workspace)
+    overlay = overlay_store.create(ws)
     assert niceness(run(overlay, NICENESS, Shell(speculation_nice=3))) == [expected(3)] * 2
     assert niceness(run(overlay, NICENESS, Shell(speculation_nice=0))) == [own_niceness()] * 2
 
 
 def test_a_niced_command_keeps_its_own_exit_status_and_output(
-    workspace: Path, overlay_store: OverlayStore, backend: str
+    ws: Path, overlay_store: OverlayStore, backend: str
 ) -> None:
-    overlay = overlay_store.create(workspace)
+    overlay = overlay_store.create(ws)
     shell = Shell(tracking=backend)  # type: ignore[arg-type]
     assert run(overlay, "echo out; echo err >&2; exit 7", shell) == (
         "exit code: 7\nstdout:\nout\nstderr:\nerr"
@@ -114,12 +107,12 @@ def test_a_niced_command_keeps_its_own_exit_status_and_output(
 
 
 def test_a_niced_command_still_joins_its_calls_cgroup(
-    workspace: Path, overlay_store: OverlayStore
+    ws: Path, overlay_store: OverlayStore
 ) -> None:
     why = tracking_unavailable("cgroup")
     if why is not None:
         pytest.skip(why)
-    overlay = overlay_store.create(workspace)
+    overlay = overlay_store.create(ws)
     out = run(overlay, "grep ^0:: /proc/self/cgroup", Shell(tracking="cgroup"))
     assert f"/fore.{os.getpid()}." in out
 

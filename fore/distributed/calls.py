@@ -31,11 +31,12 @@ __all__ = [
     "cancel",
     "method",
     "result",
+    "withdraw",
 ]
 
 CONTROL_GROUP = "control"
 """The shard's Ray concurrency group of the calls a user waits on with a key pressed."""
-CONTROL_METHODS = frozenset({"keystroke", "cancel", "accept", "status"})
+CONTROL_METHODS = frozenset({"keystroke", "cancel", "accept", "withdraw", "status"})
 """Shard methods run in :data:`CONTROL_GROUP`: an event loop (and thread) of their own in
 the shard, so a keystroke, a Tab or a load report never waits behind the default loop's
 backlog of submits, asks and event batches. Ray does not order an async actor's calls
@@ -109,6 +110,16 @@ def cancel(ref: Any) -> None:
         ray.cancel(ref)
     except Exception as exc:
         log.debug("shard_call_cancel_failed", error=repr(exc))
+
+
+def withdraw(handle: Any, session_id: str, seq: int) -> None:
+    """Tell a shard that input ``seq`` of a session will never come (its call was
+    cancelled before it ran there: ``ShardServer.withdraw``), so the inputs after it
+    need not wait for it. Fire and forget: a shard that is gone has nothing held."""
+    try:
+        method(handle, "withdraw").remote(session_id, seq)
+    except Exception as exc:
+        log.debug("shard_withdraw_failed", session=session_id, seq=seq, error=repr(exc))
 
 
 def _call_failures() -> tuple[type[BaseException], ...]:

@@ -21,7 +21,9 @@ caller died, serialising it failed. So nothing is held for longer than
 :data:`HOLD_S`: :meth:`InputSequence.expire` gives up on the missing numbers
 before an input held that long and lets it (and what follows it) start. An
 input known never to start (:meth:`InputSequence.withdraw`: its call was
-cancelled while held) lets the next ones go at once. An input whose number was
+cancelled while held, or its caller cancelled it before it ran here --
+``RemoteSession.aaccept`` then tells the shard, ``ShardServer.withdraw``) lets
+the next ones go at once. An input whose number was
 given up on and arrives after all starts at once: late, but not lost.
 
 Plain code, no actor, no event loop: starting an input is a callback, called

@@ -182,7 +182,7 @@ class RemoteSession:
         self._check_open()
         for attempt in (1, 2):
             placement = self._runtime._ensure_placed(self)
-            ref = _send(placement, method, self.id, args, numbered)
+            ref, _seq = _send(placement, method, self.id, args, numbered)
             try:
                 return calls.result(ref, timeout + GRACE_S)
             except (_NotHere, _Died) as exc:
@@ -224,7 +224,7 @@ class RemoteSession:
         """A call nobody waits for (a keystroke, a cancel); its failure moves the session."""
         self._check_open()
         placement = self._runtime._ensure_placed(self)
-        ref = _send(placement, method, self.id, args, numbered)
+        ref, _seq = _send(placement, method, self.id, args, numbered)
         self._tells.add(ref)
 
         def done(_done: Any) -> None:
@@ -335,13 +335,16 @@ class RemoteSession:
         timeout: float,
         on_cancel: Callable[[Any], object] | None = None,
         numbered: bool = False,
+        withdraw_on_cancel: bool = False,
     ) -> Any:
         """:meth:`_call` for asyncio (the same failures; ``on_cancel(ref)`` runs with the
-        call's Ray object ref if the awaiting task is cancelled)."""
+        call's Ray object ref if the awaiting task is cancelled). ``withdraw_on_cancel``:
+        ``on_cancel`` cancels the call, which may then never reach the shard, so its
+        number is withdrawn there too (the inputs after it need not wait ``HOLD_S``)."""
         self._check_open()
         for attempt in (1, 2):
             placement = await self._aplacement()
-            ref = _send(placement, method, self.id, args, numbered)
+            ref, seq = _send(placement, method, self.id, args, numbered)
             try:
                 return await asyncio.wait_for(calls.aresult(ref), timeout + GRACE_S)
             except TimeoutError:
@@ -349,6 +352,8 @@ class RemoteSession:
             except asyncio.CancelledError:
                 if on_cancel is not None:
                     on_cancel(ref)
+                if withdraw_on_cancel and seq is not None:
+                    calls.withdraw(placement.handle, self.id, seq)
                 raise
             except (_NotHere, _Died) as exc:
                 lost = self._shard_failed(placement, exc)
@@ -404,6 +409,7 @@ class RemoteSession:
             timeout=timeout,
             on_cancel=calls.cancel,
             numbered=True,
+            withdraw_on_cancel=True,
         )
         return result
 
@@ -579,12 +585,15 @@ class RemoteSession:
         return clean
 
 
-def _send(placement: Placement, method: str, session_id: str, args: Any, numbered: bool) -> Any:
-    """Call ``method`` of ``placement``'s shard; a user input numbered for that hosting."""
+def _send(
+    placement: Placement, method: str, session_id: str, args: Any, numbered: bool
+) -> tuple[Any, int | None]:
+    """Call ``method`` of ``placement``'s shard: its ref, and its number if a user input."""
     bound = calls.method(placement.handle, method)
     if numbered:
-        return bound.remote(session_id, *args, seq=next(placement.inputs))
-    return bound.remote(session_id, *args)
+        seq = next(placement.inputs)
+        return bound.remote(session_id, *args, seq=seq), seq
+    return bound.remote(session_id, *args), None
 
 
 def new_session_id() -> str:

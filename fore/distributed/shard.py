@@ -496,6 +496,15 @@ class ShardServer:
         elif not hosted.inputs.arrive(seq, cancel, time.monotonic()):
             self._expire_later(hosted)
 
+    async def withdraw(self, session_id: str, seq: int) -> None:
+        """Input ``seq`` will never start here: its caller cancelled its call
+        (``ray.cancel``), which may then never arrive. The inputs numbered after it go
+        on at once instead of waiting ``HOLD_S`` for it; one that had started stays
+        started, and should the cancelled call be running, its cancel ends it."""
+        hosted = self._hosted.get(session_id)
+        if hosted is not None:
+            hosted.inputs.withdraw(seq)
+
     async def _in_turn(
         self, hosted: _Hosted, seq: int | None, enter: Callable[[], None], timeout: float
     ) -> None:

@@ -372,7 +372,7 @@ def test_keystrokes_tabs_cancels_and_load_reports_go_to_the_control_group() -> N
         def __getattr__(self, name: str) -> Method:
             return Method(name)
 
-    for name in ("keystroke", "accept", "cancel", "status"):
+    for name in ("keystroke", "accept", "cancel", "withdraw", "status"):
         assert method(Handle(), name) == (name, {"concurrency_group": CONTROL_GROUP})
     for name in ("submit", "ask", "events", "open"):
         assert isinstance(method(Handle(), name), Method)
@@ -751,6 +751,39 @@ def test_a_key_typed_after_tab_that_reaches_the_shard_first_waits_for_the_tab(
         run(shard.shutdown(30))
 
 
+def test_a_withdrawn_input_lets_the_keys_after_it_go_at_once(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Tab number 0 was cancelled by its caller before it ran here (``ray.cancel``: it
+    never arrives) and its number withdrawn: the key typed after it starts at once -- the
+    speculation is aborted now, not after ``HOLD_S``."""
+    from fore.distributed.input_sequence import HOLD_S
+    from fore.messages.speculation import GetSpeculation
+
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        _speculated_edit(shard, ws, run)
+        hosted = shard._hosted["s1"]
+        hosted.inputs.hold_s = 100 * HOLD_S  # the key must not go by the hold's deadline
+        run(shard.keystroke("s1", "no, something else", seq=1))
+        assert hosted.inputs.held == (1,)  # waits for the Tab numbered before it
+        run(shard.withdraw("s1", 0))
+        assert hosted.inputs.held == () and hosted.inputs.next == 2
+
+        def state() -> str:
+            status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+            return str(status.state)
+
+        fore.testing.wait_until(lambda: state() == "aborted", timeout=30)
+        assert (ws / "app.py").read_text() == "x = 1\n"
+        run(shard.withdraw("s1", 1))  # an input that started stays started: nothing changes
+        run(shard.withdraw("gone", 0))  # a session not hosted here: nothing to withdraw
+        assert hosted.inputs.next == 2
+    finally:
+        run(shard.shutdown(30))
+
+
 def test_an_input_that_never_reaches_the_shard_holds_the_later_keys_only_a_while(
     store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
@@ -787,3 +820,71 @@ def test_an_input_that_never_reaches_the_shard_holds_the_later_keys_only_a_while
         assert run(shard.accept("s1", timeout=30, seq=0)).outcome == "no_suggestion"
     finally:
         run(shard.shutdown(30))
+
+
+# -- the caller's side of the input order -------------------------------------------------------
+
+
+class _Bound:
+    """One shard method of :class:`_RecordingShard`: every call recorded, never answered."""
+
+    def __init__(self, name: str, sent: list[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> None:
+        self.name, self.sent = name, sent
+
+    def options(self, **_options: Any) -> _Bound:
+        return self
+
+    def remote(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        self.sent.append((self.name, args, kwargs))
+        return asyncio.get_running_loop().create_future()  # a call the shard never answers
+
+
+class _RecordingShard:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> _Bound:
+        return _Bound(name, self.sent)
+
+
+class _HereRuntime:
+    """The session's runtime as far as a call needs it: the session is placed where it is."""
+
+    def _placed_here(self, _session: Any, _placement: Any) -> bool:
+        return True
+
+
+def test_a_cancelled_aaccept_withdraws_its_number_on_the_shard(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``aaccept`` cancels its call (``ray.cancel``), which then may never reach the shard:
+    the caller withdraws the call's number there too, so the keys typed after the Tab start
+    at once instead of waiting ``HOLD_S`` for a number that never comes."""
+    from fore.distributed import calls
+    from fore.distributed.session import Placement, RemoteSession
+
+    shard = _RecordingShard()
+    info = ShardInfo(index=0, incarnation="i0", pid=1, node_id="n", node_ip="ip", hostname="h")
+    placement = Placement(index=0, incarnation="i0", handle=shard, info=info)
+    session = RemoteSession(
+        _HereRuntime(),  # type: ignore[arg-type]
+        spec_for("s1", ws, FunctionModel(lambda _request: "ok")),
+        placement,
+    )
+    next(placement.inputs)  # an input sent before: the Tab is number 1
+    cancelled: list[Any] = []
+    monkeypatch.setattr(calls, "cancel", cancelled.append)
+
+    async def main() -> None:
+        tab = asyncio.ensure_future(session.aaccept(timeout=30))
+        while not shard.sent:
+            await asyncio.sleep(0)
+        tab.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await tab
+
+    asyncio.run(main())
+    (accept, accept_args, accept_options), (withdraw, withdraw_args, _) = shard.sent
+    assert (accept, accept_args[0], accept_options["seq"]) == ("accept", "s1", 1)
+    assert (withdraw, withdraw_args) == ("withdraw", ("s1", 1))
+    assert len(cancelled) == 1  # and the call itself was cancelled

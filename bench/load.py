@@ -82,7 +82,7 @@ from fore.actors.llm.script import ScriptFile
 from fore.actors.speculation.governor import LoadGovernor
 from fore.actors.telemetry.usage import usage_json
 from fore.bench._common import console
-from fore.bench.cpu import CpuMeter, in_flight, turns_done
+from fore.bench.cpu import CpuMeter, turns_done
 from fore.bench.load_options import LoadOptions
 from fore.bench.load_report import (
     Comparison,
@@ -385,9 +385,6 @@ def _run(
         report.setup_s = setup
         report.teardown_s = teardown
         report.wall_total_s = time.monotonic() - begun
-        # Rounds in flight at the freeze, from the ledger (a user that ended its round but
-        # had not yet signalled it was counted by the loop and not the ledger).
-        report.rounds_cut = in_flight(accounting)
         report.usage = usage_json(usage)
         report.wasted_cost_usd = wasted_cost(usage, report.wasted_tokens)
         report.cache = cache_summary(options.provider, getattr(model, "meter", None))

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from fore.actors.llm import OpenAICompatible, RetryPolicy
 from fore.bench._common import console
-from fore.bench.cpu import CpuMeter, in_flight, turns_done
+from fore.bench.cpu import CpuMeter, turns_done
 from fore.messages.gate import ApprovalMode
 from fore.messages.session import Subscribe
 from fore.messages.speculation import SpeculationConfig
@@ -233,9 +233,6 @@ def run_load_ray(
         report.setup_s = setup
         report.teardown_s = teardown
         report.wall_total_s = time.monotonic() - begun
-        # Rounds in flight at the freeze, from the ledger (a user that ended its round but
-        # had not yet signalled it was counted by the loop and not the ledger).
-        report.rounds_cut = in_flight(accounting)
         if leaked:
             report.errors.append("leaked threads: " + ", ".join(t.name for t in leaked[:10]))
         samples = {

@@ -15,7 +15,7 @@ from typing import Any
 
 from fore.actors.speculation.governor import LoadGovernor
 from fore.bench._common import percentile
-from fore.bench.cpu import turns_done
+from fore.bench.cpu import in_flight, turns_done
 from fore.bench.load_options import LoadOptions
 from fore.bench.report_accounting import Accounting
 from fore.bench.sim_user import Recorder
@@ -164,9 +164,9 @@ def build_report(
     return LoadReport(
         options=asdict(options),
         sessions=options.sessions,
-        # From the ledger, not the users' live counter: a round that ends as the run
-        # is frozen is counted by one and not the other, and the report must agree
-        # with its own accounting.
+        # The turns answered and the rounds cut come from the ledger, not the users' live
+        # counters: a round that ends as the run is frozen is counted by one and not the
+        # other, and the report must agree with its own accounting.
         turns=turns_done(accounting),
         suggestions=accounting.suggestions.total,
         speculations_started=accounting.speculations.total,
@@ -195,7 +195,7 @@ def build_report(
         setup_s=0.0,
         teardown_s=0.0,
         wall_total_s=0.0,
-        rounds_cut=0,
+        rounds_cut=in_flight(accounting),
         leaks=leaks,
         errors=recorder.errors[:20],
         turns_planned=accounting.turns.total,

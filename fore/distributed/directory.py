@@ -200,10 +200,12 @@ class ShardDirectory:
         admitted speculations read after the sessions' open ones. Files nothing: the
         monitor stays the one writer of what the directory knows."""
         asked = [(s, calls.method(s.handle, "status").remote()) for s in self._shards]
+        # One deadline for all of them: each dead shard would otherwise add a timeout.
+        deadline = time.monotonic() + timeout
         loads = []
         for shard, ref in asked:
             try:
-                loads.append(calls.result(ref, timeout)[1])
+                loads.append(calls.result(ref, max(0.0, deadline - time.monotonic()))[1])
             except Exception as exc:  # a dead or late shard: its last report, not alive
                 log.warning("shard_load_failed", shard=shard.index, error=repr(exc))
                 loads.append(shard.load.model_copy(update={"alive": False}))

@@ -1,4 +1,5 @@
-"""Fixtures shared by the tools tests: a workspace, the pool's report inbox, the MCP server."""
+"""Fixtures shared by the tools tests: a workspace, an overlay store, a process-tracking
+backend, the pool's report inbox, the MCP server."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from fore.actors.overlay import OverlayStore
+from fore.actors.tools.proctrack import tracking_unavailable
 from fore.supervision.runtime import Runtime
 from tests.tools.test_tool_pool import Collector
 
@@ -26,6 +29,24 @@ def ws(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def overlay_store(tmp_path: Path) -> Iterator[OverlayStore]:
+    """Overlays under the test's temp dir: a speculation's view of a workspace."""
+    store = OverlayStore(tmp_path / "overlays")
+    yield store
+    store.close()
+
+
+def available_backend(kind: str) -> str:
+    """``kind``, a process-tracking backend, if it works on this machine; else the test is
+    skipped with the reason (a cgroup needs a delegated cgroup2 with ``cgroup.kill``, the
+    subreaper Linux's ``PR_SET_CHILD_SUBREAPER``). On the CI machine all of them work."""
+    why = tracking_unavailable(kind)
+    if why is not None:
+        pytest.skip(f"{kind}: {why}")
+    return kind
 
 
 @pytest.fixture

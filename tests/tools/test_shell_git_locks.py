@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,13 +78,6 @@ def repo(tmp_path: Path) -> Path:
 def control(tmp_path: Path) -> Path:
     """A copy of the same kind of repository, for the plain ``git status``."""
     return stale_repo(tmp_path / "control")
-
-
-@pytest.fixture
-def overlay_store(tmp_path: Path) -> Iterator[OverlayStore]:
-    store = OverlayStore(tmp_path / "overlays")
-    yield store
-    store.close()
 
 
 def run_shell(fs: FsView, command: str) -> str:

@@ -11,9 +11,7 @@ the command's own, the command runs inside its call's cgroup).
 from __future__ import annotations
 
 import os
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +22,11 @@ from fore.actors.tools.builtin import Shell
 from fore.actors.tools.builtin.shell import SPECULATION_NICE
 from fore.actors.tools.cancel import CancelToken
 from fore.actors.tools.fs import FsView
-from fore.actors.tools.proctrack import MAX_NICE, tracking_unavailable
+from fore.actors.tools.proctrack import MAX_NICE
 from fore.actors.tools.proctrack import base as proctrack_base
 from fore.actors.tools.proctrack.base import BASH, bash_argv
 from fore.messages.conversation import ToolCall
-
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux process tracking")
+from tests.tools.conftest import available_backend
 
 # The command's own niceness, then that of a child it forks (a pipeline stage).
 NICENESS = "nice; nice | cat"
@@ -45,18 +42,7 @@ def expected(steps: int) -> int:
 
 @pytest.fixture(params=["cgroup", "subreaper", "group"])
 def backend(request: pytest.FixtureRequest) -> str:
-    kind = str(request.param)
-    why = tracking_unavailable(kind)
-    if why is not None:
-        pytest.skip(f"{kind}: {why}")
-    return kind
-
-
-@pytest.fixture
-def overlay_store(tmp_path: Path) -> Iterator[OverlayStore]:
-    store = OverlayStore(tmp_path / "overlays")
-    yield store
-    store.close()
+    return available_backend(str(request.param))
 
 
 def run(fs: FsView, command: str, shell: Shell) -> str:
@@ -106,15 +92,21 @@ def test_a_niced_command_keeps_its_own_exit_status_and_output(
     assert run(overlay, "kill -TERM $$", shell).startswith("exit code: -15")
 
 
-def test_a_niced_command_still_joins_its_calls_cgroup(
-    ws: Path, overlay_store: OverlayStore
+def test_a_niced_command_still_runs_under_its_backends_tracking(
+    ws: Path, overlay_store: OverlayStore, backend: str
 ) -> None:
-    why = tracking_unavailable("cgroup")
-    if why is not None:
-        pytest.skip(why)
+    """``nice`` execs bash: the command keeps the pid its backend tracks -- the runtime's
+    own child, in its call's cgroup (cgroup), or the per-call supervisor's (subreaper)."""
     overlay = overlay_store.create(ws)
-    out = run(overlay, "grep ^0:: /proc/self/cgroup", Shell(tracking="cgroup"))
-    assert f"/fore.{os.getpid()}." in out
+    shell = Shell(tracking=backend)  # type: ignore[arg-type]
+    out = run(overlay, "echo ppid=$PPID; cat /proc/self/cgroup 2>/dev/null || true", shell)
+    parent = int(out.split("ppid=", 1)[1].split()[0])
+    if backend == "subreaper":
+        assert parent != os.getpid()  # its supervisor
+    else:
+        assert parent == os.getpid()
+    if backend == "cgroup":
+        assert f"/fore.{os.getpid()}." in out
 
 
 @pytest.mark.parametrize("steps", [-1, MAX_NICE + 1])

@@ -35,6 +35,7 @@ from fore.actors.tools.cancel import CancelToken
 from fore.actors.tools.proctrack import tracking_unavailable
 from fore.actors.tools.proctrack.cgroup import cgroup2_mount, own_cgroup
 from fore.messages.conversation import ToolCall
+from tests.tools.conftest import available_backend
 
 WAIT = 20.0
 
@@ -93,11 +94,7 @@ def tag() -> Iterator[str]:
 
 @pytest.fixture(params=["cgroup", "subreaper"])
 def backend(request: pytest.FixtureRequest) -> str:
-    kind = str(request.param)
-    why = tracking_unavailable(kind)
-    if why is not None:
-        pytest.skip(f"{kind}: {why}")
-    return kind
+    return available_backend(str(request.param))
 
 
 def context(root: Path) -> ToolContext:

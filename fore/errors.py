@@ -90,6 +90,7 @@ the package that raises it)::
     ├── ShardUnavailable
     ├── WorkspaceUnreachable (+FileNotFoundError)
     ├── SessionNotHere (+LookupError)
+    ├── InputWithdrawn
     ├── NotShippable (+TypeError)
     │   # resume, chat, the CLI and the benchmarks (fore.supervision, fore.bench)
     ├── ModelNotRebuildable (+ValueError)
@@ -152,6 +153,7 @@ __all__ = [
     "FsError",
     "HookError",
     "HookTimeout",
+    "InputWithdrawn",
     "InspectError",
     "InvalidBlobId",
     "InvalidRecord",
@@ -717,6 +719,20 @@ class SessionNotHere(ForeError, LookupError):
         super().__init__(f"session {session_id!r} is not open on shard #{shard}")
         self.session_id = session_id
         self.shard = shard
+
+
+class InputWithdrawn(ForeError):
+    """A session input arrived at its shard after its caller had withdrawn its number.
+
+    The caller cancelled the call (a cancelled ``RemoteSession.aaccept``) and told the
+    shard so; the cancel did not stop the call, which came after all. It is not
+    started: the keys typed after it have gone ahead, and a Tab nobody waits for
+    any more must not apply a speculation behind them.
+    """
+
+    def __init__(self, number: int) -> None:
+        super().__init__(f"input #{number} was withdrawn by its caller before it arrived")
+        self.number = number
 
 
 class NotShippable(ForeError, TypeError):

@@ -24,7 +24,12 @@ input known never to start (:meth:`InputSequence.withdraw`: its call was
 cancelled while held, or its caller cancelled it before it ran here --
 ``RemoteSession.aaccept`` then tells the shard, ``ShardServer.withdraw``) lets
 the next ones go at once. An input whose number was
-given up on and arrives after all starts at once: late, but not lost.
+given up on and arrives after all starts at once: late, but not lost. One whose
+number was withdrawn and arrives after all (``ray.cancel`` did not stop the call)
+is refused (:class:`~fore.errors.InputWithdrawn`): its caller stopped waiting
+for it, and a Tab started behind the keys typed after it would apply a
+speculation nobody accepted. The last :data:`MAX_WITHDRAWN` withdrawn numbers
+are remembered for that.
 
 Plain code, no actor, no event loop: starting an input is a callback, called
 under the sequence's lock (so two inputs released by different threads start
@@ -36,17 +41,22 @@ the next number arrives, nothing held -- is one uncontended lock and the call.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from fore.actors.core.logs import get_logger
+from fore.errors import InputWithdrawn
 
 log = get_logger(__name__)
 
-__all__ = ["HOLD_S", "InputSequence", "Start"]
+__all__ = ["HOLD_S", "MAX_WITHDRAWN", "InputSequence", "Start"]
 
 HOLD_S = 1.0
 """The longest an input waits for the ones numbered before it (then they are given up on)."""
+
+MAX_WITHDRAWN = 256
+"""How many withdrawn numbers whose turn has passed are remembered (and refused)."""
 
 Start = Callable[[bool], None]
 """Starts one input; its argument is ``late``: called after its ``arrive`` returned."""
@@ -67,6 +77,14 @@ class InputSequence:
         self._lock = threading.Lock()
         self._next = 0
         self._held: dict[int, _Held] = {}
+        self._withdrawn: set[int] = set()
+        self._withdrawn_order: deque[int] = deque()
+
+    @property
+    def withdrawn(self) -> frozenset[int]:
+        """The withdrawn numbers whose turn has passed that are still refused."""
+        with self._lock:
+            return frozenset(self._withdrawn)
 
     @property
     def next(self) -> int:
@@ -89,9 +107,14 @@ class InputSequence:
 
         Started now with every held input it unblocks, in order. An exception of
         ``start`` itself is raised (after the others have started); one of an
-        input started on its behalf is logged (its caller has returned).
+        input started on its behalf is logged (its caller has returned). A withdrawn
+        number never starts: :class:`~fore.errors.InputWithdrawn`.
         """
         with self._lock:
+            held = self._held.get(number)
+            if number in self._withdrawn or (held is not None and held.start is None):
+                log.info("withdrawn_input_refused", number=number)
+                raise InputWithdrawn(number)
             if number < self._next:
                 log.warning("input_started_late", number=number, expected=self._next)
                 start(False)
@@ -118,6 +141,7 @@ class InputSequence:
             if number == self._next:
                 self._held.pop(number, None)
                 self._next += 1
+                self._remember_withdrawn(number)
                 self._release()
             else:
                 held = self._held.get(number)
@@ -137,8 +161,8 @@ class InputSequence:
             while self._next <= last:
                 held = self._held.pop(self._next, None)
                 self._next += 1
-                if held is not None and held.start is not None:
-                    self._start_late(held.start)
+                if held is not None:
+                    self._pass(self._next - 1, held)
             self._release()
             return skipped
 
@@ -147,8 +171,21 @@ class InputSequence:
         while self._next in self._held:
             held = self._held.pop(self._next)
             self._next += 1
-            if held.start is not None:
-                self._start_late(held.start)
+            self._pass(self._next - 1, held)
+
+    def _pass(self, number: int, held: _Held) -> None:
+        """Input ``number``'s turn has come: start it, or remember it was withdrawn."""
+        if held.start is None:
+            self._remember_withdrawn(number)
+        else:
+            self._start_late(held.start)
+
+    def _remember_withdrawn(self, number: int) -> None:
+        """Refuse ``number`` should it arrive after all (the oldest are forgotten)."""
+        self._withdrawn.add(number)
+        self._withdrawn_order.append(number)
+        if len(self._withdrawn_order) > MAX_WITHDRAWN:
+            self._withdrawn.discard(self._withdrawn_order.popleft())
 
     @staticmethod
     def _start_late(start: Start) -> None:

@@ -784,6 +784,40 @@ def test_a_withdrawn_input_lets_the_keys_after_it_go_at_once(
         run(shard.shutdown(30))
 
 
+def test_a_withdrawn_tab_that_reaches_the_shard_after_all_is_refused(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """The caller cancelled its Tab (number 0) and withdrew the number, but ``ray.cancel``
+    did not stop the call, which reaches the shard after the withdrawal: it is refused
+    (``InputWithdrawn``), the speculation is not applied behind the user's back, and the
+    key typed after it still aborts the speculation."""
+    from fore.errors import InputWithdrawn
+    from fore.messages.speculation import GetSpeculation
+
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        _speculated_edit(shard, ws, run)
+        hosted = shard._hosted["s1"]
+        run(shard.withdraw("s1", 0))
+        assert hosted.inputs.next == 1
+        with pytest.raises(InputWithdrawn):
+            run(shard.accept("s1", timeout=30, seq=0))
+        assert not hosted.pending  # it never entered the session
+        assert (ws / "app.py").read_text() == "x = 1\n"
+
+        def state() -> str:
+            status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+            return str(status.state)
+
+        assert state() == "completed"  # still offered: nobody accepted it
+        run(shard.keystroke("s1", "no, something else", seq=1))
+        fore.testing.wait_until(lambda: state() == "aborted", timeout=30)
+        assert (ws / "app.py").read_text() == "x = 1\n"
+    finally:
+        run(shard.shutdown(30))
+
+
 def test_an_input_that_never_reaches_the_shard_holds_the_later_keys_only_a_while(
     store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
 ) -> None:

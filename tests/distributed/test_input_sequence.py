@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fore.distributed.input_sequence import InputSequence
+from fore.distributed.input_sequence import MAX_WITHDRAWN, InputSequence
+from fore.errors import InputWithdrawn
 
 
 class Recorder:
@@ -148,3 +149,56 @@ def test_inputs_from_many_threads_start_in_number_order() -> None:
     for t in threads:
         t.join(timeout=30)
     assert seen.started == list(range(400))
+
+
+@given(st.integers(0, 5), st.sampled_from(["its turn", "ahead"]))
+def test_a_withdrawn_input_that_arrives_after_all_is_refused(number: int, when: str) -> None:
+    """The caller cancelled its call and withdrew its number, but the cancel did not stop
+    the call (``ray.cancel`` raced with it): when it does arrive, it must not start -- a
+    Tab the user gave up on, started behind the keys typed after it, would apply a
+    speculation nobody accepted. It is refused, whether it was withdrawn on its turn (its
+    turn passes) or ahead of it (held as withdrawn)."""
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    if when == "its turn":
+        for earlier in range(number):
+            seq.arrive(earlier, seen.start(earlier), now=0.0)
+    assert seq.withdraw(number)
+    with pytest.raises(InputWithdrawn) as refused:
+        seq.arrive(number, seen.start(number), now=0.0)
+    assert refused.value.number == number
+    # the others go on as if it had never been numbered
+    for other in range(number + 3):
+        if other != number and other not in seen.started:
+            seq.arrive(other, seen.start(other), now=0.0)
+    assert seen.started == [n for n in range(number + 3) if n != number]
+    assert seq.held == () and seq.expire(now=100.0) == ()
+    with pytest.raises(InputWithdrawn):  # and stays refused once its turn has passed
+        seq.arrive(number, seen.start(number), now=0.0)
+
+
+def test_a_number_given_up_on_still_starts_late_but_a_withdrawn_one_never() -> None:
+    """Expiry gives up on a number nobody withdrew (its call may just be slow): it starts
+    when it comes. A withdrawn one passed by the same expiry stays refused."""
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    assert seq.withdraw(1)
+    seq.arrive(3, seen.start(3), now=0.0)
+    assert seq.expire(now=5.0) == (0, 2)  # 1 was withdrawn, not given up on
+    assert seq.arrive(0, seen.start(0), now=6.0)  # late, not lost
+    with pytest.raises(InputWithdrawn):
+        seq.arrive(1, seen.start(1), now=6.0)
+    assert seq.arrive(2, seen.start(2), now=6.0)
+    assert seen.started == [3, 0, 2]
+
+
+def test_the_withdrawn_numbers_remembered_are_bounded() -> None:
+    """A caller withdrawing number after number does not grow the sequence without end:
+    the oldest withdrawals are forgotten (such a call arriving that late starts late)."""
+    seq, seen = InputSequence(), Recorder()
+    total = MAX_WITHDRAWN + 10
+    for number in range(total):
+        assert seq.withdraw(number)
+    assert seq.next == total
+    assert len(seq.withdrawn) == MAX_WITHDRAWN
+    with pytest.raises(InputWithdrawn):
+        seq.arrive(total - 1, seen.start(total - 1), now=0.0)
+    assert seq.arrive(0, seen.start(0), now=0.0)  # forgotten: late

@@ -92,6 +92,7 @@ from fore.bench.load_report import (
     quantiles_ms,
     wasted_cost,
 )
+from fore.bench.matched_load import overlapping
 from fore.bench.report_accounting import Ledger
 from fore.bench.report_cache import cache_summary
 from fore.bench.sim_user import THINK_DISTS, Recorder, SimUser, start_users, users_finished
@@ -402,6 +403,8 @@ def _run(
             "abort_cancel": recorder.abort_cancel_s,
             "abort_cleanup": recorder.abort_cleanup_s,
             "main_turn": recorder.typed_turn_s,
+            # how many other typed turns each one ran beside (bench.matched_load)
+            "main_turn_load": [float(n) for n in overlapping(recorder.typed_turn_spans)],
         }
         return report, samples
     finally:
@@ -441,6 +444,7 @@ def run_comparison(
     off_reports: list[LoadReport] = []
     on_turns: list[float] = []
     off_turns: list[float] = []
+    loads: dict[bool, list[float]] = {True: [], False: []}
     first_samples: dict[str, list[float]] = {}
     rows = []
     for index in range(pairs):
@@ -448,6 +452,7 @@ def run_comparison(
         order = (True, False) if index % 2 == 0 else (False, True)
         quantiles: dict[bool, dict[str, float]] = {}
         turns: dict[bool, list[float]] = {}
+        run_loads: dict[bool, list[float]] = {}
         for speculation in order:
             if arm == "store":
                 varied = replace(options, store="sqlite" if speculation else None, seed=seed)
@@ -461,10 +466,13 @@ def run_comparison(
                 break
             quantiles[speculation] = report.main_turn_ms
             turns[speculation] = samples["main_turn"]
+            run_loads[speculation] = samples.get("main_turn_load", [])
         if len(quantiles) < 2:  # interrupted: this pair is incomplete, and the last
             break
         on_turns += turns[True]
         off_turns += turns[False]
+        for speculation in (True, False):
+            loads[speculation] += run_loads[speculation]
         on, off = quantiles[True], quantiles[False]
         rows.append(
             {
@@ -479,6 +487,12 @@ def run_comparison(
     comparison = None
     if rows:
         comparison = Comparison(
-            rows, quantiles_ms(on_turns), quantiles_ms(off_turns), on_turns, off_turns
+            rows,
+            quantiles_ms(on_turns),
+            quantiles_ms(off_turns),
+            on_turns,
+            off_turns,
+            on_load=loads[True],
+            off_load=loads[False],
         )
     return on_reports, off_reports, comparison, first_samples

@@ -114,6 +114,7 @@ def run_load_ray(
         open_user_session,
     )
     from fore.bench.load_report import Timeline, build_report, quantiles_ms
+    from fore.bench.matched_load import overlapping
     from fore.bench.sim_user import Recorder, start_users, users_finished
     from fore.distributed import RayRuntime  # imports Ray only when it starts one
     from fore.errors import BenchSetupError
@@ -240,6 +241,8 @@ def run_load_ray(
             "abort_cancel": recorder.abort_cancel_s,
             "abort_cleanup": recorder.abort_cleanup_s,
             "main_turn": recorder.typed_turn_s,
+            # how many other typed turns each one ran beside (bench.matched_load)
+            "main_turn_load": [float(n) for n in overlapping(recorder.typed_turn_spans)],
             "tab_roundtrip": recorder.tab_roundtrip_s,
         }
         return report, samples

@@ -17,6 +17,7 @@ from fore.actors.speculation.governor import LoadGovernor
 from fore.bench._common import percentile
 from fore.bench.cpu import in_flight, turns_done
 from fore.bench.load_options import LoadOptions
+from fore.bench.matched_load import matched_ratio
 from fore.bench.report_accounting import Accounting
 from fore.bench.sim_user import Recorder
 from fore.messages.usage import UsageSummary
@@ -219,6 +220,11 @@ class Comparison:
     machine falls on both arms alike, and pools each arm's turns. The pooled
     ratio is the verdict; each pair's ratio shows the spread. A Ctrl-C keeps
     the pairs that finished.
+
+    The raw ratio also carries how the arms' main turns happened to bunch up
+    (the users are a closed loop: with speculation they come back sooner), so
+    :attr:`matched_p90_ratio` compares the arms at matched load as well
+    (:mod:`bench.matched_load`): shown beside the verdict, not instead of it.
     """
 
     pairs: list[dict[str, float]]
@@ -229,6 +235,10 @@ class Comparison:
     on_turns_s: list[float] = field(default_factory=list, repr=False)
     """The pooled typed-turn latencies themselves (seconds), for the plot."""
     off_turns_s: list[float] = field(default_factory=list, repr=False)
+    on_load: list[float] = field(default_factory=list, repr=False)
+    """Per pooled typed turn (``on_turns_s``'s order): the other typed turns of its run in
+    flight beside it (:func:`bench.matched_load.overlapping`); empty: not recorded."""
+    off_load: list[float] = field(default_factory=list, repr=False)
 
     @staticmethod
     def _ratio(on: float, off: float) -> float:
@@ -242,6 +252,23 @@ class Comparison:
     def p99_ratio(self) -> float:
         return self._ratio(self.on_ms["p99"], self.off_ms["p99"])
 
+    def _loaded(self, latencies: list[float], loads: list[float]) -> list[tuple[int, float]]:
+        if len(loads) != len(latencies):  # not recorded (or cut mid-run): nothing to match
+            return []
+        return [(int(load), latency) for load, latency in zip(loads, latencies, strict=True)]
+
+    @property
+    def matched_p90_ratio(self) -> float:
+        """The on/off p90 ratio at matched load (NaN: too few turns at any common load)."""
+        return matched_ratio(
+            self._loaded(self.on_turns_s, self.on_load),
+            self._loaded(self.off_turns_s, self.off_load),
+        )
+
+    def load_quantile(self, speculation: bool, q: float) -> float:
+        """A quantile of the other main turns in flight beside a typed turn, in one arm."""
+        return percentile(self.on_load if speculation else self.off_load, q)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "pairs": self.pairs,
@@ -249,6 +276,11 @@ class Comparison:
             "off_ms": self.off_ms,
             "p50_ratio": self.p50_ratio,
             "p99_ratio": self.p99_ratio,
+            "matched_p90_ratio": self.matched_p90_ratio,
+            "in_flight_p99": {
+                "on": self.load_quantile(True, 99),
+                "off": self.load_quantile(False, 99),
+            },
         }
 
 

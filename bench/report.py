@@ -70,6 +70,10 @@ GLOSSARY: dict[str, str] = {
     "per token. In money: those tokens at the run's own cost per speculation token (--price).",
     "main-turn latency": "a typed prompt to its answer; with --compare, the same workload "
     "without speculation too, and the ratio of their p99s.",
+    "at matched load": "with --compare: the arms compared turn by turn at the same number of "
+    "main turns in flight (strata of 5), so that what speculation costs a turn is told apart "
+    "from the load its users bring -- with Tab answered at once they come back sooner and "
+    "their typed turns bunch up differently. Shown beside the p99 verdict, not instead of it.",
     "cut by --duration": "--duration bounds the whole run; rounds in flight at the users' "
     "deadline get a short drain, and what is still running then is cut; rounds a user had "
     "no time left for are not started.",
@@ -281,6 +285,17 @@ def sections(report: LoadReport, comparison: Comparison | None = None) -> list[S
                     else "— (an arm has no typed turns)",
                 )
             )
+        matched = comparison.matched_p90_ratio
+        rows.append(
+            (
+                "p90 at matched load: on / off",
+                f"{matched:.3f}× (in flight, p99: "
+                f"{comparison.load_quantile(True, 99):.0f} on / "
+                f"{comparison.load_quantile(False, 99):.0f} off)"
+                if _finite(matched)
+                else "— (too few turns at any load both arms ran)",
+            )
+        )
         out.append(
             Section(
                 f"main-turn latency, speculation on vs off (same workload; "

@@ -108,6 +108,8 @@ class Recorder:
     lock: threading.Lock = field(default_factory=threading.Lock)
     rounds: int = 0
     typed_turn_s: list[float] = field(default_factory=list)
+    typed_turn_spans: list[tuple[float, float]] = field(default_factory=list)
+    """When each typed turn ran (``time.monotonic()``), in ``typed_turn_s``'s order."""
     accept_latency_s: list[float] = field(default_factory=list)
     tab_roundtrip_s: list[float] = field(default_factory=list)
     time_saved_s: list[float] = field(default_factory=list)
@@ -132,6 +134,12 @@ class Recorder:
     def add(self, name: str, value: float) -> None:
         with self.lock:
             getattr(self, name).append(value)
+
+    def typed_turn(self, typed: float, answered: float) -> None:
+        """A typed turn's latency and its span, under one lock (so the two stay aligned)."""
+        with self.lock:
+            self.typed_turn_s.append(answered - typed)
+            self.typed_turn_spans.append((typed, answered))
 
     def count(self, table_name: str, key: str) -> None:
         with self.lock:
@@ -243,7 +251,7 @@ class SimUser(PooledActor):
         self._after(think, lambda: self._type(prompt))
 
     def _typed_done(self, typed: float, result: TurnResult) -> None:
-        self.recorder.add("typed_turn_s", time.monotonic() - typed)
+        self.recorder.typed_turn(typed, time.monotonic())
         if result.status != "completed":
             self.recorder.count("accepts", f"typed turn {result.status}")
         self.ledger.round_ended(self.index, "typed" if result.status == "completed" else "error")

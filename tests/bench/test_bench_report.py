@@ -249,3 +249,35 @@ def test_the_html_page_is_self_contained_and_escaped() -> None:
     assert 'id="verdict">verdict: PASS' in page
     for term in GLOSSARY:
         assert term.replace("'", "&#x27;") in page
+
+
+def test_the_comparison_shows_the_ratio_at_matched_load_beside_the_verdict() -> None:
+    """The on arm's turns ran beside more main turns (loads 10-19 vs 0-9) and were slower
+    by that alone: the raw p90 differs, the matched ratio -- here from the one load both
+    arms ran at, 10 -- is 1.0; the verdict is still the raw p99 ratio."""
+    on_turns = [0.40] * 60 + [0.50] * 60
+    off_turns = [0.30] * 60 + [0.40] * 60
+    pair = {"seed": 1, "on_p50": 400, "off_p50": 300, "on_p99": 500, "off_p99": 400}
+    comparison = Comparison(
+        [pair],
+        q(120, 400.0, 500.0),
+        q(120, 300.0, 400.0),
+        on_turns,
+        off_turns,
+        on_load=[10.0] * 60 + [15.0] * 60,
+        off_load=[5.0] * 60 + [10.0] * 60,
+    )
+    assert comparison.matched_p90_ratio == pytest.approx(1.0)
+    assert comparison.load_quantile(True, 99) == 15 and comparison.load_quantile(False, 99) == 10
+    data = comparison.as_dict()
+    assert data["matched_p90_ratio"] == pytest.approx(1.0)
+    assert data["in_flight_p99"] == {"on": 15.0, "off": 10.0}
+    rows = dict(row for part in sections(fake_report(), comparison) for row in part.rows)
+    assert rows["p90 at matched load: on / off"].startswith("1.000× (")
+    targets = {t.short: t for t in verdict([fake_report()], comparison, compare=True)}
+    assert targets["main-turn p99 on/off"].measured == pytest.approx(1.25)
+    # loads not recorded (or not one per turn): nothing is matched, and the row says why
+    bare = Comparison([pair], comparison.on_ms, comparison.off_ms, on_turns, off_turns)
+    assert math.isnan(bare.matched_p90_ratio)
+    rows = dict(row for part in sections(fake_report(), bare) for row in part.rows)
+    assert rows["p90 at matched load: on / off"].startswith("—")

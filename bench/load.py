@@ -466,7 +466,7 @@ def run_comparison(
                 break
             quantiles[speculation] = report.main_turn_ms
             turns[speculation] = samples["main_turn"]
-            run_loads[speculation] = samples.get("main_turn_load", [])
+            run_loads[speculation] = samples["main_turn_load"]
         if len(quantiles) < 2:  # interrupted: this pair is incomplete, and the last
             break
         on_turns += turns[True]

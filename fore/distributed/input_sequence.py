@@ -41,7 +41,6 @@ the next number arrives, nothing held -- is one uncontended lock and the call.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,8 +76,8 @@ class InputSequence:
         self._lock = threading.Lock()
         self._next = 0
         self._held: dict[int, _Held] = {}
-        self._withdrawn: set[int] = set()
-        self._withdrawn_order: deque[int] = deque()
+        self._withdrawn: dict[int, None] = {}
+        """Withdrawn numbers whose turn has passed, oldest first (an ordered set)."""
 
     @property
     def withdrawn(self) -> frozenset[int]:
@@ -182,10 +181,9 @@ class InputSequence:
 
     def _remember_withdrawn(self, number: int) -> None:
         """Refuse ``number`` should it arrive after all (the oldest are forgotten)."""
-        self._withdrawn.add(number)
-        self._withdrawn_order.append(number)
-        if len(self._withdrawn_order) > MAX_WITHDRAWN:
-            self._withdrawn.discard(self._withdrawn_order.popleft())
+        self._withdrawn[number] = None
+        if len(self._withdrawn) > MAX_WITHDRAWN:
+            del self._withdrawn[next(iter(self._withdrawn))]
 
     @staticmethod
     def _start_late(start: Start) -> None:

@@ -29,7 +29,12 @@ number was withdrawn and arrives after all (``ray.cancel`` did not stop the call
 is refused (:class:`~fore.errors.InputWithdrawn`): its caller stopped waiting
 for it, and a Tab started behind the keys typed after it would apply a
 speculation nobody accepted. The last :data:`MAX_WITHDRAWN` withdrawn numbers
-are remembered for that.
+are remembered for that. One withdrawn while it is held here (it arrived ahead
+of its turn) is refused at once: its ``refuse`` callback is called, so whoever
+waits for it hears :class:`~fore.errors.InputWithdrawn` now rather than when its
+own deadline passes. Withdrawals ahead of the next number leave a marker each
+until their turn; at most :data:`MAX_WITHDRAWN` are kept (past that one is
+declined, and that input, should it come, waits its turn like any other).
 
 Plain code, no actor, no event loop: starting an input is a callback, called
 under the sequence's lock (so two inputs released by different threads start
@@ -49,16 +54,20 @@ from fore.errors import InputWithdrawn
 
 log = get_logger(__name__)
 
-__all__ = ["HOLD_S", "MAX_WITHDRAWN", "InputSequence", "Start"]
+__all__ = ["HOLD_S", "MAX_WITHDRAWN", "InputSequence", "Refuse", "Start"]
 
 HOLD_S = 1.0
 """The longest an input waits for the ones numbered before it (then they are given up on)."""
 
 MAX_WITHDRAWN = 256
-"""How many withdrawn numbers whose turn has passed are remembered (and refused)."""
+"""How many withdrawn numbers are remembered (and refused) once their turn has passed,
+and how many withdrawals ahead of the next number are kept until it comes."""
 
 Start = Callable[[bool], None]
 """Starts one input; its argument is ``late``: called after its ``arrive`` returned."""
+
+Refuse = Callable[[InputWithdrawn], None]
+"""Tells a held input's waiter that it was withdrawn (called under the sequence's lock)."""
 
 
 @dataclass
@@ -66,6 +75,7 @@ class _Held:
     start: Start | None
     """``None``: withdrawn (its turn passes without starting anything)."""
     deadline: float
+    refuse: Refuse | None = None
 
 
 class InputSequence:
@@ -101,13 +111,14 @@ class InputSequence:
         with self._lock:
             return min((h.deadline for h in self._held.values()), default=None)
 
-    def arrive(self, number: int, start: Start, now: float) -> bool:
+    def arrive(self, number: int, start: Start, now: float, refuse: Refuse | None = None) -> bool:
         """Input ``number`` arrived: start it now (True), or hold it until its turn (False).
 
         Started now with every held input it unblocks, in order. An exception of
         ``start`` itself is raised (after the others have started); one of an
         input started on its behalf is logged (its caller has returned). A withdrawn
-        number never starts: :class:`~fore.errors.InputWithdrawn`.
+        number never starts: :class:`~fore.errors.InputWithdrawn` -- raised here, or,
+        if it is withdrawn while held, given to ``refuse`` (none: it is just dropped).
         """
         with self._lock:
             held = self._held.get(number)
@@ -119,7 +130,7 @@ class InputSequence:
                 start(False)
                 return True
             if number > self._next:
-                self._held[number] = _Held(start, now + self.hold_s)
+                self._held[number] = _Held(start, now + self.hold_s, refuse)
                 return False
             self._next += 1
             try:
@@ -132,7 +143,9 @@ class InputSequence:
         """Input ``number`` will never start (its call was cancelled, or is known lost).
 
         True if it had not started: its turn passes and the inputs after it go
-        on. False if it had (or was given up on): nothing changes.
+        on; if it is held, its ``refuse`` is called. False if it had started (or
+        was given up on), or if it is ahead of the next number and
+        :data:`MAX_WITHDRAWN` withdrawals ahead are kept already: nothing changes.
         """
         with self._lock:
             if number < self._next:
@@ -142,9 +155,18 @@ class InputSequence:
                 self._next += 1
                 self._remember_withdrawn(number)
                 self._release()
-            else:
-                held = self._held.get(number)
-                self._held[number] = _Held(None, held.deadline if held else float("inf"))
+                return True
+            held = self._held.get(number)
+            if held is None:
+                ahead = sum(1 for h in self._held.values() if h.start is None)
+                if ahead >= MAX_WITHDRAWN:
+                    log.warning("withdrawal_ahead_declined", number=number, next=self._next)
+                    return False
+                self._held[number] = _Held(None, float("inf"))
+            elif held.start is not None:
+                self._held[number] = _Held(None, held.deadline)
+                if held.refuse is not None:
+                    self._refuse(held.refuse, number)
             return True
 
     def expire(self, now: float) -> tuple[int, ...]:
@@ -184,6 +206,13 @@ class InputSequence:
         self._withdrawn[number] = None
         if len(self._withdrawn) > MAX_WITHDRAWN:
             del self._withdrawn[next(iter(self._withdrawn))]
+
+    @staticmethod
+    def _refuse(refuse: Refuse, number: int) -> None:
+        try:
+            refuse(InputWithdrawn(number))
+        except Exception as exc:  # its waiter's business: the log has it
+            log.warning("withdrawn_input_refuse_failed", number=number, error=repr(exc))
 
     @staticmethod
     def _start_late(start: Start) -> None:

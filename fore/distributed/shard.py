@@ -64,7 +64,7 @@ from fore.distributed.input_sequence import InputSequence
 from fore.distributed.leaks import LeakBaseline, count_overlay_dirs
 from fore.distributed.placement import ShardInfo, ShardLoad
 from fore.distributed.spec import RESUMABLE_OPTIONS, SessionSpec
-from fore.errors import ForeError, SessionNotHere
+from fore.errors import ForeError, InputWithdrawn, SessionNotHere
 from fore.messages.alerts import SubscribeAlerts, UnsubscribeAlerts
 from fore.messages.conversation import Segment
 from fore.messages.gate import ApprovalMode
@@ -175,6 +175,11 @@ async def _bridged(future: PooledFuture[Any], timeout: float) -> Any:
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _fail(waiter: asyncio.Future[None], error: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(error)
 
 
 def _node() -> tuple[str, str]:
@@ -509,7 +514,9 @@ class ShardServer:
         self, hosted: _Hosted, seq: int | None, enter: Callable[[], None], timeout: float
     ) -> None:
         """``enter()`` once input ``seq`` is next (at once if it is, or has no number);
-        waits at most ``timeout``, then the input never enters (``AskTimeout``)."""
+        waits at most ``timeout``, then the input never enters (``AskTimeout``). Withdrawn
+        by its caller while it waits (:meth:`withdraw`), it never enters either:
+        ``InputWithdrawn``, at once."""
         if seq is None:
             enter()
             return
@@ -521,7 +528,10 @@ class ShardServer:
             if late:  # from another call, maybe on the other event loop
                 loop.call_soon_threadsafe(_wake, waiter)
 
-        if hosted.inputs.arrive(seq, start, time.monotonic()):
+        def refuse(error: InputWithdrawn) -> None:  # maybe from the other event loop
+            loop.call_soon_threadsafe(_fail, waiter, error)
+
+        if hosted.inputs.arrive(seq, start, time.monotonic(), refuse):
             return
         self._expire_later(hosted)
         try:

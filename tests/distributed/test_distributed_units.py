@@ -818,6 +818,43 @@ def test_a_withdrawn_tab_that_reaches_the_shard_after_all_is_refused(
         run(shard.shutdown(30))
 
 
+def test_a_held_tab_withdrawn_while_it_waits_is_refused_at_once(
+    store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Tab number 1 reached the shard before number 0 and waits for it; its caller then
+    cancels the Tab and withdraws the number, but ``ray.cancel`` did not stop the held
+    call. The call is answered ``InputWithdrawn`` now -- not ``AskTimeout`` after its own
+    timeout -- and the speculation it was sent to accept is not applied."""
+    from fore.distributed.input_sequence import HOLD_S
+    from fore.errors import InputWithdrawn
+    from fore.messages.speculation import GetSpeculation
+
+    run = loop.run_until_complete
+    shard = ShardServer(0, shard_config(store_url, tmp_path))
+    try:
+        _speculated_edit(shard, ws, run)
+        hosted = shard._hosted["s1"]
+        hosted.inputs.hold_s = 100 * HOLD_S  # only the withdrawal may end the wait
+        tab = loop.create_task(shard.accept("s1", timeout=600, seq=1))
+        fore.testing.wait_until(lambda: (run(asyncio.sleep(0)), hosted.inputs.held)[1] == (1,))
+        run(shard.withdraw("s1", 1))
+        with pytest.raises(InputWithdrawn):
+            run(asyncio.wait_for(tab, 30))
+        assert not hosted.pending and hosted.inputs.held == ()
+        assert (ws / "app.py").read_text() == "x = 1\n"
+
+        def state() -> str:
+            status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+            return str(status.state)
+
+        assert state() == "completed"  # still offered: nobody accepted it
+        run(shard.keystroke("s1", "no, something else", seq=0))
+        fore.testing.wait_until(lambda: state() == "aborted", timeout=30)
+        assert hosted.inputs.next == 2 and (ws / "app.py").read_text() == "x = 1\n"
+    finally:
+        run(shard.shutdown(30))
+
+
 def test_an_input_that_never_reaches_the_shard_holds_the_later_keys_only_a_while(
     store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
 ) -> None:

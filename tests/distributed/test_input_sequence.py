@@ -202,3 +202,39 @@ def test_the_withdrawn_numbers_remembered_are_bounded() -> None:
     with pytest.raises(InputWithdrawn):
         seq.arrive(total - 1, seen.start(total - 1), now=0.0)
     assert seq.arrive(0, seen.start(0), now=0.0)  # forgotten: late
+
+
+def test_a_held_input_withdrawn_while_it_waits_is_refused_at_once() -> None:
+    """The input arrived ahead of its turn and waits; then its caller withdraws it (the
+    call was cancelled, but ``ray.cancel`` did not stop it). It must not start when its
+    turn comes, and whoever waits for it must hear so now, not when its own deadline
+    passes: its ``refuse`` is called with :class:`InputWithdrawn`."""
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    refused: list[BaseException] = []
+    assert not seq.arrive(2, seen.start(2), now=0.0, refuse=refused.append)
+    assert seq.held == (2,)
+    assert seq.withdraw(2)
+    assert len(refused) == 1 and isinstance(refused[0], InputWithdrawn)
+    assert refused[0].number == 2
+    assert seq.held == () and seq.withdraw(2)  # withdrawn twice: refused once
+    assert len(refused) == 1
+    for number in (0, 1, 3):
+        seq.arrive(number, seen.start(number), now=0.0)
+    assert seen.started == [0, 1, 3]
+    with pytest.raises(InputWithdrawn):
+        seq.arrive(2, seen.start(2), now=0.0)
+
+
+def test_withdrawals_ahead_of_the_next_number_are_bounded() -> None:
+    """A caller withdrawing numbers far ahead leaves a marker for each until its turn: at
+    most :data:`MAX_WITHDRAWN` are kept; past that a withdrawal is declined (False) and
+    that input, should it come, waits its turn like any other."""
+    seq, seen = InputSequence(hold_s=1.0), Recorder()
+    ahead = [seq.withdraw(number) for number in range(1, 2 * MAX_WITHDRAWN)]
+    assert ahead.count(True) == MAX_WITHDRAWN
+    assert all(ahead[:MAX_WITHDRAWN]) and not any(ahead[MAX_WITHDRAWN:])
+    declined = MAX_WITHDRAWN + 1
+    assert not seq.arrive(declined, seen.start(declined), now=0.0)  # held, not refused
+    seq.arrive(0, seen.start(0), now=0.0)  # 1..MAX_WITHDRAWN pass as withdrawn
+    assert seen.started == [0, declined]
+    assert seq.next == declined + 1

@@ -32,7 +32,12 @@ _ISOLATED = frozenset(
 
 
 def fore(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Any:
+    """``fore *args`` in a child process. Its terminal is 200 columns wide unless ``env``
+    says otherwise: the tests read the reports' rows as text, and on a narrow terminal
+    a label wraps wherever the widest value of the run pushes it (a slow run's longer
+    numbers moved "speculation on vs off" onto two lines)."""
     full_env = {k: v for k, v in os.environ.items() if k not in _ISOLATED}
+    full_env["COLUMNS"] = "200"
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "fore.supervision.cli", *args],

@@ -289,12 +289,25 @@ class LlamaServer:
                 if code is not None:
                     return f"exited with code {code}"
                 try:
-                    if http.get(f"{self.base_url}/models").status_code == 200:
+                    if self._serves_our_model(http.get(f"{self.base_url}/models")):
                         return None
-                except httpx.HTTPError:
+                except (httpx.HTTPError, ValueError):
                     pass
                 time.sleep(0.2)
         return f"not answering /v1/models within {timeout:g}s"
+
+    @staticmethod
+    def _serves_our_model(answer: httpx.Response) -> bool:
+        """The answer lists our model alias: it is our server that took the port, not
+        another one that bound it between :func:`free_port` and our child (another
+        test process's mock server answers ``/v1/models`` too)."""
+        if answer.status_code != 200:
+            return False
+        body = answer.json()
+        listed = body.get("data") if isinstance(body, dict) else None
+        return isinstance(listed, list) and any(
+            isinstance(m, dict) and m.get("id") == MODEL_ALIAS for m in listed
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

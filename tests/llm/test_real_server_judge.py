@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fore.bench import real_server
@@ -124,3 +125,29 @@ def test_marks_survive_dropped_lines(tmp_path: Path) -> None:
         os.close(write)
         log.join(5)
     assert len(log.path.read_text().splitlines()) == 11  # the file keeps every line
+
+
+def test_another_server_on_the_port_is_not_taken_for_ours(tmp_path: Path) -> None:
+    """The port is probed free, then bound by the llama.cpp child -- unless another
+    process binds it in between (the suite runs on two workers; the other may start a
+    mock server). That server answers ``/v1/models`` too: readiness must mean *our*
+    model is served, or the tier would test the mock and call it llama.cpp."""
+    import subprocess
+    import sys
+
+    from fore.actors.llm.mock_server import MockLlmServer
+    from fore.actors.llm.script import ScriptFile
+    from fore.bench.llama_server import LlamaServer, LlamaSetup
+
+    script = ScriptFile.model_validate({"replies": [{"text": "not llama"}]})
+    with MockLlmServer(script) as other:
+        ours = LlamaServer(LlamaSetup(sys.executable, tmp_path / "m.gguf"), log_path=tmp_path / "l")
+        ours.port = other.port  # what it would have found, had the port been taken
+        ours.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            assert httpx.get(f"{ours.base_url}/models", timeout=10).status_code == 200
+            problem = ours._wait_ready(timeout=1.0)
+        finally:
+            ours.proc.kill()
+            ours.proc.wait(timeout=30)
+    assert problem is not None and "not answering /v1/models" in problem

@@ -9,6 +9,7 @@ the source tree by accident.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +27,25 @@ TIMEOUT = 300
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it
+    # builds, and the tests running beside this one (another worker) read the
+    # checkout's metadata (``fore --version`` in a child started there).
+    source = tmp_path_factory.mktemp("source") / "fore-runtime"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "venv",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".*_cache",
+            ".hypothesis",
+        ),
+    )
     subprocess.run(
         [
             sys.executable,
@@ -37,7 +57,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-q",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         timeout=TIMEOUT,

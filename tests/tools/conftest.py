@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from fore.actors.overlay import OverlayStore
@@ -58,27 +59,36 @@ def inbox(fresh_runtime: Runtime) -> tuple[queue.Queue[Any], Any]:
     return q, collector
 
 
+def _listens(process: subprocess.Popen[bytes], port: int) -> bool:
+    """``process`` itself listens on ``port`` (not just anyone: the suite runs on two
+    workers, and the other may have bound the port between our probe and the child)."""
+    try:
+        connections = psutil.Process(process.pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections)
+
+
 @pytest.fixture(scope="module")
 def http_server() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, DEMO, "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert process.poll() is None, "the HTTP demo server exited"
+    for _attempt in range(3):  # a free port can be taken between the probe and the bind
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        process = subprocess.Popen(
+            [sys.executable, DEMO, "--http", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + WAIT
+            while not _listens(process, port) and process.poll() is None:
                 assert time.monotonic() < deadline, "the HTTP demo server did not listen"
                 time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(timeout=30)
+            if process.poll() is None:
+                yield f"http://127.0.0.1:{port}/mcp"
+                return
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+    pytest.fail("the HTTP demo server exited three times (its port taken each time?)")

@@ -77,9 +77,17 @@ def test_a_second_job_does_not_wait_behind_a_slow_one_while_there_is_room() -> N
 
 def test_shutdown_cancels_queued_work_and_refuses_new_work() -> None:
     lane = BlockingLane(1, name="cancel")
-    release = threading.Event()
-    running = lane.submit(release.wait, WAIT)
+    release, started = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return release.wait(WAIT)
+
+    running = lane.submit(hold)
     queued = lane.submit(lambda: "never")
+    # Running, not just submitted: a job still queued at shutdown is cancelled (the
+    # lane's thread may not have taken it yet on a busy machine).
+    assert started.wait(WAIT)
     release_later = threading.Timer(0.05, release.set)
     release_later.start()
     try:

@@ -784,6 +784,21 @@ def test_a_withdrawn_input_lets_the_keys_after_it_go_at_once(
         run(shard.shutdown(30))
 
 
+def _a_key_aborts_the_offer(shard: ShardServer, ws: Path, run: Any, seq: int) -> None:
+    """The speculation is still offered (nobody accepted it, the file is untouched), and
+    the key numbered ``seq`` aborts it."""
+    from fore.messages.speculation import GetSpeculation
+
+    def state() -> str:
+        status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
+        return str(status.state)
+
+    assert state() == "completed"
+    run(shard.keystroke("s1", "no, something else", seq=seq))
+    fore.testing.wait_until(lambda: state() == "aborted", timeout=30)
+    assert (ws / "app.py").read_text() == "x = 1\n"
+
+
 def test_a_withdrawn_tab_that_reaches_the_shard_after_all_is_refused(
     store_url: str, tmp_path: Path, ws: Path, loop: asyncio.AbstractEventLoop
 ) -> None:
@@ -792,7 +807,6 @@ def test_a_withdrawn_tab_that_reaches_the_shard_after_all_is_refused(
     (``InputWithdrawn``), the speculation is not applied behind the user's back, and the
     key typed after it still aborts the speculation."""
     from fore.errors import InputWithdrawn
-    from fore.messages.speculation import GetSpeculation
 
     run = loop.run_until_complete
     shard = ShardServer(0, shard_config(store_url, tmp_path))
@@ -805,15 +819,7 @@ def test_a_withdrawn_tab_that_reaches_the_shard_after_all_is_refused(
             run(shard.accept("s1", timeout=30, seq=0))
         assert not hosted.pending  # it never entered the session
         assert (ws / "app.py").read_text() == "x = 1\n"
-
-        def state() -> str:
-            status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
-            return str(status.state)
-
-        assert state() == "completed"  # still offered: nobody accepted it
-        run(shard.keystroke("s1", "no, something else", seq=1))
-        fore.testing.wait_until(lambda: state() == "aborted", timeout=30)
-        assert (ws / "app.py").read_text() == "x = 1\n"
+        _a_key_aborts_the_offer(shard, ws, run, seq=1)
     finally:
         run(shard.shutdown(30))
 
@@ -827,7 +833,6 @@ def test_a_held_tab_withdrawn_while_it_waits_is_refused_at_once(
     timeout -- and the speculation it was sent to accept is not applied."""
     from fore.distributed.input_sequence import HOLD_S
     from fore.errors import InputWithdrawn
-    from fore.messages.speculation import GetSpeculation
 
     run = loop.run_until_complete
     shard = ShardServer(0, shard_config(store_url, tmp_path))
@@ -842,15 +847,8 @@ def test_a_held_tab_withdrawn_while_it_waits_is_refused_at_once(
             run(asyncio.wait_for(tab, 30))
         assert not hosted.pending and hosted.inputs.held == ()
         assert (ws / "app.py").read_text() == "x = 1\n"
-
-        def state() -> str:
-            status, _shown = run(shard.ask("s1", "supervisor", GetSpeculation()))
-            return str(status.state)
-
-        assert state() == "completed"  # still offered: nobody accepted it
-        run(shard.keystroke("s1", "no, something else", seq=0))
-        fore.testing.wait_until(lambda: state() == "aborted", timeout=30)
-        assert hosted.inputs.next == 2 and (ws / "app.py").read_text() == "x = 1\n"
+        _a_key_aborts_the_offer(shard, ws, run, seq=0)
+        assert hosted.inputs.next == 2
     finally:
         run(shard.shutdown(30))
 

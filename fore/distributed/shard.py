@@ -172,13 +172,13 @@ async def _bridged(future: PooledFuture[Any], timeout: float) -> Any:
         raise AskTimeout("ask not answered before its deadline") from None
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
+def _wake(waiter: asyncio.Future[None], error: BaseException | None = None) -> None:
+    """End a held input's wait: its turn came (no ``error``), or it never will."""
+    if waiter.done():
+        return
+    if error is None:
         waiter.set_result(None)
-
-
-def _fail(waiter: asyncio.Future[None], error: BaseException) -> None:
-    if not waiter.done():
+    else:
         waiter.set_exception(error)
 
 
@@ -529,7 +529,7 @@ class ShardServer:
                 loop.call_soon_threadsafe(_wake, waiter)
 
         def refuse(error: InputWithdrawn) -> None:  # maybe from the other event loop
-            loop.call_soon_threadsafe(_fail, waiter, error)
+            loop.call_soon_threadsafe(_wake, waiter, error)
 
         if hosted.inputs.arrive(seq, start, time.monotonic(), refuse):
             return

@@ -4,7 +4,6 @@ backend, the pool's report inbox, the MCP server."""
 from __future__ import annotations
 
 import queue
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from fore.actors.overlay import OverlayStore
 from fore.actors.tools.proctrack import tracking_unavailable
+from fore.bench.llama_server import free_port
 from fore.supervision.runtime import Runtime
 from tests.tools.test_tool_pool import Collector
 
@@ -72,9 +72,7 @@ def _listens(process: subprocess.Popen[bytes], port: int) -> bool:
 @pytest.fixture(scope="module")
 def http_server() -> Iterator[str]:
     for _attempt in range(3):  # a free port can be taken between the probe and the bind
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         process = subprocess.Popen(
             [sys.executable, DEMO, "--http", str(port)],
             stdout=subprocess.DEVNULL,

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+import psutil
 
 from fore.errors import ServerFailed
 
@@ -289,7 +290,9 @@ class LlamaServer:
                 if code is not None:
                     return f"exited with code {code}"
                 try:
-                    if self._serves_our_model(http.get(f"{self.base_url}/models")):
+                    if self._serves_our_model(http.get(f"{self.base_url}/models")) and (
+                        self._our_child_listens()
+                    ):
                         return None
                 except (httpx.HTTPError, ValueError):
                     pass
@@ -307,6 +310,18 @@ class LlamaServer:
         listed = body.get("data") if isinstance(body, dict) else None
         return isinstance(listed, list) and any(
             isinstance(m, dict) and m.get("id") == MODEL_ALIAS for m in listed
+        )
+
+    def _our_child_listens(self) -> bool:
+        """Our child itself holds the port: another llama.cpp server (the other test
+        worker's) that took it first would list the same alias."""
+        assert self.proc is not None
+        try:
+            connections = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(
+            c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in connections
         )
 
     def alive(self) -> bool:

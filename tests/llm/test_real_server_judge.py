@@ -151,3 +151,44 @@ def test_another_server_on_the_port_is_not_taken_for_ours(tmp_path: Path) -> Non
             ours.proc.kill()
             ours.proc.wait(timeout=30)
     assert problem is not None and "not answering /v1/models" in problem
+
+
+def test_another_llama_server_on_the_port_is_not_taken_for_ours(tmp_path: Path) -> None:
+    """The other worker's llama.cpp server lists the same model alias: readiness must
+    also mean our child holds the port."""
+    import http.server
+    import json
+    import subprocess
+    import sys
+    import threading
+
+    from fore.bench.llama_server import MODEL_ALIAS, LlamaServer, LlamaSetup
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"object": "list", "data": [{"id": MODEL_ALIAS}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    serving = threading.Thread(target=other.serve_forever, daemon=True)
+    serving.start()
+    ours = LlamaServer(LlamaSetup(sys.executable, tmp_path / "m.gguf"), log_path=tmp_path / "l")
+    ours.port = other.server_address[1]
+    ours.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert LlamaServer._serves_our_model(httpx.get(f"{ours.base_url}/models", timeout=10))
+        problem = ours._wait_ready(timeout=1.0)
+    finally:
+        ours.proc.kill()
+        ours.proc.wait(timeout=30)
+        other.shutdown()
+        other.server_close()
+        serving.join(timeout=30)
+    assert problem is not None and "not answering /v1/models" in problem

@@ -748,6 +748,7 @@ KILL_A_SHARD = """
 import os, signal, sys, threading, time
 import psutil
 import fore.bench.sim_user as sim_user
+from fore.bench.cpu import process_role
 from fore.supervision.cli import main
 
 start_users = sim_user.start_users
@@ -760,9 +761,10 @@ def start_then_kill(*args, **kwargs):
         deadline = time.monotonic() + 120
         while recorder.rounds < 4 and time.monotonic() < deadline:
             time.sleep(0.02)
+        # process_role reads a command line as it may be read: a Ray worker that has just
+        # exited (a zombie) has none, and is no shard
         shards = [
-            p for p in psutil.Process().children(recursive=True)
-            if "ShardServer" in " ".join(p.cmdline())
+            p for p in psutil.Process().children(recursive=True) if process_role(p) == "shards"
         ]
         os.kill(shards[0].pid, signal.SIGKILL)
         print("KILLED", shards[0].pid, recorder.rounds, flush=True)

@@ -678,7 +678,7 @@ def test_a_shards_cancel_calls_off_a_tab_it_overtook(
     still queued in the controller's mailbox (the cancel comes first there): the Tab
     answers ``aborted`` and nothing is applied, although the speculation had finished."""
     from fore.messages.speculation import GetSpeculation
-    from tests.speculation.attacks import Held, controller_of
+    from tests.speculation.attacks import Held, controller_of, queued_kinds
 
     run = loop.run_until_complete
     shard = ShardServer(0, shard_config(store_url, tmp_path))
@@ -697,8 +697,12 @@ def test_a_shards_cancel_calls_off_a_tab_it_overtook(
         controller = controller_of(shard._hosted["s1"].session)
         with Held(controller):
             tab = loop.create_task(shard.accept("s1", timeout=30))
-            run(asyncio.sleep(0))  # the Tab is sent (queued behind the hold)
-            assert len(controller.actor_inbox) == 1
+
+            def tab_queued() -> bool:  # sent, and queued behind the hold
+                run(asyncio.sleep(0))
+                return "AcceptSuggestion" in queued_kinds(controller)
+
+            fore.testing.wait_until(tab_queued, timeout=30)
             run(shard.cancel("s1", "Ctrl-C"))
         result = run(tab)
         assert (result.outcome, result.files_applied) == ("aborted", ())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,3 +88,15 @@ def fresh_runtime(
     Its overlays are not under ``tmp_path`` (tests use that as a workspace).
     """
     yield from _open_runtime(request, tmp_path_factory.mktemp("runtime"))
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 where every connection is refused, for as long as the test runs.
+
+    The port stays bound (never listening) until the test ends: a port bound and closed
+    again could be taken meanwhile by another test worker's server, which would answer.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])

@@ -11,7 +11,6 @@ are bounded polls of a screen state, never timing assertions.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -530,17 +529,11 @@ def test_clear_starts_a_new_conversation(open_chat: Callable[..., Chat]) -> None
     assert len(chat.backend.session.history) == 2
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_an_unreachable_server_is_one_line_and_the_prompt_stays_usable(
-    open_chat: Callable[..., Chat], tmp_path: Path
+    open_chat: Callable[..., Chat], tmp_path: Path, refused_port: int
 ) -> None:
     model = OpenAICompatible(
-        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        base_url=f"http://127.0.0.1:{refused_port}/v1",
         model="nothing-there",
         retry=RetryPolicy(max_retries=0),
     )

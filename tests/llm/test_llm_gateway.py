@@ -376,14 +376,11 @@ def test_stall_hits_the_idle_timeout(harness: Harness, server: MockLlmServer) ->
     assert failed.error.kind == "timeout"
 
 
-def test_unreachable_endpoint_is_a_connection_error(harness: Harness) -> None:
-    import socket
-
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+def test_unreachable_endpoint_is_a_connection_error(harness: Harness, refused_port: int) -> None:
     model = OpenAICompatible(
-        base_url=f"http://127.0.0.1:{port}/v1", api_key="k", retry=RetryPolicy(max_retries=0)
+        base_url=f"http://127.0.0.1:{refused_port}/v1",
+        api_key="k",
+        retry=RetryPolicy(max_retries=0),
     )
     failed = harness.events(harness.request(model))[-1]
     assert isinstance(failed, LlmFailed)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -268,11 +267,8 @@ class _Root:
         self.base_url = url
 
 
-def test_a_refused_connection_says_so_without_transport_internals() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()  # nothing listens there now
+def test_a_refused_connection_says_so_without_transport_internals(refused_port: int) -> None:
+    port = refused_port
     done = _ask_with(_Root(f"http://127.0.0.1:{port}/v1"), request())
     assert isinstance(done, LlmException)
     assert done.error.kind == "connection"

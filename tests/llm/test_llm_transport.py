@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
 
 import aiohttp
 import httpx
@@ -54,15 +53,6 @@ class RawServer:
         self.sock.close()
 
 
-@pytest.fixture
-def free_port() -> Iterator[int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()  # nothing listens there now
-    yield port
-
-
 def test_a_streamed_answer_arrives_whole() -> None:
     with MockLlmServer() as server:
 
@@ -80,10 +70,10 @@ def test_a_streamed_answer_arrives_whole() -> None:
     assert text.rstrip().endswith("data: [DONE]")
 
 
-def test_a_refused_connection_is_a_connect_error(free_port: int) -> None:
+def test_a_refused_connection_is_a_connect_error(refused_port: int) -> None:
     async def go() -> None:
         async with client() as http:
-            await http.get(f"http://127.0.0.1:{free_port}/")
+            await http.get(f"http://127.0.0.1:{refused_port}/")
 
     with pytest.raises(httpx.ConnectError):
         run(go())

@@ -108,14 +108,8 @@ def test_a_url_must_be_a_string() -> None:
 # -- unreachable and hostile servers ------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_unreachable_server(tmp_path: Path) -> None:
-    url = f"postgresql://fore:hunter2@127.0.0.1:{free_port()}/fore"
+def test_unreachable_server(tmp_path: Path, refused_port: int) -> None:
+    url = f"postgresql://fore:hunter2@127.0.0.1:{refused_port}/fore"
     with pytest.raises(StoreUnavailable, match="Connection refused") as info:
         open_store(url, timeout=2)
     assert "hunter2" not in one_line(info.value)

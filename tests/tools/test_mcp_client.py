@@ -12,7 +12,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 from functools import partial
@@ -242,10 +241,8 @@ def test_http_headers_are_sent(runtime: Runtime, http_server: str) -> None:
         session.close()
 
 
-def test_an_http_server_that_is_not_there_is_one_alert(runtime: Runtime) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens here once the probe closes
+def test_an_http_server_that_is_not_there_is_one_alert(runtime: Runtime, refused_port: int) -> None:
+    port = refused_port
     caller = Caller()
     session = runtime.open_session(
         model=caller.model,

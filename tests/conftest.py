@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from fore.actors.speculation.governor import LoadGovernor
 from fore.supervision.runtime import Runtime
@@ -21,6 +22,12 @@ from fore.supervision.runtime import Runtime
 pytest_plugins = ["fore.testing.pytest_plugin"]
 
 _passed = 0
+
+# The property tests' examples are timed by hypothesis (200 ms each by default): on a
+# loaded machine (CI runs two test workers on two cores) a pause fails them with
+# DeadlineExceeded, which says nothing about the code. Speed is measured in bench/.
+settings.register_profile("fore", deadline=None)
+settings.load_profile("fore")
 
 # ``fore run`` / ``fore chat`` keep a session store in the user's data directory
 # by default: the suite's (and its subprocesses') is a throwaway one, never the

@@ -288,12 +288,21 @@ class TeardownSteps(ControllerBase):
         if spec.overlay is None:
             return
         removal = _LastRemoval(spec.overlay, self.system.blocking, self.remove_timeout)
-        settle_timeout = self.settle_timeout
+        settle_timeout, log = self.settle_timeout, self.log
+
+        def at_the_deadline() -> None:
+            if not spec.scope.settled:  # as _settle_timed_out says it: the wait is given up
+                log.warning(
+                    "speculation_cleanup_deadline",
+                    speculation=spec.id,
+                    waiting=sorted(spec.scope.leases()),
+                )
+            removal()
 
         def once_nothing_applies() -> None:
             spec.scope.on_settled(lambda _times: removal())
             try:
-                timer.call_later(settle_timeout, removal)
+                timer.call_later(settle_timeout, at_the_deadline)
             except RuntimeError:  # the timer is shut down: the runtime is closing anyway
                 pass
 

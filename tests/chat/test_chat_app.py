@@ -417,7 +417,7 @@ def test_ctrl_c_calls_off_a_tab_waiting_on_a_running_speculation(
             controller = controller_of(chat.backend.session)
             with Held(controller):
                 chat.keys(TAB)
-                queued_at(controller, 1)  # the Tab
+                queued_at(controller, "AcceptSuggestion")
                 chat.keys(CTRL_C)
                 chat.wait(lambda: "cancelling" in chat.app.hint, "Ctrl-C handled")
         chat.wait_printed("(the speculation was called off)")

@@ -23,6 +23,7 @@ import pytest
 
 from fore.actors.llm.mock_server import MockLlmServer
 from fore.actors.llm.script import ScriptFile
+from tests.processes import alive
 
 WAIT = 240.0
 _ISOLATED = frozenset(
@@ -296,8 +297,7 @@ def test_bench_ctrl_c_closes_in_order_and_reports_what_finished(tmp_path: Path) 
         assert accounting["accounted"] == accounting["total"], (group, accounting)
     # The mock server went with it (bounded poll: it is stopped, then reaped).
     until = time.monotonic() + 30
-    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
-              for pid in children):  # fmt: skip
+    while any(alive(pid) for pid in children):
         assert time.monotonic() < until, "the mock server outlived the benchmark"
         time.sleep(0.05)
 

@@ -88,13 +88,12 @@ def test_shutdown_cancels_queued_work_and_refuses_new_work() -> None:
     # Running, not just submitted: a job still queued at shutdown is cancelled (the
     # lane's thread may not have taken it yet on a busy machine).
     assert started.wait(WAIT)
-    release_later = threading.Timer(0.05, release.set)
-    release_later.start()
     try:
-        assert lane.shutdown(cancel_pending=True, timeout=WAIT)
+        # the queue is cancelled while the job still runs, whatever the machine's pace
+        assert not lane.shutdown(cancel_pending=True, wait=False)
     finally:
-        release_later.cancel()
         release.set()
+    assert lane.shutdown(timeout=WAIT)
     assert running.result(timeout=WAIT) is True
     with pytest.raises(CancelledError):
         queued.result(timeout=WAIT)

@@ -22,7 +22,7 @@ from fore.messages.conversation import AssistantMessage, ToolResult, UserMessage
 from fore.supervision import Runtime
 from tests.persistence.persist_child import lookup, prompt, script
 from tests.store.pg_server import pg_cluster, pg_url, store_url  # noqa: F401  (fixtures)
-from tests.store.test_store_processes import Child
+from tests.store.test_store_processes import DEADLINE, Child
 
 TAGS = [f"s{i}" for i in range(4)]
 TURNS_IN_SCRIPT = 60
@@ -108,12 +108,10 @@ def collect(child: PersistChild, until: int) -> tuple[Reported, dict[str, str]]:
 
 
 def drain(child: PersistChild, reported: dict[str, list[dict[str, Any]]]) -> None:
-    """Turns reported before the kill took effect (already in the pipe)."""
+    """Turns reported before the kill took effect (already in the pipe), read to the end
+    of the killed child's output -- not to a quiet second, which a starved reader shows."""
     while True:
-        try:
-            line = child.lines.get(timeout=1.0)
-        except Exception:
-            return
+        line = child.lines.get(timeout=DEADLINE)
         if line is None:
             child.lines.put(None)
             return

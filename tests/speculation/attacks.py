@@ -316,9 +316,13 @@ def queued_kinds(actor: Any) -> list[str]:
     return [type(envelope.message).__name__ for envelope in waiting]
 
 
-def queued_at(actor: Any, count: int) -> None:
-    """Wait until ``count`` messages wait in ``actor``'s mailbox (it is held)."""
-    wait_until(lambda: len(actor.actor_inbox) >= count)
+def queued_at(actor: Any, kind: str, count: int = 1) -> None:
+    """Wait until ``count`` messages of ``kind`` wait in ``actor``'s mailbox (it is held).
+
+    By kind, not by the mailbox's length: other mail comes meanwhile (a suggestion's
+    answer, a run's report), and a count of everything would be met too early.
+    """
+    wait_until(lambda: queued_kinds(actor).count(kind) >= count)
 
 
 def run_over(worker: Any) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fore.actors.core.logs import capture_logs
 from fore.actors.llm import ScriptedModel
 from fore.actors.speculation.controller import SpeculationController
 from fore.messages.speculation import AcceptResult
@@ -106,11 +107,14 @@ def test_a_controller_crash_while_the_speculation_worker_is_stuck_kills_it(
 
 
 def test_a_controller_crash_while_the_tool_calls_settle_removes_the_overlay_after_them(
-    rt: Runtime, ws: Path
+    rt: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SETTLING: the worker has exited, but the pool has not yet reported its cancelled
     call (the pool is busy); the controller crashes then. The overlay is removed only
     once the call is reported, and while the tool ran it could still see the overlay."""
+    # The let-go's deadline (10 s) is not what this tests: on a loaded machine the hold
+    # below can outlast it, and then the overlay goes at the deadline, as it should.
+    monkeypatch.setattr(SpeculationController, "settle_timeout", 120.0)
     running = threading.Event()
     overlay_at_end: list[bool] = []
     tool = grep_until_cancelled(running, lambda: overlay_at_end.append(bool(overlay_dirs(rt))))
@@ -124,6 +128,29 @@ def test_a_controller_crash_while_the_tool_calls_settle_removes_the_overlay_afte
         assert len(overlay_dirs(rt)) == 1  # still settling: the call is not reported
     nothing_left(rt, s.id)
     assert overlay_at_end == [True]
+    assert s.close(timeout=WAIT)
+
+
+def test_a_controller_crash_whose_tool_call_never_settles_removes_the_overlay_at_the_deadline(
+    rt: Runtime, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SETTLING past the let-go's deadline: the pool holds the cancelled call's report
+    longer than ``settle_timeout``. The overlay goes at the deadline all the same, and the
+    log says which lease it stopped waiting for."""
+    monkeypatch.setattr(SpeculationController, "settle_timeout", 0.5)
+    running = threading.Event()
+    tool = grep_until_cancelled(running)
+    s = tool_session(rt, ws, tool)
+    assert running.wait(WAIT)
+    worker = speculation_worker(s)
+    with capture_logs() as logs, Held(rt.tool_pool._actor_weakref()):
+        s.keystroke("no")
+        wait_until(lambda: worker.has_exited)
+        crash_controller(s)
+        wait_until(lambda: overlay_dirs(rt) == [])  # while the call is still unreported
+        deadline = [e for e in logs if e["event"] == "speculation_cleanup_deadline"]
+        assert [e["waiting"] for e in deadline] == [["tools"]]
+    nothing_left(rt, s.id)
     assert s.close(timeout=WAIT)
 
 

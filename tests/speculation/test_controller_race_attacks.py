@@ -55,7 +55,7 @@ def test_a_key_typed_after_tab_does_not_overtake_it(rt: Runtime, ws: Path) -> No
     controller = controller_of(s)
     with Held(controller):
         tab, answers = in_background(lambda: s.accept(timeout=WAIT))
-        queued_at(controller, 1)  # Tab first ...
+        queued_at(controller, "AcceptSuggestion")  # Tab first ...
         s.keystroke("now run the tests")  # ... then a key
     tab.join(WAIT)
     (result,) = answers
@@ -77,7 +77,7 @@ def test_a_key_typed_after_submitting_the_suggestion_does_not_overtake_it(
     controller = controller_of(s)
     with Held(controller):
         enter, answers = in_background(lambda: s.submit("bump x to 2", timeout=WAIT))
-        queued_at(controller, 1)  # the submit first ...
+        queued_at(controller, "SubmitPrompt")  # the submit first ...
         s.keystroke("now run the tests")  # ... then a key
     enter.join(WAIT)
     (turn,) = answers
@@ -96,7 +96,7 @@ def test_a_key_typed_before_tab_wins(rt: Runtime, ws: Path) -> None:
     with Held(controller):
         s.keystroke("no")  # the key first ...
         tab, answers = in_background(lambda: s.accept(timeout=WAIT))
-        queued_at(controller, 2)  # ... then Tab
+        queued_at(controller, "AcceptSuggestion")  # ... then Tab
     tab.join(WAIT)
     (result,) = answers
     assert result.outcome == "no_suggestion"
@@ -115,7 +115,7 @@ def test_a_cancel_after_tab_calls_the_tab_off(rt: Runtime, ws: Path) -> None:
         controller = controller_of(s)
         with Held(controller):
             tab, answers = in_background(lambda: s.accept(timeout=WAIT))
-            queued_at(controller, 1)  # Tab first ...
+            queued_at(controller, "AcceptSuggestion")  # Tab first ...
             s.cancel()  # ... then Ctrl-C
             model_request.set()
         tab.join(WAIT)
@@ -133,9 +133,9 @@ def test_two_tabs_queued_together_accept_once(rt: Runtime, ws: Path) -> None:
     controller = controller_of(s)
     with Held(controller):
         first = in_background(lambda: s.accept(timeout=WAIT))
-        queued_at(controller, 1)
+        queued_at(controller, "AcceptSuggestion")
         second = in_background(lambda: s.accept(timeout=WAIT))
-        queued_at(controller, 2)
+        queued_at(controller, "AcceptSuggestion", 2)
     outcomes = []
     for thread, answers in (first, second):
         thread.join(WAIT)
@@ -196,7 +196,7 @@ def test_tab_racing_the_speculations_own_end(end: str, order: str, rt: Runtime, 
         with Held(controller):
             if order == "tab_first":
                 tab, answers = in_background(lambda: s.accept(timeout=WAIT))
-                queued_at(controller, 1)
+                queued_at(controller, "AcceptSuggestion")
                 model_request.set()
                 wait_until(lambda: run_over(worker))
             else:

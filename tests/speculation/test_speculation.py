@@ -10,7 +10,7 @@ import threading
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
@@ -31,8 +31,11 @@ from fore.messages.runtime import GetChild
 from fore.messages.session import EventBase, ItemAdded, Subscribe
 from fore.messages.speculation import SpeculationConfig, SpeculationFinished, SuggestionReady
 from fore.supervision import Runtime
+from tests.processes import descendants
 
 WAIT = 20.0
+
+E = TypeVar("E", bound=EventBase)
 MAIN = {"when": {"purpose": "main"}}
 
 
@@ -72,6 +75,16 @@ def settled(s: Any) -> str:
     return str(s.speculation.state)
 
 
+def first_of(s: Any, kind: type[E]) -> E:
+    """The session's first event of ``kind`` from now on, waited for (up to WAIT of quiet).
+
+    Not "every event until a short quiet gap": on a loaded machine the gap comes early.
+    """
+    found = next((e for e in s.events(timeout=WAIT) if isinstance(e, kind)), None)
+    assert found is not None, f"no {kind.__name__} came"
+    return found
+
+
 def next_suggestion(s: Any, text: str) -> None:
     """Wait for the speculation's pipelined suggestion (it never delays completion)."""
     wait_until(lambda: s.speculation.next_suggestion == text)
@@ -79,14 +92,7 @@ def next_suggestion(s: Any, text: str) -> None:
 
 def tails() -> list[psutil.Process]:
     """This process's live ``tail`` descendants (a speculative ``tail -f``)."""
-    found = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE and "tail" in " ".join(p.cmdline()):
-                found.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+    return descendants("tail")
 
 
 class Boom(EventBase):
@@ -478,9 +484,8 @@ def test_typing_aborts_a_slow_speculation_and_removes_everything(
             wait_until(lambda: any(r.purpose == "speculation" for r in server.requests()))
             before = s.history
             s.keystroke("no, something else")
-            finished = [e for e in s.events(timeout=5) if isinstance(e, SpeculationFinished)]
-            assert finished and finished[0].outcome == "aborted"
-            report = finished[0]
+            report = first_of(s, SpeculationFinished)
+            assert report.outcome == "aborted"
             assert report.was_running is True
             assert report.cancel_latency_s is not None and report.cleanup_latency_s is not None
             # timed from the keystroke to the confirmed closes, which precede the removal

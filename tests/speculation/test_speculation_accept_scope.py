@@ -37,6 +37,7 @@ from tests.speculation.attacks import (
     controller_of,
     in_background,
     queued_at,
+    queued_kinds,
     running_speculation,
 )
 from tests.speculation.test_speculation import (
@@ -96,7 +97,7 @@ def test_a_cancel_that_overtakes_its_tab_calls_the_tab_off(
         controller = controller_of(s)
         with Held(controller):
             thread, out = in_background(lambda: s.accept(timeout=LONG))
-            queued_at(controller, 1)  # the Tab, queued
+            queued_at(controller, "AcceptSuggestion")  # the Tab, queued
             s.cancel("Ctrl-C")
         result: AcceptResult = answer_of(thread, out)
         first_turn.set()  # a running speculation could finish now: nothing may be applied
@@ -284,10 +285,10 @@ def allowed_outcomes(order: tuple[str, ...]) -> set[str]:
 def press_tab(s: Session, held: Held | None) -> tuple[threading.Thread, list[Any]]:
     """``s.accept`` on a thread, once the controller has it queued (``held``) or taken it."""
     controller = controller_of(s)
-    inbox = len(controller.actor_inbox)
+    tabs = queued_kinds(controller).count("AcceptSuggestion")
     thread, out = in_background(lambda: s.accept(timeout=LONG))
     if held is not None:  # queued behind the hold
-        queued_at(controller, inbox + 1)
+        queued_at(controller, "AcceptSuggestion", tabs + 1)
     else:  # taken: waiting for the speculation, or answered
         wait_until(lambda: out or s.speculation.accepting)
     return thread, out

@@ -251,13 +251,14 @@ def test_a_killed_holder_elsewhere_loses_its_lease_when_it_expires(
 
 def test_a_live_holder_keeps_its_lease_by_renewing(store_url: str, children: Any) -> None:  # noqa: F811
     """The store's renewal thread keeps a short lease alive as long as its process lives."""
-    holder = children("hold", url=store_url, sid="kept", ttl=1.0, owner="build-7/worker-4")
+    # 3 s: renewed each second, so a child starved for up to 2 s (a loaded machine) keeps it
+    holder = children("hold", url=store_url, sid="kept", ttl=3.0, owner="build-7/worker-4")
     holder.expect("holding")
     with open_store(store_url) as store:
         for _ in range(10):  # several TTLs' worth of attempts, each refused
             with pytest.raises(SessionLeased):
                 store.open_session("kept")
-            time.sleep(0.3)
+            time.sleep(0.8)
     holder.finish()
 
 

@@ -103,7 +103,7 @@ def test_runtime_close_does_not_return_clean_with_an_overlay_on_disk(
             released.wait(0.001)
 
     lane.submit(busy_until_the_lane_shuts_down)
-    clean = rt.close(timeout=4)
+    clean = rt.close(timeout=30)  # the suite's close budget: a loaded machine is slow
     assert overlay_dirs(rt) == []
     assert clean
     assert rt.overlays_left == ()

@@ -18,7 +18,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from pydantic import ValidationError
 
@@ -36,6 +35,7 @@ from fore.messages.alerts import AlertLevel
 from fore.messages.conversation import ToolResult
 from fore.messages.llm import LlmRequest
 from fore.supervision import Runtime
+from tests.processes import alive, descendants
 
 pytestmark = pytest.mark.runtime(close_timeout=60)
 
@@ -95,14 +95,7 @@ def alerts_of(session: Any, count: int) -> list[str]:
 
 def server_pids(marker: str) -> list[int]:
     """Live processes of this test run whose command line contains ``marker``."""
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if process.status() != psutil.STATUS_ZOMBIE and marker in " ".join(process.cmdline()):
-                found.append(process.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+    return [process.pid for process in descendants(marker)]
 
 
 # -- tools, schemas, results -----------------------------------------------------------------------
@@ -360,11 +353,12 @@ def test_a_hung_server_hits_the_calls_deadline(runtime: Runtime, tmp_path: Path)
         [("hung__slow", {"seconds": 600, "marker": str(marker)})],
         [("hung__echo", {"text": "still serving"})],
     )
-    config = demo(name="hung", call_timeout=1.0, extra_args=["--hung-marker"])
+    # 5 s: long enough for a loaded machine's round trip of the call that answers
+    config = demo(name="hung", call_timeout=5.0, extra_args=["--hung-marker"])
     session = runtime.open_session(model=caller.model, mcp_servers=[config], call_timeout=300)
     try:
-        assert ask(session) == ["hung__slow:ERR hung__slow timed out after 1s"]
-        assert marker.exists()
+        assert ask(session) == ["hung__slow:ERR hung__slow timed out after 5s"]
+        wait_until(marker.exists)  # the call did reach the server
         assert ask(session) == ["hung__echo:still serving"]  # the connection survived
         connection = runtime.mcp.find("hung")
         assert connection is not None and connection.starts == 1
@@ -414,7 +408,7 @@ def test_closing_the_runtime_stops_its_servers() -> None:
         assert server_pids("--close-marker") == [pid]  # shared by the runtime, not the session
     finally:
         assert rt.close(timeout=60)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(pid)
     assert not any(t.name == "mcp-close-tool-aio" for t in threading.enumerate())
 
 

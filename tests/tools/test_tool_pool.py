@@ -376,13 +376,15 @@ def test_a_hanging_tool_times_out_and_its_sibling_completes(
     hang = Probe()
     fast = Probe()
     fast.release.set()
-    registry = ToolRegistry([gate_tool(hang), quick_tool(fast)])
+    stuck = gate_tool(hang)
+    stuck.timeout = 0.3  # only the hanging tool's own deadline is short: a loaded machine
+    registry = ToolRegistry([stuck, quick_tool(fast)])  # may take 0.3 s to run the sibling
     pool = start_pool(fresh_runtime)
     reports = Reports(q)
     batch_calls = (*calls("gate", ["stuck"]), *calls("quick", ["ok"]))
     try:
         result = reports.batch(
-            submit(pool, collector, WorkspaceFs(tmp_path), registry, batch_calls, call_timeout=0.3)
+            submit(pool, collector, WorkspaceFs(tmp_path), registry, batch_calls, call_timeout=WAIT)
         )
         assert result.results[0].outcome == "timeout"
         assert "timed out" in result.results[0].result.output

@@ -64,8 +64,10 @@ class Signals:
             self.log.append(text)
 
 
-def waiting_tool(signals: Signals, name: str = "wait_forever") -> Tool[Any]:
-    @tool(name=name)
+def waiting_tool(
+    signals: Signals, name: str = "wait_forever", timeout: float | None = None
+) -> Tool[Any]:
+    @tool(name=name, timeout=timeout)
     async def wait_forever(tag: str = "") -> str:
         signals.threads.append(threading.current_thread().name)
         signals.started.set()
@@ -182,9 +184,10 @@ def test_the_deadline_cancels_the_coroutine(
         pool,
         collector,
         WorkspaceFs(tmp_path),
-        ToolRegistry([waiting_tool(signals), quick]),
+        # only the stuck tool's deadline is short: the sibling may take 0.5 s on a loaded machine
+        ToolRegistry([waiting_tool(signals, timeout=0.5), quick]),
         (call("wait_forever"), call("quick", x=1)),
-        call_timeout=0.5,
+        call_timeout=WAIT,
     )
     stuck, sibling = reports.batch(batch).results
     assert (stuck.outcome, stuck.result.output) == ("timeout", "wait_forever timed out after 0.5s")

@@ -23,6 +23,7 @@ from fore.actors.tools import ToolContext, default_registry, invoke_tool
 from fore.actors.tools.cancel import CancelToken
 from fore.actors.tools.fs import MAX_WALK_DEPTH, FsView, WorkspaceFs, walk_files
 from fore.messages.conversation import ToolCall
+from tests.processes import fds_under
 
 SWAPS = 20_000
 REGISTRY = default_registry()
@@ -153,9 +154,9 @@ def test_a_hostile_depth_is_bounded_and_descriptors_are_released(tmp_path: Path)
     deep.mkdir(parents=True)
     (deep / "bottom.txt").write_text("x")
     (ws / "top.txt").write_text("x")
-    fds = len(os.listdir("/proc/self/fd"))
+    assert fds_under(ws) == []
     assert list(WorkspaceFs(ws).iter_files("")) == ["top.txt"]
     walk = walk_files(os.open(ws, os.O_RDONLY | os.O_DIRECTORY), "")
     assert next(walk) == "top.txt"
     walk.close()  # abandoned mid-walk: every descriptor is closed
-    assert len(os.listdir("/proc/self/fd")) == fds
+    assert fds_under(ws) == []

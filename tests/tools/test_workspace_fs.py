@@ -23,6 +23,7 @@ from fore.actors.tools.fs import (
     WorkspaceFs,
 )
 from fore.actors.tools.paths import FsError, PathOutOfScope
+from tests.processes import fds_under
 
 
 @pytest.fixture
@@ -229,14 +230,14 @@ def test_read_of_a_directory_is_an_fs_error_and_leaks_no_fd(fs: WorkspaceFs, ws:
     # FsView: "Errors are FsError subclasses". A directory must not surface as a raw
     # IsADirectoryError, and each failed attempt must not leak its descriptor.
     (ws / "d").mkdir()
-    before = len(os.listdir("/proc/self/fd"))
+    before = fds_under(ws)
     errors: list[Exception] = []
     for _ in range(5):
         try:
             fs.read_bytes("d")
         except Exception as exc:
             errors.append(exc)
-    leaked = len(os.listdir("/proc/self/fd")) - before
+    leaked = len(fds_under(ws)) - len(before)
     kinds = [type(e).__name__ for e in errors]
     assert kinds == ["IsADirectory"] * 5 and leaked == 0, f"raised {kinds}, leaked {leaked} fds"
 

@@ -3,7 +3,8 @@
 ``except fore.ForeError`` catches everything Fore raises on purpose, and none
 of an application's own bugs. Each exception also keeps the builtin base that
 says what kind of failure it is (``BlobNotFound`` is a ``LookupError``,
-``PathOutOfScope`` a ``ValueError``, ``AskTimeout`` a ``pykka.Timeout``), so an
+``PathOutOfScope`` a ``ValueError``, ``AskTimeout`` a ``pykka.Timeout``,
+``ActorStopped`` a ``pykka.ActorDeadError``), so an
 ``except`` written against the builtin keeps working. They are all defined
 here, in one module (as httpx's ``_exceptions.py`` does), so that the whole
 family can be read in one place and no two of them can share a name; the
@@ -17,6 +18,7 @@ the package that raises it)::
     │   # the actor system (fore.actors.core) and supervision (fore.supervision)
     ├── AskTimeout (+pykka.Timeout)
     ├── ActorCrashed
+    ├── ActorStopped (+pykka.ActorDeadError)
     ├── UnhandledMessageError
     ├── BlockingOnDispatcherError (+RuntimeError)
     ├── ActorSystemClosed (+RuntimeError)
@@ -135,6 +137,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ActorCrashed",
+    "ActorStopped",
     "ActorSystemClosed",
     "ApplyOutcomeUnknown",
     "ArgumentsInvalid",
@@ -237,6 +240,17 @@ class ActorCrashed(ForeError):
     Answers the ask whose handler raised a ``BaseException`` such as
     ``SystemExit``: the asker gets this instead of the raw ``BaseException``
     so that a ``SystemExit`` inside one actor never unwinds another thread.
+    """
+
+
+class ActorStopped(ForeError, pykka.ActorDeadError):
+    """The actor is not running: it stopped or was killed before it answered, or a
+    supervised child is between incarnations, or a session's stream is closed.
+
+    A subclass of :class:`pykka.ActorDeadError`, so code written against pykka (and
+    pykka's own test suite) keeps catching it; under :class:`ForeError`, so a
+    caller of a session -- a Tab whose controller was killed, say -- needs no pykka
+    import to catch what Fore raised.
     """
 
 

@@ -7,12 +7,13 @@ supervisor re-points the handle. So a restart is invisible except for the one
 message that crashed the child (whose asker got the error) and the dead
 incarnation's own continuations (calls it posted to itself: a blocking
 result, a timer, an ask's answer), which act on its state and go with it. If the child is
-not restarted, every kept ask is answered with :class:`pykka.ActorDeadError`.
+not restarted, every kept ask is answered with :class:`~fore.errors.ActorStopped` (a
+``pykka.ActorDeadError``).
 
 A handle is as stable as the supervisor that owns it: it follows restarts of
 *its child*, but when that supervisor itself dies (a crash, an escalation, a
 stop -- even one its own parent follows with a restart) the handle is closed
-for good, and every later send fails at once with :class:`ActorDeadError`
+for good, and every later send fails at once with :class:`ActorStopped`
 saying so. A restarted supervisor has new handles for its children: get them
 again with :class:`~messages.runtime.GetChild` from the supervisor's handle.
 
@@ -28,11 +29,12 @@ import time
 from collections import deque
 from typing import Any, Generic, Literal, TypeVar, overload
 
-from pykka import ActorDeadError, ActorProxy, ActorRef
+from pykka import ActorProxy, ActorRef
 from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
 from fore.actors.core.continuations import is_private_call
+from fore.actors.core.errors import ActorStopped
 from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import ActorExit, PooledActor
@@ -117,7 +119,7 @@ class Handle(Generic[A]):
         return None if ref is None else ref._actor_weakref()
 
     def tell(self, message: Any) -> None:
-        """Send without waiting; raises ActorDeadError once the child is gone for good."""
+        """Send without waiting; raises ActorStopped once the child is gone for good."""
         self._send(Envelope(message))
 
     @overload
@@ -148,7 +150,7 @@ class Handle(Generic[A]):
         handing a submit to the worker): the worker answers the original asker
         directly, so the relay adds no hop on the way back. Without
         ``reply_to`` it is :meth:`tell`; a gone child answers ``reply_to``
-        with :class:`ActorDeadError` (as an ask would).
+        with :class:`ActorStopped` (as an ask would).
         """
         self._send(Envelope(message, reply_to=reply_to))
 
@@ -161,11 +163,11 @@ class Handle(Generic[A]):
         by introspecting one actor object; any incarnation serves (they share
         a class), so a proxy can be made while the child is restarting too
         (the handle's ref keeps the last incarnation until it is replaced).
-        Raises :class:`pykka.ActorDeadError` once the handle is closed, or
-        before the child's first start.
+        Raises :class:`~fore.errors.ActorStopped` (a ``pykka.ActorDeadError``) once the
+        handle is closed, or before the child's first start.
         """
         if self._ref is None and self._state != "dead":
-            raise ActorDeadError(f"{self.child_id} has not started yet")
+            raise ActorStopped(f"{self.child_id} has not started yet")
         return ActorProxy(actor_ref=self)  # type: ignore[arg-type]
 
     # -- sending ------------------------------------------------------------
@@ -183,7 +185,7 @@ class Handle(Generic[A]):
             if state != "dead" and len(self._buffer) < self.max_buffered:
                 self._buffer.append(envelope)
                 return
-        error = ActorDeadError(
+        error = ActorStopped(
             f"{self.child_id} is gone for good ({self._closed_reason}); this handle will "
             "never reach it again -- after a restart of its supervisor, ask the supervisor "
             "for the new handle (GetChild)"
@@ -191,7 +193,7 @@ class Handle(Generic[A]):
             else f"{self.child_id} is restarting and its buffer is full"
         )
         if envelope.reply_to is not None:
-            envelope.reply_to.set_exception((ActorDeadError, error, None))
+            envelope.reply_to.set_exception((ActorStopped, error, None))
             return
         raise error
 
@@ -229,7 +231,7 @@ class Handle(Generic[A]):
             self._state = "running"
 
     def close(self, reason: str = "stopped") -> None:
-        """The child is gone for good: answer kept asks with ActorDeadError."""
+        """The child is gone for good: answer kept asks with ActorStopped."""
         with self._lock:
             if self._state != "dead":
                 self._closed_reason = reason
@@ -240,9 +242,9 @@ class Handle(Generic[A]):
             if envelope.reply_to is None:
                 dropped += 1
                 continue
-            error = ActorDeadError(f"{self.child_id} {reason} before handling the message")
+            error = ActorStopped(f"{self.child_id} {reason} before handling the message")
             try:
-                envelope.reply_to.set_exception((ActorDeadError, error, None))
+                envelope.reply_to.set_exception((ActorStopped, error, None))
             except Exception:  # already answered at its deadline
                 pass
         if dropped:

@@ -37,9 +37,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pykka import ActorDeadError
-
-from fore.actors.core.errors import AskTimeout
+from fore.actors.core.errors import ActorStopped, AskTimeout
 from fore.actors.core.future import PooledFuture
 
 T = TypeVar("T")
@@ -59,7 +57,7 @@ class _Sink:
     def tell(self, event: Any) -> None:
         stream = self._stream()
         if stream is None:
-            raise ActorDeadError("the event stream is gone")
+            raise ActorStopped("the event stream is gone")
         stream._put(event)
 
 
@@ -100,7 +98,7 @@ class EventStream:
     def _put(self, event: Any) -> None:
         with self._lock:
             if self._closed:
-                raise ActorDeadError("the event stream is closed")
+                raise ActorStopped("the event stream is closed")
             if len(self._events) >= self._maxlen:
                 self._events.popleft()
                 self.dropped += 1

@@ -12,8 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pykka import ActorDeadError
-
+from fore.actors.core.errors import ActorStopped
 from fore.messages.alerts import Alert
 from fore.messages.session import AlertRaised
 
@@ -38,7 +37,7 @@ class EventQueue:
     def tell(self, event: Any) -> None:
         with self._cond:
             if self._closed:
-                raise ActorDeadError("event queue closed")
+                raise ActorStopped("event queue closed")
             if len(self._events) >= self._maxlen:
                 self._events.popleft()
                 self.dropped += 1

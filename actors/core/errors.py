@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fore.errors import (
     ActorCrashed,
+    ActorStopped,
     ActorSystemClosed,
     AskTimeout,
     BlockingOnDispatcherError,
@@ -13,6 +14,7 @@ from fore.errors import (
 # Defined in fore.errors (the one exception tree); re-exported for the importers of this module.
 __all__ = [
     "ActorCrashed",
+    "ActorStopped",
     "ActorSystemClosed",
     "AskTimeout",
     "BlockingOnDispatcherError",

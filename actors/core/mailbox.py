@@ -3,8 +3,8 @@
 The mailbox is where pykka's "ask races teardown" bug is closed: ``put`` and
 ``close`` take the same lock, so an envelope is either in the mailbox before it
 closes (and then answered by the drain) or rejected at once with
-:class:`pykka.ActorDeadError`. There is no window in which an envelope lands in
-a mailbox that nobody will ever read.
+:class:`~fore.errors.ActorStopped` (a ``pykka.ActorDeadError``). There is no
+window in which an envelope lands in a mailbox that nobody will ever read.
 
 Scheduling follows Akka's dispatcher design: a mailbox is "scheduled" (in the
 dispatcher's run queue or being run) at most once at a time, which is what
@@ -18,9 +18,9 @@ from collections import deque
 from threading import Lock
 from typing import TYPE_CHECKING, Any
 
-from pykka import ActorDeadError
 from pykka._envelope import Envelope
 
+from fore.actors.core.errors import ActorStopped
 from fore.messages.base import ControlMessage
 
 if TYPE_CHECKING:
@@ -67,8 +67,8 @@ class Mailbox:
     def put(self, envelope: Envelope[Any], /) -> None:
         """Enqueue an envelope, or reject it at once if the actor is gone.
 
-        A rejected ask gets :class:`ActorDeadError` on its future; a rejected
-        tell raises :class:`ActorDeadError` to the sender, as pykka does for a
+        A rejected ask gets :class:`ActorStopped` on its future; a rejected
+        tell raises :class:`ActorStopped` to the sender, as pykka does for a
         dead actor.
         """
         control = isinstance(envelope.message, ControlMessage)
@@ -224,8 +224,8 @@ class Mailbox:
 
 
 def _reject(envelope: Envelope[Any], owner: str) -> None:
-    error = ActorDeadError(f"{owner} is not running (mailbox closed)")
+    error = ActorStopped(f"{owner} is not running (mailbox closed)")
     if envelope.reply_to is not None:
-        envelope.reply_to.set_exception((ActorDeadError, error, None))
+        envelope.reply_to.set_exception((ActorStopped, error, None))
     else:
         raise error

@@ -11,12 +11,14 @@ these differences, each fixing a problem of one-thread-per-actor:
   :class:`~messages.runtime.StopNow` stops an actor without waiting behind
   its queue;
 * every ask is answered: with the value, the handler's exception,
-  :class:`pykka.ActorDeadError`, or :class:`~actors.core.errors.AskTimeout`
-  at its deadline (``default_ask_timeout``, 60 s unless a class overrides it;
-  ``None``, pykka's wait-forever, is refused when the class is defined). A
+  :class:`~fore.errors.ActorStopped` (a ``pykka.ActorDeadError``), or
+  :class:`~actors.core.errors.AskTimeout` at its deadline (``default_ask_timeout``,
+  60 s unless a class overrides it; ``None``, pykka's wait-forever, is refused
+  when the class is defined). A
   reply taken over with :meth:`PooledActor.defer_reply` and still owed when
   the actor exits is answered then: :class:`~actors.core.errors.ActorCrashed`
-  if it failed, :class:`pykka.ActorDeadError` if it stopped or was killed;
+  if it failed, :class:`~fore.errors.ActorStopped` (a ``pykka.ActorDeadError``)
+  if it stopped or was killed;
 * a ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``) raised by a
   handler fails that actor only -- pykka stops every actor in the process;
 * exits are observable (:meth:`PooledActor.add_exit_watcher`), which is what
@@ -69,11 +71,12 @@ from pykka._envelope import Envelope
 from pykka.messages import _ActorStop
 
 from fore.actors.core.continuations import Continuations, _Call, _UrgentCall
-from fore.actors.core.errors import ActorCrashed
+from fore.actors.core.errors import ActorCrashed, ActorStopped
 from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.handlers import TypedDispatch
 from fore.actors.core.logs import get_logger
 from fore.actors.core.mailbox import Mailbox
+from fore.actors.core.ref import PooledRef
 from fore.actors.core.system import ActorSystem, current_system
 from fore.messages.runtime import StopNow
 
@@ -197,7 +200,7 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
         self.actor_urn = uuid.uuid4().urn
         self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = _StopFlag()  # type: ignore[assignment]
-        self._actor_ref = ActorRef(self)
+        self._actor_ref = PooledRef(self)
         self._fore_system: ActorSystem = current_system()
         self.actor_inbox.bind(self, self._fore_system.dispatcher)
         self._fore_current: Envelope[Any] | None = None
@@ -258,7 +261,7 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
         (e.g. when a turn ends) with ``future.try_set(...)``. The future keeps
         its deadline, so a reply that never comes still resolves the ask, and
         one still owed when this actor exits (crash, stop, kill) is answered
-        at once with :class:`ActorCrashed` or :class:`ActorDeadError` -- so
+        at once with :class:`ActorCrashed` or :class:`ActorStopped` -- so
         answer with ``try_set``/``try_set_exception``, which tolerate that.
         """
         envelope = self._fore_current
@@ -280,7 +283,7 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
         """Hand a reply taken with :meth:`defer_reply` to someone who outlives this actor.
 
         Its exit then no longer answers it with :class:`ActorCrashed` or
-        :class:`ActorDeadError`: the caller now owes the answer (the future
+        :class:`ActorStopped`: the caller now owes the answer (the future
         keeps its deadline, so the asker still never waits forever). For work
         that goes on after this actor stops and whose outcome is the true
         answer. Returns False, releasing nothing, when it is not owed here (not
@@ -326,7 +329,7 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
 
         A handler that is running keeps running on its thread, but the actor
         is dead: its mailbox is closed, every queued ask is answered with
-        :class:`ActorDeadError` and watchers are told (``killed=True``).
+        :class:`ActorStopped` and watchers are told (``killed=True``).
         """
         self._fore_unregister()
         self.actor_stopped.set()
@@ -364,7 +367,7 @@ class PooledActor(TypedDispatch, Continuations, pykka.Actor):
             if failed:
                 error: BaseException = ActorCrashed(f"{self} failed before answering")
             else:
-                error = ActorDeadError(f"{self} stopped before answering")
+                error = ActorStopped(f"{self} stopped before answering")
             try:
                 future.try_set_exception(error)
             except BaseException:  # one odd future must not leave the others unanswered
@@ -538,8 +541,8 @@ def _answer_dead(envelopes: Iterable[Envelope[Any]], actor: Any) -> None:
             if isinstance(envelope.message, _ActorStop | StopNow):
                 future.set(None)
             else:
-                error = ActorDeadError(f"{actor} stopped before handling the message")
-                future.set_exception((ActorDeadError, error, None))
+                error = ActorStopped(f"{actor} stopped before handling the message")
+                future.set_exception((ActorStopped, error, None))
         except queue.Full:  # already answered (deadline)
             pass
         except BaseException:  # one odd future must not leave the others unanswered

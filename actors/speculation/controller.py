@@ -64,8 +64,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pykka import ActorDeadError
-
+from fore.actors.core.errors import ActorStopped
 from fore.actors.core.handlers import handles
 from fore.actors.speculation.accept import AcceptProtocol
 from fore.actors.speculation.base import SpeculationBook
@@ -140,7 +139,7 @@ class SpeculationController(FrontDoor, Suggestions, AcceptProtocol, Lifecycle, T
             self._let_go(spec, "session closed")
         for _submit, reply in held:
             if reply is not None:
-                reply.try_set_exception(ActorDeadError("the session closed"))
+                reply.try_set_exception(ActorStopped("the session closed"))
         for spec in self._specs.values():  # no SpeculationFinished will come: end their spans
             if spec.span is not None and not spec.reported:
                 spec.span.closed("session closed")

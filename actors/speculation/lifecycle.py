@@ -43,9 +43,8 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-from pykka import ActorDeadError
-
 from fore.actors.core.continuations import tell_quietly
+from fore.actors.core.errors import ActorStopped
 from fore.actors.core.handlers import handles
 from fore.actors.core.pooled import ActorExit, PooledActor
 from fore.actors.speculation.base import ControllerBase
@@ -92,7 +91,7 @@ class RunEvents:
     The speculation's worker reports with the session's id (it is the
     session's agent loop), so its events are told apart from the main
     worker's by who receives them: this object, one per speculation. A
-    controller that is gone raises ``ActorDeadError`` (the worker drops it).
+    controller that is gone raises ``ActorStopped`` (the worker drops it).
     """
 
     __slots__ = ("_controller", "_speculation_id")
@@ -104,7 +103,7 @@ class RunEvents:
     def tell(self, event: Any) -> None:
         controller = self._controller
         if not controller.post(controller._on_run_event, self._speculation_id, event):
-            raise ActorDeadError("the speculation controller is gone")
+            raise ActorStopped("the speculation controller is gone")
 
 
 class Lifecycle(ControllerBase):

@@ -2,6 +2,8 @@
 
 * every ask is answered -- also one whose reply the actor deferred and then
   never gave because it crashed, stopped or was killed;
+* "the actor is not running" is one error however it is met --
+  :class:`ActorStopped`, a ``ForeError`` and a ``pykka.ActorDeadError``;
 * no ask waits forever: a wait-forever deadline is refused where it is
   configured, and ``ask_then`` is bounded even for a target whose futures
   carry no deadline;
@@ -26,8 +28,9 @@ import pytest
 from pykka import ActorDeadError
 
 from fore.actors.core import ActorCrashed, ActorExit, ActorSystem, AskTimeout, PooledActor, handles
-from fore.actors.core.errors import ActorSystemClosed, BlockingOnDispatcherError
+from fore.actors.core.errors import ActorStopped, ActorSystemClosed, BlockingOnDispatcherError
 from fore.actors.core.future import PooledFuture
+from fore.errors import ForeError
 from fore.messages.base import Message
 
 WAIT = 10.0
@@ -120,7 +123,7 @@ def watch(ref: Any) -> queue.SimpleQueue[ActorExit]:
 
 @pytest.mark.parametrize(
     ("how", "error"),
-    [("crash", ActorCrashed), ("stop", ActorDeadError), ("kill", ActorDeadError)],
+    [("crash", ActorCrashed), ("stop", ActorStopped), ("kill", ActorStopped)],
 )
 def test_a_deferred_reply_owed_when_the_actor_exits_is_answered_at_once(
     system: ActorSystem, how: str, error: type[BaseException]
@@ -143,6 +146,33 @@ def test_a_deferred_reply_owed_when_the_actor_exits_is_answered_at_once(
     assert owed.done(), "answered by the exit, not left to its deadline"
     with pytest.raises(error):
         owed.get(timeout=0)
+
+
+def test_every_way_of_meeting_a_stopped_actor_is_actor_stopped(system: ActorSystem) -> None:
+    """A send to a stopped ref (pykka's own check), an ask still queued at a kill, and an ask
+    put while the mailbox closes: each is ``ActorStopped``, so ``except fore.ForeError``
+    catches it and pykka code's ``except ActorDeadError`` still does."""
+    met: list[BaseException] = []
+    gone = Deferrer.start()
+    gone.stop()
+    for send in (lambda: gone.tell(Ping()), lambda: gone.ask(Ping(), timeout=WAIT)):
+        with pytest.raises(ActorDeadError) as info:
+            send()
+        met.append(info.value)
+    assert str(met[0]) == f"{gone} not found"  # pykka's words, kept
+    killed = Deferrer.start()
+    actor = killed._actor_weakref()
+    assert actor is not None
+    exits = watch(killed)
+    owed = killed.ask(Later(), block=False)
+    assert killed.ask(Ping(), timeout=WAIT) == "pong"
+    actor.kill()
+    exits.get(timeout=WAIT)
+    with pytest.raises(ActorDeadError) as info:
+        owed.get(timeout=WAIT)
+    met.append(info.value)
+    assert [type(e) for e in met] == [ActorStopped] * 3
+    assert all(isinstance(e, ForeError) for e in met)
 
 
 class Releaser(Deferrer):

@@ -7,7 +7,9 @@ only until the deadline; a withdrawn one holds nothing.
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -238,3 +240,55 @@ def test_withdrawals_ahead_of_the_next_number_are_bounded() -> None:
     seq.arrive(0, seen.start(0), now=0.0)  # 1..MAX_WITHDRAWN pass as withdrawn
     assert seen.started == [0, declined]
     assert seq.next == declined + 1
+
+
+def _race_withdraw_against_release(head_start: int) -> str:
+    """One race of :func:`test_a_withdrawal_racing_the_release_of_its_input_...`: who won.
+
+    The withdrawing thread spins ``head_start`` steps after the barrier (negative: the
+    releasing one does), so over many races both sides get to the lock first.
+    """
+    seq, seen = InputSequence(hold_s=60.0), Recorder()
+    refused: list[int] = []
+    assert not seq.arrive(1, seen.start(1), now=0.0, refuse=lambda e: refused.append(e.number))
+    go = threading.Barrier(2)
+    withdrew: list[bool] = []
+
+    def release() -> None:
+        go.wait(10)
+        for _ in range(-head_start):
+            pass
+        seq.arrive(0, seen.start(0), now=0.0)
+
+    def withdraw() -> None:
+        go.wait(10)
+        for _ in range(head_start):
+            pass
+        withdrew.append(seq.withdraw(1))
+
+    threads = [threading.Thread(target=release), threading.Thread(target=withdraw)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seq.held == () and seq.next == 2
+    if withdrew == [True]:
+        assert (seen.started, refused) == ([0], [1])
+        return "refused"
+    assert (withdrew, seen.started, refused) == ([False], [0, 1], [])
+    return "started"
+
+
+def test_a_withdrawal_racing_the_release_of_its_input_either_starts_it_or_refuses_it() -> None:
+    """Input 1 is held behind 0; on two threads at once, 0 arrives (releasing 1) and 1 is
+    withdrawn (its caller cancelled it). Both take the sequence's lock, so exactly one
+    wins, every time: 1 started and the withdrawal answered False, or 1 refused (its
+    ``refuse`` called once) and the withdrawal answered True -- never both, never neither,
+    and 0 always starts. (Which interleavings occur is the scheduler's; each is checked.)"""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the GIL changes hands inside arrive / withdraw too
+    try:
+        won = Counter(_race_withdraw_against_release(spin) for spin in range(-3000, 3000, 20))
+    finally:
+        sys.setswitchinterval(interval)
+    assert set(won) <= {"refused", "started"}

@@ -244,8 +244,9 @@ class ActorCrashed(ForeError):
 
 
 class ActorStopped(ForeError, pykka.ActorDeadError):
-    """The actor is not running: it stopped or was killed before it answered, or a
-    supervised child is between incarnations, or a session's stream is closed.
+    """The actor is not running: it stopped or was killed before it answered, a
+    supervised child is gone for good (or restarting with its handle's buffer full),
+    or a session's event stream is closed.
 
     A subclass of :class:`pykka.ActorDeadError`, so code written against pykka (and
     pykka's own test suite) keeps catching it; under :class:`ForeError`, so a

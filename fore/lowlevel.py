@@ -12,6 +12,7 @@ from __future__ import annotations
 from fore.actors.core import (
     ActorCrashed,
     ActorExit,
+    ActorStopped,
     ActorSystem,
     ActorSystemClosed,
     AskTimeout,
@@ -34,6 +35,7 @@ from fore.supervision.supervisor import ChildRejectedError, Supervisor, Supervis
 __all__ = [
     "ActorCrashed",
     "ActorExit",
+    "ActorStopped",
     "ActorSystem",
     "ActorSystemClosed",
     "AskTimeout",

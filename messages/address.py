@@ -44,7 +44,7 @@ R = TypeVar("R")
 class Recipient(Protocol[M_contra]):
     """Anything that can be told an ``M``: an actor's ref or handle, an event queue.
 
-    ``tell`` raises ``pykka.ActorDeadError`` once the recipient is gone
+    ``tell`` raises ``ActorStopped`` (a ``pykka.ActorDeadError``) once the recipient is gone
     (:func:`~actors.core.pooled.tell_quietly` swallows it).
     """
 

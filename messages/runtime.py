@@ -13,7 +13,7 @@ from fore.messages.base import ControlMessage, Message
 
 
 class StopNow(ControlMessage):
-    """Stop the actor ahead of its queued mail; queued asks get ActorDeadError."""
+    """Stop the actor ahead of its queued mail; queued asks get ActorStopped."""
 
 
 class RestartType(StrEnum):

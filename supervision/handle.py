@@ -38,6 +38,7 @@ from fore.actors.core.errors import ActorStopped
 from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.logs import get_logger
 from fore.actors.core.pooled import ActorExit, PooledActor
+from fore.actors.core.ref import stopped_as_fore
 from fore.messages.runtime import StopNow
 
 A = TypeVar("A", bound=PooledActor)
@@ -168,7 +169,8 @@ class Handle(Generic[A]):
         """
         if self._ref is None and self._state != "dead":
             raise ActorStopped(f"{self.child_id} has not started yet")
-        return ActorProxy(actor_ref=self)  # type: ignore[arg-type]
+        with stopped_as_fore():  # pykka's own check: a closed handle is not alive
+            return ActorProxy(actor_ref=self)  # type: ignore[arg-type]
 
     # -- sending ------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from fore.actors.core.errors import (
     ActorCrashed,
+    ActorStopped,
     ActorSystemClosed,
     AskTimeout,
     BlockingOnDispatcherError,
@@ -22,6 +23,7 @@ from fore.actors.core.timer import TimerHandle
 __all__ = [
     "ActorCrashed",
     "ActorExit",
+    "ActorStopped",
     "ActorSystem",
     "ActorSystemClosed",
     "AskTimeout",

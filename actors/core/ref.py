@@ -6,22 +6,38 @@ answers for an actor that is not running is :class:`~fore.errors.ActorStopped`
 (the mailbox's rejection, an exit's answer to queued asks, a handle whose
 child is gone), which is a ``pykka.ActorDeadError`` and a
 :class:`~fore.errors.ForeError`. Without this subclass one case -- sending to
-a ref whose actor has already stopped -- would still raise pykka's bare error,
-which ``except fore.ForeError`` does not catch. The check and its message are
-pykka's own (pykka's test suite, run against Fore, reads the message).
+a ref whose actor has already stopped, or making a proxy of it -- would still
+raise pykka's bare error, which ``except fore.ForeError`` does not catch. The
+check and its message are pykka's own (pykka's test suite, run against Fore,
+reads the message). :func:`stopped_as_fore` does the same for other code that
+makes pykka proxies (a supervised child's ``Handle``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, TypeVar, overload
 
 import pykka
-from pykka import ActorRef, Future
+from pykka import ActorDeadError, ActorProxy, ActorRef, Future
 from pykka._envelope import Envelope
 
 from fore.actors.core.errors import ActorStopped
 
 A = TypeVar("A", bound=pykka.Actor)
+
+
+@contextmanager
+def stopped_as_fore() -> Iterator[None]:
+    """pykka's bare ``ActorDeadError`` raised inside, re-raised as :class:`ActorStopped`
+    (its message kept)."""
+    try:
+        yield
+    except ActorStopped:
+        raise
+    except ActorDeadError as error:
+        raise ActorStopped(str(error)) from None
 
 
 class PooledRef(ActorRef[A]):
@@ -57,3 +73,7 @@ class PooledRef(ActorRef[A]):
         if block:
             return future.get(timeout=timeout)
         return future
+
+    def proxy(self) -> ActorProxy[A]:
+        with stopped_as_fore():
+            return super().proxy()

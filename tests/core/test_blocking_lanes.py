@@ -91,9 +91,12 @@ def test_shutdown_cancels_queued_work_and_refuses_new_work() -> None:
     try:
         # the queue is cancelled while the job still runs, whatever the machine's pace
         assert not lane.shutdown(cancel_pending=True, wait=False)
+        release_later = threading.Timer(0.05, release.set)
+        release_later.start()
+        assert lane.shutdown(timeout=WAIT)  # waits for the running job's end
+        assert running.done()
     finally:
         release.set()
-    assert lane.shutdown(timeout=WAIT)
     assert running.result(timeout=WAIT) is True
     with pytest.raises(CancelledError):
         queued.result(timeout=WAIT)

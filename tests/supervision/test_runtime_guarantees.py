@@ -149,13 +149,19 @@ def test_a_deferred_reply_owed_when_the_actor_exits_is_answered_at_once(
 
 
 def test_every_way_of_meeting_a_stopped_actor_is_actor_stopped(system: ActorSystem) -> None:
-    """A send to a stopped ref (pykka's own check), an ask still queued at a kill, and an ask
-    put while the mailbox closes: each is ``ActorStopped``, so ``except fore.ForeError``
-    catches it and pykka code's ``except ActorDeadError`` still does."""
+    """A tell, an ask and a proxy of a stopped ref (pykka's own check), an ask still queued
+    behind a running handler when the actor is killed, and a deferred reply owed at the
+    kill: each is ``ActorStopped`` -- so ``except fore.ForeError`` catches it and pykka
+    code's ``except ActorDeadError`` still does. (A supervised child's handle:
+    tests/supervision/test_runtime_supervision.py.)"""
     met: list[BaseException] = []
     gone = Deferrer.start()
     gone.stop()
-    for send in (lambda: gone.tell(Ping()), lambda: gone.ask(Ping(), timeout=WAIT)):
+    for send in (
+        lambda: gone.tell(Ping()),
+        lambda: gone.ask(Ping(), timeout=WAIT),
+        gone.proxy,
+    ):
         with pytest.raises(ActorDeadError) as info:
             send()
         met.append(info.value)
@@ -166,12 +172,18 @@ def test_every_way_of_meeting_a_stopped_actor_is_actor_stopped(system: ActorSyst
     exits = watch(killed)
     owed = killed.ask(Later(), block=False)
     assert killed.ask(Ping(), timeout=WAIT) == "pong"
+    entered, release = threading.Event(), threading.Event()
+    assert actor.post(lambda: (entered.set(), release.wait(WAIT)))
+    assert entered.wait(WAIT)
+    queued = killed.ask(Ping(), block=False)  # behind the running handler
     actor.kill()
+    release.set()
     exits.get(timeout=WAIT)
-    with pytest.raises(ActorDeadError) as info:
-        owed.get(timeout=WAIT)
-    met.append(info.value)
-    assert [type(e) for e in met] == [ActorStopped] * 3
+    for future in (queued, owed):
+        with pytest.raises(ActorDeadError) as info:
+            future.get(timeout=WAIT)
+        met.append(info.value)
+    assert [type(e) for e in met] == [ActorStopped] * 5
     assert all(isinstance(e, ForeError) for e in met)
 
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import pytest
-from pykka import ActorDeadError, ActorRef
+from pykka import ActorRef
 
-from fore.actors.core import ActorExit, ActorSystem, PooledActor, handles, stop_now
+from fore.actors.core import ActorExit, ActorStopped, ActorSystem, PooledActor, handles, stop_now
 from fore.messages.runtime import (
     ChildSpec,
     ChildStatus,
@@ -101,7 +101,7 @@ def test_a_temporary_sibling_taken_down_by_a_restart_is_removed_not_restarted(
     assert ids(sup) == ["a", "tr", "z"]
     assert sup.ask(GetChild(child_id="t"), timeout=WAIT) is None
     assert not t.is_alive()
-    with pytest.raises(ActorDeadError):
+    with pytest.raises(ActorStopped):
         t.ask(Who(), timeout=WAIT)
     # A transient sibling is restarted (OTP restarts it with the others).
     assert journal.count("start:tr") == 2
@@ -152,12 +152,12 @@ def test_a_dying_supervisor_closes_the_handles_of_children_between_incarnations(
     record = exits.get(timeout=WAIT)
     assert record.failed is (how == "crash")
     assert w.state == "dead" and not w.is_alive()
-    with pytest.raises(ActorDeadError):
+    with pytest.raises(ActorStopped):
         pending.get(timeout=WAIT)
-    with pytest.raises(ActorDeadError):
+    with pytest.raises(ActorStopped):
         w.tell(Who())
     assert not ok.is_alive()
-    with pytest.raises(ActorDeadError):
+    with pytest.raises(ActorStopped):
         ok.ask(Who(), timeout=WAIT)
     assert system.timer.pending() == 0, "the backoff timer was cancelled"
 
@@ -262,7 +262,7 @@ def test_a_proxy_made_while_the_child_restarts_reaches_the_next_incarnation(
     assert answer.get(timeout=WAIT) == g.actor_urn != first
 
     assert sup.ask(StopChild(child_id="g"), timeout=WAIT) is True
-    with pytest.raises(ActorDeadError):
+    with pytest.raises(ActorStopped):
         g.proxy()
-    with pytest.raises(ActorDeadError):
+    with pytest.raises(ActorStopped):
         proxy.whoami().get(timeout=WAIT)

@@ -341,7 +341,7 @@ def test_a_stop_overtakes_a_long_backlog_so_on_stop_still_runs(system: ActorSyst
     backlog = [x.ask(Block(token="b14-backlog"), block=False) for _ in range(3)]
     try:
         stopped = sup.ask(StopChild(child_id="x"), block=False)
-        wait_until(lambda: len(actor.actor_inbox) >= 4)  # the backlog and the stop
+        wait_until(lambda: len(actor.actor_inbox) == 4)  # the backlog and the stop
         # Half the shutdown timeout: StopNow joins them, on the control lane.
         wait_until(lambda: len(actor.actor_inbox) == 5)
         release.set()  # the running handler ends; StopNow goes before the backlog

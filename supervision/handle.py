@@ -37,6 +37,7 @@ from fore.actors.core.continuations import is_private_call
 from fore.actors.core.errors import ActorStopped
 from fore.actors.core.future import PooledFuture, check_ask_timeout
 from fore.actors.core.logs import get_logger
+from fore.actors.core.mailbox import reject
 from fore.actors.core.pooled import ActorExit, PooledActor
 from fore.actors.core.ref import stopped_as_fore
 from fore.messages.runtime import StopNow
@@ -194,10 +195,7 @@ class Handle(Generic[A]):
             if state == "dead"
             else f"{self.child_id} is restarting and its buffer is full"
         )
-        if envelope.reply_to is not None:
-            envelope.reply_to.set_exception((ActorStopped, error, None))
-            return
-        raise error
+        reject(envelope, error)
 
     # -- supervisor side --------------------------------------------------------
 

@@ -87,7 +87,7 @@ class Mailbox:
                     return
                 self._scheduled = True
         if rejected:
-            _reject(envelope, self._owner_name)
+            reject(envelope, ActorStopped(f"{self._owner_name} is not running (mailbox closed)"))
             return
         assert self._dispatcher is not None, "mailbox used before its actor was started"
         self._dispatcher.schedule(self)
@@ -223,8 +223,9 @@ class Mailbox:
             self._dispatcher.schedule(self)
 
 
-def _reject(envelope: Envelope[Any], owner: str) -> None:
-    error = ActorStopped(f"{owner} is not running (mailbox closed)")
+def reject(envelope: Envelope[Any], error: ActorStopped) -> None:
+    """Mail for an actor that is not running: its ask answered with ``error``, its tell
+    raises it (as pykka does for a dead actor)."""
     if envelope.reply_to is not None:
         envelope.reply_to.set_exception((ActorStopped, error, None))
     else:

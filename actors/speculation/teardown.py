@@ -149,11 +149,7 @@ class TeardownSteps(ControllerBase):
     def _settle_timed_out(self, spec: Speculation) -> None:
         if spec.teardown is not Teardown.SETTLING:
             return
-        self.log.warning(
-            "speculation_cleanup_deadline",
-            speculation=spec.id,
-            waiting=sorted(spec.scope.leases()),
-        )
+        _log_gave_up(self.log, spec)
         self._settled(spec, None)
 
     def _settled(self, spec: Speculation, times: Mapping[str, float] | None) -> None:
@@ -291,12 +287,8 @@ class TeardownSteps(ControllerBase):
         settle_timeout, log = self.settle_timeout, self.log
 
         def at_the_deadline() -> None:
-            if not spec.scope.settled:  # as _settle_timed_out says it: the wait is given up
-                log.warning(
-                    "speculation_cleanup_deadline",
-                    speculation=spec.id,
-                    waiting=sorted(spec.scope.leases()),
-                )
+            if not spec.scope.settled:
+                _log_gave_up(log, spec)
             removal()
 
         def once_nothing_applies() -> None:
@@ -311,6 +303,13 @@ class TeardownSteps(ControllerBase):
             job.add_done_callback(lambda _done: once_nothing_applies())
         else:
             once_nothing_applies()
+
+
+def _log_gave_up(log: Any, spec: Speculation) -> None:
+    """The wait for ``spec``'s run to settle is given up at its deadline: say for what."""
+    log.warning(
+        "speculation_cleanup_deadline", speculation=spec.id, waiting=sorted(spec.scope.leases())
+    )
 
 
 class _LastRemoval:
